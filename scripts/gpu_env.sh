@@ -1,0 +1,13 @@
+# Source on an offline GPU host, from the repo root: `source scripts/gpu_env.sh`.
+# Needs .whl/ made here by ../shared/tools/make_gpu_wheelhouse.sh (SGLang 0.5.17 for a host that
+# already has torch 2.11, triton 3.6, Python 3.12). Installs SGLang's site tree and this package
+# (so SGLang finds our plugin entry point) into /tmp/site and sets the environment every run needs.
+mkdir -p /tmp/site
+if [ ! -f /tmp/site/.sglang_unpacked ]; then
+  tar -xJf .whl/sglang-site-cp312.tar.xz -C /tmp/site && touch /tmp/site/.sglang_unpacked
+fi
+python3 -m pip install -q --no-deps --no-index --no-build-isolation --upgrade --target /tmp/site . >/dev/null
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export PATH=/usr/local/cuda/bin:$PATH SGLANG_IS_FLASHINFER_AVAILABLE=false \
+  NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+  PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

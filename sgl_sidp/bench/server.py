@@ -1,0 +1,123 @@
+"""Start, wait for and stop an SGLang server process (ours or vanilla) for tests and benchmarks.
+
+The server runs in its own session (process group), so stopping it ends SGLang's
+scheduler and detokenizer children too. Output goes to a log file that callers
+grep (plugin lines, metrics lines) and keep as evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Optional, Sequence
+
+#: Environment every GPU run needs on the lent H200 hosts (NVLink multicast stays off).
+GPU_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+class ServerProcess:
+    """An SGLang HTTP server started as a child process.
+
+    Args:
+        launcher: Python module run with `-m`: "sgl_sidp.launch_server" (ours) or
+            "sglang.launch_server" (vanilla).
+        args: server flags (without --host/--port, which this class sets).
+        port: HTTP port on 127.0.0.1.
+        log_path: file that receives the server's stdout and stderr.
+        gpus: value for CUDA_VISIBLE_DEVICES (e.g. "0" or "0,1"); None keeps the caller's.
+        env: extra environment variables.
+
+    Use as a context manager, or call `start()`, `wait_ready()`, `stop()`.
+    """
+
+    def __init__(
+        self,
+        launcher: str,
+        args: Sequence[str],
+        port: int,
+        log_path: Path,
+        gpus: Optional[str] = None,
+        env: Optional[dict] = None,
+    ):
+        self.launcher, self.args, self.port = launcher, list(args), port
+        self.log_path = Path(log_path)
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.env = {**os.environ, **GPU_SAFE_ENV, **(env or {})}
+        if gpus is not None:
+            self.env["CUDA_VISIBLE_DEVICES"] = gpus
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def command(self) -> list[str]:
+        """The exact command line (for reports)."""
+        return [sys.executable, "-m", self.launcher, *self.args, "--host", "127.0.0.1", "--port", str(self.port)]
+
+    def start(self) -> "ServerProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
+        self.t_start = time.time()
+        return self
+
+    def wait_ready(self, timeout_s: float = 360.0) -> float:
+        """Block until GET /health answers 200; returns the seconds it took.
+
+        Raises:
+            RuntimeError: the process exited, or `timeout_s` passed (the log's tail is included).
+        """
+        while time.time() - self.t_start < timeout_s:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return time.time() - self.t_start
+            except Exception:
+                pass
+            time.sleep(1.0)
+        raise RuntimeError(f"server not healthy after {timeout_s:.0f}s:\n{self.log_tail()}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, n: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+    def get(self, path: str, timeout: float = 30.0) -> str:
+        """GET `path` from the server and return the body as text."""
+        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as r:
+            return r.read().decode()
+
+    def stop(self) -> None:
+        """SIGTERM the server's process group, then SIGKILL what is left after 15 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,160 @@
+"""`python -m sgl_sidp.launch_server`: SGLang's server, with the overlay's flags.
+
+Accepts every `python -m sglang.launch_server` flag plus the `--sidp-*` flags
+(`sgl_sidp.config.SidpConfig.add_cli_args`), validates both together before any
+GPU memory is taken, hands the overlay settings to SGLang's child processes through
+the environment, prints one line saying which overlay mode is on, then runs
+SGLang's own launch (`sglang.launch_server.run_server`), exactly as
+`python -m sglang.launch_server` does.
+
+Without `--model-path` it serves the embedded default: a small Qwen3-architecture
+config with random weights (`--load-format dummy`) and a bundled byte-level BPE
+tokenizer (`sgl_sidp/default_model/`), so it starts on any single GPU with no
+download.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from sgl_sidp.config import SidpConfig, SidpConfigError
+
+#: Folder of the embedded default model (config.json + tokenizer files).
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
+PLUGIN_NAME = "sgl_sidp"
+
+
+def _given(argv: list[str], *flags: str) -> bool:
+    return any(a == f or a.startswith(f + "=") for a in argv for f in flags)
+
+
+def with_default_model(argv: list[str]) -> list[str]:
+    """Prepend the embedded default model's flags when `argv` names no model.
+
+    `--load-format dummy` is added only with the default model and only if the
+    user did not choose a load format. A `--config` file may name the model, so
+    it disables the default.
+    """
+    if _given(argv, "--model-path", "--model", "--config"):
+        return list(argv)
+    extra = ["--model-path", str(DEFAULT_MODEL_DIR)]
+    if not _given(argv, "--load-format"):
+        extra += ["--load-format", "dummy"]
+    return extra + list(argv)
+
+
+def sidp_parser() -> argparse.ArgumentParser:
+    """A parser of only the `--sidp-*` flags (no abbreviations, so it never eats SGLang's)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    SidpConfig.add_cli_args(parser)
+    return parser
+
+
+def full_parser() -> argparse.ArgumentParser:
+    """SGLang's `ServerArgs` flags plus ours in their own group (for `--help`)."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(
+        prog="python -m sgl_sidp.launch_server",
+        description="SGLang server with the sgl-sidp overlay. Every sglang.launch_server flag works; "
+        "without --model-path an embedded small Qwen3 model with random weights is served.",
+    )
+    ServerArgs.add_cli_args(parser)
+    SidpConfig.add_cli_args(parser)
+    return parser
+
+
+def plugin_entry_point_visible() -> bool:
+    """Whether SGLang's `load_plugins()` will find and run our entry point in child processes."""
+    from sglang.srt.plugins import GENERAL_PLUGINS_GROUP
+
+    if not any(ep.name == PLUGIN_NAME for ep in entry_points(group=GENERAL_PLUGINS_GROUP)):
+        return False
+    allowed = os.environ.get("SGLANG_PLUGINS", "")
+    return not allowed or PLUGIN_NAME in {x.strip() for x in allowed.split(",")}
+
+
+def sglang_raw_args(argv: list[str]) -> argparse.Namespace:
+    """SGLang's flags parsed by argparse alone (no `ServerArgs`, so no device query).
+
+    Merges a `--config` YAML file the way `sglang.srt.server_args.prepare_server_args` does.
+    """
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    if "--config" in argv:
+        from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+
+        argv = ConfigArgumentMerger(parser).merge_config_with_args(argv)
+    return parser.parse_args(argv)
+
+
+def parse(argv: list[str]):
+    """Split and validate `argv` into (SidpConfig, SGLang ServerArgs).
+
+    Our settings are checked against SGLang's raw flags before `ServerArgs` is built
+    (which queries the GPU), so a bad combination never touches a device.
+
+    Raises:
+        SidpConfigError: one line per problem.
+    """
+    ours, rest = sidp_parser().parse_known_args(with_default_model(argv))
+    cfg = SidpConfig.from_cli_args(ours)
+    cfg.validate_against(sglang_raw_args(rest))
+    if cfg.active and not plugin_entry_point_visible():
+        raise SidpConfigError(
+            [
+                f"the overlay is on but SGLang cannot see the '{PLUGIN_NAME}' plugin entry point "
+                "(group sglang.srt.plugins), so its scheduler processes would run without it: "
+                "install the package (`pip install -e .`, or `pip install --no-deps --target DIR .` "
+                "with DIR on PYTHONPATH) and do not exclude it with SGLANG_PLUGINS"
+            ]
+        )
+    # Children inherit os.environ: set it before SGLang's own load_plugins() in this process.
+    cfg.to_env()
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import prepare_server_args
+
+    load_plugins()
+    return cfg, prepare_server_args(rest)
+
+
+def describe(cfg: SidpConfig, server_args) -> str:
+    """The one line printed at start-up."""
+    model = "embedded default" if Path(server_args.model_path) == DEFAULT_MODEL_DIR else server_args.model_path
+    signal = "on" if cfg.signal_enabled else "off"
+    return (
+        f"sgl-sidp: overlay mode={cfg.mode.value} (batch signal {signal}); model={model}, "
+        f"load_format={server_args.load_format}, dp={server_args.dp_size}, tp={server_args.tp_size}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point (`python -m sgl_sidp.launch_server` / `sgl-sidp-server`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _given(argv, "-h", "--help"):
+        full_parser().print_help()
+        return
+    try:
+        cfg, server_args = parse(argv)
+    except SidpConfigError as e:
+        print(f"sgl-sidp: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(describe(cfg, server_args), flush=True)
+
+    from sglang.launch_server import run_server
+    from sglang.srt.utils import kill_process_tree
+
+    try:
+        run_server(server_args)
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+
+
+if __name__ == "__main__":
+    main()

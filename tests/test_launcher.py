@@ -1,0 +1,71 @@
+"""The launcher: default model, flag split, clear errors before any device work, --help."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sgl_sidp import launch_server as ls
+from sgl_sidp.config import ENV_VAR, SidpConfigError
+
+MOE = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-30B-A3B"
+
+
+def launch(*argv, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "sgl_sidp.launch_server", *argv], env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_default_model_injected_only_without_model():
+    d = str(ls.DEFAULT_MODEL_DIR)
+    assert ls.with_default_model(["--port", "1"]) == ["--model-path", d, "--load-format", "dummy", "--port", "1"]
+    assert ls.with_default_model(["--load-format=auto"]) == ["--model-path", d, "--load-format=auto"]
+    assert ls.with_default_model(["--model", "x"]) == ["--model", "x"]
+    assert ls.with_default_model(["--config", "c.yaml"]) == ["--config", "c.yaml"]
+    assert (ls.DEFAULT_MODEL_DIR / "config.json").is_file() and (ls.DEFAULT_MODEL_DIR / "tokenizer.json").is_file()
+
+
+def test_sidp_flags_split_from_sglang_flags():
+    ours, rest = ls.sidp_parser().parse_known_args(
+        ["--sidp-batch-signal", "--tp-size", "2", "--sidp-signal-log-interval", "3", "--port", "9"])
+    assert ours.sidp_batch_signal and ours.sidp_signal_log_interval == 3
+    assert rest == ["--tp-size", "2", "--port", "9"]
+
+
+def test_raw_sglang_args_parse_without_server_args():
+    raw = ls.sglang_raw_args(ls.with_default_model(["--dp-size", "2"]))
+    assert raw.dp_size == 2 and raw.model_path == str(ls.DEFAULT_MODEL_DIR)
+
+
+def test_entry_point_visibility_respects_sglang_plugins(monkeypatch):
+    assert ls.plugin_entry_point_visible()
+    monkeypatch.setenv("SGLANG_PLUGINS", "someone_else")
+    assert not ls.plugin_entry_point_visible()
+    with pytest.raises(SidpConfigError, match="cannot see the 'sgl_sidp' plugin entry point"):
+        ls.parse(["--sidp-batch-signal"])
+
+
+def test_bad_combination_exits_2_with_one_line_per_problem():
+    out = launch("--sidp-mode", "zerodp", "--dp-size", "1")  # default model is dense
+    assert out.returncode == 2
+    err = out.stderr
+    assert "sgl-sidp: error: invalid sgl-sidp settings:" in err
+    assert "  - --sidp-mode zerodp is not implemented in this version of sgl-sidp yet" in err
+    assert "needs --dp-size >= 2" in err and "has no MoE layers" in err
+
+
+@pytest.mark.skipif(not MOE.is_dir(), reason=f"{MOE} not found (the shared model configs)")
+def test_sidp_on_moe_model_rejected():
+    out = launch("--sidp-mode", "sidp", "--model-path", str(MOE), "--load-format", "dummy", "--dp-size", "2")
+    assert out.returncode == 2 and "is an MoE model (use --sidp-mode zerodp)" in out.stderr
+
+
+def test_help_lists_our_group_and_sglang_flags():
+    out = launch("--help")
+    assert out.returncode == 0
+    assert "sgl-sidp overlay:" in out.stdout and "--sidp-mode {off,zerodp,sidp,shift}" in out.stdout
+    assert "--model-path" in out.stdout and "--dp-size" in out.stdout
