@@ -58,6 +58,7 @@ KEYS = [
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The script's flags (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="results folder")
     p.add_argument("--server-args", required=True, help="flags given to both servers (one shell-quoted string)")
@@ -72,6 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def start_server(side: str, args, gpu: str, port: int) -> ServerProcess:
+    """Start one side's server ("vanilla" or "ours") on `gpu`; returns without waiting for it."""
     flags = shlex.split(args.server_args) + (shlex.split(args.ours_args) if side == "ours" else [])
     return ServerProcess(LAUNCHERS[side], flags, port, args.out / f"server_{side}.log", gpus=gpu).start()
 
@@ -121,11 +123,13 @@ def compare_table(results: dict) -> tuple[str, dict]:
 
 
 def _pct(summary: dict) -> str:
+    """The replay's prefix-cache hit rate as a percentage, or "n/a"."""
     rate = summary["cache_report"]["cache_hit_rate"]
     return "n/a" if rate is None else f"{rate:.1%}"
 
 
 def main(argv=None) -> None:
+    """Start both servers, replay every job against both at once, write compare.md/json."""
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = [j.split("=", 1) for j in args.job]

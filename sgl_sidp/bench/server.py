@@ -58,6 +58,7 @@ class ServerProcess:
         return [sys.executable, "-m", self.launcher, *self.args, "--host", "127.0.0.1", "--port", str(self.port)]
 
     def start(self) -> "ServerProcess":
+        """Spawn the server in a new session, its output to `log_path`; returns at once."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
@@ -85,9 +86,11 @@ class ServerProcess:
         raise RuntimeError(f"server not healthy after {timeout_s:.0f}s:\n{self.log_tail()}")
 
     def log_text(self) -> str:
+        """The server log so far ("" before the server wrote anything)."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def log_tail(self, n: int = 60) -> str:
+        """The last `n` lines of the server log."""
         return "\n".join(self.log_text().splitlines()[-n:])
 
     def get(self, path: str, timeout: float = 30.0) -> str:
