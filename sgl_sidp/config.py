@@ -82,7 +82,7 @@ class SidpConfig(BaseModel):
     @property
     def active(self) -> bool:
         """False means the plugin must be a strict no-op in every process."""
-        return self.mode != SidpMode.OFF or self.signal_enabled
+        return self.mode != SidpMode.OFF or self.batch_signal
 
     # ------------------------------------------------------------------ CLI
     @staticmethod

@@ -24,7 +24,9 @@ from sgl_sidp.hooks import hooks_for
 
 logger = logging.getLogger(__name__)
 
-#: Targets this process registered, in order; None until `load()` ran.
+#: The settings `load()` read in this process, and the hooks it registered (short names, in
+#: order); None until `load()` ran.
+_config: SidpConfig | None = None
 _installed: list[str] | None = None
 
 
@@ -34,7 +36,7 @@ def load() -> None:
     Raises:
         SidpConfigError: `$SGL_SIDP_CONFIG` holds an invalid config.
     """
-    global _installed
+    global _config, _installed
     if _installed is not None:
         return
     cfg = SidpConfig.from_env()
@@ -44,9 +46,14 @@ def load() -> None:
 
         for hook in hooks:
             HookRegistry.register(hook.target, hook.resolve_impl(), HookType[hook.hook_type])
-    _installed = [h.short_name for h in hooks]
+    _config, _installed = cfg, [h.short_name for h in hooks]
     if hooks:
         logger.info("sgl-sidp plugin loaded: mode=%s, hooks: %s", cfg.mode.value, ", ".join(_installed))
+
+
+def loaded_config() -> SidpConfig:
+    """The settings this process's `load()` registered its hooks for (read from the env if it has not run)."""
+    return _config if _config is not None else SidpConfig.from_env()
 
 
 def installed_hooks() -> list[str]:
@@ -56,5 +63,5 @@ def installed_hooks() -> list[str]:
 
 def _reset_for_tests() -> None:
     """Forget that `load()` ran (tests only; does not unregister anything)."""
-    global _installed
-    _installed = None
+    global _config, _installed
+    _config = _installed = None

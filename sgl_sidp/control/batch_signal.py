@@ -203,10 +203,9 @@ def on_scheduler_init(result: Any, scheduler: Any, *args: Any, **kwargs: Any) ->
     Runs once per scheduler process, after SGLang configured its logging and its
     metrics collector, so the log line and the metric labels are SGLang's own.
     """
-    from sgl_sidp.config import SidpConfig
-    from sgl_sidp.plugin import installed_hooks
+    from sgl_sidp.plugin import installed_hooks, loaded_config
 
-    cfg = SidpConfig.from_env()
+    cfg = loaded_config()
     ps = scheduler.ps
     rank_name = f"DP{ps.dp_rank if ps.dp_rank is not None else 0} TP{ps.tp_rank}"
     collector = getattr(scheduler, "metrics_collector", None)
