@@ -18,7 +18,7 @@ SLO="--slo-ttft-ms 2000 --slo-tpot-ms 100"
   python3 scripts/compare_replay.py --out "$RES/azure_code" --gpus 0,1 --port-base 32000 --server-args "$SERVER" \
     --job "azure_code=--trace .gpu/traces/AzureLLMInferenceTrace_code.csv --start-s 0 --duration-s 600 --compress-gaps-s 5 $SLO" \
     >"$RES/azure_code.log" 2>&1
-  SGL_SIDP_MODELS_DIR=$PWD/.gpu/models SGL_SIDP_GPU_LOGS="$RES/pytest_gpu_logs" \
+  SIDP_MODELS_DIR=$PWD/.gpu/models SIDP_GPU_LOGS="$RES/pytest_gpu_logs" \
     python3 -m pytest -m gpu tests/gpu -v -p no:cacheprovider >"$RES/pytest_gpu.log" 2>&1
   touch "$RES/done_azure_pytest"
 ) &

@@ -34,7 +34,7 @@ def load() -> None:
     """SGLang entry point: register the hooks the current settings need (once per process).
 
     Raises:
-        SidpConfigError: `$SGL_SIDP_CONFIG` holds an invalid config.
+        SidpConfigError: `$SIDP_CONFIG` holds an invalid config.
     """
     global _config, _installed
     if _installed is not None:

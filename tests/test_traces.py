@@ -27,7 +27,7 @@ from sgl_sidp.bench.traces import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES_DIR = Path(os.environ.get("SGL_SIDP_TRACES_DIR", Path(__file__).resolve().parents[2] / "shared" / "traces"))
+TRACES_DIR = Path(os.environ.get("SIDP_TRACES_DIR", Path(__file__).resolve().parents[2] / "shared" / "traces"))
 AZURE_CODE = TRACES_DIR / "AzureLLMInferenceTrace_code.csv"
 MOONCAKE_CONV = TRACES_DIR / "conversation_trace.jsonl"
 B = MOONCAKE_BLOCK_TOKENS
@@ -35,7 +35,7 @@ B = MOONCAKE_BLOCK_TOKENS
 
 def real_trace(path: Path) -> Path:
     if not path.is_file():
-        pytest.skip(f"real trace {path.name} not found in {TRACES_DIR} (set SGL_SIDP_TRACES_DIR)")
+        pytest.skip(f"real trace {path.name} not found in {TRACES_DIR} (set SIDP_TRACES_DIR)")
     return path
 
 

@@ -1,8 +1,8 @@
 """GPU tests (`pytest -m gpu`): real SGLang servers started through our launcher.
 
 Skipped with a reason where no CUDA device is present. Server logs go to
-$SGL_SIDP_GPU_LOGS (default: pytest's tmp dir) so a run's evidence can be kept.
-Model configs come from $SGL_SIDP_MODELS_DIR (default: ../shared/models beside the repo).
+$SIDP_GPU_LOGS (default: pytest's tmp dir) so a run's evidence can be kept.
+Model configs come from $SIDP_MODELS_DIR (default: ../shared/models beside the repo).
 """
 
 import os
@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def log_dir(tmp_path_factory):
-    d = os.environ.get("SGL_SIDP_GPU_LOGS")
+    d = os.environ.get("SIDP_GPU_LOGS")
     p = Path(d) if d else tmp_path_factory.mktemp("gpu_logs")
     p.mkdir(parents=True, exist_ok=True)
     return p

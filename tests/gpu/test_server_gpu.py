@@ -18,7 +18,7 @@ from sgl_sidp.bench.server import ServerProcess
 
 pytestmark = pytest.mark.gpu
 
-MODELS_DIR = Path(os.environ.get("SGL_SIDP_MODELS_DIR", Path(__file__).resolve().parents[3] / "shared" / "models"))
+MODELS_DIR = Path(os.environ.get("SIDP_MODELS_DIR", Path(__file__).resolve().parents[3] / "shared" / "models"))
 
 COMMON = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--enable-metrics",
           "--sidp-batch-signal", "--sidp-signal-log-interval", "5"]
@@ -39,7 +39,7 @@ def post(base, path, payload, timeout=120):
 @pytest.fixture(scope="module", params=list(CASES))
 def server(request, log_dir):
     if request.param != "default" and not (MODELS_DIR / "Qwen3-30B-A3B" / "config.json").is_file():
-        pytest.skip(f"{MODELS_DIR}/Qwen3-30B-A3B/config.json not found (set SGL_SIDP_MODELS_DIR)")
+        pytest.skip(f"{MODELS_DIR}/Qwen3-30B-A3B/config.json not found (set SIDP_MODELS_DIR)")
     srv = ServerProcess("sgl_sidp.launch_server", CASES[request.param] + COMMON, port=31000,
                         log_path=log_dir / f"server_{request.param}.log", gpus="0")
     with srv:
