@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 #: Environment variable that carries the JSON-encoded `SidpConfig` to child processes.
-ENV_VAR = "SGL_SIDP_CONFIG"
+ENV_VAR = "SIDP_CONFIG"
 
 
 class SidpMode(str, enum.Enum):
@@ -37,7 +37,7 @@ class SidpMode(str, enum.Enum):
 
 #: Modes whose runtime exists in this version. The others are accepted by the
 #: parser (so `--help` documents the whole product) but rejected by validation.
-IMPLEMENTED_MODES = frozenset({SidpMode.OFF})
+IMPLEMENTED_MODES = frozenset({SidpMode.OFF, SidpMode.ZERODP})
 
 
 class SidpConfigError(ValueError):
@@ -71,6 +71,33 @@ class SidpConfig(BaseModel):
         ge=1,
         description="Scheduler iterations between two batch-signal log lines "
         "(SGLang's --decode-log-interval defaults to 40 too).",
+    )
+
+    # ZeroDP (sgl_sidp.zerodp); ignored in the other modes.
+    zerodp_tensors: str = Field(
+        "w13,w2",
+        pattern=r"^(w13|w2)(,(w13|w2))?$",
+        description="Expert tensor groups a sink may pull from the source: 'w13,w2' (both), 'w13' or 'w2'.",
+    )
+    zerodp_layers: str = Field(
+        "auto",
+        pattern=r"^(auto|all|every:[1-9][0-9]*|[0-9]+(,[0-9]+)*)$",
+        description="Offloaded MoE layers: 'auto' (the policy: the most whose copy fits under the forward "
+        "time of --zerodp-expected-batch), 'all', 'every:K' (every K-th MoE layer) or a list '3,7,11'.",
+    )
+    zerodp_expected_batch: str = Field(
+        "decode:16",
+        pattern=r"^(decode|prefill):[1-9][0-9]*$",
+        description="The batch the policy sizes the offload for: 'decode:N' (N sequences) or 'prefill:T' "
+        "(T tokens per forward). Smaller means fewer layers offloaded and a sink never slower than that.",
+    )
+    zerodp_calibration: str | None = Field(
+        None,
+        description="Calibration JSON with forward times per batch (scripts/zerodp_fetch_vs_compute.py); "
+        "default: the bundled file matching the model and GPU.",
+    )
+    zerodp_source_timeout_s: float = Field(
+        900.0, gt=0, description="Seconds a sink waits for its source to publish the expert weights."
     )
 
     # ------------------------------------------------------------------ derived
@@ -114,6 +141,14 @@ class SidpConfig(BaseModel):
             default=None,
             help=f"{fields['signal_log_interval'].description} Default: 40.",
         )
+        for name in ("zerodp_tensors", "zerodp_layers", "zerodp_expected_batch", "zerodp_calibration", "zerodp_source_timeout_s"):
+            field = fields[name]
+            group.add_argument(
+                "--sidp-" + name.replace("_", "-"),
+                type=float if name.endswith("_s") else str,
+                default=None,
+                help=f"{field.description} Default: {field.default}.",
+            )
         return group
 
     @classmethod
@@ -203,6 +238,18 @@ class SidpConfig(BaseModel):
                     f"--sidp-mode sidp shares dense FFNs, but {server_args.model_path} is an MoE model "
                     "(use --sidp-mode zerodp)"
                 )
+        if mode == SidpMode.ZERODP:
+            pp = int(getattr(server_args, "pp_size", 1) or 1)
+            if pp > 1:
+                problems.append(f"--sidp-mode zerodp needs --pp-size 1 (each replica holds all its layers), got {pp}")
+            if getattr(server_args, "enable_dp_attention", False):
+                problems.append(
+                    "--sidp-mode zerodp pairs independent DP replicas; it does not work with --enable-dp-attention"
+                )
+            if int(getattr(server_args, "dwdp_size", 1) or 1) > 1:
+                problems.append("--sidp-mode zerodp and --dwdp-size both move expert weights; use one of them")
+            if getattr(server_args, "offload_mode", "cpu") == "sharded_gpu" or float(getattr(server_args, "cpu_offload_gb", 0) or 0) > 0:
+                problems.append("--sidp-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)")
         if problems:
             raise SidpConfigError(problems)
 

@@ -19,6 +19,9 @@ from typing import Callable
 from sgl_sidp.config import SidpConfig
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
+FUSED_MOE = "sglang.srt.layers.moe.fused_moe_triton.layer.FusedMoE"
+DP_BUDGET = "sglang.srt.managers.data_parallel_controller.DPBudget"
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
 
 
@@ -56,6 +59,10 @@ def _signal_on(cfg: SidpConfig) -> bool:
     return cfg.signal_enabled
 
 
+def _zerodp(cfg: SidpConfig) -> bool:
+    return cfg.mode.value == "zerodp"
+
+
 HOOKS: tuple[Hook, ...] = (
     Hook(
         target=f"{SCHEDULER}.__init__",
@@ -74,6 +81,49 @@ HOOKS: tuple[Hook, ...] = (
         why="the batch each iteration really runs, after radix-cache admission: batch size, tokens "
         "computed, prefix-hit tokens (the signal later mode switches are driven by)",
         when=_signal_on,
+    ),
+    Hook(
+        target=f"{MODEL_RUNNER}.load_model",
+        hook_type="AFTER",
+        impl="sgl_sidp.zerodp.engine:on_load_model",
+        params=("self",),
+        why="ZeroDP: the source shares its experts, a sink drops the offloaded ones, after the weights "
+        "are loaded and before alloc_memory_pool sizes the KV cache from the free memory",
+        when=_zerodp,
+    ),
+    Hook(
+        target=f"{MODEL_RUNNER}.alloc_memory_pool",
+        hook_type="AFTER",
+        impl="sgl_sidp.zerodp.engine:on_alloc_memory_pool",
+        params=("self", "memory_pool_config"),
+        why="ZeroDP: log each replica's KV capacity (max_total_num_tokens), source vs sink",
+        when=_zerodp,
+    ),
+    Hook(
+        target=f"{FUSED_MOE}.run_moe_core",
+        hook_type="AROUND",
+        impl="sgl_sidp.zerodp.engine:around_run_moe_core",
+        params=("self", "dispatch_output"),
+        why="ZeroDP: a sink waits for an offloaded layer's slot before its experts run and prefetches the "
+        "slot's next layer after (the points DWDP uses in FusedMoE.forward_impl)",
+        when=_zerodp,
+    ),
+    Hook(
+        target=f"{DP_BUDGET}.update_budget",
+        hook_type="AFTER",
+        impl="sgl_sidp.zerodp.router:after_update_budget",
+        params=("self", "loads"),
+        why="ZeroDP routing: remember each replica's KV capacity from its load snapshot",
+        when=_zerodp,
+    ),
+    Hook(
+        target=f"{DP_BUDGET}.dispatch",
+        hook_type="AROUND",
+        impl="sgl_sidp.zerodp.router:around_dispatch",
+        params=("self", "method", "estimated_tokens"),
+        why="ZeroDP routing: --load-balance-method total_tokens compares fractions of each replica's KV "
+        "capacity, so sinks get the share their larger cache can hold",
+        when=_zerodp,
     ),
 )
 
@@ -119,6 +169,31 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardMode.is_extend", ("self",)),
     UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardMode.is_idle", ("self",)),
     UsedSymbol("sglang.srt.observability.metrics_collector.SchedulerMetricsCollector.labels", instance_attr=True),
+    # ZeroDP: what the hook bodies read or call
+    UsedSymbol(f"{MODEL_RUNNER}.ps", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.model", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.model_config", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.server_args", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.is_draft_worker", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.max_total_num_tokens", instance_attr=True),
+    UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.dp_rank", instance_attr=True),
+    UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.tp_rank", instance_attr=True),
+    UsedSymbol(f"{FUSED_MOE}.layer_id", instance_attr=True),
+    UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.create_fabric_handle", ("size", "device_id")),
+    UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.get_allocation_granularity", ("device_id",)),
+    UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.reserve_va", ("size", "granularity")),
+    UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.map_handle", ("va", "size", "handle")),
+    UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.set_access", ("va", "size", "device_id")),
+    UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.tensor_from_ptr", ("ptr", "shape", "dtype", "device_id")),
+    UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.align_up", ("value", "alignment")),
+    UsedSymbol("sglang.srt.distributed.device_communicators.vmm_utils.check_drv", ("result_tuple", "label")),
+    UsedSymbol("sglang.srt.distributed.device_communicators.vmm_utils.import_peer_handle", ("fabric_handle", "fd")),
+    UsedSymbol("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.eager_on_graph", ("enable",)),
+    UsedSymbol("sglang.srt.managers.data_parallel_controller.LoadBalanceMethod.TOTAL_TOKENS"),
+    UsedSymbol(f"{DP_BUDGET}.total_tokens", instance_attr=True),
+    UsedSymbol(f"{DP_BUDGET}.total_requests", instance_attr=True),
+    UsedSymbol(f"{DP_BUDGET}.dp_size", instance_attr=True),
+    UsedSymbol("sglang.srt.managers.load_snapshot.LoadSnapshot.max_total_num_tokens", instance_attr=True),
 )
 
 

@@ -21,7 +21,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from sgl_sidp.config import SidpConfig, SidpConfigError
+from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError
 
 #: Folder of the embedded default model (config.json + tokenizer files).
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
@@ -105,7 +105,15 @@ def parse(argv: list[str]):
     """
     ours, rest = sidp_parser().parse_known_args(with_default_model(argv))
     cfg = SidpConfig.from_cli_args(ours)
-    cfg.validate_against(sglang_raw_args(rest))
+    raw = sglang_raw_args(rest)
+    cfg.validate_against(raw)
+    if cfg.mode.value == "zerodp":
+        rest = zerodp_defaults(rest)
+        from sgl_sidp.zerodp.preflight import peer_access_problems, source_sink_pairs
+
+        problems = peer_access_problems(source_sink_pairs(raw.dp_size, raw.tp_size, raw.base_gpu_id, raw.gpu_id_step))
+        if problems:
+            raise SidpConfigError(problems)
     if cfg.active and not plugin_entry_point_visible():
         raise SidpConfigError(
             [
@@ -124,14 +132,32 @@ def parse(argv: list[str]):
     return cfg, prepare_server_args(rest)
 
 
+def zerodp_defaults(rest: list[str]) -> list[str]:
+    """SGLang flags ZeroDP changes unless the user set them: capacity-aware routing.
+
+    `--load-balance-method total_tokens` is what `sgl_sidp.zerodp.router` makes
+    capacity-aware; SGLang's default (round robin) would give the sink the source's share.
+    """
+    if not _given(rest, "--load-balance-method"):
+        rest = list(rest) + ["--load-balance-method", "total_tokens"]
+    return rest
+
+
 def describe(cfg: SidpConfig, server_args) -> str:
     """The one line printed at start-up."""
     model = "embedded default" if Path(server_args.model_path) == DEFAULT_MODEL_DIR else server_args.model_path
     signal = "on" if cfg.signal_enabled else "off"
-    return (
+    line = (
         f"sgl-sidp: overlay mode={cfg.mode.value} (batch signal {signal}); model={model}, "
         f"load_format={server_args.load_format}, dp={server_args.dp_size}, tp={server_args.tp_size}"
     )
+    if cfg.mode.value == "zerodp":
+        line += (
+            f"; zerodp: source DP0, sinks DP1..DP{server_args.dp_size - 1}, tensors={cfg.zerodp_tensors}, "
+            f"layers={cfg.zerodp_layers}, expected batch={cfg.zerodp_expected_batch}, "
+            f"routing={server_args.load_balance_method}"
+        )
+    return line
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,3 +184,10 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+elif __name__ == "__mp_main__" and os.environ.get(ENV_VAR):
+    # multiprocessing's spawn re-imports the parent's main module as __mp_main__ in every child
+    # before it runs the child's target. SGLang loads plugins in its scheduler processes but not
+    # in its DP controller, whose routing ZeroDP hooks (sgl_sidp.zerodp.router): load them here.
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()

@@ -86,9 +86,90 @@ def test_rejects_unknown_mode_at_parse():
         p.parse_args(["--sidp-mode", "turbo"])
 
 
-def test_rejects_unimplemented_mode(moe_dir):
-    ps = problems(parse("--sidp-mode", "zerodp"), args(moe_dir, dp=2))
-    assert ps == ["--sidp-mode zerodp is not implemented in this version of sgl-sidp yet"]
+def test_rejects_unimplemented_modes(dense_dir):
+    """sidp and shift are parsed (documented in --help) but not implemented yet."""
+    ps = problems(parse("--sidp-mode", "sidp"), args(dense_dir, dp=2))
+    assert ps == ["--sidp-mode sidp is not implemented in this version of sgl-sidp yet"]
+    ps = problems(parse("--sidp-mode", "shift"), args(dense_dir, tp=2))
+    assert ps == ["--sidp-mode shift is not implemented in this version of sgl-sidp yet"]
+
+
+def test_zerodp_passes_on_moe_model_with_dp(moe_dir):
+    """ZeroDP is implemented: an MoE model with dp >= 2 validates (also with tp > 1 and a hub id)."""
+    parse("--sidp-mode", "zerodp").validate_against(args(moe_dir, dp=2))
+    parse("--sidp-mode", "zerodp").validate_against(args(moe_dir, dp=4, tp=2))
+    parse("--sidp-mode", "zerodp").validate_against(args("Qwen/Qwen3-30B-A3B", dp=2))  # unknown: left to later
+
+
+@pytest.mark.parametrize(
+    "extra, line",
+    [
+        ({"pp_size": 2}, "--sidp-mode zerodp needs --pp-size 1 (each replica holds all its layers), got 2"),
+        ({"enable_dp_attention": True}, "--sidp-mode zerodp pairs independent DP replicas; it does not work with --enable-dp-attention"),
+        ({"dwdp_size": 2}, "--sidp-mode zerodp and --dwdp-size both move expert weights; use one of them"),
+        ({"offload_mode": "sharded_gpu"}, "--sidp-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)"),
+        ({"cpu_offload_gb": 8}, "--sidp-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)"),
+    ],
+    ids=["pp", "dp_attention", "dwdp", "sharded_gpu", "cpu_offload"],
+)
+def test_rejects_zerodp_with_incompatible_sglang_flags(moe_dir, extra, line):
+    """Each SGLang feature ZeroDP cannot combine with gets exactly its own line."""
+    ps = problems(parse("--sidp-mode", "zerodp"), SimpleNamespace(**vars(args(moe_dir, dp=2)), **extra))
+    assert ps == [line]
+
+
+def test_zerodp_flags_accept_good_values():
+    """--sidp-zerodp-* take the documented forms."""
+    for tensors in ("w13,w2", "w2,w13", "w13", "w2"):
+        assert parse("--sidp-zerodp-tensors", tensors).zerodp_tensors == tensors
+    for layers in ("auto", "all", "every:1", "every:12", "3", "3,7,11"):
+        assert parse("--sidp-zerodp-layers", layers).zerodp_layers == layers
+    for batch in ("decode:1", "decode:64", "prefill:8192"):
+        assert parse("--sidp-zerodp-expected-batch", batch).zerodp_expected_batch == batch
+    cfg = parse("--sidp-zerodp-calibration", "/x/c.json", "--sidp-zerodp-source-timeout-s", "30")
+    assert cfg.zerodp_calibration == "/x/c.json" and cfg.zerodp_source_timeout_s == 30.0
+    d = parse()
+    assert (d.zerodp_tensors, d.zerodp_layers, d.zerodp_expected_batch) == ("w13,w2", "auto", "decode:16")
+    assert SidpConfig.from_env(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "every:4").to_env({})).zerodp_layers == "every:4"
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--sidp-zerodp-tensors", "w14"),
+        ("--sidp-zerodp-tensors", "w13,"),
+        ("--sidp-zerodp-tensors", "w13,w2,w13"),
+        ("--sidp-zerodp-tensors", ""),
+        ("--sidp-zerodp-layers", "every:0"),
+        ("--sidp-zerodp-layers", "every:"),
+        ("--sidp-zerodp-layers", "some"),
+        ("--sidp-zerodp-layers", "3,,7"),
+        ("--sidp-zerodp-layers", "-1"),
+        ("--sidp-zerodp-expected-batch", "decode:x"),
+        ("--sidp-zerodp-expected-batch", "decode:0"),
+        ("--sidp-zerodp-expected-batch", "train:8"),
+        ("--sidp-zerodp-expected-batch", "decode"),
+        ("--sidp-zerodp-source-timeout-s", "0"),
+    ],
+)
+def test_zerodp_flags_reject_bad_values(flag, value):
+    """A bad --sidp-zerodp-* value is one SidpConfigError line naming the flag."""
+    with pytest.raises(SidpConfigError) as e:
+        parse(flag, value)
+    assert len(e.value.problems) == 1 and e.value.problems[0].startswith(flag + ": "), e.value.problems
+
+
+def test_zerodp_flag_patterns_agree_with_the_plan_parsers():
+    """Every value the flags accept is one the runtime parsers accept too (no late failures)."""
+    from sgl_sidp.zerodp.plan import GROUPS, ExpectedBatch, parse_layers
+
+    moe = list(range(48))
+    for layers in ("auto", "all", "every:1", "every:12", "3", "3,7,11"):
+        parse_layers(parse("--sidp-zerodp-layers", layers).zerodp_layers, moe)
+    for batch in ("decode:1", "prefill:8192"):
+        ExpectedBatch.parse(parse("--sidp-zerodp-expected-batch", batch).zerodp_expected_batch)
+    for tensors in ("w13,w2", "w2", "w13"):
+        assert set(parse("--sidp-zerodp-tensors", tensors).zerodp_tensors.split(",")) <= set(GROUPS)
 
 
 def test_rejects_zerodp_without_dp(moe_dir):
@@ -116,9 +197,11 @@ def test_rejects_shift_without_tp(dense_dir):
     assert any("needs --tp-size >= 2, got 1" in p for p in ps)
 
 
-def test_reports_every_problem_at_once(dense_dir):
+def test_reports_every_problem_at_once(dense_dir, moe_dir):
     ps = problems(parse("--sidp-mode", "zerodp"), args(dense_dir, dp=1))
-    assert len(ps) == 3  # not implemented + dp + dense model
+    assert len(ps) == 2  # dp + dense model
+    ps = problems(parse("--sidp-mode", "sidp"), args(moe_dir, dp=1))
+    assert len(ps) == 3  # not implemented + dp + MoE model
 
 
 @pytest.mark.skipif(not MODELS.is_dir(), reason=f"{MODELS} not found (the shared model configs)")

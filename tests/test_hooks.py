@@ -40,4 +40,9 @@ def test_hooks_for_config():
     assert hooks_for(SidpConfig()) == []
     assert [h.short_name for h in hooks_for(SidpConfig(batch_signal=True))] == [
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run"]
-    assert len(hooks_for(SidpConfig(mode=SidpMode.ZERODP))) == 2  # modes imply the signal
+    assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))] == [  # modes imply the signal
+        "Scheduler.__init__", "Scheduler.get_next_batch_to_run",
+        "ModelRunner.load_model", "ModelRunner.alloc_memory_pool", "FusedMoE.run_moe_core",
+        "DPBudget.update_budget", "DPBudget.dispatch"]
+    assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.SHIFT))] == [
+        "Scheduler.__init__", "Scheduler.get_next_batch_to_run"]  # ZeroDP's hooks only in zerodp mode

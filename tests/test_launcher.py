@@ -54,8 +54,9 @@ def test_bad_combination_exits_2_with_one_line_per_problem():
     assert out.returncode == 2
     err = out.stderr
     assert "sgl-sidp: error: invalid sgl-sidp settings:" in err
-    assert "  - --sidp-mode zerodp is not implemented in this version of sgl-sidp yet" in err
-    assert "needs --dp-size >= 2" in err and "has no MoE layers" in err
+    assert "not implemented" not in err  # zerodp is implemented
+    assert "  - --sidp-mode zerodp shares weights across DP replicas: needs --dp-size >= 2" in err
+    assert "has no MoE layers" in err
 
 
 @pytest.mark.skipif(not MOE.is_dir(), reason=f"{MOE} not found (the shared model configs)")
@@ -69,3 +70,67 @@ def test_help_lists_our_group_and_sglang_flags():
     assert out.returncode == 0
     assert "sgl-sidp overlay:" in out.stdout and "--sidp-mode {off,zerodp,sidp,shift}" in out.stdout
     assert "--model-path" in out.stdout and "--dp-size" in out.stdout
+
+
+# --------------------------------------------------------------------------- zerodp
+@pytest.fixture
+def moe_dir(tmp_path):
+    d = tmp_path / "moe"
+    d.mkdir()
+    (d / "config.json").write_text('{"architectures": ["Qwen3MoeForCausalLM"], "num_experts": 128}')
+    return str(d)
+
+
+def test_zerodp_defaults_add_total_tokens_routing_only_when_not_given():
+    """ZeroDP switches SGLang to total_tokens routing unless the user chose a method."""
+    assert ls.zerodp_defaults(["--dp-size", "2"]) == ["--dp-size", "2", "--load-balance-method", "total_tokens"]
+    given = ["--load-balance-method", "round_robin", "--dp-size", "2"]
+    assert ls.zerodp_defaults(given) == given
+    assert ls.zerodp_defaults(["--load-balance-method=total_requests"]) == ["--load-balance-method=total_requests"]
+    argv = ["--dp-size", "2"]
+    ls.zerodp_defaults(argv)
+    assert argv == ["--dp-size", "2"]  # the caller's list is not modified
+
+
+def test_zerodp_parse_checks_peer_access_of_every_pair(monkeypatch, moe_dir):
+    """parse() asks about every (source, sink) GPU pair and refuses a pair without peer access."""
+    from sgl_sidp.zerodp import preflight
+
+    asked = []
+
+    def fake_nvml(visible):
+        return lambda a, b: asked.append((a, b)) or (a, b) != (1, 5)
+
+    monkeypatch.setattr(preflight, "_nvml_p2p_read", fake_nvml)
+    with pytest.raises(SidpConfigError) as e:
+        ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "3", "--tp-size", "2"])
+    assert asked == [(0, 2), (1, 3), (0, 4), (1, 5)]
+    assert len(e.value.problems) == 1 and "sink GPU 5 cannot read source GPU 1" in e.value.problems[0]
+
+
+def test_zerodp_parse_passes_routing_default_to_sglang(monkeypatch, moe_dir):
+    """With peer access, parse() hands SGLang its flags plus the routing default (device steps stubbed out)."""
+    import sglang.srt.plugins
+    import sglang.srt.server_args
+    from sgl_sidp.zerodp import preflight
+
+    monkeypatch.setenv(ENV_VAR, "")  # parse() writes the config into os.environ; restored afterwards
+    monkeypatch.setattr(preflight, "_nvml_p2p_read", lambda visible: lambda a, b: True)
+    monkeypatch.setattr(sglang.srt.plugins, "load_plugins", lambda: None)
+    monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", lambda argv: list(argv))
+    cfg, rest = ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2"])
+    assert cfg.mode.value == "zerodp" and os.environ[ENV_VAR]
+    assert rest[-2:] == ["--load-balance-method", "total_tokens"]
+    _, rest = ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2", "--load-balance-method", "round_robin"])
+    assert rest.count("--load-balance-method") == 1 and "total_tokens" not in rest
+
+
+def test_zerodp_validates_against_sglang_default_flags(moe_dir):
+    """SGLang's own defaults (pp, dwdp, offload mode, dp attention) do not trip ZeroDP's checks."""
+    from sgl_sidp.config import SidpConfig
+
+    raw = ls.sglang_raw_args(["--model-path", moe_dir, "--dp-size", "2"])
+    SidpConfig(mode="zerodp").validate_against(raw)
+    raw = ls.sglang_raw_args(["--model-path", moe_dir, "--dp-size", "2", "--enable-dp-attention"])
+    with pytest.raises(SidpConfigError, match="enable-dp-attention"):
+        SidpConfig(mode="zerodp").validate_against(raw)

@@ -1,0 +1,381 @@
+"""ZeroDP's pure logic: expert manifests, the offload policy, the prefetch schedule.
+
+Nothing here touches a GPU, so all of it is tested on CPU (`tests/test_zerodp_plan.py`).
+
+Terms:
+- *source*: the DP replica (DP rank 0) that keeps every expert weight and runs as vanilla SGLang.
+- *sink*: any other DP replica; it keeps attention, norms, router and embeddings, and for the
+  *offloaded* MoE layers pulls the expert tensors from the source's HBM into one of two *slots*
+  (double buffer) just before that layer's experts run.
+- *group*: the expert tensors that travel together: "w13" (`w13_weight` and, for quantized
+  models, its scales) and "w2" (`w2_weight` and its scales). Names follow SGLang's
+  `sglang.srt.layers.moe.fused_moe_triton.layer.FusedMoE` parameters.
+
+The policy (ZeroDP blog, Doubleword; issue 3): offload the largest set of experts whose copy
+time fits under the forward time of the expected batch, spread evenly over the layers so each
+copy hides behind the compute that precedes its layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+#: Expert tensor groups, in the order a layer's experts use them (gate/up, then down).
+GROUPS = ("w13", "w2")
+
+#: Fraction of the forward time the copies may fill. The rest absorbs jitter and the
+#: copy engine's share of the sink's HBM bandwidth.
+COPY_BUDGET_MARGIN = 0.85
+
+CALIBRATION_DIR = Path(__file__).with_name("calibration")
+
+
+class ZeroDPError(RuntimeError):
+    """ZeroDP cannot run as configured (bad model, bad pairing, lost source...)."""
+
+
+def group_of(param_name: str) -> str | None:
+    """The group ("w13" or "w2") an `FusedMoE` parameter belongs to, or None for a resident one.
+
+    >>> group_of("w13_weight"), group_of("w2_weight_scale_inv"), group_of("e_score_correction_bias")
+    ('w13', 'w2', None)
+    """
+    for g in GROUPS:
+        if param_name.startswith(g + "_"):
+            return g
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertTensor:
+    """One expert parameter of one MoE layer, as both sides describe it.
+
+    Attributes:
+        layer_id: the decoder layer index (`FusedMoE.layer_id`).
+        name: the parameter name inside `FusedMoE`, e.g. "w13_weight".
+        shape: the local (per TP rank) shape, e.g. (128, 1536, 2048) for Qwen3-30B-A3B w13 at TP=1.
+        dtype: `str(torch.dtype)`, e.g. "torch.bfloat16".
+        nbytes: bytes of the tensor.
+    """
+
+    layer_id: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (self.layer_id, self.name)
+
+    @property
+    def group(self) -> str | None:
+        return group_of(self.name)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "ExpertTensor":
+        return cls(int(d["layer_id"]), str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["dtype"]), int(d["nbytes"]))
+
+
+def manifest_of(moe_layers: Iterable[tuple[int, object]]) -> list[ExpertTensor]:
+    """Describe the offloadable parameters of `(layer_id, FusedMoE)` pairs (works on CPU modules).
+
+    Only the module's own parameters in a group ("w13_*", "w2_*") are listed.
+    """
+    out = []
+    for layer_id, module in moe_layers:
+        for name, p in module.named_parameters(recurse=False):
+            if group_of(name) is None:
+                continue
+            out.append(ExpertTensor(int(layer_id), name, tuple(p.shape), str(p.dtype), p.numel() * p.element_size()))
+    return sorted(out, key=lambda t: t.key)
+
+
+def manifest_mismatches(source: Sequence[ExpertTensor], sink: Sequence[ExpertTensor]) -> list[str]:
+    """Every disagreement between the source's and the sink's expert tensors, one line each.
+
+    Fail-closed input for the sink: any line means the sink must not start.
+    """
+    src = {t.key: t for t in source}
+    snk = {t.key: t for t in sink}
+    problems = []
+    for key in sorted(set(src) | set(snk)):
+        a, b = src.get(key), snk.get(key)
+        where = f"layer {key[0]} {key[1]}"
+        if a is None:
+            problems.append(f"{where}: the sink has it, the source does not")
+        elif b is None:
+            problems.append(f"{where}: the source has it, the sink does not")
+        else:
+            if a.shape != b.shape:
+                problems.append(f"{where}: shape {a.shape} on the source, {b.shape} on the sink")
+            if a.dtype != b.dtype:
+                problems.append(f"{where}: dtype {a.dtype} on the source, {b.dtype} on the sink")
+    return problems
+
+
+# --------------------------------------------------------------------------- calibration
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Forward times the policy fits the copies under (from `scripts/zerodp_fetch_vs_compute.py`).
+
+    Attributes:
+        model: what the numbers were measured on, e.g. "Qwen3MoeForCausalLM L48 E128 H2048 I768 tp1".
+        gpu: GPU name, e.g. "NVIDIA H200".
+        decode_ms: vanilla forward time (ms) of a decode step, by batch size.
+        prefill_ms: vanilla forward time (ms) of a prefill forward, by tokens in the forward.
+        copy_gbps: peer-copy rate (GB/s, 1e9 bytes) measured with the same run; informative, the
+            sink re-measures it at start-up.
+        source: where the numbers come from (command and date).
+    """
+
+    model: str
+    gpu: str
+    decode_ms: dict[int, float]
+    prefill_ms: dict[int, float]
+    copy_gbps: float
+    source: str
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Calibration":
+        d = json.loads(Path(path).read_text())
+        return cls(
+            model=d["model"],
+            gpu=d["gpu"],
+            decode_ms={int(k): float(v) for k, v in d["decode_ms"].items()},
+            prefill_ms={int(k): float(v) for k, v in d["prefill_ms"].items()},
+            copy_gbps=float(d["copy_gbps"]),
+            source=d.get("source", ""),
+        )
+
+    def forward_ms(self, expected: "ExpectedBatch") -> float:
+        """Forward time of `expected`, interpolated linearly between measured points (clamped at the ends)."""
+        table = self.decode_ms if expected.kind == "decode" else self.prefill_ms
+        if not table:
+            raise ZeroDPError(f"calibration for {self.model} has no {expected.kind} times")
+        xs = sorted(table)
+        x = expected.size
+        if x <= xs[0]:
+            return table[xs[0]]
+        if x >= xs[-1]:
+            return table[xs[-1]]
+        for lo, hi in zip(xs, xs[1:]):
+            if lo <= x <= hi:
+                return table[lo] + (table[hi] - table[lo]) * (x - lo) / (hi - lo)
+        raise AssertionError("unreachable")
+
+
+def model_signature(hf_config: Mapping, tp_size: int) -> str:
+    """Key a calibration file is matched on: architecture and the sizes that set expert bytes and FLOPs."""
+    cfg = hf_config.get("text_config", hf_config)
+    arch = (cfg.get("architectures") or ["?"])[0]
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+    inter = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
+    return f"{arch} L{cfg.get('num_hidden_layers')} E{experts} H{cfg.get('hidden_size')} I{inter} tp{tp_size}"
+
+
+def find_calibration(signature: str, gpu_name: str, directory: Path = CALIBRATION_DIR) -> Path | None:
+    """The bundled calibration file for this model signature and GPU, or None."""
+    for f in sorted(directory.glob("*.json")):
+        d = json.loads(f.read_text())
+        if d.get("model") == signature and d.get("gpu", "").lower() in gpu_name.lower():
+            return f
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpectedBatch:
+    """The batch the policy sizes the offload for: "decode:64" (64 sequences) or "prefill:8192" (tokens)."""
+
+    kind: str
+    size: int
+
+    @classmethod
+    def parse(cls, text: str) -> "ExpectedBatch":
+        kind, _, size = text.partition(":")
+        if kind not in ("decode", "prefill") or not size.isdigit() or int(size) < 1:
+            raise ValueError(f"expected 'decode:N' or 'prefill:N' with N >= 1, got {text!r}")
+        return cls(kind, int(size))
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.size}"
+
+
+# --------------------------------------------------------------------------- policy
+@dataclasses.dataclass(frozen=True)
+class OffloadPlan:
+    """What one sink pulls from its source on every forward.
+
+    Attributes:
+        layers: offloaded MoE layer ids, in forward order.
+        groups: offloaded groups, e.g. ("w13", "w2").
+        bytes_per_forward: bytes pulled per forward (sum over `layers` and `groups`).
+        copy_ms: time those bytes take at the measured copy rate (ms).
+        budget_ms: the forward time they were fitted under (ms); 0 when the layers were forced.
+        reason: one line saying why this set was chosen.
+    """
+
+    layers: tuple[int, ...]
+    groups: tuple[str, ...]
+    bytes_per_forward: int
+    copy_ms: float
+    budget_ms: float
+    reason: str
+
+
+def spread(candidates: Sequence[int], n: int, phase: float = 0.0) -> tuple[int, ...]:
+    """Pick `n` of `candidates` (in order) evenly spaced, the last one included at phase 0.
+
+    Spacing keeps one copy in flight per stretch of compute; ending at the last layer keeps the
+    first layer resident, since nothing runs before it to hide its copy. `phase` in [0, 1) shifts
+    the picks by that fraction of the spacing (earlier), so sinks of one source pull different
+    layers at the same point of their forwards.
+    """
+    L = len(candidates)
+    if n <= 0:
+        return ()
+    if n >= L:
+        return tuple(candidates)
+    stride = L / n
+    picks = []
+    for i in range(n):
+        idx = math.ceil((i + 1) * stride - 1 - phase * stride - 1e-9)
+        picks.append(candidates[max(0, min(L - 1, idx))])
+    return tuple(sorted(set(picks)))
+
+
+def parse_layers(spec: str, moe_layers: Sequence[int]) -> tuple[int, ...] | None:
+    """Layers forced by `--zerodp-layers`: "auto" -> None, "all", "every:K" or "3,7,11".
+
+    Raises:
+        ValueError: an unknown form or a layer that is not an MoE layer.
+    """
+    if spec == "auto":
+        return None
+    if spec == "all":
+        return tuple(moe_layers)
+    if spec.startswith("every:"):
+        k = spec.split(":", 1)[1]
+        if not k.isdigit() or int(k) < 1:
+            raise ValueError(f"--zerodp-layers every:K needs K >= 1, got {spec!r}")
+        k = int(k)
+        return tuple(moe_layers[i] for i in range(len(moe_layers)) if (i + 1) % k == 0)
+    try:
+        layers = tuple(sorted({int(x) for x in spec.split(",") if x.strip()}))
+    except ValueError:
+        raise ValueError(f"--zerodp-layers takes auto, all, every:K or a comma list of layer ids, got {spec!r}") from None
+    bad = [x for x in layers if x not in set(moe_layers)]
+    if bad:
+        raise ValueError(f"--zerodp-layers names layers without MoE experts: {bad}")
+    return layers
+
+
+def choose_plan(
+    manifest: Sequence[ExpertTensor],
+    groups: Sequence[str],
+    copy_gbps: float,
+    budget_ms: float | None,
+    forced_layers: Sequence[int] | None = None,
+    sink_index: int = 0,
+    n_sinks: int = 1,
+) -> OffloadPlan:
+    """The offload set of one sink.
+
+    Args:
+        manifest: the expert tensors of every MoE layer (`manifest_of`).
+        groups: which groups may be offloaded, a subset of `GROUPS`.
+        copy_gbps: measured peer-copy rate, GB/s (1e9 bytes/s), > 0.
+        budget_ms: forward time of the expected batch (ms); None only with `forced_layers`.
+        forced_layers: offload exactly these layers (flag override) instead of fitting.
+        sink_index, n_sinks: this sink's 0-based index among the source's sinks; shifts the
+            picked layers by `sink_index / n_sinks` of the spacing (staggered orders).
+
+    Raises:
+        ValueError: unknown group, no budget and no forced layers, non-positive rate.
+    """
+    bad = [g for g in groups if g not in GROUPS]
+    if bad or not groups:
+        raise ValueError(f"--zerodp-tensors must name groups among {GROUPS}, got {list(groups)}")
+    if copy_gbps <= 0:
+        raise ValueError(f"copy rate must be > 0 GB/s, got {copy_gbps}")
+    moe_layers = sorted({t.layer_id for t in manifest})
+    per_layer: dict[int, int] = {lid: 0 for lid in moe_layers}
+    for t in manifest:
+        if t.group in groups:
+            per_layer[t.layer_id] += t.nbytes
+    layer_ms = {lid: b / copy_gbps / 1e6 for lid, b in per_layer.items()}
+    groups_t = tuple(g for g in GROUPS if g in groups)
+
+    if forced_layers is not None:
+        layers = tuple(sorted(forced_layers))
+        reason = f"forced by --zerodp-layers ({len(layers)} of {len(moe_layers)} MoE layers)"
+        budget = 0.0
+    else:
+        if budget_ms is None:
+            raise ValueError("choose_plan needs budget_ms unless forced_layers is given")
+        budget = float(budget_ms)
+        fit = COPY_BUDGET_MARGIN * budget
+        one = max(layer_ms.values()) if layer_ms else math.inf
+        n = min(len(moe_layers), int(fit // one)) if one > 0 else len(moe_layers)
+        phase = (sink_index % max(1, n_sinks)) / max(1, n_sinks)
+        layers = spread(moe_layers, n, phase)
+        reason = (
+            f"{n} of {len(moe_layers)} MoE layers: {one:.2f} ms per layer at {copy_gbps:.0f} GB/s, "
+            f"{COPY_BUDGET_MARGIN:.0%} of a {budget:.1f} ms forward = {fit:.1f} ms of copies"
+        )
+    nbytes = sum(per_layer[lid] for lid in layers)
+    return OffloadPlan(layers, groups_t, nbytes, nbytes / copy_gbps / 1e6, budget, reason)
+
+
+def hidden_fraction(copy_ms: float, forward_ms: float) -> float:
+    """Fraction of the copy time that can hide behind a forward of `forward_ms` (1.0 = all)."""
+    if copy_ms <= 0:
+        return 1.0
+    return min(1.0, forward_ms / copy_ms)
+
+
+# --------------------------------------------------------------------------- schedule
+class PrefetchSchedule:
+    """Which slot each offloaded layer uses, and when its copy is issued (double buffering).
+
+    With `n_slots` slots, offloaded layer j (j-th in forward order) lives in slot j % n_slots.
+    The first `n_slots` copies are issued when the forward starts; the copy of layer j + n_slots
+    is issued as soon as layer j's experts have run (its slot is free), so at any moment one
+    copy runs behind the compute of the layers before its own. Source of the pattern: ZeroDP
+    (jamesdborin/zerodp) and SGLang's DWDP `wait_prefetch` / `record_compute_and_prefetch_next`.
+
+    Raises:
+        ValueError: repeated layers or `n_slots < 1`.
+    """
+
+    def __init__(self, layers: Sequence[int], n_slots: int = 2):
+        if n_slots < 1:
+            raise ValueError("n_slots must be >= 1")
+        if len(set(layers)) != len(layers):
+            raise ValueError(f"repeated layers in {list(layers)}")
+        self.layers = tuple(layers)
+        self.n_slots = n_slots
+        self._pos = {lid: j for j, lid in enumerate(self.layers)}
+
+    def __contains__(self, layer_id: int) -> bool:
+        return layer_id in self._pos
+
+    def slot_of(self, layer_id: int) -> int:
+        return self._pos[layer_id] % self.n_slots
+
+    @property
+    def initial(self) -> tuple[int, ...]:
+        """Layers whose copies are issued at the start of every forward."""
+        return self.layers[: self.n_slots]
+
+    def after(self, layer_id: int) -> int | None:
+        """The layer to prefetch once `layer_id`'s experts ran (its slot's next tenant), or None."""
+        j = self._pos[layer_id] + self.n_slots
+        return self.layers[j] if j < len(self.layers) else None

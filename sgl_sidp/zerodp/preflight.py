@@ -1,0 +1,75 @@
+"""Checks ZeroDP runs in the launcher, before SGLang starts and before any GPU memory is taken."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+
+def replica_gpus(dp_size: int, tp_size: int, base_gpu_id: int = 0, gpu_id_step: int = 1) -> list[list[int]]:
+    """GPU index of each (DP rank, TP rank), as SGLang's DP controller assigns them.
+
+    `DataParallelController.launch_dp_schedulers` gives DP rank d the GPUs starting at
+    `base_gpu_id + d * tp_size * gpu_id_step`, TP rank t at `+ t * gpu_id_step`.
+    """
+    return [[base_gpu_id + (d * tp_size + t) * gpu_id_step for t in range(tp_size)] for d in range(dp_size)]
+
+
+def source_sink_pairs(dp_size: int, tp_size: int, base_gpu_id: int = 0, gpu_id_step: int = 1) -> list[tuple[int, int]]:
+    """(source GPU, sink GPU) for every sink TP rank: sink TP rank k reads source TP rank k."""
+    gpus = replica_gpus(dp_size, tp_size, base_gpu_id, gpu_id_step)
+    return [(gpus[0][t], gpus[d][t]) for d in range(1, dp_size) for t in range(tp_size)]
+
+
+def _nvml_p2p_read(visible: Sequence[str] | None) -> Callable[[int, int], bool | None]:
+    """A `(gpu_a, gpu_b) -> peer read OK?` function backed by NVML (no CUDA context is created).
+
+    `visible` is $CUDA_VISIBLE_DEVICES split on commas (indices or UUIDs), or None.
+    Returns a function answering None when NVML is unavailable.
+    """
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return lambda a, b: None
+
+    def handle(i: int):
+        if visible:
+            v = visible[i]
+            return pynvml.nvmlDeviceGetHandleByUUID(v) if not v.isdigit() else pynvml.nvmlDeviceGetHandleByIndex(int(v))
+        return pynvml.nvmlDeviceGetHandleByIndex(i)
+
+    # nvidia-ml-py 13.x defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (a stray comma): use its value.
+    read_index = 0
+
+    def ok(a: int, b: int) -> bool | None:
+        if a == b:
+            return True
+        try:
+            status = pynvml.nvmlDeviceGetP2PStatus(handle(b), handle(a), read_index)
+        except Exception:
+            return None  # unknown here; the sink checks again with CUDA before mapping anything
+        return status == pynvml.NVML_P2P_STATUS_OK
+
+    return ok
+
+
+def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[int, int], bool | None] | None = None) -> list[str]:
+    """One line per (source, sink) GPU pair where the sink cannot read the source's memory.
+
+    Args:
+        pairs: `source_sink_pairs(...)`.
+        can_read: `(source_gpu, sink_gpu) -> True/False/None (unknown)`; default NVML.
+    """
+    if can_read is None:
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        can_read = _nvml_p2p_read([v.strip() for v in vis.split(",")] if vis else None)
+    problems = []
+    for src, snk in pairs:
+        if can_read(src, snk) is False:
+            problems.append(
+                f"--sidp-mode zerodp: sink GPU {snk} cannot read source GPU {src} over a peer link "
+                "(no NVLink/PCIe peer access between them); pick GPUs with peer access (nvidia-smi topo -m)"
+            )
+    return problems

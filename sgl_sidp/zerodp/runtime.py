@@ -1,0 +1,260 @@
+"""The sink's per-forward work: pull offloaded experts into two slots, hidden behind compute.
+
+`SinkPrefetcher` owns the slots, the side stream and the events (all created once, at start-up)
+and exposes the three points the hooks call in every forward:
+
+- `start_forward()`: before the first decoder layer; issues the first `n_slots` copies.
+- `before_experts(layer_id)`: the compute stream waits until that layer's slot is filled.
+- `after_experts(layer_id)`: the slot is released and the copy of its next tenant is issued.
+
+Streams and events go through a small `StreamOps` interface so the same code runs on CUDA (real
+streams; the ops are captured by SGLang's decode CUDA graphs, and run as eager breaks inside its
+breakable prefill graphs) and in CPU tests (`SimulatedStreams`, which executes side-stream copies
+at the earliest or the latest moment the events allow, to expose any missing dependency).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Callable, Mapping
+
+import torch
+
+from sgl_sidp.zerodp.plan import PrefetchSchedule
+
+
+class StreamOps:
+    """The stream/event operations `SinkPrefetcher` needs (CUDA implementation).
+
+    Every event is created once here; `events(n)` returns a fresh list of them. Recording,
+    waiting and copying go to the given streams, so under stream capture they become graph nodes.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.side = torch.cuda.Stream(device=device)
+
+    def current(self):
+        return torch.cuda.current_stream(self.device)
+
+    def new_event(self):
+        return torch.cuda.Event()
+
+    def record(self, event, stream) -> None:
+        event.record(stream)
+
+    def wait(self, stream, event) -> None:
+        stream.wait_event(event)
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor, stream) -> None:
+        with torch.cuda.stream(stream):
+            dst.copy_(src, non_blocking=True)
+
+    def capturing(self) -> bool:
+        return torch.cuda.is_current_stream_capturing()
+
+
+@dataclasses.dataclass
+class _EventSet:
+    fork: object
+    ready: list
+    free: list
+
+
+class SinkPrefetcher:
+    """Double-buffered pulls of the offloaded layers' experts on one sink.
+
+    Args:
+        schedule: the offloaded layers and their slots (`PrefetchSchedule`).
+        remote: `(layer_id, param_name) -> tensor` views of the source's expert tensors, readable
+            from this device (for CUDA: the source's memory mapped with VMM, see `transport`).
+        slots: `n_slots` dicts `param_name -> tensor`, the local buffers; each shaped like the
+            corresponding remote tensor of any offloaded layer (same shape and dtype in every layer).
+        ops: stream/event implementation (`StreamOps` on CUDA).
+
+    Two event sets are kept: one used while a CUDA graph is being captured and one for eager
+    forwards, since CUDA forbids waiting eagerly on an event last recorded inside a capture.
+    """
+
+    def __init__(self, schedule: PrefetchSchedule, remote: Mapping, slots: list[dict], ops):
+        if len(slots) != schedule.n_slots:
+            raise ValueError(f"{len(slots)} slots for a schedule of {schedule.n_slots}")
+        self.schedule = schedule
+        self.remote = dict(remote)
+        self.slots = slots
+        self.ops = ops
+        names = set(slots[0])
+        for lid in schedule.layers:
+            for name in names:
+                src, dst = self.remote[(lid, name)], slots[schedule.slot_of(lid)][name]
+                if src.shape != dst.shape or src.dtype != dst.dtype:
+                    raise ValueError(f"layer {lid} {name}: remote {tuple(src.shape)} {src.dtype} != slot {tuple(dst.shape)} {dst.dtype}")
+        self._names = sorted(names)
+        n = schedule.n_slots
+        self._sets = {
+            capture: _EventSet(ops.new_event(), [ops.new_event() for _ in range(n)], [ops.new_event() for _ in range(n)])
+            for capture in (False, True)
+        }
+        # record each event once now: CUDA events are created lazily on first record, and
+        # nothing may be created per forward (or inside a graph capture)
+        for es in self._sets.values():
+            for e in (es.fork, *es.ready, *es.free):
+                ops.record(e, ops.current())
+        self.bytes_per_forward = sum(self.remote[(lid, nm)].numel() * self.remote[(lid, nm)].element_size() for lid in schedule.layers for nm in self._names)
+        self.forwards_started = 0  # eager forwards and graph captures (replays run no Python)
+
+    # ------------------------------------------------------------------ the three points
+    def start_forward(self) -> None:
+        """Issue the copies of the first `n_slots` offloaded layers (they wait for the previous forward's reads)."""
+        ev = self._events()
+        cur = self.ops.current()
+        self.ops.record(ev.fork, cur)
+        self.ops.wait(self.ops.side, ev.fork)
+        for lid in self.schedule.initial:
+            self._issue(lid, ev)
+        self.forwards_started += 1
+
+    def before_experts(self, layer_id: int) -> None:
+        """Make the compute stream wait until `layer_id`'s slot holds its experts."""
+        ev = self._events()
+        self.ops.wait(self.ops.current(), ev.ready[self.schedule.slot_of(layer_id)])
+
+    def after_experts(self, layer_id: int) -> None:
+        """Release `layer_id`'s slot and start pulling the next layer that uses it."""
+        ev = self._events()
+        s = self.schedule.slot_of(layer_id)
+        nxt = self.schedule.after(layer_id)
+        if nxt is None:
+            return
+        self.ops.record(ev.free[s], self.ops.current())
+        self.ops.wait(self.ops.side, ev.free[s])
+        self._issue(nxt, ev)
+
+    # ------------------------------------------------------------------ internals
+    def _events(self) -> _EventSet:
+        return self._sets[self.ops.capturing()]
+
+    def _issue(self, layer_id: int, ev: _EventSet) -> None:
+        s = self.schedule.slot_of(layer_id)
+        for name in self._names:
+            self.ops.copy(self.slots[s][name], self.remote[(layer_id, name)], self.ops.side)
+        self.ops.record(ev.ready[s], self.ops.side)
+
+
+# --------------------------------------------------------------------------- CPU simulation
+class SimulatedStreams:
+    """A CPU stand-in for `StreamOps` that models two asynchronous streams.
+
+    The compute stream runs in program order. Side-stream work is queued; with
+    `policy="latest"` a queued copy runs only when the compute stream waits on an event recorded
+    after it (the slowest legal copy engine); with `policy="earliest"` it runs as soon as every
+    event it waits on has been recorded on the compute stream (the fastest legal one). A schedule
+    that forgets a dependency reads a stale slot under "latest" or overwrites a live slot under
+    "earliest", so its output differs from the reference.
+    """
+
+    class _Stream:
+        def __init__(self, name):
+            self.name = name
+
+    class _Event:
+        def __init__(self):
+            self.side_seq = None  # side-queue position this event marks (recorded on side)
+            self.compute_done = False  # recorded on compute (compute reached it)
+
+    def __init__(self, policy: str):
+        if policy not in ("earliest", "latest"):
+            raise ValueError(policy)
+        self.policy = policy
+        self.compute = self._Stream("compute")
+        self.side = self._Stream("side")
+        self._queue: collections.deque = collections.deque()  # ("wait", ev) | ("copy", dst, src) | ("mark", ev)
+        self._seq = 0
+        self._done_seq = 0  # the last side mark the side stream has reached
+        self.log: list[str] = []
+
+    def current(self):
+        return self.compute
+
+    def new_event(self):
+        return self._Event()
+
+    def capturing(self) -> bool:
+        return False
+
+    def record(self, event, stream) -> None:
+        if stream is self.compute:
+            event.compute_done = True
+            event.side_seq = None  # a wait now refers to this (compute) record, already reached
+            if self.policy == "earliest":
+                self._drain(until=None)
+        else:
+            event.compute_done = False
+            self._seq += 1
+            event.side_seq = self._seq
+            self._queue.append(("mark", event, self._seq))
+            if self.policy == "earliest":
+                self._drain(until=None)
+
+    def wait(self, stream, event) -> None:
+        if stream is self.side:
+            self._queue.append(("wait", event))
+            if self.policy == "earliest":
+                self._drain(until=None)
+        else:
+            if event.side_seq is not None and event.side_seq > self._done_seq:
+                self._drain(until=event.side_seq)
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor, stream) -> None:
+        assert stream is self.side
+        self._queue.append(("copy", dst, src.clone()))
+        if self.policy == "earliest":
+            self._drain(until=None)
+
+    def _drain(self, until) -> None:
+        """Run queued side work: everything up to mark `until`, or (until=None) all that is unblocked."""
+        while self._queue:
+            op = self._queue[0]
+            if op[0] == "wait":
+                if not op[1].compute_done:
+                    if until is not None:
+                        raise RuntimeError("deadlock: compute waits on side work that waits on compute")
+                    return
+            elif op[0] == "copy":
+                op[1].copy_(op[2])
+            elif op[0] == "mark":
+                self._done_seq = op[2]
+                if until is not None and op[2] >= until:
+                    self._queue.popleft()
+                    return
+            self._queue.popleft()
+
+    def finish(self) -> None:
+        """Run whatever side work remains (end of a test)."""
+        self._drain(until=None)
+
+
+def attach_to_layers(
+    prefetcher: SinkPrefetcher,
+    wrap: Callable[[Callable], Callable] = lambda f: f,
+) -> tuple[Callable, Callable, Callable]:
+    """The three sync points as plain functions, each passed through `wrap`.
+
+    On CUDA, `wrap` is SGLang's `eager_on_graph(True)`
+    (`sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph`), so inside a
+    breakable prefill graph each point runs eagerly between graph segments and the copies
+    overlap across segments; in a full decode graph (or eagerly) the call runs inline and is
+    captured as graph nodes.
+    """
+
+    def zerodp_start_forward():
+        prefetcher.start_forward()
+
+    def zerodp_before_experts(layer_id: int):
+        prefetcher.before_experts(layer_id)
+
+    def zerodp_after_experts(layer_id: int):
+        prefetcher.after_experts(layer_id)
+
+    return wrap(zerodp_start_forward), wrap(zerodp_before_experts), wrap(zerodp_after_experts)

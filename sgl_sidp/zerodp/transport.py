@@ -1,0 +1,286 @@
+"""Source/sink hand-over of expert memory: VMM allocations shared through POSIX file descriptors.
+
+The source moves each expert tensor into its own CUDA VMM allocation (`cuMemCreate` with a
+POSIX-fd shareable handle) and keeps computing on it. Sinks connect to the source over a Unix
+socket, receive one file descriptor per tensor (`socket.send_fds`, SCM_RIGHTS), import it
+(`cuMemImportFromShareableHandle`) and map it into their own address space with read access for
+their own GPU (`cuMemSetAccess`). A sink then reads the source's HBM with plain device-to-device
+copies over NVLink: one-sided, the source does nothing at run time, and no CUDA context is
+created on the source's GPU by the sink.
+
+The VMM calls are SGLang's own (DWDP's `sglang.srt.layers.moe.dwdp.vmm` and
+`sglang.srt.distributed.device_communicators.vmm_utils`); what is ours is the rendezvous,
+since the source and the sinks are separate DP replicas with no process group in common.
+
+The socket also tells a sink that its source died: the kernel closes it, the sink's watcher
+thread sees EOF and stops the server with a clear message (SGLang's own scheduler-failure path:
+SIGQUIT to the parent).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import threading
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from sgl_sidp.zerodp.plan import ExpertTensor, ZeroDPError
+
+logger = logging.getLogger(__name__)
+
+_FDS_PER_MESSAGE = 64  # well under the kernel's SCM_MAX_FD (253)
+
+
+def socket_address(port: int, tp_rank: int) -> str:
+    """Abstract-namespace Unix socket of the source's TP rank `tp_rank`, for the server on `port`."""
+    return f"\0sgl-sidp-zerodp.{port}.tp{tp_rank}"
+
+
+def _drv():
+    from cuda.bindings import driver
+
+    return driver
+
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_KEEP_ALIVE: list[torch.Tensor] = []  # mapped for the life of the process
+
+
+def vmm_tensor(va: int, shape: tuple[int, ...], dtype: torch.dtype, device_id: int) -> torch.Tensor:
+    """A tensor of `shape`/`dtype` on `device_id` over the mapped range at `va` (no copy, no ownership).
+
+    Goes through SGLang's `tensor_from_ptr` with the integer dtype of the same width and views it
+    back: that helper hands bf16 to DLPack as kDLFloat/16, which comes back as float16.
+    """
+    from sglang.srt.layers.moe.dwdp.vmm import tensor_from_ptr
+
+    base = tensor_from_ptr(va, tuple(shape), _INT_OF_SIZE[dtype.itemsize], device_id)
+    _KEEP_ALIVE.append(base)  # owns the DLPack structs the storage's deleter points at
+    return base.view(dtype)
+
+
+def _send_msg(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(struct.pack("<Q", len(payload)) + payload)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("peer closed the connection")
+        buf += chunk
+    return buf
+
+
+def _recv_msg(sock: socket.socket) -> bytes:
+    (n,) = struct.unpack("<Q", _recv_exact(sock, 8))
+    return _recv_exact(sock, n)
+
+
+# --------------------------------------------------------------------------- source
+class ExpertExporter:
+    """Source side: re-home expert parameters into shareable VMM memory and serve them to sinks.
+
+    Args:
+        params: `ExpertTensor -> torch.nn.Parameter` on this process's GPU (contiguous).
+        device_id: this process's CUDA device index.
+        address: socket address (`socket_address`).
+
+    After construction every parameter's `.data` points at its VMM allocation (same shape,
+    dtype, values), the old storage is freed, and a daemon thread answers sinks.
+
+    Raises:
+        ZeroDPError: a parameter is not contiguous or not on `device_id`.
+    """
+
+    def __init__(self, params: dict[ExpertTensor, torch.nn.Parameter], device_id: int, address: str):
+        from sglang.srt.distributed.device_communicators.vmm_utils import check_drv
+        from sglang.srt.layers.moe.dwdp.vmm import (
+            align_up,
+            create_fabric_handle,
+            get_allocation_granularity,
+            map_handle,
+            reserve_va,
+            set_access,
+        )
+
+        drv = _drv()
+        posix = drv.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        gran = get_allocation_granularity(device_id)
+        self.device_id = device_id
+        self.address = address
+        self.entries: list[dict] = []
+        self._fds: list[int] = []
+        self._keep = []  # VMM-backed tensors and handles: alive for the process lifetime
+        for spec in sorted(params, key=lambda t: t.key):
+            p = params[spec]
+            if not p.is_contiguous() or p.device.index != device_id:
+                raise ZeroDPError(f"layer {spec.layer_id} {spec.name}: expected a contiguous tensor on cuda:{device_id}")
+            size = align_up(spec.nbytes, gran)
+            handle = create_fabric_handle(size, device_id)
+            va = reserve_va(size, gran)
+            map_handle(va, size, handle)
+            set_access(va, size, device_id)
+            t = vmm_tensor(va, tuple(p.shape), p.dtype, device_id)
+            if t.dtype != p.dtype or t.shape != p.shape:
+                raise ZeroDPError(f"layer {spec.layer_id} {spec.name}: VMM view is {t.dtype} {tuple(t.shape)}, not {p.dtype} {tuple(p.shape)}")
+            t.copy_(p.data)
+            p.data = t
+            fd = check_drv(drv.cuMemExportToShareableHandle(handle, posix, 0), "cuMemExportToShareableHandle(POSIX_FD)")
+            self._fds.append(int(fd))
+            self._keep.append((t, handle, va, size))
+            self.entries.append({**spec.to_json(), "alloc_size": size})
+        torch.cuda.synchronize(device_id)
+        torch.cuda.empty_cache()
+        self.header = {
+            "pid": os.getpid(),
+            "device_id": device_id,
+            "device_uuid": str(torch.cuda.get_device_properties(device_id).uuid),
+            "entries": self.entries,
+        }
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(address)
+        self._sock.listen(16)
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, name="sgl-sidp-zerodp-source", daemon=True).start()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e["nbytes"] for e in self.entries)
+
+    def _serve(self) -> None:
+        while True:
+            conn, _ = self._sock.accept()
+            try:
+                _send_msg(conn, json.dumps(self.header).encode())
+                for i in range(0, len(self._fds), _FDS_PER_MESSAGE):
+                    socket.send_fds(conn, [b"F"], self._fds[i : i + _FDS_PER_MESSAGE])
+                self._conns.append(conn)  # kept open: its EOF tells the sink we died
+                logger.info("sgl-sidp zerodp source: served %d expert tensors to a sink", len(self._fds))
+            except OSError as e:
+                logger.warning("sgl-sidp zerodp source: a sink connection failed: %s", e)
+                conn.close()
+
+
+# --------------------------------------------------------------------------- sink
+class ExpertImporter:
+    """Sink side: fetch the source's manifest and file descriptors; map what is needed.
+
+    Args:
+        address: the source's socket address (`socket_address`).
+        device_id: this process's CUDA device index.
+        timeout_s: how long to wait for the source to publish (it loads its weights meanwhile).
+        source_name: how the source is called in error messages (e.g. "DP0 TP0").
+
+    Raises:
+        ZeroDPError: the source did not publish within `timeout_s`, or the two GPUs have no peer access.
+    """
+
+    def __init__(self, address: str, device_id: int, timeout_s: float, source_name: str):
+        self.device_id = device_id
+        self.source_name = source_name
+        deadline = time.monotonic() + timeout_s
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(address)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise ZeroDPError(
+                        f"zerodp source {source_name} did not publish its expert weights within {timeout_s:.0f} s "
+                        "(did it fail to start? see its log lines above)"
+                    ) from None
+                time.sleep(0.5)
+        self._sock = sock
+        self.header = json.loads(_recv_msg(sock))
+        self.source_pid = int(self.header["pid"])
+        self.source_device = int(self.header["device_id"])
+        self.entries = [ExpertTensor.from_json(e) for e in self.header["entries"]]
+        self._alloc = {(e["layer_id"], e["name"]): int(e["alloc_size"]) for e in self.header["entries"]}
+        fds: list[int] = []
+        while len(fds) < len(self.entries):
+            _, got, _, _ = socket.recv_fds(sock, 1, _FDS_PER_MESSAGE)
+            if not got:
+                raise ZeroDPError(f"zerodp source {source_name} closed the connection while sending handles")
+            fds.extend(got)
+        self._fd = {t.key: fd for t, fd in zip(self.entries, fds)}
+        if self.source_device != device_id and not torch.cuda.can_device_access_peer(device_id, self.source_device):
+            raise ZeroDPError(f"GPU {device_id} (sink) has no peer access to GPU {self.source_device} (source {source_name})")
+        self._mapped = []
+
+    def map(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], torch.Tensor]:
+        """Map the source tensors `keys` read-only-by-convention into this process, as tensors on our device."""
+        from sglang.srt.distributed.device_communicators.vmm_utils import import_peer_handle
+        from sglang.srt.layers.moe.dwdp.vmm import get_allocation_granularity, map_handle, reserve_va, set_access
+
+        gran = get_allocation_granularity(self.device_id)
+        spec = {t.key: t for t in self.entries}
+        out = {}
+        for key in keys:
+            t = spec[key]
+            size = self._alloc[key]
+            handle = import_peer_handle(None, self._fd[key], use_fabric=False, peer_rank=0)
+            va = reserve_va(size, gran)
+            map_handle(va, size, int(handle))
+            set_access(va, size, self.device_id)
+            dtype = getattr(torch, t.dtype.replace("torch.", ""))
+            out[key] = vmm_tensor(va, t.shape, dtype, self.device_id)
+            self._mapped.append((handle, va, size))
+        return out
+
+    def watch(self, on_lost: Callable[[str], None] | None = None) -> None:
+        """Start a daemon thread that calls `on_lost(message)` when the source's socket closes.
+
+        Default `on_lost`: log the message and stop the server the way SGLang's scheduler does on
+        a fatal error (SIGQUIT to the parent process), then exit this process.
+        """
+
+        def default(msg: str) -> None:
+            logger.error(msg)
+            try:
+                import psutil
+
+                psutil.Process().parent().send_signal(signal.SIGQUIT)
+            finally:
+                os._exit(1)
+
+        cb = on_lost or default
+
+        def run():
+            try:
+                while self._sock.recv(1):
+                    pass
+            except OSError:
+                pass
+            cb(
+                f"sgl-sidp zerodp: source {self.source_name} (pid {self.source_pid}, GPU {self.source_device}) is gone; "
+                "this sink pulls its expert weights from that process and cannot serve without it. Stopping the server."
+            )
+
+        threading.Thread(target=run, name="sgl-sidp-zerodp-source-watch", daemon=True).start()
+
+
+def measure_copy_gbps(dst: torch.Tensor, src: torch.Tensor, reps: int = 5) -> float:
+    """Copy rate (GB/s, 1e9 bytes/s) of `dst.copy_(src)` on a fresh side stream, best of `reps` after one warm-up."""
+    stream = torch.cuda.Stream(device=dst.device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    with torch.cuda.stream(stream):
+        dst.copy_(src, non_blocking=True)
+        for _ in range(reps):
+            start.record(stream)
+            dst.copy_(src, non_blocking=True)
+            end.record(stream)
+            end.synchronize()
+            best = min(best, start.elapsed_time(end))
+    return dst.numel() * dst.element_size() / (best * 1e-3) / 1e9

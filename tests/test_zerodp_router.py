@@ -1,0 +1,134 @@
+"""Capacity-aware DP routing (`sgl_sidp.zerodp.router`) on SGLang's real `DPBudget`."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from sgl_sidp.zerodp.router import after_update_budget, around_dispatch, pick_rank
+
+dpc = pytest.importorskip("sglang.srt.managers.data_parallel_controller")
+DPBudget, LoadBalanceMethod = dpc.DPBudget, dpc.LoadBalanceMethod
+
+
+def load(dp_rank, capacity, tokens=0, running=0, waiting=0, timestamp=1.0):
+    """A scheduler load snapshot with the fields DPBudget.update_budget and our hook read."""
+    return SimpleNamespace(dp_rank=dp_rank, timestamp=timestamp, num_running_reqs=running, num_waiting_reqs=waiting,
+                           num_total_tokens=tokens, max_total_num_tokens=capacity)
+
+
+def budget_after(loads, dp_size=2):
+    """A DPBudget fed `loads` through SGLang's update_budget, then our AFTER hook."""
+    b = DPBudget(dp_size)
+    after_update_budget(b.update_budget(loads), b, loads)
+    return b
+
+
+def route(b, method, n, estimated_tokens=100):
+    counts = [0] * b.dp_size
+    for _ in range(n):
+        r = around_dispatch(DPBudget.dispatch, b, method, estimated_tokens=estimated_tokens)
+        if r is not None:
+            counts[r] += 1
+    return counts
+
+
+# --------------------------------------------------------------------------- pick_rank
+def test_pick_rank_normalizes_by_capacity():
+    """With 8x the capacity, rank 1 takes requests until its fill fraction would pass rank 0's."""
+    tokens, reqs, caps = [0, 0], [0, 0], [1000, 8000]
+    order = []
+    for _ in range(18):
+        r = pick_rank(tokens, reqs, caps, 100)
+        order.append(r)
+        tokens[r] += 100
+        reqs[r] += 1
+    # 7 requests fill rank 1 to 700/8000; the 8th would bring it to 0.1, tying rank 0's 100/1000,
+    # and the tie goes to the rank with fewer requests (rank 0).
+    assert order[:8] == [1] * 7 + [0]
+    assert order == [1] * 7 + [0] + [1] * 8 + [0] + [1]
+    assert tokens == [200, 1600]  # 8x the tokens on the 8x capacity
+
+
+def test_pick_rank_breaks_ties_on_requests():
+    """Equal fractions go to the rank with fewer requests, then to the lower rank."""
+    assert pick_rank([0, 0], [3, 1], [1000, 1000], 10) == 1
+    assert pick_rank([100, 800], [5, 2], [1000, 8000], 0) == 1
+    assert pick_rank([0, 0, 0], [2, 2, 2], [10, 10, 10], 1) == 0
+
+
+def test_pick_rank_counts_the_new_request():
+    """The request's own tokens count: a prompt goes where it leaves the smaller fraction."""
+    assert pick_rank([0, 400], [0, 0], [1000, 8000], 0) == 0  # 0.0 vs 0.05
+    assert pick_rank([0, 400], [0, 0], [1000, 8000], 100) == 1  # 0.1 vs 0.0625
+
+
+# --------------------------------------------------------------------------- hooks on DPBudget
+def test_after_update_budget_records_capacity():
+    """Capacities come from the snapshots; zero or missing values leave the rank unknown."""
+    b = budget_after([load(0, 10_000, tokens=500, running=2, waiting=1), load(1, 0)])
+    assert b.total_tokens == [500, 0] and b.total_requests == [3, 0]  # SGLang's own update still ran
+    assert b._sidp_capacity == [10_000, 0]
+    after_update_budget(None, b, [SimpleNamespace(dp_rank=1, max_total_num_tokens=None)])
+    assert b._sidp_capacity == [10_000, 0]
+    after_update_budget(None, b, [load(1, 80_000, timestamp=2.0)])
+    assert b._sidp_capacity == [10_000, 80_000]
+    assert after_update_budget("result", b, []) == "result"
+
+
+def test_dispatch_follows_capacity_ratio():
+    """100 equal requests to a source (10k tokens) and a sink (80k): about 1/9 and 8/9."""
+    b = budget_after([load(0, 10_000), load(1, 80_000)])
+    counts = route(b, LoadBalanceMethod.TOTAL_TOKENS, 100)
+    assert sum(counts) == 100
+    assert abs(counts[0] - 100 / 9) <= 1, counts
+    assert b.total_requests == counts and b.total_tokens == [100 * c for c in counts]
+
+
+def test_dispatch_uses_fresh_loads():
+    """A snapshot showing the sink busy moves requests to the source."""
+    b = budget_after([load(0, 10_000, tokens=0), load(1, 80_000, tokens=79_000, timestamp=2.0)])
+    assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 3) == [3, 0]
+
+
+def test_dispatch_falls_back_until_every_capacity_is_known():
+    """Without capacities (or with one missing), SGLang's raw-token choice stands: an even split."""
+    b = DPBudget(2)
+    b.update_budget([load(0, 10_000), load(1, 80_000)])  # SGLang's update only, no AFTER hook
+    assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 100) == [50, 50]
+    b = budget_after([load(0, 10_000)])
+    assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 100) == [50, 50]
+
+
+@pytest.mark.parametrize("method", [LoadBalanceMethod.ROUND_ROBIN, LoadBalanceMethod.TOTAL_REQUESTS,
+                                    LoadBalanceMethod.FOLLOW_BOOTSTRAP_ROOM])
+def test_dispatch_other_methods_untouched(method):
+    """For every method but total_tokens, the original dispatch runs with the same arguments and its result is returned."""
+    b = budget_after([load(0, 10_000), load(1, 80_000)])
+    calls = []
+
+    def original(budget, m, estimated_tokens=0, *args, **kwargs):
+        calls.append((budget, m, estimated_tokens))
+        return DPBudget.dispatch(budget, m, estimated_tokens)
+
+    ref = budget_after([load(0, 10_000), load(1, 80_000)])
+    for _ in range(5):
+        assert around_dispatch(original, b, method, estimated_tokens=7) == DPBudget.dispatch(ref, method, 7)
+    assert calls == [(b, method, 7)] * 5
+    assert b.total_requests == ref.total_requests and b.total_tokens == ref.total_tokens
+
+
+def test_hooks_through_sglangs_wrappers():
+    """Wrapped by SGLang's own hook machinery (AFTER / AROUND), as the plugin installs them, on a DPBudget subclass."""
+    from sglang.srt.plugins.hook_registry import HookType, _wrap_fn
+
+    class Hooked(DPBudget):
+        update_budget = _wrap_fn(DPBudget.update_budget, after_update_budget, HookType.AFTER)
+        dispatch = _wrap_fn(DPBudget.dispatch, around_dispatch, HookType.AROUND)
+
+    b = Hooked(2)
+    b.update_budget([load(0, 10_000), load(1, 80_000)])
+    counts = [0, 0]
+    for _ in range(90):  # as DataParallelController.total_tokens_scheduler calls it
+        counts[b.dispatch(LoadBalanceMethod.TOTAL_TOKENS, estimated_tokens=100)] += 1
+    assert counts == [10, 80]
+    assert b.dispatch(LoadBalanceMethod.TOTAL_REQUESTS) == 0  # fewest requests, SGLang's rule

@@ -1,0 +1,375 @@
+"""ZeroDP's sink prefetcher (`sgl_sidp.zerodp.runtime`) on a small CPU MoE stack: exact numerics.
+
+The reference runs with every layer's experts local. The ZeroDP run keeps only two slots for the
+offloaded layers and pulls each layer's true experts from a "remote" dict through
+`SinkPrefetcher`, with the streams simulated so copies run at the earliest or the latest legal
+moment. Outputs must be bit-identical. Deliberately broken prefetchers show the simulators catch
+missing dependencies.
+"""
+
+import collections
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sgl_sidp.zerodp.plan import PrefetchSchedule
+from sgl_sidp.zerodp.runtime import SimulatedStreams, SinkPrefetcher, attach_to_layers
+
+L, E, H, I, TOPK, T = 6, 4, 16, 4, 2, 5  # layers, experts, hidden, expert intermediate, top-k, tokens
+NAMES = ("w13_weight", "w2_weight")
+
+
+def make_stack(seed=0):
+    """Per layer: a router [E, H] and expert weights w13 [E, 2I, H], w2 [E, H, I], distinct in every layer."""
+    g = torch.Generator().manual_seed(seed)
+    routers = [torch.randn(E, H, generator=g) for _ in range(L)]
+    experts = {
+        (lid, name): torch.randn(shape, generator=g) * 0.3
+        for lid in range(L)
+        for name, shape in (("w13_weight", (E, 2 * I, H)), ("w2_weight", (E, H, I)))
+    }
+    return routers, experts
+
+
+def moe(x, router, w13, w2):
+    """Top-k routed experts: softmax over the picked logits, silu(gate) * up, then down."""
+    logits = x @ router.T
+    top_w, top_i = logits.topk(TOPK, dim=-1)
+    top_w = top_w.softmax(-1)
+    out = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for k in range(TOPK):
+            e = int(top_i[t, k])
+            gate, up = (w13[e] @ x[t]).split(I)
+            out[t] += top_w[t, k] * (w2[e] @ (F.silu(gate) * up))
+    return out
+
+
+def inputs(n):
+    g = torch.Generator().manual_seed(1234)
+    return [torch.randn(T, H, generator=g) for _ in range(n)]
+
+
+def reference(routers, experts, x):
+    for lid in range(L):
+        x = x + moe(x, routers[lid], experts[(lid, "w13_weight")], experts[(lid, "w2_weight")])
+    return x
+
+
+class Sink:
+    """The stack on a sink: offloaded layers read their experts from the prefetcher's slots."""
+
+    def __init__(self, offloaded, ops, prefetcher_cls=SinkPrefetcher, fill=float("nan")):
+        self.routers, remote = make_stack()
+        self.schedule = PrefetchSchedule(offloaded)
+        self.slots = [{n: torch.full_like(remote[(offloaded[0], n)], fill) for n in NAMES} for _ in range(2)]
+        self.local = {
+            lid: self.slots[self.schedule.slot_of(lid)] if lid in self.schedule else {n: remote[(lid, n)].clone() for n in NAMES}
+            for lid in range(L)
+        }
+        self.ops = ops
+        self.prefetcher = prefetcher_cls(self.schedule, remote, self.slots, ops)
+        self.start, self.before, self.after = attach_to_layers(self.prefetcher)
+
+    def forward(self, x):
+        """One forward; returns a holder filled when the compute has run (at once, except on `LaggingCompute`)."""
+        holder = [x]
+        launch = getattr(self.ops, "launch", lambda fn: fn())
+        self.start()
+        for lid in range(L):
+            if lid in self.schedule:
+                self.before(lid)
+
+            def layer(lid=lid):
+                w = self.local[lid]  # read at compute time: a slot holds whatever was copied in by then
+                holder[0] = holder[0] + moe(holder[0], self.routers[lid], w["w13_weight"], w["w2_weight"])
+
+            launch(layer)
+            if lid in self.schedule:
+                self.after(lid)
+        return holder
+
+    def run(self, xs):
+        outs = [self.forward(x) for x in xs]
+        self.ops.finish()
+        return [o[0] for o in outs]
+
+
+def matches_reference(sink, n_forwards=3):
+    routers, experts = make_stack()
+    xs = inputs(n_forwards)
+    outs = sink.run(xs)
+    return all(torch.equal(o, reference(routers, experts, x)) for o, x in zip(outs, xs))
+
+
+OFFLOAD_SETS = [(1, 2, 4, 5), (0, 1, 2, 3, 4, 5), (5,), (2, 3), (0, 3, 5)]
+
+
+# --------------------------------------------------------------------------- correct prefetcher
+def test_stack_is_sensitive_to_wrong_weights():
+    """Sanity: swapping two layers' experts changes the output, so a stale slot cannot go unnoticed."""
+    routers, experts = make_stack()
+    x = inputs(1)[0]
+    swapped = dict(experts)
+    for n in NAMES:
+        swapped[(1, n)], swapped[(4, n)] = experts[(4, n)], experts[(1, n)]
+    assert not torch.equal(reference(routers, experts, x), reference(routers, swapped, x))
+
+
+@pytest.mark.parametrize("policy", ["earliest", "latest"])
+@pytest.mark.parametrize("offloaded", OFFLOAD_SETS, ids=str)
+def test_prefetcher_matches_reference_exactly(policy, offloaded):
+    """Bit-identical to the all-local stack over several forwards (slot state carried across them)."""
+    sink = Sink(offloaded, SimulatedStreams(policy))
+    assert matches_reference(sink, n_forwards=4)
+    assert sink.prefetcher.forwards_started == 4
+
+
+@pytest.mark.parametrize("offloaded", OFFLOAD_SETS, ids=str)
+def test_prefetcher_matches_reference_with_lagging_compute(offloaded):
+    """Also exact when the compute stream lags as far as the events allow (copies race ahead)."""
+    assert matches_reference(Sink(offloaded, LaggingCompute()), n_forwards=4)
+
+
+def test_bytes_per_forward_and_wrap():
+    """bytes_per_forward sums the offloaded layers' tensors; attach_to_layers passes all three points through wrap."""
+    sink = Sink((1, 2, 4), SimulatedStreams("earliest"))
+    per_layer = (E * 2 * I * H + E * H * I) * 4
+    assert sink.prefetcher.bytes_per_forward == 3 * per_layer
+    wrapped = []
+    fns = attach_to_layers(sink.prefetcher, wrap=lambda f: wrapped.append(f.__name__) or f)
+    assert wrapped == ["zerodp_start_forward", "zerodp_before_experts", "zerodp_after_experts"] and len(fns) == 3
+
+
+def test_constructor_checks_slots():
+    """A slot count other than the schedule's, or a slot shaped/typed unlike the remote tensor, is refused."""
+    _, remote = make_stack()
+    sched = PrefetchSchedule([1, 2])
+    ok = [{n: torch.empty_like(remote[(1, n)]) for n in NAMES} for _ in range(2)]
+    SinkPrefetcher(sched, remote, ok, SimulatedStreams("earliest"))
+    with pytest.raises(ValueError, match="1 slots for a schedule of 2"):
+        SinkPrefetcher(sched, remote, ok[:1], SimulatedStreams("earliest"))
+    bad_shape = [dict(s) for s in ok]
+    bad_shape[1]["w2_weight"] = torch.empty(E, H, I + 1)
+    with pytest.raises(ValueError, match=r"layer 2 w2_weight: remote \(4, 16, 4\) torch.float32 != slot \(4, 16, 5\)"):
+        SinkPrefetcher(sched, remote, bad_shape, SimulatedStreams("earliest"))
+    bad_dtype = [dict(s) for s in ok]
+    bad_dtype[0]["w13_weight"] = torch.empty(E, 2 * I, H, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="layer 1 w13_weight.*torch.bfloat16"):
+        SinkPrefetcher(sched, remote, bad_dtype, SimulatedStreams("earliest"))
+
+
+# --------------------------------------------------------------------------- broken prefetchers
+class NoWaitBeforeExperts(SinkPrefetcher):
+    """Bug: the layer's experts run without waiting for its slot to be filled."""
+
+    def before_experts(self, layer_id):
+        pass
+
+
+class IssueBeforeCompute(SinkPrefetcher):
+    """Bug: the slot's next tenant is pulled before the layer's experts ran (overwrites a live slot)."""
+
+    def before_experts(self, layer_id):
+        super().before_experts(layer_id)
+        nxt = self.schedule.after(layer_id)
+        if nxt is not None:
+            self._issue(nxt, self._events())
+
+    def after_experts(self, layer_id):
+        pass
+
+
+class NoFreeWait(SinkPrefetcher):
+    """Bug: after a layer, the next tenant's copy is issued without recording/waiting the slot's free event."""
+
+    def after_experts(self, layer_id):
+        nxt = self.schedule.after(layer_id)
+        if nxt is not None:
+            self._issue(nxt, self._events())
+
+
+class NoForkWait(SinkPrefetcher):
+    """Bug: a forward's first copies do not wait for the compute stream (the previous forward's reads)."""
+
+    def start_forward(self):
+        ev = self._events()
+        for lid in self.schedule.initial:
+            self._issue(lid, ev)
+
+
+class ReadyOnlyAtStart(SinkPrefetcher):
+    """Bug: copies issued after a layer do not record the slot's ready event (only the first ones do)."""
+
+    def after_experts(self, layer_id):
+        ev = self._events()
+        s = self.schedule.slot_of(layer_id)
+        nxt = self.schedule.after(layer_id)
+        if nxt is None:
+            return
+        self.ops.record(ev.free[s], self.ops.current())
+        self.ops.wait(self.ops.side, ev.free[s])
+        for name in self._names:
+            self.ops.copy(self.slots[s][name], self.remote[(nxt, name)], self.ops.side)
+
+
+def test_missing_ready_wait_caught_under_latest():
+    """Skipping before_experts reads unfilled slots when copies run as late as allowed (passes under earliest)."""
+    assert not matches_reference(Sink((1, 2, 4, 5), SimulatedStreams("latest"), NoWaitBeforeExperts))
+    assert matches_reference(Sink((1, 2, 4, 5), SimulatedStreams("earliest"), NoWaitBeforeExperts))
+
+
+def test_missing_ready_record_caught_under_latest():
+    """Waiting on a ready event that a copy did not re-record reads the slot's previous tenant."""
+    sink = Sink((1, 2, 4, 5), SimulatedStreams("latest"), ReadyOnlyAtStart, fill=0.0)
+    assert not matches_reference(sink)
+
+
+def test_copy_before_compute_caught_under_earliest():
+    """Pulling the next tenant before the layer computes overwrites the live slot when copies run early."""
+    assert not matches_reference(Sink((1, 2, 4, 5), SimulatedStreams("earliest"), IssueBeforeCompute))
+    assert matches_reference(Sink((1, 2, 4, 5), SimulatedStreams("latest"), IssueBeforeCompute))
+
+
+def test_missing_free_wait_caught_with_lagging_compute():
+    """Without the free event, the next tenant's copy lands before the lagging compute read the slot."""
+    assert not matches_reference(Sink((1, 2, 4, 5), LaggingCompute(), NoFreeWait))
+
+
+def test_missing_fork_wait_caught_with_lagging_compute():
+    """Without the fork event, a forward's first copies overwrite slots the previous forward still reads."""
+    assert not matches_reference(Sink((1, 2, 4, 5), LaggingCompute(), NoForkWait), n_forwards=2)
+
+
+# --------------------------------------------------------------------------- SimulatedStreams itself
+def test_simulated_streams_policies():
+    """'latest' runs a copy only when compute waits on an event recorded after it; 'earliest' at once."""
+    for policy, after_issue in (("earliest", 1.0), ("latest", 0.0)):
+        ops = SimulatedStreams(policy)
+        dst, ev = torch.zeros(1), ops.new_event()
+        ops.copy(dst, torch.ones(1), ops.side)
+        ops.record(ev, ops.side)
+        assert dst.item() == after_issue, policy
+        ops.wait(ops.current(), ev)
+        assert dst.item() == 1.0
+    with pytest.raises(ValueError):
+        SimulatedStreams("sometime")
+
+
+def test_simulated_streams_wait_on_completed_event_runs_nothing_more():
+    """Under 'latest', waiting again on an event whose copies already ran must not run later, unrelated copies."""
+    ops = SimulatedStreams("latest")
+    a, b, ev = torch.zeros(1), torch.zeros(1), ops.new_event()
+    ops.copy(a, torch.ones(1), ops.side)
+    ops.record(ev, ops.side)
+    ops.wait(ops.current(), ev)
+    ops.copy(b, torch.ones(1), ops.side)  # recorded on no event yet
+    ops.wait(ops.current(), ev)
+    assert a.item() == 1.0 and b.item() == 0.0
+
+
+def test_simulated_streams_wait_refers_to_latest_record():
+    """Under 'latest', an event re-recorded on compute no longer pulls the side work of its older side record."""
+    ops = SimulatedStreams("latest")
+    dst, ev = torch.zeros(1), ops.new_event()
+    ops.copy(dst, torch.ones(1), ops.side)
+    ops.record(ev, ops.side)
+    ops.record(ev, ops.current())
+    ops.wait(ops.current(), ev)
+    assert dst.item() == 0.0
+    ops.finish()
+    assert dst.item() == 1.0
+
+
+def test_simulated_streams_copy_snapshots_source_at_issue():
+    """A queued copy moves the source's value at issue time (the remote weights are constant anyway)."""
+    ops = SimulatedStreams("latest")
+    src, dst, ev = torch.ones(1), torch.zeros(1), ops.new_event()
+    ops.copy(dst, src, ops.side)
+    ops.record(ev, ops.side)
+    src.fill_(5.0)
+    ops.finish()
+    assert dst.item() == 1.0
+
+
+# --------------------------------------------------------------------------- a stricter stream model
+class LaggingCompute:
+    """Streams where compute runs as late as the events allow and side copies as early as they allow.
+
+    Compute work is queued through `launch(fn)`; it runs only when the side stream is blocked on a
+    compute event (or at `finish`). Events follow CUDA: a wait refers to the event's latest record
+    at the time the wait is issued. This exposes copies that overwrite a slot the compute stream
+    has not read yet (missing free/fork waits), which `SimulatedStreams` cannot, since there the
+    compute runs at the moment the test calls it.
+    """
+
+    class _Event:
+        def __init__(self):
+            self.recorded = 0  # records issued
+            self.done = 0  # records reached by their stream
+
+    def __init__(self):
+        self.compute, self.side = object(), object()
+        self._q = {self.compute: collections.deque(), self.side: collections.deque()}
+
+    def current(self):
+        return self.compute
+
+    def new_event(self):
+        return self._Event()
+
+    def capturing(self):
+        return False
+
+    def record(self, event, stream):
+        event.recorded += 1
+        self._q[stream].append(("record", event, event.recorded))
+        self._run()
+
+    def wait(self, stream, event):
+        self._q[stream].append(("wait", event, event.recorded))
+        self._run()
+
+    def copy(self, dst, src, stream):
+        assert stream is self.side
+        self._q[stream].append(("copy", dst, src))
+        self._run()
+
+    def launch(self, fn):
+        self._q[self.compute].append(("run", fn))
+        self._run()
+
+    def _step(self, stream):
+        q = self._q[stream]
+        if not q:
+            return False
+        op = q[0]
+        if op[0] == "wait" and op[1].done < op[2]:
+            return False
+        if op[0] == "record":
+            op[1].done = max(op[1].done, op[2])
+        elif op[0] == "copy":
+            op[1].copy_(op[2])
+        elif op[0] == "run":
+            op[1]()
+        q.popleft()
+        return True
+
+    def _run(self):
+        side, compute = self._q[self.side], self._q[self.compute]
+        while True:
+            while self._step(self.side):
+                pass
+            if not side:
+                return  # compute stays queued as long as nothing needs it
+            if not self._step(self.compute):
+                if compute:
+                    raise RuntimeError("deadlock: each stream waits on the other")
+                return
+
+    def finish(self):
+        while self._step(self.side) or self._step(self.compute):
+            pass
+        if any(self._q.values()):
+            raise RuntimeError("deadlock at finish")
