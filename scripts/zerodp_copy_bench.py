@@ -1,6 +1,6 @@
 """Fetch side of ZeroDP's fetch-vs-compute table: how fast a sink pulls one MoE layer's experts.
 
-Runs the real transport (`sgl_sidp.zerodp.transport`): a source process on GPU `--source-gpu`
+Runs the real transport (`sgl_sidp.peer.vmm`): a source process on GPU `--source-gpu`
 re-homes `--layers` layers of Qwen3-30B-A3B-shaped expert tensors (w13 [128, 1536, 2048] and
 w2 [128, 2048, 768], bf16, each layer filled with its own value) into VMM memory and serves them;
 sink processes on the other GPUs import them, check every layer's contents (so a wrong mapping
@@ -36,16 +36,16 @@ def _fill(layer: int, name: str) -> float:
 
 
 def source_main(gpu: int, layers: int, address: str, ready, stop) -> None:
-    from sgl_sidp.zerodp.plan import ExpertTensor
-    from sgl_sidp.zerodp.transport import ExpertExporter
+    from sgl_sidp.peer.manifest import TensorSpec
+    from sgl_sidp.peer.vmm import TensorExporter
 
     torch.cuda.set_device(gpu)
     params = {}
     for lid in range(layers):
         for name, shape in (("w13_weight", W13), ("w2_weight", W2)):
             p = torch.nn.Parameter(torch.full(shape, _fill(lid, name), dtype=torch.bfloat16, device=f"cuda:{gpu}"), requires_grad=False)
-            params[ExpertTensor(lid, name, shape, str(p.dtype), p.numel() * 2)] = p
-    ExpertExporter(params, gpu, address)
+            params[TensorSpec(lid, name, shape, str(p.dtype), p.numel() * 2)] = p
+    TensorExporter(params, gpu, address)
     ready.set()
     stop.wait()
 
@@ -63,10 +63,10 @@ def _time_ms(fn, reps: int) -> float:
 
 
 def sink_main(gpu: int, layers: int, address: str, barrier, results, concurrent_s: float) -> None:
-    from sgl_sidp.zerodp.transport import ExpertImporter
+    from sgl_sidp.peer.vmm import TensorImporter
 
     torch.cuda.set_device(gpu)
-    imp = ExpertImporter(address, gpu, 120, "bench source")
+    imp = TensorImporter(address, gpu, 120, "bench source")
     remote = imp.map([t.key for t in imp.entries])
     # every layer's contents are what the source wrote (a wrong mapping would show here)
     for (lid, name), t in remote.items():

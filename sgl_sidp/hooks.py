@@ -92,6 +92,15 @@ HOOKS: tuple[Hook, ...] = (
         when=_zerodp,
     ),
     Hook(
+        target=f"{SCHEDULER}.__init__",
+        hook_type="AFTER",
+        impl="sgl_sidp.zerodp.engine:on_scheduler_init",
+        params=("self", "server_args", "port_args", "gpu_id", "tp_rank"),
+        why="ZeroDP metrics (KV tokens by role, bytes pulled per forward), fed by the batch-signal "
+        "observer attached by the hook above (registered after it, so it runs after it)",
+        when=_zerodp,
+    ),
+    Hook(
         target=f"{MODEL_RUNNER}.alloc_memory_pool",
         hook_type="AFTER",
         impl="sgl_sidp.zerodp.engine:on_alloc_memory_pool",

@@ -109,11 +109,13 @@ def parse(argv: list[str]):
     cfg.validate_against(raw)
     if cfg.mode.value == "zerodp":
         rest = zerodp_defaults(rest)
-        from sgl_sidp.zerodp.preflight import peer_access_problems, source_sink_pairs
+        from sgl_sidp.peer.topology import peer_access_problems
+        from sgl_sidp.zerodp.plan import source_sink_pairs
 
-        problems = peer_access_problems(source_sink_pairs(raw.dp_size, raw.tp_size, raw.base_gpu_id, raw.gpu_id_step))
+        pairs = source_sink_pairs(raw.dp_size, raw.tp_size, raw.base_gpu_id, raw.gpu_id_step)
+        problems = peer_access_problems(pairs)
         if problems:
-            raise SidpConfigError(problems)
+            raise SidpConfigError([f"--sidp-mode zerodp: a sink cannot read its source: {p}" for p in problems])
     if cfg.active and not plugin_entry_point_visible():
         raise SidpConfigError(
             [

@@ -94,7 +94,7 @@ def test_zerodp_defaults_add_total_tokens_routing_only_when_not_given():
 
 def test_zerodp_parse_checks_peer_access_of_every_pair(monkeypatch, moe_dir):
     """parse() asks about every (source, sink) GPU pair and refuses a pair without peer access."""
-    from sgl_sidp.zerodp import preflight
+    from sgl_sidp.peer import topology as preflight
 
     asked = []
 
@@ -105,14 +105,14 @@ def test_zerodp_parse_checks_peer_access_of_every_pair(monkeypatch, moe_dir):
     with pytest.raises(SidpConfigError) as e:
         ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "3", "--tp-size", "2"])
     assert asked == [(0, 2), (1, 3), (0, 4), (1, 5)]
-    assert len(e.value.problems) == 1 and "sink GPU 5 cannot read source GPU 1" in e.value.problems[0]
+    assert len(e.value.problems) == 1 and "a sink cannot read its source: GPU 5 cannot read GPU 1's memory" in e.value.problems[0]
 
 
 def test_zerodp_parse_passes_routing_default_to_sglang(monkeypatch, moe_dir):
     """With peer access, parse() hands SGLang its flags plus the routing default (device steps stubbed out)."""
     import sglang.srt.plugins
     import sglang.srt.server_args
-    from sgl_sidp.zerodp import preflight
+    from sgl_sidp.peer import topology as preflight
 
     monkeypatch.setenv(ENV_VAR, "")  # parse() writes the config into os.environ; restored afterwards
     monkeypatch.setattr(preflight, "_nvml_p2p_read", lambda visible: lambda a, b: True)

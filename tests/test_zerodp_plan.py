@@ -6,20 +6,21 @@ import math
 import pytest
 import torch
 
+from sgl_sidp.peer.manifest import TensorSpec as ExpertTensor
+from sgl_sidp.peer.manifest import manifest_mismatches
+from sgl_sidp.prefetch.ring import PrefetchSchedule
 from sgl_sidp.zerodp.plan import (
     COPY_BUDGET_MARGIN,
     Calibration,
     ExpectedBatch,
-    ExpertTensor,
-    PrefetchSchedule,
     ZeroDPError,
     choose_plan,
     find_calibration,
     group_of,
     hidden_fraction,
-    manifest_mismatches,
     manifest_of,
     parse_layers,
+    source_sink_pairs,
     spread,
 )
 
@@ -60,7 +61,7 @@ def test_manifest_of_lists_only_own_expert_params_sorted():
     ]
     w13 = m[0]
     assert w13 == ExpertTensor(1, "w13_weight", (4, 16, 16), "torch.float16", 4 * 16 * 16 * 2)
-    assert w13.group == "w13" and m[2].group == "w2"
+    assert group_of(w13.name) == "w13" and group_of(m[2].name) == "w2"
     assert m[1].nbytes == 4 * 4 and m[1].dtype == "torch.float32"
     assert all(isinstance(t.layer_id, int) for t in m)
     assert ExpertTensor.from_json(json.loads(json.dumps(w13.to_json()))) == w13
@@ -73,17 +74,17 @@ def test_manifest_mismatches():
     assert manifest_mismatches(src, list(reversed(src))) == []  # order does not matter
 
     sink = [t for t in src if t.key != (1, "w2_weight")]
-    assert manifest_mismatches(src, sink) == ["layer 1 w2_weight: the source has it, the sink does not"]
-    assert manifest_mismatches(sink, src) == ["layer 1 w2_weight: the sink has it, the source does not"]
+    assert manifest_mismatches(src, sink) == ["layer 1 w2_weight: the owner has it, the reader does not"]
+    assert manifest_mismatches(sink, src) == ["layer 1 w2_weight: the reader has it, the owner does not"]
 
     bad_shape = [ExpertTensor(t.layer_id, t.name, (9,) + t.shape[1:], t.dtype, t.nbytes) if t.key == (0, "w13_weight") else t for t in src]
-    assert manifest_mismatches(src, bad_shape) == ["layer 0 w13_weight: shape (4, 16, 16) on the source, (9, 16, 16) on the sink"]
+    assert manifest_mismatches(src, bad_shape) == ["layer 0 w13_weight: shape (4, 16, 16) on the owner, (9, 16, 16) on the reader"]
 
     bad_both = [ExpertTensor(t.layer_id, t.name, (1,), "torch.float8_e4m3fn", 1) if t.key == (0, "w2_weight") else t for t in src]
     ps = manifest_mismatches(src, bad_both)
     assert ps == [
-        "layer 0 w2_weight: shape (4, 16, 8) on the source, (1,) on the sink",
-        "layer 0 w2_weight: dtype torch.bfloat16 on the source, torch.float8_e4m3fn on the sink",
+        "layer 0 w2_weight: shape (4, 16, 8) on the owner, (1,) on the reader",
+        "layer 0 w2_weight: dtype torch.bfloat16 on the owner, torch.float8_e4m3fn on the reader",
     ]
 
 
@@ -281,9 +282,9 @@ def test_choose_plan_group_subset_counts_only_those_bytes():
 
 def test_choose_plan_rejects():
     """Unknown or no groups, no budget without forced layers, and a non-positive rate raise ValueError."""
-    with pytest.raises(ValueError, match="--zerodp-tensors must name groups"):
+    with pytest.raises(ValueError, match="--sidp-zerodp-tensors must name groups"):
         choose_plan(manifest(), ["w13", "w3"], 391.0, 24.4)
-    with pytest.raises(ValueError, match="--zerodp-tensors must name groups"):
+    with pytest.raises(ValueError, match="--sidp-zerodp-tensors must name groups"):
         choose_plan(manifest(), [], 391.0, 24.4)
     with pytest.raises(ValueError, match="needs budget_ms"):
         choose_plan(manifest(), ["w13"], 391.0, None)
@@ -333,3 +334,11 @@ def test_prefetch_schedule_errors():
         s.slot_of(3)
     with pytest.raises(KeyError):
         s.after(3)
+
+
+def test_source_sink_pairs():
+    """Sink TP rank k reads source TP rank k; GPUs follow SGLang's DP controller layout."""
+    assert source_sink_pairs(3, 2) == [(0, 2), (1, 3), (0, 4), (1, 5)]
+    assert source_sink_pairs(2, 1) == [(0, 1)]
+    assert source_sink_pairs(1, 4) == []
+    assert source_sink_pairs(2, 1, base_gpu_id=4) == [(4, 5)]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +117,8 @@ class BatchSignalObserver:
         self.totals = {"iterations": 0, "computed_tokens": 0, "prefix_hit_tokens": 0}
         self._window: list[IterationSignal] = []
         self._metrics = _PrometheusSignal(metric_labels, registry) if metric_labels is not None else None
+        #: callables given every recorded (non-idle) iteration's signal, e.g. a feature's metrics
+        self.listeners: list[Callable[[IterationSignal], None]] = []
 
     def record(self, sig: Optional[IterationSignal]) -> Optional[str]:
         """Account one iteration; returns the log line if this iteration closed a window."""
@@ -128,6 +130,8 @@ class BatchSignalObserver:
         self.totals["prefix_hit_tokens"] += sig.prefix_hit_tokens
         if self._metrics is not None:
             self._metrics.observe(sig)
+        for listener in self.listeners:
+            listener(sig)
         self._window.append(sig)
         if len(self._window) < self.log_interval:
             return None

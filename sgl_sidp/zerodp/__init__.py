@@ -1,9 +1,9 @@
 """ZeroDP: MoE expert weights shared by DP replicas, pulled just in time from a source over NVLink.
 
-- `plan`: manifests, the offload policy and the prefetch schedule (pure Python).
-- `runtime`: the sink's double-buffered prefetcher (`SinkPrefetcher`).
-- `transport`: VMM export/import of the source's expert memory (`ExpertExporter`, `ExpertImporter`).
+A feature on two mechanisms: `sgl_sidp.peer` (the source's expert memory, shared over VMM) and
+`sgl_sidp.prefetch` (the sink's double-buffered slot ring).
+
+- `plan`: which tensors are experts, the offload policy, calibration, source/sink GPU pairs (pure Python).
 - `engine`: the SGLang hook bodies (source/sink setup, MoE sync points, KV capacity log).
 - `router`: capacity-aware DP routing (SGLang's `total_tokens` method, normalized by KV capacity).
-- `preflight`: launcher-side checks (peer access) before any GPU memory is taken.
 """

@@ -11,7 +11,9 @@ Hooks (registered by `sgl_sidp.plugin` from `sgl_sidp.hooks.HOOKS` when `--sidp-
 - AROUND `FusedMoE.run_moe_core` -> `around_run_moe_core`: on a sink's offloaded layer, wait
   for the slot before the experts run, release it and prefetch the next tenant after (the same
   two points SGLang's DWDP uses in `FusedMoE.forward_impl`).
-- AFTER `ModelRunner.alloc_memory_pool` -> `on_alloc_memory_pool`: logs and exports KV capacity.
+- AFTER `ModelRunner.alloc_memory_pool` -> `on_alloc_memory_pool`: logs the KV capacity.
+- AFTER `Scheduler.__init__` -> `on_scheduler_init`: Prometheus metrics (`ZeroDPMetrics`), fed by
+  the batch-signal observer (`sgl_sidp.control.batch_signal`) once per busy iteration.
 """
 
 from __future__ import annotations
@@ -23,17 +25,17 @@ from pathlib import Path
 
 import torch
 
+from sgl_sidp.peer.manifest import manifest_mismatches
 from sgl_sidp.zerodp.plan import (
     GROUPS,
     Calibration,
     ExpectedBatch,
     OffloadPlan,
-    PrefetchSchedule,
     ZeroDPError,
     choose_plan,
     find_calibration,
+    group_of,
     hidden_fraction,
-    manifest_mismatches,
     manifest_of,
     model_signature,
     parse_layers,
@@ -102,12 +104,12 @@ def on_load_model(result, runner, *args, **kwargs):
     manifest = manifest_of(moe_layers)
     modules = dict(moe_layers)
     params = {t: getattr(modules[t.layer_id], t.name) for t in manifest}
-    from sgl_sidp.zerodp.transport import ExpertExporter, ExpertImporter, socket_address
+    from sgl_sidp.peer.vmm import TensorExporter, socket_address
 
-    address = socket_address(runner.server_args.port, tp)
+    address = socket_address("zerodp", runner.server_args.port, tp)
     device_id = torch.cuda.current_device()
     if dp == 0:
-        exporter = ExpertExporter(params, device_id, address)
+        exporter = TensorExporter(params, device_id, address)
         STATE = ZeroDPState("source", dp, tp, exporter=exporter)
         logger.info(
             "sgl-sidp zerodp %s: source, serving %d expert tensors of %d MoE layers (%.2f GB) from GPU %d",
@@ -119,11 +121,11 @@ def on_load_model(result, runner, *args, **kwargs):
 
 
 def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, params, address, device_id) -> ZeroDPState:
-    from sgl_sidp.zerodp.runtime import SinkPrefetcher, StreamOps, attach_to_layers
-    from sgl_sidp.zerodp.transport import ExpertImporter, measure_copy_gbps
+    from sgl_sidp.peer.vmm import TensorImporter, measure_copy_gbps
+    from sgl_sidp.prefetch.ring import PrefetchSchedule, SlotPrefetcher, StreamOps, sync_points
 
     who = _who(dp, tp)
-    importer = ExpertImporter(address, device_id, cfg.zerodp_source_timeout_s, _who(0, tp))
+    importer = TensorImporter(address, device_id, cfg.zerodp_source_timeout_s, f"zerodp source {_who(0, tp)}")
     problems = manifest_mismatches(importer.entries, manifest)
     if problems:
         raise ZeroDPError(
@@ -132,7 +134,7 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, params, address, devi
             + "\n  ".join(problems[:20])
         )
     groups = tuple(g for g in GROUPS if g in cfg.zerodp_tensors.split(","))
-    wanted = [t for t in manifest if t.group in groups]
+    wanted = [t for t in manifest if group_of(t.name) in groups]
     remote = importer.map([t.key for t in wanted])
     moe_ids = [lid for lid, _ in moe_layers]
     first = moe_ids[0]
@@ -175,10 +177,10 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, params, address, devi
                 state.freed_bytes += p.numel() * p.element_size()
                 p.data = slots[schedule.slot_of(lid)][n]
         torch.cuda.empty_cache()
-        prefetcher = SinkPrefetcher(schedule, {(lid, n): remote[(lid, n)] for lid in plan.layers for n in names}, slots, StreamOps(torch.device("cuda", device_id)))
+        prefetcher = SlotPrefetcher(schedule, {(lid, n): remote[(lid, n)] for lid in plan.layers for n in names}, slots, StreamOps(torch.device("cuda", device_id)))
         from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import eager_on_graph
 
-        start, before, after = attach_to_layers(prefetcher, wrap=eager_on_graph(True))
+        start, before, after = sync_points(prefetcher, wrap=eager_on_graph(True))
         for lid in plan.layers:
             modules[lid]._sidp_zerodp = (before, after)
         _first_decoder_layer(runner.model).register_forward_pre_hook(lambda module, args: start())
@@ -188,7 +190,7 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, params, address, devi
     logger.info(
         "sgl-sidp zerodp %s: sink of source %s (GPU %d -> GPU %d, %.0f GB/s measured); offloads %s of layers %s: %s. "
         "Pulls %.2f GB per forward (%.1f ms of copies); frees %.2f GB, slots take %.2f GB.",
-        who, _who(0, tp), importer.source_device, device_id, gbps, "+".join(plan.groups), list(plan.layers), plan.reason,
+        who, _who(0, tp), importer.owner_device, device_id, gbps, "+".join(plan.groups), list(plan.layers), plan.reason,
         plan.bytes_per_forward / 1e9, plan.copy_ms, state.freed_bytes / 1e9, slot_bytes / 1e9,
     )
     if cal is not None and plan.layers:
@@ -220,6 +222,53 @@ def on_alloc_memory_pool(result, runner, *args, **kwargs):
         _who(STATE.dp_rank, STATE.tp_rank), STATE.role, STATE.kv_tokens,
         f", {STATE.freed_bytes / 1e9:.2f} GB of experts freed for it" if STATE.role == "sink" else "",
     )
+    return result
+
+
+class ZeroDPMetrics:
+    """ZeroDP's Prometheus metrics, labelled like SGLang's scheduler metrics plus `role`.
+
+    - `sglang:sidp_zerodp_kv_tokens`: this replica's KV capacity (tokens).
+    - `sglang:sidp_zerodp_offloaded_layers`: MoE layers pulled from the source each forward (sinks).
+    - `sglang:sidp_zerodp_bytes_per_forward`: bytes one forward pulls (sinks).
+    - `sglang:sidp_zerodp_copy_ms_per_forward`: those bytes at the measured copy rate, ms (sinks);
+      set against a forward's duration it is the share of the copy that cannot hide.
+    - `sglang:sidp_zerodp_bytes_pulled_total`: bytes pulled so far (one forward per busy iteration).
+    """
+
+    def __init__(self, state: ZeroDPState, labels: dict, registry=None):
+        from prometheus_client import REGISTRY, Counter, Gauge
+
+        reg = REGISTRY if registry is None else registry
+        labels = {**labels, "role": state.role}
+        kw = dict(labelnames=list(labels), registry=reg)
+        gauge = lambda name, doc: Gauge(name, doc, multiprocess_mode="mostrecent", **kw).labels(**labels)  # noqa: E731
+        self.state = state
+        self.kv = gauge("sglang:sidp_zerodp_kv_tokens", "KV cache capacity of this replica (tokens).")
+        self.layers = gauge("sglang:sidp_zerodp_offloaded_layers", "MoE layers this sink pulls every forward.")
+        self.per_fwd = gauge("sglang:sidp_zerodp_bytes_per_forward", "Bytes a forward pulls from the source.")
+        self.copy_ms = gauge("sglang:sidp_zerodp_copy_ms_per_forward", "Copy time of one forward's pulls (ms).")
+        self.pulled = Counter("sglang:sidp_zerodp_bytes_pulled", "Bytes pulled from the source so far.", **kw).labels(**labels)
+        plan = state.plan
+        self.kv.set(state.kv_tokens or 0)
+        self.layers.set(len(plan.layers) if plan else 0)
+        self.per_fwd.set(plan.bytes_per_forward if plan else 0)
+        self.copy_ms.set(plan.copy_ms if plan else 0.0)
+
+    def observe(self, sig) -> None:
+        """One busy iteration ran one forward (listener of `BatchSignalObserver`)."""
+        if self.state.plan is not None:
+            self.pulled.inc(self.state.plan.bytes_per_forward)
+
+
+def on_scheduler_init(result, scheduler, *args, **kwargs):
+    """AFTER hook on `Scheduler.__init__` (after the batch-signal one): attach `ZeroDPMetrics`."""
+    observer = getattr(scheduler, "_sidp_signal", None)
+    collector = getattr(scheduler, "metrics_collector", None)
+    if STATE is None or observer is None or collector is None:
+        return result
+    metrics = ZeroDPMetrics(STATE, dict(collector.labels))
+    observer.listeners.append(metrics.observe)
     return result
 
 

@@ -1,12 +1,14 @@
 """ZeroDP's pure logic: expert manifests, the offload policy, the prefetch schedule.
 
-Nothing here touches a GPU, so all of it is tested on CPU (`tests/test_zerodp_plan.py`).
+Nothing here touches a GPU, so all of it is tested on CPU (`tests/test_zerodp_plan.py`). The
+mechanisms it drives live below: `sgl_sidp.peer` (sharing the source's memory) and
+`sgl_sidp.prefetch` (the slot ring a sink pulls into).
 
 Terms:
 - *source*: the DP replica (DP rank 0) that keeps every expert weight and runs as vanilla SGLang.
 - *sink*: any other DP replica; it keeps attention, norms, router and embeddings, and for the
   *offloaded* MoE layers pulls the expert tensors from the source's HBM into one of two *slots*
-  (double buffer) just before that layer's experts run.
+  (double buffer) just before that layer's experts run (`sgl_sidp.prefetch.ring.PrefetchSchedule`).
 - *group*: the expert tensors that travel together: "w13" (`w13_weight` and, for quantized
   models, its scales) and "w2" (`w2_weight` and its scales). Names follow SGLang's
   `sglang.srt.layers.moe.fused_moe_triton.layer.FusedMoE` parameters.
@@ -23,6 +25,8 @@ import json
 import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
+
+from sgl_sidp.peer.manifest import TensorSpec
 
 #: Expert tensor groups, in the order a layer's experts use them (gate/up, then down).
 GROUPS = ("w13", "w2")
@@ -50,41 +54,7 @@ def group_of(param_name: str) -> str | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class ExpertTensor:
-    """One expert parameter of one MoE layer, as both sides describe it.
-
-    Attributes:
-        layer_id: the decoder layer index (`FusedMoE.layer_id`).
-        name: the parameter name inside `FusedMoE`, e.g. "w13_weight".
-        shape: the local (per TP rank) shape, e.g. (128, 1536, 2048) for Qwen3-30B-A3B w13 at TP=1.
-        dtype: `str(torch.dtype)`, e.g. "torch.bfloat16".
-        nbytes: bytes of the tensor.
-    """
-
-    layer_id: int
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
-
-    @property
-    def key(self) -> tuple[int, str]:
-        return (self.layer_id, self.name)
-
-    @property
-    def group(self) -> str | None:
-        return group_of(self.name)
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping) -> "ExpertTensor":
-        return cls(int(d["layer_id"]), str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["dtype"]), int(d["nbytes"]))
-
-
-def manifest_of(moe_layers: Iterable[tuple[int, object]]) -> list[ExpertTensor]:
+def manifest_of(moe_layers: Iterable[tuple[int, object]]) -> list[TensorSpec]:
     """Describe the offloadable parameters of `(layer_id, FusedMoE)` pairs (works on CPU modules).
 
     Only the module's own parameters in a group ("w13_*", "w2_*") are listed.
@@ -94,31 +64,8 @@ def manifest_of(moe_layers: Iterable[tuple[int, object]]) -> list[ExpertTensor]:
         for name, p in module.named_parameters(recurse=False):
             if group_of(name) is None:
                 continue
-            out.append(ExpertTensor(int(layer_id), name, tuple(p.shape), str(p.dtype), p.numel() * p.element_size()))
+            out.append(TensorSpec(int(layer_id), name, tuple(p.shape), str(p.dtype), p.numel() * p.element_size()))
     return sorted(out, key=lambda t: t.key)
-
-
-def manifest_mismatches(source: Sequence[ExpertTensor], sink: Sequence[ExpertTensor]) -> list[str]:
-    """Every disagreement between the source's and the sink's expert tensors, one line each.
-
-    Fail-closed input for the sink: any line means the sink must not start.
-    """
-    src = {t.key: t for t in source}
-    snk = {t.key: t for t in sink}
-    problems = []
-    for key in sorted(set(src) | set(snk)):
-        a, b = src.get(key), snk.get(key)
-        where = f"layer {key[0]} {key[1]}"
-        if a is None:
-            problems.append(f"{where}: the sink has it, the source does not")
-        elif b is None:
-            problems.append(f"{where}: the source has it, the sink does not")
-        else:
-            if a.shape != b.shape:
-                problems.append(f"{where}: shape {a.shape} on the source, {b.shape} on the sink")
-            if a.dtype != b.dtype:
-                problems.append(f"{where}: dtype {a.dtype} on the source, {b.dtype} on the sink")
-    return problems
 
 
 # --------------------------------------------------------------------------- calibration
@@ -252,7 +199,7 @@ def spread(candidates: Sequence[int], n: int, phase: float = 0.0) -> tuple[int, 
 
 
 def parse_layers(spec: str, moe_layers: Sequence[int]) -> tuple[int, ...] | None:
-    """Layers forced by `--zerodp-layers`: "auto" -> None, "all", "every:K" or "3,7,11".
+    """Layers forced by `--sidp-zerodp-layers`: "auto" -> None, "all", "every:K" or "3,7,11".
 
     Raises:
         ValueError: an unknown form or a layer that is not an MoE layer.
@@ -264,21 +211,21 @@ def parse_layers(spec: str, moe_layers: Sequence[int]) -> tuple[int, ...] | None
     if spec.startswith("every:"):
         k = spec.split(":", 1)[1]
         if not k.isdigit() or int(k) < 1:
-            raise ValueError(f"--zerodp-layers every:K needs K >= 1, got {spec!r}")
+            raise ValueError(f"--sidp-zerodp-layers every:K needs K >= 1, got {spec!r}")
         k = int(k)
         return tuple(moe_layers[i] for i in range(len(moe_layers)) if (i + 1) % k == 0)
     try:
         layers = tuple(sorted({int(x) for x in spec.split(",") if x.strip()}))
     except ValueError:
-        raise ValueError(f"--zerodp-layers takes auto, all, every:K or a comma list of layer ids, got {spec!r}") from None
+        raise ValueError(f"--sidp-zerodp-layers takes auto, all, every:K or a comma list of layer ids, got {spec!r}") from None
     bad = [x for x in layers if x not in set(moe_layers)]
     if bad:
-        raise ValueError(f"--zerodp-layers names layers without MoE experts: {bad}")
+        raise ValueError(f"--sidp-zerodp-layers names layers without MoE experts: {bad}")
     return layers
 
 
 def choose_plan(
-    manifest: Sequence[ExpertTensor],
+    manifest: Sequence[TensorSpec],
     groups: Sequence[str],
     copy_gbps: float,
     budget_ms: float | None,
@@ -302,20 +249,20 @@ def choose_plan(
     """
     bad = [g for g in groups if g not in GROUPS]
     if bad or not groups:
-        raise ValueError(f"--zerodp-tensors must name groups among {GROUPS}, got {list(groups)}")
+        raise ValueError(f"--sidp-zerodp-tensors must name groups among {GROUPS}, got {list(groups)}")
     if copy_gbps <= 0:
         raise ValueError(f"copy rate must be > 0 GB/s, got {copy_gbps}")
     moe_layers = sorted({t.layer_id for t in manifest})
     per_layer: dict[int, int] = {lid: 0 for lid in moe_layers}
     for t in manifest:
-        if t.group in groups:
+        if group_of(t.name) in groups:
             per_layer[t.layer_id] += t.nbytes
     layer_ms = {lid: b / copy_gbps / 1e6 for lid, b in per_layer.items()}
     groups_t = tuple(g for g in GROUPS if g in groups)
 
     if forced_layers is not None:
         layers = tuple(sorted(forced_layers))
-        reason = f"forced by --zerodp-layers ({len(layers)} of {len(moe_layers)} MoE layers)"
+        reason = f"forced by --sidp-zerodp-layers ({len(layers)} of {len(moe_layers)} MoE layers)"
         budget = 0.0
     else:
         if budget_ms is None:
@@ -341,41 +288,9 @@ def hidden_fraction(copy_ms: float, forward_ms: float) -> float:
     return min(1.0, forward_ms / copy_ms)
 
 
-# --------------------------------------------------------------------------- schedule
-class PrefetchSchedule:
-    """Which slot each offloaded layer uses, and when its copy is issued (double buffering).
+def source_sink_pairs(dp_size: int, tp_size: int, base_gpu_id: int = 0, gpu_id_step: int = 1) -> list[tuple[int, int]]:
+    """(source GPU, sink GPU) for every sink TP rank: sink TP rank k reads source TP rank k."""
+    from sgl_sidp.peer.topology import replica_gpus
 
-    With `n_slots` slots, offloaded layer j (j-th in forward order) lives in slot j % n_slots.
-    The first `n_slots` copies are issued when the forward starts; the copy of layer j + n_slots
-    is issued as soon as layer j's experts have run (its slot is free), so at any moment one
-    copy runs behind the compute of the layers before its own. Source of the pattern: ZeroDP
-    (jamesdborin/zerodp) and SGLang's DWDP `wait_prefetch` / `record_compute_and_prefetch_next`.
-
-    Raises:
-        ValueError: repeated layers or `n_slots < 1`.
-    """
-
-    def __init__(self, layers: Sequence[int], n_slots: int = 2):
-        if n_slots < 1:
-            raise ValueError("n_slots must be >= 1")
-        if len(set(layers)) != len(layers):
-            raise ValueError(f"repeated layers in {list(layers)}")
-        self.layers = tuple(layers)
-        self.n_slots = n_slots
-        self._pos = {lid: j for j, lid in enumerate(self.layers)}
-
-    def __contains__(self, layer_id: int) -> bool:
-        return layer_id in self._pos
-
-    def slot_of(self, layer_id: int) -> int:
-        return self._pos[layer_id] % self.n_slots
-
-    @property
-    def initial(self) -> tuple[int, ...]:
-        """Layers whose copies are issued at the start of every forward."""
-        return self.layers[: self.n_slots]
-
-    def after(self, layer_id: int) -> int | None:
-        """The layer to prefetch once `layer_id`'s experts ran (its slot's next tenant), or None."""
-        j = self._pos[layer_id] + self.n_slots
-        return self.layers[j] if j < len(self.layers) else None
+    gpus = replica_gpus(dp_size, tp_size, base_gpu_id, gpu_id_step)
+    return [(gpus[0][t], gpus[d][t]) for d in range(1, dp_size) for t in range(tp_size)]

@@ -1,8 +1,8 @@
-"""ZeroDP's sink prefetcher (`sgl_sidp.zerodp.runtime`) on a small CPU MoE stack: exact numerics.
+"""The slot ring (`sgl_sidp.prefetch.ring`) as a ZeroDP sink uses it, on a small CPU MoE stack: exact numerics.
 
 The reference runs with every layer's experts local. The ZeroDP run keeps only two slots for the
 offloaded layers and pulls each layer's true experts from a "remote" dict through
-`SinkPrefetcher`, with the streams simulated so copies run at the earliest or the latest legal
+`SlotPrefetcher`, with the streams simulated so copies run at the earliest or the latest legal
 moment. Outputs must be bit-identical. Deliberately broken prefetchers show the simulators catch
 missing dependencies.
 """
@@ -13,8 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sgl_sidp.zerodp.plan import PrefetchSchedule
-from sgl_sidp.zerodp.runtime import SimulatedStreams, SinkPrefetcher, attach_to_layers
+from sgl_sidp.prefetch.ring import PrefetchSchedule, SimulatedStreams, SlotPrefetcher, sync_points
 
 L, E, H, I, TOPK, T = 6, 4, 16, 4, 2, 5  # layers, experts, hidden, expert intermediate, top-k, tokens
 NAMES = ("w13_weight", "w2_weight")
@@ -60,7 +59,7 @@ def reference(routers, experts, x):
 class Sink:
     """The stack on a sink: offloaded layers read their experts from the prefetcher's slots."""
 
-    def __init__(self, offloaded, ops, prefetcher_cls=SinkPrefetcher, fill=float("nan")):
+    def __init__(self, offloaded, ops, prefetcher_cls=SlotPrefetcher, fill=float("nan")):
         self.routers, remote = make_stack()
         self.schedule = PrefetchSchedule(offloaded)
         self.slots = [{n: torch.full_like(remote[(offloaded[0], n)], fill) for n in NAMES} for _ in range(2)]
@@ -70,7 +69,7 @@ class Sink:
         }
         self.ops = ops
         self.prefetcher = prefetcher_cls(self.schedule, remote, self.slots, ops)
-        self.start, self.before, self.after = attach_to_layers(self.prefetcher)
+        self.start, self.before, self.after = sync_points(self.prefetcher)
 
     def forward(self, x):
         """One forward; returns a holder filled when the compute has run (at once, except on `LaggingCompute`)."""
@@ -133,13 +132,13 @@ def test_prefetcher_matches_reference_with_lagging_compute(offloaded):
 
 
 def test_bytes_per_forward_and_wrap():
-    """bytes_per_forward sums the offloaded layers' tensors; attach_to_layers passes all three points through wrap."""
+    """bytes_per_forward sums the offloaded layers' tensors; sync_points passes all three points through wrap."""
     sink = Sink((1, 2, 4), SimulatedStreams("earliest"))
     per_layer = (E * 2 * I * H + E * H * I) * 4
     assert sink.prefetcher.bytes_per_forward == 3 * per_layer
     wrapped = []
-    fns = attach_to_layers(sink.prefetcher, wrap=lambda f: wrapped.append(f.__name__) or f)
-    assert wrapped == ["zerodp_start_forward", "zerodp_before_experts", "zerodp_after_experts"] and len(fns) == 3
+    fns = sync_points(sink.prefetcher, wrap=lambda f: wrapped.append(f.__name__) or f)
+    assert wrapped == ["prefetch_start_forward", "prefetch_before_use", "prefetch_after_use"] and len(fns) == 3
 
 
 def test_constructor_checks_slots():
@@ -147,50 +146,50 @@ def test_constructor_checks_slots():
     _, remote = make_stack()
     sched = PrefetchSchedule([1, 2])
     ok = [{n: torch.empty_like(remote[(1, n)]) for n in NAMES} for _ in range(2)]
-    SinkPrefetcher(sched, remote, ok, SimulatedStreams("earliest"))
+    SlotPrefetcher(sched, remote, ok, SimulatedStreams("earliest"))
     with pytest.raises(ValueError, match="1 slots for a schedule of 2"):
-        SinkPrefetcher(sched, remote, ok[:1], SimulatedStreams("earliest"))
+        SlotPrefetcher(sched, remote, ok[:1], SimulatedStreams("earliest"))
     bad_shape = [dict(s) for s in ok]
     bad_shape[1]["w2_weight"] = torch.empty(E, H, I + 1)
     with pytest.raises(ValueError, match=r"layer 2 w2_weight: remote \(4, 16, 4\) torch.float32 != slot \(4, 16, 5\)"):
-        SinkPrefetcher(sched, remote, bad_shape, SimulatedStreams("earliest"))
+        SlotPrefetcher(sched, remote, bad_shape, SimulatedStreams("earliest"))
     bad_dtype = [dict(s) for s in ok]
     bad_dtype[0]["w13_weight"] = torch.empty(E, 2 * I, H, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="layer 1 w13_weight.*torch.bfloat16"):
-        SinkPrefetcher(sched, remote, bad_dtype, SimulatedStreams("earliest"))
+        SlotPrefetcher(sched, remote, bad_dtype, SimulatedStreams("earliest"))
 
 
 # --------------------------------------------------------------------------- broken prefetchers
-class NoWaitBeforeExperts(SinkPrefetcher):
+class NoWaitBeforeExperts(SlotPrefetcher):
     """Bug: the layer's experts run without waiting for its slot to be filled."""
 
-    def before_experts(self, layer_id):
+    def before_use(self, layer_id):
         pass
 
 
-class IssueBeforeCompute(SinkPrefetcher):
+class IssueBeforeCompute(SlotPrefetcher):
     """Bug: the slot's next tenant is pulled before the layer's experts ran (overwrites a live slot)."""
 
-    def before_experts(self, layer_id):
-        super().before_experts(layer_id)
+    def before_use(self, layer_id):
+        super().before_use(layer_id)
         nxt = self.schedule.after(layer_id)
         if nxt is not None:
             self._issue(nxt, self._events())
 
-    def after_experts(self, layer_id):
+    def after_use(self, layer_id):
         pass
 
 
-class NoFreeWait(SinkPrefetcher):
+class NoFreeWait(SlotPrefetcher):
     """Bug: after a layer, the next tenant's copy is issued without recording/waiting the slot's free event."""
 
-    def after_experts(self, layer_id):
+    def after_use(self, layer_id):
         nxt = self.schedule.after(layer_id)
         if nxt is not None:
             self._issue(nxt, self._events())
 
 
-class NoForkWait(SinkPrefetcher):
+class NoForkWait(SlotPrefetcher):
     """Bug: a forward's first copies do not wait for the compute stream (the previous forward's reads)."""
 
     def start_forward(self):
@@ -199,10 +198,10 @@ class NoForkWait(SinkPrefetcher):
             self._issue(lid, ev)
 
 
-class ReadyOnlyAtStart(SinkPrefetcher):
+class ReadyOnlyAtStart(SlotPrefetcher):
     """Bug: copies issued after a layer do not record the slot's ready event (only the first ones do)."""
 
-    def after_experts(self, layer_id):
+    def after_use(self, layer_id):
         ev = self._events()
         s = self.schedule.slot_of(layer_id)
         nxt = self.schedule.after(layer_id)
@@ -215,7 +214,7 @@ class ReadyOnlyAtStart(SinkPrefetcher):
 
 
 def test_missing_ready_wait_caught_under_latest():
-    """Skipping before_experts reads unfilled slots when copies run as late as allowed (passes under earliest)."""
+    """Skipping before_use reads unfilled slots when copies run as late as allowed (passes under earliest)."""
     assert not matches_reference(Sink((1, 2, 4, 5), SimulatedStreams("latest"), NoWaitBeforeExperts))
     assert matches_reference(Sink((1, 2, 4, 5), SimulatedStreams("earliest"), NoWaitBeforeExperts))
 

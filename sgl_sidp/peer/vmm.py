@@ -1,18 +1,18 @@
-"""Source/sink hand-over of expert memory: VMM allocations shared through POSIX file descriptors.
+"""Owner/reader hand-over of device memory: VMM allocations shared through POSIX file descriptors.
 
-The source moves each expert tensor into its own CUDA VMM allocation (`cuMemCreate` with a
-POSIX-fd shareable handle) and keeps computing on it. Sinks connect to the source over a Unix
-socket, receive one file descriptor per tensor (`socket.send_fds`, SCM_RIGHTS), import it
-(`cuMemImportFromShareableHandle`) and map it into their own address space with read access for
-their own GPU (`cuMemSetAccess`). A sink then reads the source's HBM with plain device-to-device
-copies over NVLink: one-sided, the source does nothing at run time, and no CUDA context is
-created on the source's GPU by the sink.
+The owner (ZeroDP: the source) moves each shared tensor into its own CUDA VMM allocation
+(`cuMemCreate` with a POSIX-fd shareable handle) and keeps computing on it. Readers (ZeroDP: the
+sinks) connect to the owner over a Unix socket, receive one file descriptor per tensor
+(`socket.send_fds`, SCM_RIGHTS), import it (`cuMemImportFromShareableHandle`) and map it into
+their own address space with read access for their own GPU (`cuMemSetAccess`). A reader then
+reads the owner's HBM with plain device-to-device copies over NVLink: one-sided, the owner does
+nothing at run time, and the reader creates no CUDA context on the owner's GPU.
 
 The VMM calls are SGLang's own (DWDP's `sglang.srt.layers.moe.dwdp.vmm` and
 `sglang.srt.distributed.device_communicators.vmm_utils`); what is ours is the rendezvous,
-since the source and the sinks are separate DP replicas with no process group in common.
+since owner and readers can be separate DP replicas with no process group in common.
 
-The socket also tells a sink that its source died: the kernel closes it, the sink's watcher
+The socket also tells a reader that its owner died: the kernel closes it, the reader's watcher
 thread sees EOF and stops the server with a clear message (SGLang's own scheduler-failure path:
 SIGQUIT to the parent).
 """
@@ -31,16 +31,20 @@ from typing import Callable, Sequence
 
 import torch
 
-from sgl_sidp.zerodp.plan import ExpertTensor, ZeroDPError
+from sgl_sidp.peer.manifest import TensorSpec
+
+
+class PeerError(RuntimeError):
+    """Shared memory cannot be set up: no owner, no peer access, a bad tensor."""
 
 logger = logging.getLogger(__name__)
 
 _FDS_PER_MESSAGE = 64  # well under the kernel's SCM_MAX_FD (253)
 
 
-def socket_address(port: int, tp_rank: int) -> str:
-    """Abstract-namespace Unix socket of the source's TP rank `tp_rank`, for the server on `port`."""
-    return f"\0sgl-sidp-zerodp.{port}.tp{tp_rank}"
+def socket_address(feature: str, port: int, tp_rank: int) -> str:
+    """Abstract-namespace Unix socket of an owner: `feature` (e.g. "zerodp"), server `port`, TP rank."""
+    return f"\0sgl-sidp-{feature}.{port}.tp{tp_rank}"
 
 
 def _drv():
@@ -85,23 +89,23 @@ def _recv_msg(sock: socket.socket) -> bytes:
     return _recv_exact(sock, n)
 
 
-# --------------------------------------------------------------------------- source
-class ExpertExporter:
-    """Source side: re-home expert parameters into shareable VMM memory and serve them to sinks.
+# --------------------------------------------------------------------------- owner
+class TensorExporter:
+    """Owner side: re-home parameters into shareable VMM memory and serve them to readers.
 
     Args:
-        params: `ExpertTensor -> torch.nn.Parameter` on this process's GPU (contiguous).
+        params: `TensorSpec -> torch.nn.Parameter` on this process's GPU (contiguous).
         device_id: this process's CUDA device index.
         address: socket address (`socket_address`).
 
     After construction every parameter's `.data` points at its VMM allocation (same shape,
-    dtype, values), the old storage is freed, and a daemon thread answers sinks.
+    dtype, values), the old storage is freed, and a daemon thread answers readers.
 
     Raises:
-        ZeroDPError: a parameter is not contiguous or not on `device_id`.
+        PeerError: a parameter is not contiguous or not on `device_id`.
     """
 
-    def __init__(self, params: dict[ExpertTensor, torch.nn.Parameter], device_id: int, address: str):
+    def __init__(self, params: dict[TensorSpec, torch.nn.Parameter], device_id: int, address: str):
         from sglang.srt.distributed.device_communicators.vmm_utils import check_drv
         from sglang.srt.layers.moe.dwdp.vmm import (
             align_up,
@@ -123,7 +127,7 @@ class ExpertExporter:
         for spec in sorted(params, key=lambda t: t.key):
             p = params[spec]
             if not p.is_contiguous() or p.device.index != device_id:
-                raise ZeroDPError(f"layer {spec.layer_id} {spec.name}: expected a contiguous tensor on cuda:{device_id}")
+                raise PeerError(f"layer {spec.layer_id} {spec.name}: expected a contiguous tensor on cuda:{device_id}")
             size = align_up(spec.nbytes, gran)
             handle = create_fabric_handle(size, device_id)
             va = reserve_va(size, gran)
@@ -131,7 +135,7 @@ class ExpertExporter:
             set_access(va, size, device_id)
             t = vmm_tensor(va, tuple(p.shape), p.dtype, device_id)
             if t.dtype != p.dtype or t.shape != p.shape:
-                raise ZeroDPError(f"layer {spec.layer_id} {spec.name}: VMM view is {t.dtype} {tuple(t.shape)}, not {p.dtype} {tuple(p.shape)}")
+                raise PeerError(f"layer {spec.layer_id} {spec.name}: VMM view is {t.dtype} {tuple(t.shape)}, not {p.dtype} {tuple(p.shape)}")
             t.copy_(p.data)
             p.data = t
             fd = check_drv(drv.cuMemExportToShareableHandle(handle, posix, 0), "cuMemExportToShareableHandle(POSIX_FD)")
@@ -150,7 +154,7 @@ class ExpertExporter:
         self._sock.bind(address)
         self._sock.listen(16)
         self._conns: list[socket.socket] = []
-        threading.Thread(target=self._serve, name="sgl-sidp-zerodp-source", daemon=True).start()
+        threading.Thread(target=self._serve, name="sgl-sidp-peer-owner", daemon=True).start()
 
     @property
     def nbytes(self) -> int:
@@ -163,30 +167,30 @@ class ExpertExporter:
                 _send_msg(conn, json.dumps(self.header).encode())
                 for i in range(0, len(self._fds), _FDS_PER_MESSAGE):
                     socket.send_fds(conn, [b"F"], self._fds[i : i + _FDS_PER_MESSAGE])
-                self._conns.append(conn)  # kept open: its EOF tells the sink we died
-                logger.info("sgl-sidp zerodp source: served %d expert tensors to a sink", len(self._fds))
+                self._conns.append(conn)  # kept open: its EOF tells the reader we died
+                logger.info("sgl-sidp peer owner (pid %d): served %d tensors to a reader", os.getpid(), len(self._fds))
             except OSError as e:
-                logger.warning("sgl-sidp zerodp source: a sink connection failed: %s", e)
+                logger.warning("sgl-sidp peer owner: a reader connection failed: %s", e)
                 conn.close()
 
 
-# --------------------------------------------------------------------------- sink
-class ExpertImporter:
-    """Sink side: fetch the source's manifest and file descriptors; map what is needed.
+# --------------------------------------------------------------------------- reader
+class TensorImporter:
+    """Reader side: fetch the owner's manifest and file descriptors; map what is needed.
 
     Args:
-        address: the source's socket address (`socket_address`).
+        address: the owner's socket address (`socket_address`).
         device_id: this process's CUDA device index.
-        timeout_s: how long to wait for the source to publish (it loads its weights meanwhile).
-        source_name: how the source is called in error messages (e.g. "DP0 TP0").
+        timeout_s: how long to wait for the owner to publish (it may be loading its weights).
+        owner_name: how the owner is called in messages (e.g. "zerodp source DP0 TP0").
 
     Raises:
-        ZeroDPError: the source did not publish within `timeout_s`, or the two GPUs have no peer access.
+        PeerError: the owner did not publish within `timeout_s`, or the two GPUs have no peer access.
     """
 
-    def __init__(self, address: str, device_id: int, timeout_s: float, source_name: str):
+    def __init__(self, address: str, device_id: int, timeout_s: float, owner_name: str):
         self.device_id = device_id
-        self.source_name = source_name
+        self.owner_name = owner_name
         deadline = time.monotonic() + timeout_s
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -196,30 +200,30 @@ class ExpertImporter:
             except (FileNotFoundError, ConnectionRefusedError):
                 sock.close()
                 if time.monotonic() > deadline:
-                    raise ZeroDPError(
-                        f"zerodp source {source_name} did not publish its expert weights within {timeout_s:.0f} s "
+                    raise PeerError(
+                        f"{owner_name} did not publish its tensors within {timeout_s:.0f} s "
                         "(did it fail to start? see its log lines above)"
                     ) from None
                 time.sleep(0.5)
         self._sock = sock
         self.header = json.loads(_recv_msg(sock))
-        self.source_pid = int(self.header["pid"])
-        self.source_device = int(self.header["device_id"])
-        self.entries = [ExpertTensor.from_json(e) for e in self.header["entries"]]
+        self.owner_pid = int(self.header["pid"])
+        self.owner_device = int(self.header["device_id"])
+        self.entries = [TensorSpec.from_json(e) for e in self.header["entries"]]
         self._alloc = {(e["layer_id"], e["name"]): int(e["alloc_size"]) for e in self.header["entries"]}
         fds: list[int] = []
         while len(fds) < len(self.entries):
             _, got, _, _ = socket.recv_fds(sock, 1, _FDS_PER_MESSAGE)
             if not got:
-                raise ZeroDPError(f"zerodp source {source_name} closed the connection while sending handles")
+                raise PeerError(f"{owner_name} closed the connection while sending handles")
             fds.extend(got)
         self._fd = {t.key: fd for t, fd in zip(self.entries, fds)}
-        if self.source_device != device_id and not torch.cuda.can_device_access_peer(device_id, self.source_device):
-            raise ZeroDPError(f"GPU {device_id} (sink) has no peer access to GPU {self.source_device} (source {source_name})")
+        if self.owner_device != device_id and not torch.cuda.can_device_access_peer(device_id, self.owner_device):
+            raise PeerError(f"GPU {device_id} has no peer access to GPU {self.owner_device} ({owner_name})")
         self._mapped = []
 
     def map(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], torch.Tensor]:
-        """Map the source tensors `keys` read-only-by-convention into this process, as tensors on our device."""
+        """Map the owner's tensors `keys` into this process, as tensors on our device (read them only)."""
         from sglang.srt.distributed.device_communicators.vmm_utils import import_peer_handle
         from sglang.srt.layers.moe.dwdp.vmm import get_allocation_granularity, map_handle, reserve_va, set_access
 
@@ -239,7 +243,7 @@ class ExpertImporter:
         return out
 
     def watch(self, on_lost: Callable[[str], None] | None = None) -> None:
-        """Start a daemon thread that calls `on_lost(message)` when the source's socket closes.
+        """Start a daemon thread that calls `on_lost(message)` when the owner's socket closes.
 
         Default `on_lost`: log the message and stop the server the way SGLang's scheduler does on
         a fatal error (SIGQUIT to the parent process), then exit this process.
@@ -263,11 +267,12 @@ class ExpertImporter:
             except OSError:
                 pass
             cb(
-                f"sgl-sidp zerodp: source {self.source_name} (pid {self.source_pid}, GPU {self.source_device}) is gone; "
-                "this sink pulls its expert weights from that process and cannot serve without it. Stopping the server."
+                f"sgl-sidp: {self.owner_name} (pid {self.owner_pid}, GPU {self.owner_device}) is gone; "
+                "this process reads weights from that process's GPU memory and cannot serve without it. "
+                "Stopping the server."
             )
 
-        threading.Thread(target=run, name="sgl-sidp-zerodp-source-watch", daemon=True).start()
+        threading.Thread(target=run, name="sgl-sidp-peer-owner-watch", daemon=True).start()
 
 
 def measure_copy_gbps(dst: torch.Tensor, src: torch.Tensor, reps: int = 5) -> float:

@@ -1,4 +1,7 @@
-"""Checks ZeroDP runs in the launcher, before SGLang starts and before any GPU memory is taken."""
+"""GPU topology: which GPU each SGLang replica gets, and whether two GPUs can read each other.
+
+CPU-only (NVML, no CUDA context), so launchers can check before any GPU memory is taken.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +16,6 @@ def replica_gpus(dp_size: int, tp_size: int, base_gpu_id: int = 0, gpu_id_step: 
     `base_gpu_id + d * tp_size * gpu_id_step`, TP rank t at `+ t * gpu_id_step`.
     """
     return [[base_gpu_id + (d * tp_size + t) * gpu_id_step for t in range(tp_size)] for d in range(dp_size)]
-
-
-def source_sink_pairs(dp_size: int, tp_size: int, base_gpu_id: int = 0, gpu_id_step: int = 1) -> list[tuple[int, int]]:
-    """(source GPU, sink GPU) for every sink TP rank: sink TP rank k reads source TP rank k."""
-    gpus = replica_gpus(dp_size, tp_size, base_gpu_id, gpu_id_step)
-    return [(gpus[0][t], gpus[d][t]) for d in range(1, dp_size) for t in range(tp_size)]
 
 
 def _nvml_p2p_read(visible: Sequence[str] | None) -> Callable[[int, int], bool | None]:
@@ -49,18 +46,18 @@ def _nvml_p2p_read(visible: Sequence[str] | None) -> Callable[[int, int], bool |
         try:
             status = pynvml.nvmlDeviceGetP2PStatus(handle(b), handle(a), read_index)
         except Exception:
-            return None  # unknown here; the sink checks again with CUDA before mapping anything
+            return None  # unknown here; the reader checks again with CUDA before mapping anything
         return status == pynvml.NVML_P2P_STATUS_OK
 
     return ok
 
 
 def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[int, int], bool | None] | None = None) -> list[str]:
-    """One line per (source, sink) GPU pair where the sink cannot read the source's memory.
+    """One line per (owner, reader) GPU pair where the reader cannot read the owner's memory.
 
     Args:
-        pairs: `source_sink_pairs(...)`.
-        can_read: `(source_gpu, sink_gpu) -> True/False/None (unknown)`; default NVML.
+        pairs: `(owner_gpu, reader_gpu)` pairs (ZeroDP: `zerodp.plan.source_sink_pairs`).
+        can_read: `(owner_gpu, reader_gpu) -> True/False/None (unknown)`; default NVML.
     """
     if can_read is None:
         vis = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -69,7 +66,7 @@ def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[i
     for src, snk in pairs:
         if can_read(src, snk) is False:
             problems.append(
-                f"--sidp-mode zerodp: sink GPU {snk} cannot read source GPU {src} over a peer link "
+                f"GPU {snk} cannot read GPU {src}'s memory over a peer link "
                 "(no NVLink/PCIe peer access between them); pick GPUs with peer access (nvidia-smi topo -m)"
             )
     return problems

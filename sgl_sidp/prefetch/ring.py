@@ -1,16 +1,20 @@
-"""The sink's per-forward work: pull offloaded experts into two slots, hidden behind compute.
+"""Slot rings: per-layer weights fetched into a few static slots, hidden behind compute.
 
-`SinkPrefetcher` owns the slots, the side stream and the events (all created once, at start-up)
-and exposes the three points the hooks call in every forward:
+`SlotPrefetcher` owns the slots, the copy (side) stream and the events (all created once, at
+start-up) and exposes the three points a feature's hooks call in every forward:
 
-- `start_forward()`: before the first decoder layer; issues the first `n_slots` copies.
-- `before_experts(layer_id)`: the compute stream waits until that layer's slot is filled.
-- `after_experts(layer_id)`: the slot is released and the copy of its next tenant is issued.
+- `start_forward()`: before the first layer; issues the first `n_slots` copies.
+- `before_use(layer_id)`: the compute stream waits until that layer's slot is filled.
+- `after_use(layer_id)`: the slot is released and the copy of its next tenant is issued.
+
+`PrefetchSchedule` says which slot each layer uses and when its copy is issued.
 
 Streams and events go through a small `StreamOps` interface so the same code runs on CUDA (real
 streams; the ops are captured by SGLang's decode CUDA graphs, and run as eager breaks inside its
 breakable prefill graphs) and in CPU tests (`SimulatedStreams`, which executes side-stream copies
-at the earliest or the latest moment the events allow, to expose any missing dependency).
+at the earliest or the latest moment the events allow, to expose a missing dependency).
+
+Users: ZeroDP (`sgl_sidp.zerodp`: a sink pulls a source's MoE experts).
 """
 
 from __future__ import annotations
@@ -21,11 +25,49 @@ from typing import Callable, Mapping
 
 import torch
 
-from sgl_sidp.zerodp.plan import PrefetchSchedule
+
+
+class PrefetchSchedule:
+    """Which slot each fetched layer uses, and when its copy is issued (a ring of `n_slots` slots).
+
+    With `n_slots` slots, fetched layer j (j-th in forward order) lives in slot j % n_slots.
+    The first `n_slots` copies are issued when the forward starts; the copy of layer j + n_slots
+    is issued as soon as layer j's weights have been used (its slot is free), so at any moment one
+    copy runs behind the compute of the layers before its own. Source of the pattern: ZeroDP
+    (jamesdborin/zerodp) and SGLang's DWDP `wait_prefetch` / `record_compute_and_prefetch_next`.
+
+    Raises:
+        ValueError: repeated layers or `n_slots < 1`.
+    """
+
+    def __init__(self, layers: Sequence[int], n_slots: int = 2):
+        if n_slots < 1:
+            raise ValueError("n_slots must be >= 1")
+        if len(set(layers)) != len(layers):
+            raise ValueError(f"repeated layers in {list(layers)}")
+        self.layers = tuple(layers)
+        self.n_slots = n_slots
+        self._pos = {lid: j for j, lid in enumerate(self.layers)}
+
+    def __contains__(self, layer_id: int) -> bool:
+        return layer_id in self._pos
+
+    def slot_of(self, layer_id: int) -> int:
+        return self._pos[layer_id] % self.n_slots
+
+    @property
+    def initial(self) -> tuple[int, ...]:
+        """Layers whose copies are issued at the start of every forward."""
+        return self.layers[: self.n_slots]
+
+    def after(self, layer_id: int) -> int | None:
+        """The layer to prefetch once `layer_id`'s weights were used (its slot's next tenant), or None."""
+        j = self._pos[layer_id] + self.n_slots
+        return self.layers[j] if j < len(self.layers) else None
 
 
 class StreamOps:
-    """The stream/event operations `SinkPrefetcher` needs (CUDA implementation).
+    """The stream/event operations `SlotPrefetcher` needs (CUDA implementation).
 
     Every event is created once here; `events(n)` returns a fresh list of them. Recording,
     waiting and copying go to the given streams, so under stream capture they become graph nodes.
@@ -62,15 +104,19 @@ class _EventSet:
     free: list
 
 
-class SinkPrefetcher:
-    """Double-buffered pulls of the offloaded layers' experts on one sink.
+class SlotPrefetcher:
+    """Fetches of per-layer weights into a ring of slots, issued on a side stream.
 
     Args:
-        schedule: the offloaded layers and their slots (`PrefetchSchedule`).
-        remote: `(layer_id, param_name) -> tensor` views of the source's expert tensors, readable
-            from this device (for CUDA: the source's memory mapped with VMM, see `transport`).
+        schedule: the fetched layers and their slots (`PrefetchSchedule`).
+        remote: `(layer_id, param_name) -> tensor` views of the owner's tensors, readable from this
+            device (on CUDA: the owner's memory mapped with VMM, `sgl_sidp.peer.vmm`).
         slots: `n_slots` dicts `param_name -> tensor`, the local buffers; each shaped like the
-            corresponding remote tensor of any offloaded layer (same shape and dtype in every layer).
+            corresponding remote tensor of any fetched layer (same shape and dtype in every layer).
+
+    Raises:
+        ValueError: slot count differs from the schedule's, or a remote tensor's shape/dtype
+            differs from its slot's.
         ops: stream/event implementation (`StreamOps` on CUDA).
 
     Two event sets are kept: one used while a CUDA graph is being captured and one for eager
@@ -106,7 +152,7 @@ class SinkPrefetcher:
 
     # ------------------------------------------------------------------ the three points
     def start_forward(self) -> None:
-        """Issue the copies of the first `n_slots` offloaded layers (they wait for the previous forward's reads)."""
+        """Issue the copies of the first `n_slots` fetched layers (they wait for the previous forward's reads)."""
         ev = self._events()
         cur = self.ops.current()
         self.ops.record(ev.fork, cur)
@@ -115,12 +161,12 @@ class SinkPrefetcher:
             self._issue(lid, ev)
         self.forwards_started += 1
 
-    def before_experts(self, layer_id: int) -> None:
-        """Make the compute stream wait until `layer_id`'s slot holds its experts."""
+    def before_use(self, layer_id: int) -> None:
+        """Make the compute stream wait until `layer_id`'s slot holds its weights."""
         ev = self._events()
         self.ops.wait(self.ops.current(), ev.ready[self.schedule.slot_of(layer_id)])
 
-    def after_experts(self, layer_id: int) -> None:
+    def after_use(self, layer_id: int) -> None:
         """Release `layer_id`'s slot and start pulling the next layer that uses it."""
         ev = self._events()
         s = self.schedule.slot_of(layer_id)
@@ -235,8 +281,8 @@ class SimulatedStreams:
         self._drain(until=None)
 
 
-def attach_to_layers(
-    prefetcher: SinkPrefetcher,
+def sync_points(
+    prefetcher: SlotPrefetcher,
     wrap: Callable[[Callable], Callable] = lambda f: f,
 ) -> tuple[Callable, Callable, Callable]:
     """The three sync points as plain functions, each passed through `wrap`.
@@ -248,13 +294,13 @@ def attach_to_layers(
     captured as graph nodes.
     """
 
-    def zerodp_start_forward():
+    def prefetch_start_forward():
         prefetcher.start_forward()
 
-    def zerodp_before_experts(layer_id: int):
-        prefetcher.before_experts(layer_id)
+    def prefetch_before_use(layer_id: int):
+        prefetcher.before_use(layer_id)
 
-    def zerodp_after_experts(layer_id: int):
-        prefetcher.after_experts(layer_id)
+    def prefetch_after_use(layer_id: int):
+        prefetcher.after_use(layer_id)
 
-    return wrap(zerodp_start_forward), wrap(zerodp_before_experts), wrap(zerodp_after_experts)
+    return wrap(prefetch_start_forward), wrap(prefetch_before_use), wrap(prefetch_after_use)

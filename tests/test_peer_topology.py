@@ -1,7 +1,8 @@
-"""ZeroDP's launcher checks (`sgl_sidp.zerodp.preflight`): GPU layout and peer access, no GPU needed."""
+"""GPU topology checks (`sgl_sidp.peer.topology`): replica GPU layout and peer access, no GPU needed."""
 
-from sgl_sidp.zerodp import preflight
-from sgl_sidp.zerodp.preflight import peer_access_problems, replica_gpus, source_sink_pairs
+from sgl_sidp.peer import topology as preflight
+from sgl_sidp.peer.topology import peer_access_problems, replica_gpus
+from sgl_sidp.zerodp.plan import source_sink_pairs
 
 
 def test_replica_gpus():
@@ -11,21 +12,13 @@ def test_replica_gpus():
     assert replica_gpus(2, 2, base_gpu_id=2, gpu_id_step=2) == [[2, 4], [6, 8]]
 
 
-def test_source_sink_pairs():
-    """Each sink TP rank reads the source's same TP rank; the source is DP rank 0."""
-    assert source_sink_pairs(3, 2) == [(0, 2), (1, 3), (0, 4), (1, 5)]
-    assert source_sink_pairs(2, 1) == [(0, 1)]
-    assert source_sink_pairs(1, 4) == []
-    assert source_sink_pairs(2, 1, base_gpu_id=4) == [(4, 5)]
-
-
 def test_peer_access_problems_names_both_gpus():
     """Only pairs answered False are reported, one line each, naming the sink and the source GPU."""
     pairs = source_sink_pairs(3, 2)
     answers = {(1, 3): False, (0, 4): None}
     ps = peer_access_problems(pairs, can_read=lambda a, b: answers.get((a, b), True))
     assert len(ps) == 1
-    assert "sink GPU 3 cannot read source GPU 1" in ps[0] and ps[0].startswith("--sidp-mode zerodp:")
+    assert "GPU 3 cannot read GPU 1's memory" in ps[0]
     assert peer_access_problems(pairs, can_read=lambda a, b: None) == []
     assert peer_access_problems(pairs, can_read=lambda a, b: True) == []
     assert len(peer_access_problems(pairs, can_read=lambda a, b: False)) == 4
