@@ -110,12 +110,14 @@ def parse(argv: list[str]):
     if cfg.mode.value == "zerodp":
         rest = zerodp_defaults(rest)
         from sgl_sidp.peer.topology import peer_access_problems
-        from sgl_sidp.zerodp.plan import source_sink_pairs
+        from sgl_sidp.zerodp.plan import auto_policy_problems, source_sink_pairs
 
         pairs = source_sink_pairs(raw.dp_size, raw.tp_size, raw.base_gpu_id, raw.gpu_id_step)
-        problems = peer_access_problems(pairs)
+        problems = [f"--sidp-mode zerodp: a sink cannot read its source: {p}" for p in peer_access_problems(pairs)]
+        if cfg.zerodp_layers == "auto":
+            problems += auto_policy_problems(raw.model_path, raw.tp_size, cfg.zerodp_calibration)
         if problems:
-            raise SidpConfigError([f"--sidp-mode zerodp: a sink cannot read its source: {p}" for p in problems])
+            raise SidpConfigError(problems)
     if cfg.active and not plugin_entry_point_visible():
         raise SidpConfigError(
             [

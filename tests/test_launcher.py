@@ -103,7 +103,7 @@ def test_zerodp_parse_checks_peer_access_of_every_pair(monkeypatch, moe_dir):
 
     monkeypatch.setattr(preflight, "_nvml_p2p_read", fake_nvml)
     with pytest.raises(SidpConfigError) as e:
-        ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "3", "--tp-size", "2"])
+        ls.parse(["--sidp-mode", "zerodp", "--sidp-zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "3", "--tp-size", "2"])
     assert asked == [(0, 2), (1, 3), (0, 4), (1, 5)]
     assert len(e.value.problems) == 1 and "a sink cannot read its source: GPU 5 cannot read GPU 1's memory" in e.value.problems[0]
 
@@ -118,10 +118,10 @@ def test_zerodp_parse_passes_routing_default_to_sglang(monkeypatch, moe_dir):
     monkeypatch.setattr(preflight, "_nvml_p2p_read", lambda visible: lambda a, b: True)
     monkeypatch.setattr(sglang.srt.plugins, "load_plugins", lambda: None)
     monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", lambda argv: list(argv))
-    cfg, rest = ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2"])
+    cfg, rest = ls.parse(["--sidp-mode", "zerodp", "--sidp-zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2"])
     assert cfg.mode.value == "zerodp" and os.environ[ENV_VAR]
     assert rest[-2:] == ["--load-balance-method", "total_tokens"]
-    _, rest = ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2", "--load-balance-method", "round_robin"])
+    _, rest = ls.parse(["--sidp-mode", "zerodp", "--sidp-zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2", "--load-balance-method", "round_robin"])
     assert rest.count("--load-balance-method") == 1 and "total_tokens" not in rest
 
 
@@ -134,3 +134,13 @@ def test_zerodp_validates_against_sglang_default_flags(moe_dir):
     raw = ls.sglang_raw_args(["--model-path", moe_dir, "--dp-size", "2", "--enable-dp-attention"])
     with pytest.raises(SidpConfigError, match="enable-dp-attention"):
         SidpConfig(mode="zerodp").validate_against(raw)
+
+
+def test_zerodp_auto_without_calibration_fails_before_launch(monkeypatch, moe_dir):
+    """`--sidp-zerodp-layers auto` (the default) on a model with no calibration stops the launcher, GPU-free."""
+    from sgl_sidp.peer import topology
+
+    monkeypatch.setattr(topology, "_nvml_p2p_read", lambda visible: lambda a, b: True)
+    with pytest.raises(SidpConfigError) as e:
+        ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2"])
+    assert len(e.value.problems) == 1 and "needs forward times" in e.value.problems[0]

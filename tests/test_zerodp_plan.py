@@ -342,3 +342,19 @@ def test_source_sink_pairs():
     assert source_sink_pairs(2, 1) == [(0, 1)]
     assert source_sink_pairs(1, 4) == []
     assert source_sink_pairs(2, 1, base_gpu_id=4) == [(4, 5)]
+
+
+def test_auto_policy_problems(tmp_path):
+    """The launcher refuses `auto` without a calibration for the model, and an unreadable calibration file."""
+    from sgl_sidp.zerodp.plan import auto_policy_problems
+
+    moe = tmp_path / "moe"
+    moe.mkdir()
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 48, "num_experts": 128, "hidden_size": 2048, "moe_intermediate_size": 768}
+    (moe / "config.json").write_text(json.dumps(cfg))
+    assert auto_policy_problems(str(moe), 1, None) == []  # the bundled H200 file matches
+    [line] = auto_policy_problems(str(moe), 2, None)  # no TP=2 calibration is bundled
+    assert "tp2" in line and "--sidp-zerodp-layers all" in line
+    [line] = auto_policy_problems(str(moe), 1, str(tmp_path / "missing.json"))
+    assert line.startswith("--sidp-zerodp-calibration")
+    assert auto_policy_problems("Qwen/Qwen3-30B-A3B", 1, None) == []  # hub id: left to the sink

@@ -19,9 +19,7 @@ Hooks (registered by `sgl_sidp.plugin` from `sgl_sidp.hooks.HOOKS` when `--sidp-
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-from pathlib import Path
 
 import torch
 
@@ -88,7 +86,9 @@ def on_load_model(result, runner, *args, **kwargs):
     """AFTER hook on `ModelRunner.load_model`: set up the source or the sink (see module doc).
 
     Raises:
-        ZeroDPError: no MoE layers; source/sink tensors disagree; no peer access; source missing.
+        ZeroDPError: no MoE layers; source and sink disagree on an expert tensor; no calibration
+            for `--sidp-zerodp-layers auto`.
+        sgl_sidp.peer.vmm.PeerError: the source did not publish in time; the GPUs have no peer access.
     """
     global STATE
     from sgl_sidp.plugin import loaded_config

@@ -128,13 +128,38 @@ def model_signature(hf_config: Mapping, tp_size: int) -> str:
     return f"{arch} L{cfg.get('num_hidden_layers')} E{experts} H{cfg.get('hidden_size')} I{inter} tp{tp_size}"
 
 
-def find_calibration(signature: str, gpu_name: str, directory: Path = CALIBRATION_DIR) -> Path | None:
-    """The bundled calibration file for this model signature and GPU, or None."""
+def find_calibration(signature: str, gpu_name: str | None, directory: Path = CALIBRATION_DIR) -> Path | None:
+    """The bundled calibration file for this model signature and GPU (any GPU if None), or None."""
     for f in sorted(directory.glob("*.json")):
         d = json.loads(f.read_text())
-        if d.get("model") == signature and d.get("gpu", "").lower() in gpu_name.lower():
+        if d.get("model") == signature and (gpu_name is None or d.get("gpu", "").lower() in gpu_name.lower()):
             return f
     return None
+
+
+def auto_policy_problems(model_path: str, tp_size: int, calibration: str | None) -> list[str]:
+    """Launcher check for `--sidp-zerodp-layers auto`: is there a calibration to size the offload with?
+
+    Reads only files (no GPU). A model given as a hub id (no local config.json) is left to the
+    sink, which also matches the GPU name.
+    """
+    if calibration is not None:
+        try:
+            Calibration.load(calibration)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
+            return [f"--sidp-zerodp-calibration {calibration}: cannot read it ({type(e).__name__}: {e})"]
+        return []
+    cfg_file = Path(model_path) / "config.json"
+    if not cfg_file.is_file():
+        return []
+    sig = model_signature(json.loads(cfg_file.read_text()), tp_size)
+    if find_calibration(sig, None) is None:
+        return [
+            f"--sidp-zerodp-layers auto needs forward times for '{sig}' and none is bundled: run "
+            "scripts/zerodp_fetch_vs_compute.py and pass --sidp-zerodp-calibration, or force the set with "
+            "--sidp-zerodp-layers all|every:K|3,7,11"
+        ]
+    return []
 
 
 @dataclasses.dataclass(frozen=True)
