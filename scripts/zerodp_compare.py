@@ -16,7 +16,7 @@ Then, against both at once:
    request at a time: ours DP0 and DP1 (routed_dp_rank) and vanilla DP0. Identical output tokens, and the largest
    logprob difference (nats) where the tokens agree, for sink vs vanilla, source vs vanilla and sink vs source.
 3. Workloads, the same requests at the same instants on both servers (each side's client in its own process:
-   `python -m sgl_sidp.bench.dp_replay`, i.e. sgl_sidp.replay that also notes the DP rank that served each request):
+   `python -m sgl_sidp.replay`, whose rows note the DP rank that served each request):
    --decode-heavy N (N requests of 1024 prompt and 1024 forced output tokens, all at once), --trace-mooncake,
    --azure-code (trace windows, as scripts/compare_replay.py replays them). For each: output tokens/s (all ranks and
    per DP rank), TTFT and TPOT (mean/median/P99, overall and per rank), requests per rank, and the schedulers'
@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare_replay  # noqa: E402  (scripts/compare_replay.py: server facts, full metric table)
 
 import sgl_sidp  # noqa: E402
-from sgl_sidp.bench.dp_replay import per_rank_stats  # noqa: E402
+from sgl_sidp.bench.metrics import per_rank_stats  # noqa: E402
 from sgl_sidp.bench.server import ServerProcess  # noqa: E402
 from sgl_sidp.bench.server_stats import (  # noqa: E402
     capacity_from_loads,
@@ -453,7 +453,7 @@ def plan_workloads(args: argparse.Namespace, out_dir: Path) -> list[Workload]:
 def run_client(workload: Workload, side: str, srv: ServerProcess, out_dir: Path, request_timeout_s: float | None,
                wait_timeout_s: float | None) -> dict:
     """One side's replay client as a child process (its own event loop and CPU), like compare_replay.run_job,
-    through `sgl_sidp.bench.dp_replay` so that each request's DP rank is kept.
+    through `sgl_sidp.replay`, which keeps each request's DP rank (`dp_rank` column).
 
     Returns:
         ``{"summary": summary.json, "rows": requests.jsonl rows}``.
@@ -463,7 +463,7 @@ def run_client(workload: Workload, side: str, srv: ServerProcess, out_dir: Path,
     """
     d = out_dir / workload.name / side
     d.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "sgl_sidp.bench.dp_replay", *workload.replay_args, "--base-url", srv.base_url,
+    cmd = [sys.executable, "-m", "sgl_sidp.replay", *workload.replay_args, "--base-url", srv.base_url,
            "--out-dir", str(d), "--tag", side, "--disable-tqdm"]
     if request_timeout_s is not None:
         cmd += ["--request-timeout-s", f"{request_timeout_s:.0f}"]

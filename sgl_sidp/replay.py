@@ -221,6 +221,7 @@ def _request_row(item: PlannedRequest, out: RequestOutput, t0: float) -> dict:
         "e2e_ms": round(out.latency * 1000, 3) if ok else None,
         "success": ok,
         "error": out.error,
+        "dp_rank": out.dp_rank,
         "itl_ms": [round(x * 1000, 3) for x in out.itl],
     }
 

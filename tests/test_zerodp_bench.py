@@ -1,4 +1,4 @@
-"""scripts/zerodp_compare.py and its helpers (sgl_sidp.bench.server_stats, dp_replay): the pure parts, on samples
+"""scripts/zerodp_compare.py and its helpers (sgl_sidp.bench.server_stats, per-rank replay stats): the pure parts, on samples
 in SGLang 0.5.17's formats. No GPU, no server, no subprocess."""
 
 import importlib.util
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sgl_sidp.bench.dp_replay import dp_rank_of_chunk, per_rank_stats
+from sgl_sidp.bench.client import CHUNK_PARSERS
+from sgl_sidp.bench.metrics import per_rank_stats
 from sgl_sidp.bench.server_stats import (
     capacity_from_loads,
     capacity_from_log,
@@ -111,7 +112,9 @@ def test_per_rank_stats_from_rows_and_chunk_rank():
     assert s[1]["output_throughput"] == 20.0 and s[0]["output_throughput"] == 5.0
     assert s[1]["mean_ttft_ms"] == pytest.approx(200.0) and s[1]["mean_tpot_ms"] == pytest.approx(20.0)
     assert per_rank_stats([{"dp_rank": None}], 1.0) == {}
-    assert dp_rank_of_chunk({"meta_info": {"dp_rank": 1}}) == 1 and dp_rank_of_chunk({"text": "x"}) is None
+    parse = CHUNK_PARSERS["sglang"]
+    assert parse({"meta_info": {"dp_rank": 1, "completion_tokens": 2}}, 0).dp_rank == 1
+    assert parse({"text": "x"}, 0).dp_rank is None and CHUNK_PARSERS["openai"]({"choices": []}, 0).dp_rank is None
 
 
 def summary(tps, ttft, tpot, duration=10.0):

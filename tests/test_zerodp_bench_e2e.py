@@ -1,6 +1,6 @@
 """scripts/zerodp_compare.py end to end on CPU: two fake SGLang DP servers (this file, run as a module, answers
 /health, /generate streamed and not, /server_info, /v1/loads, /metrics and prints SGLang-like log lines), the real
-orchestration, replay clients (`python -m sgl_sidp.bench.dp_replay`), reports and log handling. Loopback only."""
+orchestration, replay clients (`python -m sgl_sidp.replay`), reports and log handling. Loopback only."""
 
 from __future__ import annotations
 

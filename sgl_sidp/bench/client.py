@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import aiohttp
 import numpy as np
@@ -47,6 +47,8 @@ class RequestOutput:
         cached_tokens: prompt tokens the server served from its prefix cache (``meta_info.cached_tokens``, or
             ``usage.prompt_tokens_details.cached_tokens`` on the OpenAI API); ``None`` when not reported.
         error: why it failed (HTTP status and body, server error chunk, exception).
+        dp_rank: the DP replica that served it (SGLang's native ``meta_info.dp_rank``); ``None`` when not
+            reported (the OpenAI API, a server without DP, a request that failed first).
     """
 
     success: bool = False
@@ -58,6 +60,7 @@ class RequestOutput:
     prompt_len: int = 0
     cached_tokens: int | None = None
     error: str = ""
+    dp_rank: int | None = None
 
 
 def encode_json(obj: Any) -> bytes:
@@ -111,9 +114,18 @@ def make_payload(
     return encode_json(body)
 
 
-# A chunk parser gets the decoded chunk and the token count so far; it returns the new token count, the cached
-# prompt tokens if the chunk reports them (else None), and an error message if the chunk reports a failure.
-ChunkParser = Callable[[dict, int], tuple[int, int | None, str]]
+class Chunk(NamedTuple):
+    """What one streamed chunk tells: the new token count, cached prompt tokens and serving DP rank if it reports
+    them (else None), and an error message if it reports a failure (else "")."""
+
+    count: int
+    cached: int | None
+    error: str
+    dp_rank: int | None = None
+
+
+# A chunk parser gets the decoded chunk and the token count so far.
+ChunkParser = Callable[[dict, int], Chunk]
 
 
 def _error_of(data: dict) -> str:
@@ -123,28 +135,30 @@ def _error_of(data: dict) -> str:
     return ""
 
 
-def _parse_sglang_chunk(data: dict, n_tokens: int) -> tuple[int, int | None, str]:
+def _parse_sglang_chunk(data: dict, n_tokens: int) -> Chunk:
     if err := _error_of(data):
-        return n_tokens, None, err
+        return Chunk(n_tokens, None, err)
     meta = data.get("meta_info") or {}
+    rank = meta.get("dp_rank")
+    rank = None if rank is None else int(rank)
     finish = meta.get("finish_reason") or {}
     if isinstance(finish, dict) and finish.get("type") == "abort":
-        return n_tokens, meta.get("cached_tokens"), f"aborted by server: {finish.get('message', '')}"
+        return Chunk(n_tokens, meta.get("cached_tokens"), f"aborted by server: {finish.get('message', '')}", rank)
     count = meta.get("completion_tokens")
     if count is None:  # not SGLang: one token per chunk with output
         count = n_tokens + 1 if data.get("text") or data.get("output_ids") else n_tokens
-    return max(int(count), n_tokens), meta.get("cached_tokens"), ""
+    return Chunk(max(int(count), n_tokens), meta.get("cached_tokens"), "", rank)
 
 
-def _parse_openai_chunk(data: dict, n_tokens: int) -> tuple[int, int | None, str]:
+def _parse_openai_chunk(data: dict, n_tokens: int) -> Chunk:
     if err := _error_of(data):
-        return n_tokens, None, err
+        return Chunk(n_tokens, None, err)
     usage = data.get("usage") or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     if usage.get("completion_tokens") is not None:
-        return max(int(usage["completion_tokens"]), n_tokens), cached, ""
+        return Chunk(max(int(usage["completion_tokens"]), n_tokens), cached, "")
     choices = data.get("choices") or []
-    return (n_tokens + 1 if choices and choices[0].get("text") else n_tokens), cached, ""
+    return Chunk(n_tokens + 1 if choices and choices[0].get("text") else n_tokens, cached, "")
 
 
 CHUNK_PARSERS: dict[str, ChunkParser] = {"sglang": _parse_sglang_chunk, "openai": _parse_openai_chunk}
@@ -204,9 +218,11 @@ async def stream_request(
                 if body == b"[DONE]":
                     done = True
                     continue
-                new_count, cached, error = parse(_loads(body), n_tokens)
+                new_count, cached, error, dp_rank = parse(_loads(body), n_tokens)
                 if cached is not None:
                     out.cached_tokens = int(cached)
+                if dp_rank is not None:
+                    out.dp_rank = dp_rank
                 if error:
                     out.error = error
                     return out
