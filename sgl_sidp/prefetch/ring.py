@@ -192,12 +192,15 @@ class SlotPrefetcher:
 class SimulatedStreams:
     """A CPU stand-in for `StreamOps` that models two asynchronous streams.
 
-    The compute stream runs in program order. Side-stream work is queued; with
+    The compute stream runs synchronously, in program order. Side-stream work is queued; with
     `policy="latest"` a queued copy runs only when the compute stream waits on an event recorded
     after it (the slowest legal copy engine); with `policy="earliest"` it runs as soon as every
-    event it waits on has been recorded on the compute stream (the fastest legal one). A schedule
-    that forgets a dependency reads a stale slot under "latest" or overwrites a live slot under
-    "earliest", so its output differs from the reference.
+    event it waits on has been recorded on the compute stream (the fastest legal one).
+
+    A missing "slot ready" wait reads a stale slot under "latest", and a copy issued before its
+    slot's last reader ran overwrites it under "earliest". Because compute is synchronous here, a
+    missing "slot free" or start-of-forward wait cannot show; `tests/test_prefetch_ring.py` checks
+    those with a stricter model in which compute lags too.
     """
 
     class _Stream:
