@@ -16,7 +16,7 @@ import inspect
 import pkgutil
 from typing import Callable
 
-from sgl_sidp.config import SidpConfig
+from sgl_sidp.config import SidpConfig, SidpMode
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
@@ -60,7 +60,7 @@ def _signal_on(cfg: SidpConfig) -> bool:
 
 
 def _zerodp(cfg: SidpConfig) -> bool:
-    return cfg.mode.value == "zerodp"
+    return cfg.mode == SidpMode.ZERODP
 
 
 HOOKS: tuple[Hook, ...] = (

@@ -21,7 +21,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError
+from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError, SidpMode
 
 #: Folder of the embedded default model (config.json + tokenizer files).
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
@@ -107,7 +107,7 @@ def parse(argv: list[str]):
     cfg = SidpConfig.from_cli_args(ours)
     raw = sglang_raw_args(rest)
     cfg.validate_against(raw)
-    if cfg.mode.value == "zerodp":
+    if cfg.mode == SidpMode.ZERODP:
         rest = zerodp_defaults(rest)
         from sgl_sidp.peer.topology import peer_access_problems
         from sgl_sidp.zerodp.plan import auto_policy_problems, source_sink_pairs
@@ -155,7 +155,7 @@ def describe(cfg: SidpConfig, server_args) -> str:
         f"sgl-sidp: overlay mode={cfg.mode.value} (batch signal {signal}); model={model}, "
         f"load_format={server_args.load_format}, dp={server_args.dp_size}, tp={server_args.tp_size}"
     )
-    if cfg.mode.value == "zerodp":
+    if cfg.mode == SidpMode.ZERODP:
         line += (
             f"; zerodp: source DP0, sinks DP1..DP{server_args.dp_size - 1}, tensors={cfg.zerodp_tensors}, "
             f"layers={cfg.zerodp_layers}, expected batch={cfg.zerodp_expected_batch}, "

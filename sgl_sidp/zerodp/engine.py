@@ -102,13 +102,13 @@ def on_load_model(result, runner, *args, **kwargs):
     if not moe_layers:
         raise ZeroDPError(f"--sidp-mode zerodp: {type(runner.model).__name__} has no FusedMoE layers to share")
     manifest = manifest_of(moe_layers)
-    modules = dict(moe_layers)
-    params = {t: getattr(modules[t.layer_id], t.name) for t in manifest}
     from sgl_sidp.peer.vmm import TensorExporter, socket_address
 
     address = socket_address("zerodp", runner.server_args.port, tp)
     device_id = torch.cuda.current_device()
     if dp == 0:
+        modules = dict(moe_layers)
+        params = {t: getattr(modules[t.layer_id], t.name) for t in manifest}
         exporter = TensorExporter(params, device_id, address)
         STATE = ZeroDPState("source", dp, tp, exporter=exporter)
         logger.info(
@@ -116,11 +116,11 @@ def on_load_model(result, runner, *args, **kwargs):
             _who(dp, tp), len(manifest), len(moe_layers), exporter.nbytes / 1e9, device_id,
         )
         return result
-    STATE = _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, params, address, device_id)
+    STATE = _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, address, device_id)
     return result
 
 
-def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, params, address, device_id) -> ZeroDPState:
+def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, address, device_id) -> ZeroDPState:
     from sgl_sidp.peer.vmm import TensorImporter, measure_copy_gbps
     from sgl_sidp.prefetch.ring import PrefetchSchedule, SlotPrefetcher, StreamOps, sync_points
 

@@ -26,6 +26,8 @@ import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from sgl_sidp.peer.manifest import TensorSpec
 
 #: Expert tensor groups, in the order a layer's experts use them (gate/up, then down).
@@ -108,15 +110,7 @@ class Calibration:
         if not table:
             raise ZeroDPError(f"calibration for {self.model} has no {expected.kind} times")
         xs = sorted(table)
-        x = expected.size
-        if x <= xs[0]:
-            return table[xs[0]]
-        if x >= xs[-1]:
-            return table[xs[-1]]
-        for lo, hi in zip(xs, xs[1:]):
-            if lo <= x <= hi:
-                return table[lo] + (table[hi] - table[lo]) * (x - lo) / (hi - lo)
-        raise AssertionError("unreachable")
+        return float(np.interp(expected.size, xs, [table[x] for x in xs]))
 
 
 def model_signature(hf_config: Mapping, tp_size: int) -> str:
