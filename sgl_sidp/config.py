@@ -86,10 +86,12 @@ class SidpConfig(BaseModel):
         "time of --zerodp-expected-batch), 'all', 'every:K' (every K-th MoE layer) or a list '3,7,11'.",
     )
     zerodp_expected_batch: str = Field(
-        "decode:16",
-        pattern=r"^(decode|prefill):[1-9][0-9]*$",
-        description="The batch the policy sizes the offload for: 'decode:N' (N sequences) or 'prefill:T' "
-        "(T tokens per forward). Smaller means fewer layers offloaded and a sink never slower than that.",
+        "kv:2048",
+        pattern=r"^(decode|prefill|kv):[1-9][0-9]*$",
+        description="The batch the policy sizes the offload for: 'kv:C' (decode of as many C-token sequences "
+        "as the sink's KV cache holds; the policy keeps the offload that maximizes modeled decode tokens/s and "
+        "offloads nothing unless that beats vanilla), 'decode:N' (N sequences) or 'prefill:T' (T tokens per "
+        "forward): the most layers whose copies fit in that forward.",
     )
     zerodp_calibration: str | None = Field(
         None,

@@ -124,12 +124,12 @@ def test_zerodp_flags_accept_good_values():
         assert parse("--sidp-zerodp-tensors", tensors).zerodp_tensors == tensors
     for layers in ("auto", "all", "every:1", "every:12", "3", "3,7,11"):
         assert parse("--sidp-zerodp-layers", layers).zerodp_layers == layers
-    for batch in ("decode:1", "decode:64", "prefill:8192"):
+    for batch in ("decode:1", "decode:64", "prefill:8192", "kv:2048"):
         assert parse("--sidp-zerodp-expected-batch", batch).zerodp_expected_batch == batch
     cfg = parse("--sidp-zerodp-calibration", "/x/c.json", "--sidp-zerodp-source-timeout-s", "30")
     assert cfg.zerodp_calibration == "/x/c.json" and cfg.zerodp_source_timeout_s == 30.0
     d = parse()
-    assert (d.zerodp_tensors, d.zerodp_layers, d.zerodp_expected_batch) == ("w13,w2", "auto", "decode:16")
+    assert (d.zerodp_tensors, d.zerodp_layers, d.zerodp_expected_batch) == ("w13,w2", "auto", "kv:2048")
     assert SidpConfig.from_env(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "every:4").to_env({})).zerodp_layers == "every:4"
 
 
@@ -149,6 +149,7 @@ def test_zerodp_flags_accept_good_values():
         ("--sidp-zerodp-expected-batch", "decode:0"),
         ("--sidp-zerodp-expected-batch", "train:8"),
         ("--sidp-zerodp-expected-batch", "decode"),
+        ("--sidp-zerodp-expected-batch", "kv:0"),
         ("--sidp-zerodp-source-timeout-s", "0"),
     ],
 )
@@ -166,7 +167,7 @@ def test_zerodp_flag_patterns_agree_with_the_plan_parsers():
     moe = list(range(48))
     for layers in ("auto", "all", "every:1", "every:12", "3", "3,7,11"):
         parse_layers(parse("--sidp-zerodp-layers", layers).zerodp_layers, moe)
-    for batch in ("decode:1", "prefill:8192"):
+    for batch in ("decode:1", "prefill:8192", "kv:2048"):
         ExpectedBatch.parse(parse("--sidp-zerodp-expected-batch", batch).zerodp_expected_batch)
     for tensors in ("w13,w2", "w2", "w13"):
         assert set(parse("--sidp-zerodp-tensors", tensors).zerodp_tensors.split(",")) <= set(GROUPS)

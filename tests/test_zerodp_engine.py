@@ -61,3 +61,24 @@ def test_metrics_count_bytes_pulled_per_busy_iteration():
     assert reg.get_sample_value("sglang:sidp_zerodp_bytes_pulled_total", labels) == 4.8e9
     assert reg.get_sample_value("sglang:sidp_zerodp_kv_tokens", labels) == 162380
     assert reg.get_sample_value("sglang:sidp_zerodp_offloaded_layers", labels) == 2
+
+
+def test_kv_bytes_per_token_matches_sglang_for_qwen3_moe(tmp_path):
+    """GQA: 2 (K, V) x 48 layers x 4 KV heads x 128 x 2 bytes (bf16) = 98,304, the cell size SGLang logs for
+    Qwen3-30B-A3B; an fp8 KV cache halves it; TP=2 splits the 4 KV heads."""
+    import json
+
+    from sglang.srt.configs.model_config import ModelConfig
+
+    cfg = {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "torch_dtype": "bfloat16",
+        "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+        "num_experts_per_tok": 8, "vocab_size": 151936, "max_position_embeddings": 40960,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    mc = ModelConfig(model_path=str(tmp_path))
+    runner = lambda kv, tp: types.SimpleNamespace(model_config=mc, server_args=types.SimpleNamespace(kv_cache_dtype=kv), ps=types.SimpleNamespace(tp_size=tp))
+    assert engine._kv_bytes_per_token(runner("auto", 1)) == 98_304
+    assert engine._kv_bytes_per_token(runner("fp8_e4m3", 1)) == 49_152
+    assert engine._kv_bytes_per_token(runner("auto", 2)) == 49_152

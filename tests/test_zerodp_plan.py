@@ -12,7 +12,9 @@ from sgl_sidp.prefetch.ring import PrefetchSchedule
 from sgl_sidp.zerodp.plan import (
     COPY_BUDGET_MARGIN,
     Calibration,
+    CALIBRATION_DIR,
     ExpectedBatch,
+    KVModel,
     ZeroDPError,
     choose_plan,
     find_calibration,
@@ -150,9 +152,10 @@ def test_expected_batch_parse():
     """'decode:N' / 'prefill:N' with N >= 1; round-trips through str()."""
     assert ExpectedBatch.parse("decode:64") == ExpectedBatch("decode", 64)
     assert ExpectedBatch.parse("prefill:8192") == ExpectedBatch("prefill", 8192)
+    assert ExpectedBatch.parse("kv:2048") == ExpectedBatch("kv", 2048)
     assert str(ExpectedBatch.parse("decode:16")) == "decode:16"
-    for bad in ("decode:0", "decode:x", "decode:", "decode", "train:4", "", "decode:-1", "decode:1.5", ":8"):
-        with pytest.raises(ValueError, match="expected 'decode:N' or 'prefill:N'"):
+    for bad in ("decode:0", "decode:x", "decode:", "decode", "train:4", "", "decode:-1", "decode:1.5", ":8", "kv:0"):
+        with pytest.raises(ValueError, match="expected 'decode:N', 'prefill:N' or 'kv:N'"):
             ExpectedBatch.parse(bad)
 
 
@@ -286,10 +289,95 @@ def test_choose_plan_rejects():
         choose_plan(manifest(), ["w13", "w3"], 391.0, 24.4)
     with pytest.raises(ValueError, match="--sidp-zerodp-tensors must name groups"):
         choose_plan(manifest(), [], 391.0, 24.4)
-    with pytest.raises(ValueError, match="needs budget_ms"):
+    with pytest.raises(ValueError, match="needs budget_ms or kv"):
         choose_plan(manifest(), ["w13"], 391.0, None)
     with pytest.raises(ValueError, match="copy rate must be > 0"):
         choose_plan(manifest(), ["w13"], 0.0, 24.4)
+
+
+# --------------------------------------------------------------------------- kv:C (capacity-bound model)
+KV_TOKEN = 98_304  # Qwen3-30B-A3B bf16: 2 x 48 layers x 4 KV heads x 128 x 2 bytes
+LAYER = W13_BYTES + W2_BYTES
+
+
+def kv_cal(**over):
+    d = {**CAL, "decode_ms": {"16": 14.0, "64": 24.0, "256": 30.0}, "decode_context": {"16": 2048, "64": 2048, "256": 2048},
+         "attention_gbps": 3000.0, "copy_slowdown_ms_per_gb": 0.33, **over}
+    return Calibration(**{**{k: v for k, v in d.items() if k not in ("decode_ms", "prefill_ms", "decode_context")},
+                          "decode_ms": {int(k): v for k, v in d["decode_ms"].items()},
+                          "prefill_ms": {int(k): v for k, v in d["prefill_ms"].items()},
+                          "decode_context": {int(k): v for k, v in d["decode_context"].items()}})
+
+
+def test_calibration_loads_the_model_fields(tmp_path):
+    """decode_context, attention_gbps and copy_slowdown_ms_per_gb are optional and default to 'no correction'."""
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({**CAL, "decode_context": {"16": 2048}, "attention_gbps": 3000, "copy_slowdown_ms_per_gb": 0.3}))
+    c = Calibration.load(f)
+    assert c.decode_context == {16: 2048} and c.attention_gbps == 3000.0 and c.copy_slowdown_ms_per_gb == 0.3
+    f.write_text(json.dumps(CAL))
+    c = Calibration.load(f)
+    assert c.decode_context == {} and c.attention_gbps is None and c.copy_slowdown_ms_per_gb == 0.0
+    assert c.decode_step_ms(16, 100_000, KV_TOKEN) == 20.0  # no attention rate: the table as measured
+
+
+def test_decode_step_ms_adds_only_the_longer_contexts_reads():
+    """64 sequences of 4,096 tokens read 64 x 2,048 x 98,304 B more KV than the measured point: +4.29 ms at 3 TB/s."""
+    c = kv_cal()
+    assert c.decode_step_ms(64, 2048, KV_TOKEN) == 24.0
+    assert c.decode_step_ms(64, 1024, KV_TOKEN) == 24.0  # shorter contexts are not credited
+    assert c.decode_step_ms(64, 4096, KV_TOKEN) == pytest.approx(24.0 + 64 * 2048 * KV_TOKEN / 3e12 * 1e3)
+    with pytest.raises(ValueError, match="fixed batch"):
+        c.forward_ms(ExpectedBatch("kv", 2048))
+
+
+def test_kv_model_batch_grows_with_the_freed_bytes_less_the_slots():
+    """One or two layers only pay for the two slots; from the third on each adds a layer of KV."""
+    m = KVModel(vanilla_kv_bytes=64 * 2048 * KV_TOKEN, kv_bytes_per_token=KV_TOKEN, context=2048, calibration=kv_cal())
+    b0, step0, tps0 = m.tokens_per_s(0, LAYER, 342.0)
+    assert b0 == pytest.approx(64) and step0 == 24.0 and tps0 == pytest.approx(64 / 24.0 * 1e3)
+    for n in (1, 2):
+        b, step, _ = m.tokens_per_s(n, LAYER, 342.0)
+        assert b == pytest.approx(64) and step == pytest.approx(24.0 + 0.33 * n * LAYER / 1e9)  # slower, no gain
+    b, step, _ = m.tokens_per_s(4, LAYER, 342.0)
+    assert b == pytest.approx(64 + 2 * LAYER / (2048 * KV_TOKEN))
+    assert KVModel(64 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal(), max_batch=50).batch(1e12) == 50
+
+
+def test_kv_model_step_is_bound_by_the_copies_when_they_do_not_fit():
+    """48 layers at 342 GB/s are 170 ms of copies: the step is the copies over the margin, not the compute."""
+    m = KVModel(64 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal())
+    _, step, _ = m.tokens_per_s(48, LAYER, 342.0)
+    assert step == pytest.approx(48 * LAYER / 342e9 * 1e3 / COPY_BUDGET_MARGIN)
+
+
+def test_choose_plan_kv_picks_the_best_modeled_throughput():
+    """Capacity-bound at 2K contexts the sink offloads some layers and beats vanilla; the count is the argmax."""
+    m = KVModel(67 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal())
+    p = choose_plan(manifest(), ("w13", "w2"), 342.0, None, kv=m)
+    rows = [m.tokens_per_s(n, LAYER, 342.0)[2] for n in range(49)]
+    best = max(range(49), key=lambda n: (rows[n], -n))
+    assert 2 < len(p.layers) == best < 48 and rows[best] > rows[0]
+    assert p.layers == spread(list(range(48)), best)
+    assert p.reason.startswith(f"{best} of 48 MoE layers: decode of 2048-token sequences")
+    assert p.budget_ms == pytest.approx(m.tokens_per_s(best, LAYER, 342.0)[1])
+
+
+def test_choose_plan_kv_with_the_bundled_h200_table():
+    """The bundled table at the emulated 80 GB budget (137,804 vanilla KV tokens): 2K contexts offload 6 layers;
+    Mooncake-like 14K contexts (10 sequences, 15 ms steps) offload none; the full budget (750,519) offloads none."""
+    cal = Calibration.load(CALIBRATION_DIR / "h200_qwen3-30b-a3b_tp1.json")
+    pick = lambda tokens, ctx: choose_plan(manifest(), ("w13", "w2"), 342.0, None, kv=KVModel(tokens * KV_TOKEN, KV_TOKEN, ctx, cal))
+    assert len(pick(137_804, 2048).layers) == 6
+    assert pick(137_804, 14_000).layers == ()
+    assert pick(750_519, 2048).layers == ()
+
+
+def test_choose_plan_kv_offloads_nothing_when_it_cannot_win():
+    """A batch cap the vanilla KV already reaches: more KV cannot grow the batch, so nothing is offloaded."""
+    capped = KVModel(67 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal(), max_batch=67)
+    p = choose_plan(manifest(), ("w13", "w2"), 342.0, None, kv=capped)
+    assert p.layers == () and p.bytes_per_forward == 0 and p.reason.startswith("0 of 48")
 
 
 def test_choose_plan_sink_index_staggers_layers():

@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import socket
+import statistics
 import struct
 import threading
 import time
@@ -275,17 +276,21 @@ class TensorImporter:
         threading.Thread(target=run, name="sgl-sidp-peer-owner-watch", daemon=True).start()
 
 
-def measure_copy_gbps(dst: torch.Tensor, src: torch.Tensor, reps: int = 5) -> float:
-    """Copy rate (GB/s, 1e9 bytes/s) of `dst.copy_(src)` on a fresh side stream, best of `reps` after one warm-up."""
-    stream = torch.cuda.Stream(device=dst.device)
+def measure_copy_gbps(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], reps: int = 5) -> float:
+    """Copy rate (GB/s, 1e9 bytes/s) of one prefetch: every `dst.copy_(src)` of `pairs` back to back on a
+    fresh side stream, as `SlotPrefetcher` issues a layer's copies; the median of `reps` after one warm-up."""
+    stream = torch.cuda.Stream(device=pairs[0][0].device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
+    times = []
     with torch.cuda.stream(stream):
-        dst.copy_(src, non_blocking=True)
+        for dst, src in pairs:
+            dst.copy_(src, non_blocking=True)
         for _ in range(reps):
             start.record(stream)
-            dst.copy_(src, non_blocking=True)
+            for dst, src in pairs:
+                dst.copy_(src, non_blocking=True)
             end.record(stream)
             end.synchronize()
-            best = min(best, start.elapsed_time(end))
-    return dst.numel() * dst.element_size() / (best * 1e-3) / 1e9
+            times.append(start.elapsed_time(end))
+    nbytes = sum(dst.numel() * dst.element_size() for dst, _ in pairs)
+    return nbytes / (statistics.median(times) * 1e-3) / 1e9

@@ -28,6 +28,7 @@ from sgl_sidp.zerodp.plan import (
     GROUPS,
     Calibration,
     ExpectedBatch,
+    KVModel,
     OffloadPlan,
     ZeroDPError,
     choose_plan,
@@ -141,12 +142,12 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, address, device_id) -
     names = sorted({t.name for t in wanted})
     modules = dict(moe_layers)
     slots = [{n: torch.empty_like(getattr(modules[first], n)) for n in names} for _ in range(2)]
-    big = max(names, key=lambda n: slots[0][n].numel())
-    gbps = measure_copy_gbps(slots[0][big], remote[(first, big)])
+    gbps = measure_copy_gbps([(slots[0][n], remote[(first, n)]) for n in names])
 
     forced = parse_layers(cfg.zerodp_layers, moe_ids)
     budget = None
     cal = None
+    kv = None
     if forced is None:
         cal_path = cfg.zerodp_calibration
         sig = model_signature(runner.model_config.hf_config.to_dict(), runner.ps.tp_size)
@@ -161,9 +162,20 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, address, device_id) -
                 )
             cal_path = str(found)
         cal = Calibration.load(cal_path)
-        budget = cal.forward_ms(ExpectedBatch.parse(cfg.zerodp_expected_batch))
+        expected = ExpectedBatch.parse(cfg.zerodp_expected_batch)
+        if expected.kind == "kv":
+            slot_bytes_now = sum(t.numel() * t.element_size() for slot in slots for t in slot.values())
+            kv = KVModel(
+                vanilla_kv_bytes=_vanilla_kv_bytes(runner, device_id, slot_bytes_now),
+                kv_bytes_per_token=_kv_bytes_per_token(runner),
+                context=expected.size,
+                calibration=cal,
+                max_batch=runner.server_args.max_running_requests,
+            )
+        else:
+            budget = cal.forward_ms(expected)
     n_sinks = max(1, int(runner.server_args.dp_size) - 1)
-    plan = choose_plan(manifest, groups, gbps, budget, forced, sink_index=dp - 1, n_sinks=n_sinks)
+    plan = choose_plan(manifest, groups, gbps, budget, forced, sink_index=dp - 1, n_sinks=n_sinks, kv=kv)
 
     state = ZeroDPState("sink", dp, tp, plan=plan, copy_gbps=gbps, importer=importer)
     if not plan.layers:
@@ -198,6 +210,37 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, address, device_id) -
         rows += [f"prefill:{t} {ms:.1f} ms -> {hidden_fraction(plan.copy_ms, ms):.0%}" for t, ms in sorted(cal.prefill_ms.items())]
         logger.info("sgl-sidp zerodp %s: copy time hidden behind compute, by batch (calibration %s): %s", who, cal.model, "; ".join(rows))
     return state
+
+
+def _vanilla_kv_bytes(runner, device_id: int, slot_bytes: int) -> float:
+    """Bytes SGLang would give this sink's KV cache without ZeroDP (its own formula, before our changes).
+
+    SGLang (`KVCacheConfigurator._profile_available_bytes`) takes the free memory after the weights
+    load less `pre_model_load_memory * (1 - mem_fraction_static)`; the experts are still resident
+    here, and the two slots we just allocated are added back. CUDA-graph and activation memory that
+    SGLang takes later are not subtracted, so this is a slight overestimate.
+    """
+    free, total = torch.cuda.mem_get_info(device_id)
+    pre_gib = getattr(runner, "pre_model_load_memory", None) or total / (1 << 30)
+    slack = pre_gib * (1 << 30) * (1 - float(runner.server_args.mem_fraction_static))
+    return max(0.0, free + slot_bytes - slack)
+
+
+def _kv_bytes_per_token(runner) -> int:
+    """KV bytes of one token over all attention layers of this TP rank (MHA/GQA: K and V; MLA: latent).
+
+    `ModelRunner.configure_kv_cache_dtype` runs after `load_model`, so the dtype comes from
+    `--kv-cache-dtype` (fp8*: 1 byte, fp4*: half) or else the model dtype.
+    """
+    mc = runner.model_config
+    kv_flag = str(runner.server_args.kv_cache_dtype or "auto")
+    elt = 1.0 if kv_flag.startswith("fp8") else 0.5 if kv_flag.startswith("fp4") else torch.empty((), dtype=mc.dtype).element_size()
+    layers = int(getattr(mc, "num_attention_layers", mc.num_hidden_layers))
+    if getattr(mc, "kv_lora_rank", None):
+        per_layer = mc.kv_lora_rank + mc.qk_rope_head_dim
+    else:
+        per_layer = 2 * mc.get_num_kv_heads(runner.ps.tp_size) * mc.head_dim
+    return max(1, int(layers * per_layer * elt))
 
 
 def around_run_moe_core(original, layer, *args, **kwargs):

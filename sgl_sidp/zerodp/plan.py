@@ -15,7 +15,10 @@ Terms:
 
 The policy (ZeroDP blog, Doubleword; issue 3): offload the largest set of experts whose copy
 time fits under the forward time of the expected batch, spread evenly over the layers so each
-copy hides behind the compute that precedes its layer.
+copy hides behind the compute that precedes its layer. With "kv:C" (the default) the expected
+batch is not fixed: it is as many C-token sequences as the sink's KV cache holds, which grows
+with every offloaded layer, and the policy keeps the set that maximizes modeled decode tokens/s,
+counting the HBM time the copies steal (`KVModel`, `choose_plan`).
 """
 
 from __future__ import annotations
@@ -83,6 +86,12 @@ class Calibration:
         copy_gbps: peer-copy rate (GB/s, 1e9 bytes) measured with the same run; informative, the
             sink re-measures it at start-up.
         source: where the numbers come from (command and date).
+        decode_context: tokens per sequence (prompt + generated) of each `decode_ms` point; missing
+            points count as 0 (no context correction).
+        attention_gbps: rate (GB/s) at which a decode step reads its KV cache; `decode_step_ms` adds
+            the time of the context beyond a point's own. None: no correction.
+        copy_slowdown_ms_per_gb: how much a decode step slows (ms) per GB the sink pulls during it
+            (the copies' HBM writes and copy-engine traffic), measured side by side. 0: not priced.
     """
 
     model: str
@@ -91,6 +100,9 @@ class Calibration:
     prefill_ms: dict[int, float]
     copy_gbps: float
     source: str
+    decode_context: dict[int, int] = dataclasses.field(default_factory=dict)
+    attention_gbps: float | None = None
+    copy_slowdown_ms_per_gb: float = 0.0
 
     @classmethod
     def load(cls, path: str | Path) -> "Calibration":
@@ -102,15 +114,37 @@ class Calibration:
             prefill_ms={int(k): float(v) for k, v in d["prefill_ms"].items()},
             copy_gbps=float(d["copy_gbps"]),
             source=d.get("source", ""),
+            decode_context={int(k): int(v) for k, v in d.get("decode_context", {}).items()},
+            attention_gbps=float(d["attention_gbps"]) if d.get("attention_gbps") else None,
+            copy_slowdown_ms_per_gb=float(d.get("copy_slowdown_ms_per_gb", 0.0)),
         )
 
     def forward_ms(self, expected: "ExpectedBatch") -> float:
-        """Forward time of `expected`, interpolated linearly between measured points (clamped at the ends)."""
+        """Forward time of a fixed `expected` batch ("decode:N" or "prefill:T"), interpolated linearly
+        between measured points (clamped at the ends)."""
+        if expected.kind not in ("decode", "prefill"):
+            raise ValueError(f"forward_ms takes a fixed batch (decode:N or prefill:T), not {expected}")
         table = self.decode_ms if expected.kind == "decode" else self.prefill_ms
         if not table:
             raise ZeroDPError(f"calibration for {self.model} has no {expected.kind} times")
         xs = sorted(table)
         return float(np.interp(expected.size, xs, [table[x] for x in xs]))
+
+    def decode_step_ms(self, batch: float, context: int, kv_bytes_per_token: int) -> float:
+        """Modeled vanilla decode step (ms) of `batch` sequences of `context` tokens each.
+
+        The measured time at `batch` (interpolated) plus the extra KV reads of the context beyond
+        the measured points' own, at `attention_gbps` (nothing is subtracted for shorter contexts).
+        """
+        if not self.decode_ms:
+            raise ZeroDPError(f"calibration for {self.model} has no decode times")
+        xs = sorted(self.decode_ms)
+        ms = float(np.interp(batch, xs, [self.decode_ms[x] for x in xs]))
+        if self.attention_gbps:
+            measured_ctx = float(np.interp(batch, xs, [self.decode_context.get(x, 0) for x in xs]))
+            extra_bytes = batch * max(0.0, context - measured_ctx) * kv_bytes_per_token
+            ms += extra_bytes / (self.attention_gbps * 1e9) * 1e3
+        return ms
 
 
 def model_signature(hf_config: Mapping, tp_size: int) -> str:
@@ -158,20 +192,71 @@ def auto_policy_problems(model_path: str, tp_size: int, calibration: str | None)
 
 @dataclasses.dataclass(frozen=True)
 class ExpectedBatch:
-    """The batch the policy sizes the offload for: "decode:64" (64 sequences) or "prefill:8192" (tokens)."""
+    """The batch the policy sizes the offload for.
+
+    "decode:64": decode steps of 64 sequences; "prefill:8192": forwards of 8,192 tokens;
+    "kv:2048": decode steps of as many 2,048-token sequences as the sink's KV cache holds (the
+    capacity-bound regime ZeroDP exists for; the batch grows with the offload, see `KVModel`).
+    """
 
     kind: str
     size: int
 
+    KINDS = ("decode", "prefill", "kv")
+
     @classmethod
     def parse(cls, text: str) -> "ExpectedBatch":
         kind, _, size = text.partition(":")
-        if kind not in ("decode", "prefill") or not size.isdigit() or int(size) < 1:
-            raise ValueError(f"expected 'decode:N' or 'prefill:N' with N >= 1, got {text!r}")
+        if kind not in cls.KINDS or not size.isdigit() or int(size) < 1:
+            raise ValueError(f"expected 'decode:N', 'prefill:N' or 'kv:N' with N >= 1, got {text!r}")
         return cls(kind, int(size))
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.size}"
+
+
+@dataclasses.dataclass(frozen=True)
+class KVModel:
+    """Capacity-bound decode on a sink, the model behind "kv:C" (`choose_plan`).
+
+    A replica that serves more sequences than its KV cache holds runs decode steps of
+    `batch = KV bytes / (context * kv_bytes_per_token)` sequences. Offloading n layers adds
+    `n * layer_bytes - slots` bytes of KV (the two slots cost two layers), so the batch grows; the
+    step takes the longer of the modeled forward (`Calibration.decode_step_ms`, plus the
+    copies' measured slowdown) and the copies themselves (over `COPY_BUDGET_MARGIN`).
+
+    Attributes:
+        vanilla_kv_bytes: bytes SGLang gives the KV cache without ZeroDP (free memory after the
+            weights load, less SGLang's slack for `--mem-fraction-static`).
+        kv_bytes_per_token: KV bytes of one token over all layers of this TP rank.
+        context: tokens per running sequence (the "C" of "kv:C").
+        calibration: forward times and the copies' slowdown.
+        max_batch: cap on running sequences (`--max-running-requests`), None: no cap.
+    """
+
+    vanilla_kv_bytes: float
+    kv_bytes_per_token: int
+    context: int
+    calibration: Calibration
+    max_batch: int | None = None
+
+    def batch(self, extra_kv_bytes: float) -> float:
+        """Sequences of `context` tokens the KV cache holds with `extra_kv_bytes` more (>= 1)."""
+        b = (self.vanilla_kv_bytes + extra_kv_bytes) / (self.context * self.kv_bytes_per_token)
+        if self.max_batch:
+            b = min(b, self.max_batch)
+        return max(1.0, b)
+
+    def tokens_per_s(self, n_layers: int, layer_bytes: int, copy_gbps: float) -> tuple[float, float, float]:
+        """(batch, step ms, decode tokens/s) of a sink offloading `n_layers` of `layer_bytes` each."""
+        extra = n_layers * layer_bytes - min(n_layers, 2) * layer_bytes
+        b = self.batch(extra)
+        pulled_gb = n_layers * layer_bytes / 1e9
+        compute = self.calibration.decode_step_ms(b, self.context, self.kv_bytes_per_token)
+        compute += self.calibration.copy_slowdown_ms_per_gb * pulled_gb
+        copies = pulled_gb / copy_gbps * 1e3 / COPY_BUDGET_MARGIN
+        step = max(compute, copies)
+        return b, step, b / step * 1e3
 
 
 # --------------------------------------------------------------------------- policy
@@ -251,6 +336,7 @@ def choose_plan(
     forced_layers: Sequence[int] | None = None,
     sink_index: int = 0,
     n_sinks: int = 1,
+    kv: KVModel | None = None,
 ) -> OffloadPlan:
     """The offload set of one sink.
 
@@ -258,8 +344,12 @@ def choose_plan(
         manifest: the expert tensors of every MoE layer (`manifest_of`).
         groups: which groups may be offloaded, a subset of `GROUPS`.
         copy_gbps: measured peer-copy rate, GB/s (1e9 bytes/s), > 0.
-        budget_ms: forward time of the expected batch (ms); None only with `forced_layers`.
+        budget_ms: forward time of a fixed expected batch (ms): offload the most layers whose
+            copies fit in `COPY_BUDGET_MARGIN` of it. None with `forced_layers` or `kv`.
         forced_layers: offload exactly these layers (flag override) instead of fitting.
+        kv: capacity-bound model ("kv:C"): offload the count n that maximizes the modeled decode
+            tokens/s (`KVModel.tokens_per_s`; ties go to the smaller n), and none unless that beats
+            offloading nothing.
         sink_index, n_sinks: this sink's 0-based index among the source's sinks; shifts the
             picked layers by `sink_index / n_sinks` of the spacing (staggered orders).
 
@@ -279,18 +369,32 @@ def choose_plan(
     layer_ms = {lid: b / copy_gbps / 1e6 for lid, b in per_layer.items()}
     groups_t = tuple(g for g in GROUPS if g in groups)
 
+    phase = (sink_index % max(1, n_sinks)) / max(1, n_sinks)
+    one = max(layer_ms.values()) if layer_ms else math.inf
     if forced_layers is not None:
         layers = tuple(sorted(forced_layers))
         reason = f"forced by --sidp-zerodp-layers ({len(layers)} of {len(moe_layers)} MoE layers)"
         budget = 0.0
+    elif kv is not None:
+        layer_bytes = max(per_layer.values()) if per_layer else 0
+        rows = [kv.tokens_per_s(n, layer_bytes, copy_gbps) for n in range(len(moe_layers) + 1)]
+        n = max(range(len(rows)), key=lambda i: (rows[i][2], -i))
+        if rows[n][2] <= rows[0][2]:
+            n = 0
+        b, budget, tps = rows[n]
+        b0, step0, tps0 = rows[0]
+        layers = spread(moe_layers, n, phase)
+        reason = (
+            f"{n} of {len(moe_layers)} MoE layers: decode of {kv.context}-token sequences as the KV cache holds "
+            f"them, batch {b:.0f} in a {budget:.1f} ms step = {tps:,.0f} tok/s (nothing offloaded: batch {b0:.0f} "
+            f"in {step0:.1f} ms = {tps0:,.0f} tok/s; {one:.2f} ms per layer at {copy_gbps:.0f} GB/s)"
+        )
     else:
         if budget_ms is None:
-            raise ValueError("choose_plan needs budget_ms unless forced_layers is given")
+            raise ValueError("choose_plan needs budget_ms or kv unless forced_layers is given")
         budget = float(budget_ms)
         fit = COPY_BUDGET_MARGIN * budget
-        one = max(layer_ms.values()) if layer_ms else math.inf
         n = min(len(moe_layers), int(fit // one)) if one > 0 else len(moe_layers)
-        phase = (sink_index % max(1, n_sinks)) / max(1, n_sinks)
         layers = spread(moe_layers, n, phase)
         reason = (
             f"{n} of {len(moe_layers)} MoE layers: {one:.2f} ms per layer at {copy_gbps:.0f} GB/s, "
