@@ -86,12 +86,12 @@ class SidpConfig(BaseModel):
         "time of --zerodp-expected-batch), 'all', 'every:K' (every K-th MoE layer) or a list '3,7,11'.",
     )
     zerodp_expected_batch: str = Field(
-        "kv:2048",
+        "decode:1",
         pattern=r"^(decode|prefill|kv):[1-9][0-9]*$",
-        description="The batch the policy sizes the offload for: 'kv:C' (decode of as many C-token sequences "
-        "as the sink's KV cache holds; the policy keeps the offload that maximizes modeled decode tokens/s and "
-        "offloads nothing unless that beats vanilla), 'decode:N' (N sequences) or 'prefill:T' (T tokens per "
-        "forward): the most layers whose copies fit in that forward.",
+        description="The load the policy sizes the offload for. 'decode:N' (N sequences) or 'prefill:T' (T tokens "
+        "per forward): the most layers whose copies fit in that forward; the default decode:1 keeps a sink as fast "
+        "as vanilla at any load. 'kv:C': saturated serving, decode of as many C-token sequences as the sink's KV "
+        "cache holds; the offload that maximizes modeled decode tokens/s, none unless it wins by 10%%.",
     )
     zerodp_calibration: str | None = Field(
         None,

@@ -129,7 +129,7 @@ def test_zerodp_flags_accept_good_values():
     cfg = parse("--sidp-zerodp-calibration", "/x/c.json", "--sidp-zerodp-source-timeout-s", "30")
     assert cfg.zerodp_calibration == "/x/c.json" and cfg.zerodp_source_timeout_s == 30.0
     d = parse()
-    assert (d.zerodp_tensors, d.zerodp_layers, d.zerodp_expected_batch) == ("w13,w2", "auto", "kv:2048")
+    assert (d.zerodp_tensors, d.zerodp_layers, d.zerodp_expected_batch) == ("w13,w2", "auto", "decode:1")
     assert SidpConfig.from_env(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "every:4").to_env({})).zerodp_layers == "every:4"
 
 

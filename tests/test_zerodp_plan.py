@@ -266,6 +266,18 @@ def test_choose_plan_edges_of_the_budget():
     assert choose_plan(manifest(), ["w13", "w2"], 391.0, 1e6).layers == tuple(range(48))
 
 
+def test_choose_plan_offloads_nothing_when_only_the_slots_fit():
+    """A budget that holds 1 or 2 layers offloads none: the two slots would take the memory those layers free.
+    The default decode:1 on the bundled H200 table (5.91 ms) is such a budget."""
+    layer_ms = (W13_BYTES + W2_BYTES) / 391 / 1e6
+    for fits in (1, 2):
+        p = choose_plan(manifest(), ("w13", "w2"), 391.0, (fits + 0.5) * layer_ms / COPY_BUDGET_MARGIN)
+        assert p.layers == () and f"{fits} would fit, but 2 slots" in p.reason
+    assert len(choose_plan(manifest(), ("w13", "w2"), 391.0, 3.5 * layer_ms / COPY_BUDGET_MARGIN).layers) == 3
+    cal = Calibration.load(CALIBRATION_DIR / "h200_qwen3-30b-a3b_tp1.json")
+    assert choose_plan(manifest(), ("w13", "w2"), 396.0, cal.forward_ms(ExpectedBatch.parse("decode:1"))).layers == ()
+
+
 def test_choose_plan_forced_layers():
     """Forced layers are taken as given (sorted), with no budget."""
     p = choose_plan(manifest(), ["w2", "w13"], 391.0, None, forced_layers=[30, 2])
@@ -345,10 +357,13 @@ def test_kv_model_batch_grows_with_the_freed_bytes_less_the_slots():
 
 
 def test_kv_model_step_is_bound_by_the_copies_when_they_do_not_fit():
-    """48 layers at 342 GB/s are 170 ms of copies: the step is the copies over the margin, not the compute."""
+    """48 layers at 342 GB/s are 170 ms of copies: the step is the copies, not the compute; at 80 % of the
+    start-up rate inside forwards (copy_rate_in_forward) they take 212 ms."""
     m = KVModel(64 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal())
     _, step, _ = m.tokens_per_s(48, LAYER, 342.0)
-    assert step == pytest.approx(48 * LAYER / 342e9 * 1e3 / COPY_BUDGET_MARGIN)
+    assert step == pytest.approx(48 * LAYER / 342e9 * 1e3)
+    _, step, _ = KVModel(64 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal(copy_rate_in_forward=0.8)).tokens_per_s(48, LAYER, 342.0)
+    assert step == pytest.approx(48 * LAYER / (0.8 * 342e9) * 1e3)
 
 
 def test_choose_plan_kv_picks_the_best_modeled_throughput():
