@@ -3,6 +3,9 @@
 # memory budget): SGLang's DWDP (--dwdp-size 2 --tp-size 2, GPUs 0,1) and ZeroDP offloading every layer
 # (--sidp-zerodp-layers all, GPUs 2,3). Each is started, asked for one greedy completion (does it serve?), and
 # stopped; max_total_num_tokens per rank comes from the server logs. Writes $1/{dwdp,zerodp_all}.log.gz.
+# Caveat (benchmarks/results/zerodp/README.md, round 2): the request goes out once /health answers, before SGLang
+# logs "The server is fired up"; in our runs it crashed vanilla SGLang and ZeroDP alike ("CUDA error: invalid
+# argument" in fused_topk), so only the capacity lines are evidence. scripts/zerodp_compare.py waits properly.
 # Usage (repo root): bash scripts/gpu_capacity_probe.sh OUT_DIR [extra flags for both servers]
 set -u
 source scripts/gpu_env.sh
