@@ -29,6 +29,7 @@ from sgl_sidp.zerodp.plan import (
     Calibration,
     ExpectedBatch,
     KVModel,
+    N_SLOTS,
     OffloadPlan,
     ZeroDPError,
     choose_plan,
@@ -141,7 +142,8 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, address, device_id) -
     first = moe_ids[0]
     names = sorted({t.name for t in wanted})
     modules = dict(moe_layers)
-    slots = [{n: torch.empty_like(getattr(modules[first], n)) for n in names} for _ in range(2)]
+    slots = [{n: torch.empty_like(getattr(modules[first], n)) for n in names} for _ in range(N_SLOTS)]
+    slot_bytes = sum(t.numel() * t.element_size() for slot in slots for t in slot.values())
     gbps = measure_copy_gbps([(slots[0][n], remote[(first, n)]) for n in names])
 
     forced = parse_layers(cfg.zerodp_layers, moe_ids)
@@ -164,9 +166,8 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, address, device_id) -
         cal = Calibration.load(cal_path)
         expected = ExpectedBatch.parse(cfg.zerodp_expected_batch)
         if expected.kind == "kv":
-            slot_bytes_now = sum(t.numel() * t.element_size() for slot in slots for t in slot.values())
             kv = KVModel(
-                vanilla_kv_bytes=_vanilla_kv_bytes(runner, device_id, slot_bytes_now),
+                vanilla_kv_bytes=_vanilla_kv_bytes(runner, device_id, slot_bytes),
                 kv_bytes_per_token=_kv_bytes_per_token(runner),
                 context=expected.size,
                 calibration=cal,
@@ -182,7 +183,7 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, address, device_id) -
         del slots
         torch.cuda.empty_cache()
     else:
-        schedule = PrefetchSchedule(plan.layers, n_slots=2)
+        schedule = PrefetchSchedule(plan.layers, n_slots=N_SLOTS)
         for lid in plan.layers:
             for n in names:
                 p = getattr(modules[lid], n)
@@ -198,12 +199,11 @@ def _setup_sink(cfg, runner, dp, tp, moe_layers, manifest, address, device_id) -
         _first_decoder_layer(runner.model).register_forward_pre_hook(lambda module, args: start())
         state.prefetcher = prefetcher
     importer.watch()
-    slot_bytes = 2 * sum(slots[0][n].numel() * slots[0][n].element_size() for n in names) if plan.layers else 0
     logger.info(
         "sgl-sidp zerodp %s: sink of source %s (GPU %d -> GPU %d, %.0f GB/s measured); offloads %s of layers %s: %s. "
         "Pulls %.2f GB per forward (%.1f ms of copies); frees %.2f GB, slots take %.2f GB.",
         who, _who(0, tp), importer.owner_device, device_id, gbps, "+".join(plan.groups), list(plan.layers), plan.reason,
-        plan.bytes_per_forward / 1e9, plan.copy_ms, state.freed_bytes / 1e9, slot_bytes / 1e9,
+        plan.bytes_per_forward / 1e9, plan.copy_ms, state.freed_bytes / 1e9, (slot_bytes if plan.layers else 0) / 1e9,
     )
     if cal is not None and plan.layers:
         rows = [f"decode:{b} {ms:.1f} ms -> {hidden_fraction(plan.copy_ms, ms):.0%}" for b, ms in sorted(cal.decode_ms.items())]
@@ -234,7 +234,7 @@ def _kv_bytes_per_token(runner) -> int:
     """
     mc = runner.model_config
     kv_flag = str(runner.server_args.kv_cache_dtype or "auto")
-    elt = 1.0 if kv_flag.startswith("fp8") else 0.5 if kv_flag.startswith("fp4") else torch.empty((), dtype=mc.dtype).element_size()
+    elt = 1.0 if kv_flag.startswith("fp8") else 0.5 if kv_flag.startswith("fp4") else mc.dtype.itemsize
     layers = int(getattr(mc, "num_attention_layers", mc.num_hidden_layers))
     if getattr(mc, "kv_lora_rank", None):
         per_layer = mc.kv_lora_rank + mc.qk_rope_head_dim
