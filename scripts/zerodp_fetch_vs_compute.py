@@ -9,7 +9,7 @@ Inputs (both made on the same GPU machine, see benchmarks/results/zerodp/README.
 Outputs:
 - `--out-md`: the table the policy is built on: for each decode batch and prefill size, the
   vanilla forward time and how many MoE layers' experts (w13 + w2) a sink can pull within it.
-- `--out-calibration`: the JSON `sgl_sidp.zerodp.plan.Calibration` reads (decode_ms by batch,
+- `--out-calibration`: the JSON `sgl_sidp.calibration.table.Calibration` reads (decode_ms by batch,
   prefill_ms by tokens per forward, copy_gbps).
 
     python scripts/zerodp_fetch_vs_compute.py --copy-bench copy_bench.json \
@@ -26,7 +26,8 @@ import json
 import re
 from pathlib import Path
 
-from sgl_sidp.zerodp.plan import COPY_BUDGET_MARGIN, model_signature
+from sgl_sidp.calibration.cost import COPY_BUDGET_MARGIN
+from sgl_sidp.model_info import model_signature
 
 _PREFILL = re.compile(r"Prefill\. latency: ([\d.]+) s, throughput:\s+([\d.]+) token/s")
 _DECODE_BS = re.compile(r"Decode \d+\. Batch size: (\d+)")

@@ -5,7 +5,12 @@ Every entry names a symbol of the pinned SGLang (0.5.17) by its dotted path.
 parameters we rely on, so an SGLang bump that moves or reshapes one fails in CI
 instead of silently disabling the overlay.
 
-- `HOOKS`: targets patched through `sglang.srt.plugins.hook_registry.HookRegistry`.
+- `HOOKS`: targets patched through `sglang.srt.plugins.hook_registry.HookRegistry`. Each body is
+  a method of a per-process runtime object (`runtime`), built once by `sgl_sidp.plugin` with the
+  plugin's context and handed to SGLang as a bound method: no module globals, nothing pinned on
+  SGLang's objects. `feature` None means the core (the batch signal); otherwise the hook is
+  installed only in that feature's `--sidp-mode`.
+- `TORCH_HOOKS`: torch module hooks a mechanism installs at run time on SGLang's modules.
 - `USED_SYMBOLS`: SGLang symbols our hook bodies and launcher read or call.
 """
 
@@ -14,15 +19,16 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import pkgutil
-from typing import Callable
-
-from sgl_sidp.config import SidpConfig, SidpMode
+import re
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 FUSED_MOE = "sglang.srt.layers.moe.fused_moe_triton.layer.FusedMoE"
 DP_BUDGET = "sglang.srt.managers.data_parallel_controller.DPBudget"
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
+
+SIGNAL = "sgl_sidp.control.batch_signal:BatchSignal"
+ZERODP = "sgl_sidp.zerodp.runtime:ZeroDPRuntime"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,109 +38,120 @@ class Hook:
     Attributes:
         target: dotted path of the SGLang function or method patched.
         hook_type: `HookType` member name: "BEFORE", "AFTER", "AROUND" or "REPLACE".
-        impl: "module:function" of our hook body (resolved lazily, in SGLang's processes).
+        runtime: "module:Class" of the per-process runtime whose method is the body; built once
+            per process as `Class(plugin_context)`.
+        method: the body, a method of `runtime`.
         params: the target's leading parameter names our body relies on, in order.
         why: what the hook is for.
-        when: predicate on `SidpConfig`: install this hook in this configuration?
+        feature: the `--sidp-mode` that installs it; None: the core, installed whenever the overlay is on.
     """
 
     target: str
     hook_type: str
-    impl: str
+    runtime: str
+    method: str
     params: tuple[str, ...]
     why: str
-    when: Callable[[SidpConfig], bool]
+    feature: str | None = None
 
     @property
     def short_name(self) -> str:
         """`Class.method` (or `module.function`) for log lines."""
         return ".".join(self.target.split(".")[-2:])
 
-    def resolve_impl(self) -> Callable:
-        """Import and return the hook body."""
-        return pkgutil.resolve_name(self.impl)
-
-
-def _signal_on(cfg: SidpConfig) -> bool:
-    return cfg.signal_enabled
-
-
-def _zerodp(cfg: SidpConfig) -> bool:
-    return cfg.mode == SidpMode.ZERODP
+    def runtime_class(self) -> type:
+        """Import and return the runtime class."""
+        return pkgutil.resolve_name(self.runtime)
 
 
 HOOKS: tuple[Hook, ...] = (
+    # ---------------------------------------------------------------- core: the batch signal
     Hook(
-        target=f"{SCHEDULER}.__init__",
-        hook_type="AFTER",
-        impl="sgl_sidp.control.batch_signal:on_scheduler_init",
+        target=f"{SCHEDULER}.__init__", hook_type="AFTER", runtime=SIGNAL, method="on_scheduler_init",
         params=("self", "server_args", "port_args", "gpu_id", "tp_rank"),
         why="attach the batch-signal observer once per scheduler process, after SGLang set up its "
         "logging and its metrics collector (whose labels we reuse)",
-        when=_signal_on,
     ),
     Hook(
-        target=f"{SCHEDULER}.get_next_batch_to_run",
-        hook_type="AFTER",
-        impl="sgl_sidp.control.batch_signal:on_next_batch",
+        target=f"{SCHEDULER}.get_next_batch_to_run", hook_type="AFTER", runtime=SIGNAL, method="on_next_batch",
         params=("self", "running_batch", "last_batch"),
         why="the batch each iteration really runs, after radix-cache admission: batch size, tokens "
         "computed, prefix-hit tokens (the signal later mode switches are driven by)",
-        when=_signal_on,
+    ),
+    # ---------------------------------------------------------------- ZeroDP
+    Hook(
+        target=f"{MODEL_RUNNER}.load_model", hook_type="AFTER", runtime=ZERODP, method="on_load_model",
+        params=("self",), feature="zerodp",
+        why="the source shares its experts, a sink drops the offloaded ones, after the weights are loaded "
+        "and before alloc_memory_pool sizes the KV cache from the free memory",
     ),
     Hook(
-        target=f"{MODEL_RUNNER}.load_model",
-        hook_type="AFTER",
-        impl="sgl_sidp.zerodp.engine:on_load_model",
-        params=("self",),
-        why="ZeroDP: the source shares its experts, a sink drops the offloaded ones, after the weights "
-        "are loaded and before alloc_memory_pool sizes the KV cache from the free memory",
-        when=_zerodp,
+        target=f"{MODEL_RUNNER}.alloc_memory_pool", hook_type="AFTER", runtime=ZERODP, method="on_alloc_memory_pool",
+        params=("self", "memory_pool_config"), feature="zerodp",
+        why="log each replica's KV capacity (max_total_num_tokens), source vs sink",
     ),
     Hook(
-        target=f"{SCHEDULER}.__init__",
-        hook_type="AFTER",
-        impl="sgl_sidp.zerodp.engine:on_scheduler_init",
-        params=("self", "server_args", "port_args", "gpu_id", "tp_rank"),
-        why="ZeroDP metrics (KV tokens by role, bytes pulled per forward), fed by the batch-signal "
-        "observer attached by the hook above (registered after it, so it runs after it)",
-        when=_zerodp,
+        target=f"{SCHEDULER}.__init__", hook_type="AFTER", runtime=ZERODP, method="on_scheduler_init",
+        params=("self", "server_args", "port_args", "gpu_id", "tp_rank"), feature="zerodp",
+        why="start-up calibration once graphs are captured and before requests are accepted (the source: "
+        "forward times, cached; a sink: its copy rate while forwards run), and ZeroDP's Prometheus metrics",
     ),
     Hook(
-        target=f"{MODEL_RUNNER}.alloc_memory_pool",
-        hook_type="AFTER",
-        impl="sgl_sidp.zerodp.engine:on_alloc_memory_pool",
-        params=("self", "memory_pool_config"),
-        why="ZeroDP: log each replica's KV capacity (max_total_num_tokens), source vs sink",
-        when=_zerodp,
+        target=f"{FUSED_MOE}.run_moe_core", hook_type="AROUND", runtime=ZERODP, method="around_run_moe_core",
+        params=("self", "dispatch_output"), feature="zerodp",
+        why="a sink waits for an offloaded layer's slot before its experts run and prefetches the slot's "
+        "next layer after (the points DWDP uses in FusedMoE.forward_impl)",
     ),
     Hook(
-        target=f"{FUSED_MOE}.run_moe_core",
-        hook_type="AROUND",
-        impl="sgl_sidp.zerodp.engine:around_run_moe_core",
-        params=("self", "dispatch_output"),
-        why="ZeroDP: a sink waits for an offloaded layer's slot before its experts run and prefetches the "
-        "slot's next layer after (the points DWDP uses in FusedMoE.forward_impl)",
-        when=_zerodp,
+        target=f"{DP_BUDGET}.update_budget", hook_type="AFTER", runtime=ZERODP, method="after_update_budget",
+        params=("self", "loads"), feature="zerodp",
+        why="routing: remember each replica's KV capacity from its load snapshot (in the DP controller)",
     ),
     Hook(
-        target=f"{DP_BUDGET}.update_budget",
-        hook_type="AFTER",
-        impl="sgl_sidp.zerodp.router:after_update_budget",
-        params=("self", "loads"),
-        why="ZeroDP routing: remember each replica's KV capacity from its load snapshot",
-        when=_zerodp,
-    ),
-    Hook(
-        target=f"{DP_BUDGET}.dispatch",
-        hook_type="AROUND",
-        impl="sgl_sidp.zerodp.router:around_dispatch",
-        params=("self", "method", "estimated_tokens"),
-        why="ZeroDP routing: --load-balance-method total_tokens compares fractions of each replica's KV "
-        "capacity, so sinks get the share their larger cache can hold",
-        when=_zerodp,
+        target=f"{DP_BUDGET}.dispatch", hook_type="AROUND", runtime=ZERODP, method="around_dispatch",
+        params=("self", "method", "estimated_tokens"), feature="zerodp",
+        why="routing: --load-balance-method total_tokens compares fractions of each replica's KV capacity, "
+        "so sinks get the share their larger cache can hold",
     ),
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchHook:
+    """A torch module hook a mechanism installs at run time on an SGLang module.
+
+    Attributes:
+        kind: "forward_pre" (`Module.register_forward_pre_hook`).
+        module: which SGLang module gets it.
+        installer: "module:Class.method" of our code that installs it.
+        sglang_attrs: SGLang instance attributes used to find the module (checked like `USED_SYMBOLS`).
+        why: what it is for.
+    """
+
+    kind: str
+    module: str
+    installer: str
+    sglang_attrs: tuple[str, ...]
+    why: str
+
+
+TORCH_HOOKS: dict[str, TorchHook] = {
+    "slot_ring_start": TorchHook(
+        kind="forward_pre",
+        module="the first decoder layer of ModelRunner.model (`model.model.layers[model.model.start_layer]`)",
+        installer="sgl_sidp.prefetch.binding:SlotBinding.install_start",
+        sglang_attrs=(
+            "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM.model",
+            "sglang.srt.models.qwen2_moe.Qwen2MoeModel.layers",
+            "sglang.srt.models.qwen2_moe.Qwen2MoeModel.start_layer",
+            "sglang.srt.models.mixtral.MixtralForCausalLM.model",
+            "sglang.srt.models.mixtral.MixtralModel.layers",
+            "sglang.srt.models.mixtral.MixtralModel.start_layer",
+        ),
+        why="a forward starts: issue the first slot copies (SlotPrefetcher.start_forward), before any layer "
+        "computes; captured into decode CUDA graphs, an eager break inside breakable prefill graphs",
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +205,41 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.dp_rank", instance_attr=True),
     UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.tp_rank", instance_attr=True),
     UsedSymbol(f"{FUSED_MOE}.layer_id", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.tp_group", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.mem_fraction_static", instance_attr=True),
+    UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.broadcast_object", ("self", "obj", "src")),
+    UsedSymbol(f"{FUSED_MOE}.run_moe_core", ("self", "dispatch_output")),
+    UsedSymbol("sglang.srt.models.qwen2_moe.Qwen2MoeModel.layers", instance_attr=True),
+    # start-up calibration (sgl_sidp.calibration.measure): what it reads and calls on a built scheduler
+    UsedSymbol(f"{SCHEDULER}.tp_worker", instance_attr=True),
+    UsedSymbol(f"{SCHEDULER}.req_to_token_pool", instance_attr=True),
+    UsedSymbol(f"{SCHEDULER}.token_to_kv_pool_allocator", instance_attr=True),
+    UsedSymbol(f"{SCHEDULER}.tree_cache", instance_attr=True),
+    UsedSymbol(f"{SCHEDULER}.model_config", instance_attr=True),
+    UsedSymbol(f"{SCHEDULER}.spec_algorithm", instance_attr=True),
+    UsedSymbol(f"{SCHEDULER}.server_args", instance_attr=True),
+    UsedSymbol("sglang.srt.managers.tp_worker.TpModelWorker.model_runner", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.decode_cuda_graph_runner", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.req_to_token_pool", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.token_to_kv_pool_allocator", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.device", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.spec_algorithm", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.forward", ("self", "forward_batch")),
+    UsedSymbol("sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.capture_bs", instance_attr=True),
+    UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardBatch", ("forward_mode", "batch_size", "input_ids",
+               "req_pool_indices", "seq_lens", "out_cache_loc", "seq_lens_sum")),
+    UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new", ("batch", "model_runner")),
+    UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardBatch.orig_seq_lens", instance_attr=True),
+    UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardBatch.seq_lens_cpu", instance_attr=True),
+    UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardBatch.global_forward_mode", instance_attr=True),
+    UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardBatch.capture_hidden_mode", instance_attr=True),
+    UsedSymbol("sglang.srt.model_executor.forward_batch_info.CaptureHiddenMode.NULL"),
+    UsedSymbol(f"{SCHEDULE_BATCH}.Req", ("rid", "origin_input_text", "origin_input_ids", "sampling_params")),
+    UsedSymbol(f"{SCHEDULE_BATCH}.Req.set_extend_range", ("self",)),
+    UsedSymbol(f"{SCHEDULE_BATCH}.ScheduleBatch.init_new", ("reqs", "req_to_token_pool", "token_to_kv_pool_allocator",
+               "tree_cache", "model_config", "enable_overlap", "spec_algorithm")),
+    UsedSymbol(f"{SCHEDULE_BATCH}.ScheduleBatch.prepare_for_extend", ("self",)),
+    UsedSymbol("sglang.srt.layers.dp_attention.set_is_extend_in_batch", ("is_extend_in_batch",)),
     UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.create_fabric_handle", ("size", "device_id")),
     UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.get_allocation_granularity", ("device_id",)),
     UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.reserve_va", ("size", "granularity")),
@@ -206,11 +258,11 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
 )
 
 
-def hooks_for(cfg: SidpConfig) -> list[Hook]:
-    """The hooks to install for `cfg`; empty when the overlay is off."""
+def hooks_for(cfg) -> list[Hook]:
+    """The hooks to install for `cfg` (a `SidpConfig`): the core's when the overlay is on, plus its mode's."""
     if not cfg.active:
         return []
-    return [h for h in HOOKS if h.when(cfg)]
+    return [h for h in HOOKS if h.feature is None or h.feature == cfg.mode.value]
 
 
 def check_symbol(path: str, params: tuple[str, ...] = (), instance_attr: bool = False) -> None:
@@ -234,7 +286,7 @@ def check_symbol(path: str, params: tuple[str, ...] = (), instance_attr: bool = 
                 src = inspect.getsource(cls)
             except (OSError, TypeError):
                 continue
-            if f"self.{attr} =" in src or f"self.{attr}:" in src:
+            if re.search(rf"self\.{attr}\s*[,:=]", src):  # assigned, annotated, or unpacked into
                 return
         raise LookupError(f"{owner_path} has no attribute {attr!r}")
     try:

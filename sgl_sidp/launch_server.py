@@ -21,15 +21,13 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError, SidpMode
+from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError
+from sgl_sidp.feature import flag_given
+from sgl_sidp.peer.vmm import LAUNCHER_PID_ENV
 
 #: Folder of the embedded default model (config.json + tokenizer files).
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
 PLUGIN_NAME = "sgl_sidp"
-
-
-def _given(argv: list[str], *flags: str) -> bool:
-    return any(a == f or a.startswith(f + "=") for a in argv for f in flags)
 
 
 def with_default_model(argv: list[str]) -> list[str]:
@@ -39,10 +37,10 @@ def with_default_model(argv: list[str]) -> list[str]:
     user did not choose a load format. A `--config` file may name the model, so
     it disables the default.
     """
-    if _given(argv, "--model-path", "--model", "--config"):
+    if flag_given(argv, "--model-path", "--model", "--config"):
         return list(argv)
     extra = ["--model-path", str(DEFAULT_MODEL_DIR)]
-    if not _given(argv, "--load-format"):
+    if not flag_given(argv, "--load-format"):
         extra += ["--load-format", "dummy"]
     return extra + list(argv)
 
@@ -98,7 +96,8 @@ def parse(argv: list[str]):
     """Split and validate `argv` into (SidpConfig, SGLang ServerArgs).
 
     Our settings are checked against SGLang's raw flags before `ServerArgs` is built
-    (which queries the GPU), so a bad combination never touches a device.
+    (which queries the GPU), so a bad combination never touches a device. The mode's feature
+    (`SidpConfig.feature`) brings its own checks and its SGLang defaults.
 
     Raises:
         SidpConfigError: one line per problem.
@@ -107,17 +106,8 @@ def parse(argv: list[str]):
     cfg = SidpConfig.from_cli_args(ours)
     raw = sglang_raw_args(rest)
     cfg.validate_against(raw)
-    if cfg.mode == SidpMode.ZERODP:
-        rest = zerodp_defaults(rest)
-        from sgl_sidp.peer.topology import peer_access_problems
-        from sgl_sidp.zerodp.plan import auto_policy_problems, source_sink_pairs
-
-        pairs = source_sink_pairs(raw.dp_size, raw.tp_size, raw.base_gpu_id, raw.gpu_id_step)
-        problems = [f"--sidp-mode zerodp: a sink cannot read its source: {p}" for p in peer_access_problems(pairs)]
-        if cfg.zerodp_layers == "auto":
-            problems += auto_policy_problems(raw.model_path, raw.tp_size, cfg.zerodp_calibration)
-        if problems:
-            raise SidpConfigError(problems)
+    if cfg.feature is not None:
+        rest = cfg.feature.sglang_defaults(rest)
     if cfg.active and not plugin_entry_point_visible():
         raise SidpConfigError(
             [
@@ -129,22 +119,12 @@ def parse(argv: list[str]):
         )
     # Children inherit os.environ: set it before SGLang's own load_plugins() in this process.
     cfg.to_env()
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # where a scheduler sends SIGQUIT to stop the server
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import prepare_server_args
 
     load_plugins()
     return cfg, prepare_server_args(rest)
-
-
-def zerodp_defaults(rest: list[str]) -> list[str]:
-    """SGLang flags ZeroDP changes unless the user set them: capacity-aware routing.
-
-    `--load-balance-method total_tokens` is what `sgl_sidp.zerodp.router` makes
-    capacity-aware; SGLang's default (round robin) would give the sink the source's share.
-    """
-    if not _given(rest, "--load-balance-method"):
-        rest = list(rest) + ["--load-balance-method", "total_tokens"]
-    return rest
 
 
 def describe(cfg: SidpConfig, server_args) -> str:
@@ -155,19 +135,14 @@ def describe(cfg: SidpConfig, server_args) -> str:
         f"sgl-sidp: overlay mode={cfg.mode.value} (batch signal {signal}); model={model}, "
         f"load_format={server_args.load_format}, dp={server_args.dp_size}, tp={server_args.tp_size}"
     )
-    if cfg.mode == SidpMode.ZERODP:
-        line += (
-            f"; zerodp: source DP0, sinks DP1..DP{server_args.dp_size - 1}, tensors={cfg.zerodp_tensors}, "
-            f"layers={cfg.zerodp_layers}, expected batch={cfg.zerodp_expected_batch}, "
-            f"routing={server_args.load_balance_method}"
-        )
-    return line
+    extra = cfg.feature.describe(cfg, server_args) if cfg.feature is not None else ""
+    return line + (f"; {extra}" if extra else "")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point (`python -m sgl_sidp.launch_server` / `sgl-sidp-server`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if _given(argv, "-h", "--help"):
+    if flag_given(argv, "-h", "--help"):
         full_parser().print_help()
         return
     try:
@@ -191,7 +166,7 @@ if __name__ == "__main__":
 elif __name__ == "__mp_main__" and os.environ.get(ENV_VAR):
     # multiprocessing's spawn re-imports the parent's main module as __mp_main__ in every child
     # before it runs the child's target. SGLang loads plugins in its scheduler processes but not
-    # in its DP controller, whose routing ZeroDP hooks (sgl_sidp.zerodp.router): load them here.
+    # in its DP controller, whose routing a feature may hook (ZeroDP's): load them here.
     from sglang.srt.plugins import load_plugins
 
     load_plugins()

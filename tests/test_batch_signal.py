@@ -5,7 +5,9 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sgl_sidp.control.batch_signal import BatchSignalObserver, IterationSignal, on_next_batch
+import weakref
+
+from sgl_sidp.control.batch_signal import BatchSignal, BatchSignalObserver, IterationSignal
 
 
 class Mode:
@@ -27,8 +29,15 @@ class Batch:
         return len(self.reqs)
 
 
+class Req:
+    """Like SGLang's `Req`: hashable by identity, weak-referenceable."""
+
+    def __init__(self, cached):
+        self.cached_tokens = cached
+
+
 def req(cached=0):
-    return SimpleNamespace(cached_tokens=cached)
+    return Req(cached)
 
 
 def plan(batch, running=None):
@@ -43,10 +52,13 @@ def test_prefill_counts_computed_and_prefix_hit_tokens():
 
 
 def test_chunked_prefill_counts_prefix_hits_once():
-    r = req(cached=1024)
-    first = IterationSignal.from_plan(plan(Batch("EXTEND", [r], extend_num_tokens=2048)))
-    second = IterationSignal.from_plan(plan(Batch("EXTEND", [r], extend_num_tokens=2048)))
+    r, seen = req(cached=1024), weakref.WeakKeyDictionary()
+    first = IterationSignal.from_plan(plan(Batch("EXTEND", [r], extend_num_tokens=2048)), seen=seen)
+    second = IterationSignal.from_plan(plan(Batch("EXTEND", [r], extend_num_tokens=2048)), seen=seen)
     assert (first.prefix_hit_tokens, second.prefix_hit_tokens) == (1024, 0)
+    assert not any("sidp" in a for a in vars(r))  # nothing pinned on SGLang's request
+    del r
+    assert len(seen) == 0  # a finished request is forgotten
 
 
 def test_decode_idle_and_empty():
@@ -85,9 +97,22 @@ def test_prometheus_metrics_use_sglang_labels():
     assert reg.get_sample_value("sglang:sidp_batch_size_per_iter_count", lab) == 2
 
 
-def test_hook_body_reads_scheduler_queue():
-    obs = BatchSignalObserver(log_interval=100)
-    sched = SimpleNamespace(_sidp_signal=obs, waiting_queue=[1, 2])
-    on_next_batch(plan(Batch("DECODE", [req()])), sched, running_batch=None, last_batch=None)
-    assert obs.last.waiting == 2 and obs.last.batch_size == 1
-    on_next_batch(plan(None), SimpleNamespace(waiting_queue=[]))  # scheduler without observer: no-op
+def test_runtime_observes_scheduler_and_feeds_listeners():
+    """The hook bodies get their state from the runtime they were registered with, and features' listeners
+    (subscribed through the shared context, before or after the scheduler starts) see every busy iteration."""
+    from sgl_sidp.config import SidpConfig
+    from sgl_sidp.plugin import PluginContext
+
+    ctx = PluginContext(SidpConfig(batch_signal=True, signal_log_interval=100), ["Scheduler.__init__"])
+    early = []
+    ctx.listeners.append(early.append)
+    rt = BatchSignal(ctx)
+    sched = SimpleNamespace(ps=SimpleNamespace(dp_rank=1, tp_rank=0), metrics_collector=None, waiting_queue=[1, 2])
+    rt.on_next_batch(plan(Batch("DECODE", [req()])), sched)  # before __init__ finished: nothing to record into
+    rt.on_scheduler_init(None, sched)
+    late = []
+    ctx.listeners.append(late.append)
+    rt.on_next_batch(plan(Batch("DECODE", [req()])), sched, running_batch=None, last_batch=None)
+    assert rt.observer.last.waiting == 2 and rt.observer.last.batch_size == 1 and rt.observer.rank_name == "DP1 TP0"
+    assert len(early) == len(late) == 1
+    assert not any("sidp" in a for a in vars(sched))

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError, SidpMode, model_is_moe
+from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError, SidpMode
+from sgl_sidp.model_info import model_is_moe
 
 MODELS = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "models"
 
@@ -28,7 +29,7 @@ def dense_dir(tmp_path):
 
 
 def args(model, dp=1, tp=1):
-    return SimpleNamespace(model_path=model, dp_size=dp, tp_size=tp)
+    return SimpleNamespace(model_path=model, dp_size=dp, tp_size=tp, base_gpu_id=0, gpu_id_step=1)
 
 
 def parse(*argv):
@@ -94,6 +95,21 @@ def test_rejects_unimplemented_modes(dense_dir):
     assert ps == ["--sidp-mode shift is not implemented in this version of sgl-sidp yet"]
 
 
+def test_features_are_registered_in_one_table():
+    """Each registered feature's settings become `SidpConfig.<name>` and its flags `--sidp-<name>-<field>`."""
+    from sgl_sidp.features import FEATURES
+
+    assert set(FEATURES) == {"zerodp"} and FEATURES["zerodp"].name == "zerodp"
+    p = argparse.ArgumentParser()
+    SidpConfig.add_cli_args(p)
+    flags = {a for action in p._actions for a in action.option_strings}
+    for name, feature in FEATURES.items():
+        assert isinstance(getattr(SidpConfig(), name), feature.settings)
+        for field in feature.settings.model_fields:
+            assert f"--sidp-{name}-{field.replace('_', '-')}" in flags
+    assert parse("--sidp-mode", "zerodp").feature is FEATURES["zerodp"] and parse().feature is None
+
+
 def test_zerodp_passes_on_moe_model_with_dp(moe_dir):
     """ZeroDP is implemented: an MoE model with dp >= 2 validates (also with tp > 1 and a hub id)."""
     parse("--sidp-mode", "zerodp").validate_against(args(moe_dir, dp=2))
@@ -109,28 +125,38 @@ def test_zerodp_passes_on_moe_model_with_dp(moe_dir):
         ({"dwdp_size": 2}, "--sidp-mode zerodp and --dwdp-size both move expert weights; use one of them"),
         ({"offload_mode": "sharded_gpu"}, "--sidp-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)"),
         ({"cpu_offload_gb": 8}, "--sidp-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)"),
+        ({"moe_a2a_backend": "deepep"}, "--sidp-mode zerodp needs --moe-a2a-backend none, got deepep: SGLang's all-to-all "
+         "MoE layers (DeepEPMoE) run their experts outside FusedMoE.run_moe_core, where a sink waits for its pulled weights"),
+        ({"enable_two_batch_overlap": True}, "--sidp-mode zerodp does not work with --enable-two-batch-overlap: "
+         "micro-batches run each MoE layer twice per forward, and a sink's slot ring fetches each offloaded layer once "
+         "(SGLang's DWDP refuses it too)"),
+        ({"enable_single_batch_overlap": True}, "--sidp-mode zerodp does not work with --enable-single-batch-overlap: "
+         "micro-batches run each MoE layer twice per forward, and a sink's slot ring fetches each offloaded layer once "
+         "(SGLang's DWDP refuses it too)"),
     ],
-    ids=["pp", "dp_attention", "dwdp", "sharded_gpu", "cpu_offload"],
+    ids=["pp", "dp_attention", "dwdp", "sharded_gpu", "cpu_offload", "a2a", "tbo", "sbo"],
 )
 def test_rejects_zerodp_with_incompatible_sglang_flags(moe_dir, extra, line):
     """Each SGLang feature ZeroDP cannot combine with gets exactly its own line."""
     ps = problems(parse("--sidp-mode", "zerodp"), SimpleNamespace(**vars(args(moe_dir, dp=2)), **extra))
     assert ps == [line]
+    for ok in ({"moe_a2a_backend": "none"}, {"enable_two_batch_overlap": False}):
+        parse("--sidp-mode", "zerodp").validate_against(SimpleNamespace(**vars(args(moe_dir, dp=2)), **ok))
 
 
 def test_zerodp_flags_accept_good_values():
     """--sidp-zerodp-* take the documented forms."""
     for tensors in ("w13,w2", "w2,w13", "w13", "w2"):
-        assert parse("--sidp-zerodp-tensors", tensors).zerodp_tensors == tensors
+        assert parse("--sidp-zerodp-tensors", tensors).zerodp.tensors == tensors
     for layers in ("auto", "all", "every:1", "every:12", "3", "3,7,11"):
-        assert parse("--sidp-zerodp-layers", layers).zerodp_layers == layers
+        assert parse("--sidp-zerodp-layers", layers).zerodp.layers == layers
     for batch in ("decode:1", "decode:64", "prefill:8192", "kv:2048"):
-        assert parse("--sidp-zerodp-expected-batch", batch).zerodp_expected_batch == batch
+        assert parse("--sidp-zerodp-expected-batch", batch).zerodp.expected_batch == batch
     cfg = parse("--sidp-zerodp-calibration", "/x/c.json", "--sidp-zerodp-source-timeout-s", "30")
-    assert cfg.zerodp_calibration == "/x/c.json" and cfg.zerodp_source_timeout_s == 30.0
-    d = parse()
-    assert (d.zerodp_tensors, d.zerodp_layers, d.zerodp_expected_batch) == ("w13,w2", "auto", "decode:1")
-    assert SidpConfig.from_env(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "every:4").to_env({})).zerodp_layers == "every:4"
+    assert cfg.zerodp.calibration == "/x/c.json" and cfg.zerodp.source_timeout_s == 30.0
+    d = parse().zerodp
+    assert (d.tensors, d.layers, d.expected_batch) == ("w13,w2", "auto", "decode:1")
+    assert SidpConfig.from_env(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "every:4").to_env({})).zerodp.layers == "every:4"
 
 
 @pytest.mark.parametrize(
@@ -162,15 +188,16 @@ def test_zerodp_flags_reject_bad_values(flag, value):
 
 def test_zerodp_flag_patterns_agree_with_the_plan_parsers():
     """Every value the flags accept is one the runtime parsers accept too (no late failures)."""
-    from sgl_sidp.zerodp.plan import GROUPS, ExpectedBatch, parse_layers
+    from sgl_sidp.calibration.table import ExpectedBatch
+    from sgl_sidp.zerodp.policy import GROUPS, parse_layers
 
     moe = list(range(48))
     for layers in ("auto", "all", "every:1", "every:12", "3", "3,7,11"):
-        parse_layers(parse("--sidp-zerodp-layers", layers).zerodp_layers, moe)
+        parse_layers(parse("--sidp-zerodp-layers", layers).zerodp.layers, moe)
     for batch in ("decode:1", "prefill:8192", "kv:2048"):
-        ExpectedBatch.parse(parse("--sidp-zerodp-expected-batch", batch).zerodp_expected_batch)
+        ExpectedBatch.parse(parse("--sidp-zerodp-expected-batch", batch).zerodp.expected_batch)
     for tensors in ("w13,w2", "w2", "w13"):
-        assert set(parse("--sidp-zerodp-tensors", tensors).zerodp_tensors.split(",")) <= set(GROUPS)
+        assert set(parse("--sidp-zerodp-tensors", tensors).zerodp.tensors.split(",")) <= set(GROUPS)
 
 
 def test_rejects_zerodp_without_dp(moe_dir):
@@ -183,26 +210,11 @@ def test_rejects_zerodp_on_dense_model(dense_dir):
     assert any("has no MoE layers" in p for p in ps)
 
 
-def test_rejects_sidp_without_dp(dense_dir):
-    ps = problems(parse("--sidp-mode", "sidp"), args(dense_dir, dp=1))
-    assert any("needs --dp-size >= 2 (at least two FFN owners), got 1" in p for p in ps)
-
-
-def test_rejects_sidp_on_moe_model(moe_dir):
-    ps = problems(parse("--sidp-mode", "sidp"), args(moe_dir, dp=2))
-    assert any("is an MoE model (use --sidp-mode zerodp)" in p for p in ps)
-
-
-def test_rejects_shift_without_tp(dense_dir):
-    ps = problems(parse("--sidp-mode", "shift"), args(dense_dir, tp=1))
-    assert any("needs --tp-size >= 2, got 1" in p for p in ps)
-
-
 def test_reports_every_problem_at_once(dense_dir, moe_dir):
     ps = problems(parse("--sidp-mode", "zerodp"), args(dense_dir, dp=1))
     assert len(ps) == 2  # dp + dense model
     ps = problems(parse("--sidp-mode", "sidp"), args(moe_dir, dp=1))
-    assert len(ps) == 3  # not implemented + dp + MoE model
+    assert ps == ["--sidp-mode sidp is not implemented in this version of sgl-sidp yet"]
 
 
 @pytest.mark.skipif(not MODELS.is_dir(), reason=f"{MODELS} not found (the shared model configs)")

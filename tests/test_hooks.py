@@ -5,7 +5,7 @@ import importlib.metadata
 import pytest
 
 from sgl_sidp.config import SidpConfig, SidpMode
-from sgl_sidp.hooks import HOOKS, USED_SYMBOLS, check_symbol, hooks_for
+from sgl_sidp.hooks import HOOKS, TORCH_HOOKS, USED_SYMBOLS, check_symbol, hooks_for
 
 
 def test_pinned_sglang_version():
@@ -18,8 +18,19 @@ def test_hook_target_exists_with_expected_signature(hook):
 
     check_symbol(hook.target, hook.params)
     assert hook.hook_type in HookType.__members__
-    assert callable(hook.resolve_impl())
+    assert callable(getattr(hook.runtime_class(), hook.method))
     assert hook.why
+
+
+@pytest.mark.parametrize("name", list(TORCH_HOOKS))
+def test_torch_hook_installer_and_sglang_attrs_exist(name):
+    import pkgutil
+
+    th = TORCH_HOOKS[name]
+    cls_path, method = th.installer.rsplit(".", 1)
+    assert callable(getattr(pkgutil.resolve_name(cls_path), method)) and th.kind == "forward_pre" and th.why
+    for attr in th.sglang_attrs:
+        check_symbol(attr, instance_attr=True)
 
 
 @pytest.mark.parametrize("sym", USED_SYMBOLS, ids=lambda s: s.path.split("sglang.")[-1])
@@ -42,7 +53,7 @@ def test_hooks_for_config():
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run"]
     assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))] == [  # modes imply the signal
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run",
-        "ModelRunner.load_model", "Scheduler.__init__", "ModelRunner.alloc_memory_pool", "FusedMoE.run_moe_core",
+        "ModelRunner.load_model", "ModelRunner.alloc_memory_pool", "Scheduler.__init__", "FusedMoE.run_moe_core",
         "DPBudget.update_budget", "DPBudget.dispatch"]
     assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.SHIFT))] == [
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run"]  # ZeroDP's hooks only in zerodp mode

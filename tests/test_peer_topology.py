@@ -2,7 +2,7 @@
 
 from sgl_sidp.peer import topology as preflight
 from sgl_sidp.peer.topology import peer_access_problems, replica_gpus
-from sgl_sidp.zerodp.plan import source_sink_pairs
+from sgl_sidp.zerodp.policy import source_sink_pairs
 
 
 def test_replica_gpus():

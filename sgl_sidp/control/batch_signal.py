@@ -10,8 +10,10 @@ it:
 - `BatchSignalObserver` aggregates them, logs one SGLang-style line every
   `log_interval` busy iterations and, with `--enable-metrics`, exports Prometheus
   metrics under SGLang's `sglang:` prefix with the scheduler's own labels.
-- `on_scheduler_init` / `on_next_batch` are the two hook bodies (see
-  `sgl_sidp.hooks`), wired in by `sgl_sidp.plugin`.
+- `BatchSignal` is the per-process runtime whose methods `on_scheduler_init` /
+  `on_next_batch` are the two hook bodies (see `sgl_sidp.hooks`), registered by
+  `sgl_sidp.plugin` with the plugin's per-process context; features subscribe to the
+  signal through that context (`PluginContext.listeners`).
 
 Everything here is CPU-only Python, duck-typed on SGLang's objects so the tests can
 drive it with small stand-ins.
@@ -22,12 +24,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Callable, Optional
+import weakref
+from typing import Any, Callable, MutableMapping, Optional
 
 logger = logging.getLogger(__name__)
-
-#: Attribute the observer keeps on each SGLang `Req` to count its prefix hits once.
-_SEEN_ATTR = "_sidp_seen_cached_tokens"
 
 #: Batch-size buckets of the Prometheus histogram (powers of two up to SGLang's
 #: largest default CUDA-graph batch).
@@ -63,13 +63,15 @@ class IterationSignal:
         return self.forward_mode not in ("DECODE", "IDLE")
 
     @classmethod
-    def from_plan(cls, plan: Any, waiting: int = 0) -> Optional["IterationSignal"]:
+    def from_plan(cls, plan: Any, waiting: int = 0, seen: Optional[MutableMapping] = None) -> Optional["IterationSignal"]:
         """Read the signal off a `NextBatchPlan` (`batch_to_run`, `running_batch`).
 
-        Returns None when the scheduler runs nothing this iteration. Marks each
-        request of a prefill batch so that its prefix hits count once even when its
-        prompt is computed in several chunks.
+        Returns None when the scheduler runs nothing this iteration. `seen` maps each request
+        of a prefill batch to the prefix-hit tokens already counted (a `WeakKeyDictionary`
+        kept by the caller), so its hits count once even when its prompt is computed in
+        several chunks.
         """
+        seen = {} if seen is None else seen
         batch = plan.batch_to_run
         if batch is None:
             return None
@@ -81,8 +83,8 @@ class IterationSignal:
             tokens = int(batch.extend_num_tokens or 0)
             for req in batch.reqs:
                 cached = int(getattr(req, "cached_tokens", 0) or 0)
-                hits += cached - getattr(req, _SEEN_ATTR, 0)
-                setattr(req, _SEEN_ATTR, cached)
+                hits += cached - seen.get(req, 0)
+                seen[req] = cached
         elif mode.is_idle():
             tokens = 0
         else:
@@ -102,6 +104,8 @@ class BatchSignalObserver:
         registry: Prometheus registry for tests; None uses prometheus_client's default,
             which SGLang's multiprocess collector serves on `/metrics`.
         rank_name: how log lines name this scheduler (e.g. "DP1 TP0").
+        listeners: callables given every recorded (non-idle) iteration's signal, e.g. a feature's
+            metrics; the list is kept (not copied), so subscribers may join later.
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class BatchSignalObserver:
         metric_labels: Optional[dict] = None,
         registry: Any = None,
         rank_name: str = "",
+        listeners: Optional[list] = None,
     ):
         self.log_interval = log_interval
         self.rank_name = rank_name
@@ -117,8 +122,7 @@ class BatchSignalObserver:
         self.totals = {"iterations": 0, "computed_tokens": 0, "prefix_hit_tokens": 0}
         self._window: list[IterationSignal] = []
         self._metrics = _PrometheusSignal(metric_labels, registry) if metric_labels is not None else None
-        #: callables given every recorded (non-idle) iteration's signal, e.g. a feature's metrics
-        self.listeners: list[Callable[[IterationSignal], None]] = []
+        self.listeners: list[Callable[[IterationSignal], None]] = [] if listeners is None else listeners
 
     def record(self, sig: Optional[IterationSignal]) -> Optional[str]:
         """Account one iteration; returns the log line if this iteration closed a window."""
@@ -201,30 +205,40 @@ class _PrometheusSignal:
 
 
 # ---------------------------------------------------------------------------- hook bodies
-def on_scheduler_init(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
-    """AFTER hook on `Scheduler.__init__`: attach a `BatchSignalObserver` to the scheduler.
+class BatchSignal:
+    """The batch signal's per-process runtime: its methods are the hook bodies (`sgl_sidp.hooks`).
 
-    Runs once per scheduler process, after SGLang configured its logging and its
-    metrics collector, so the log line and the metric labels are SGLang's own.
+    Args:
+        ctx: the plugin's per-process context (`sgl_sidp.plugin.PluginContext`): the config, the
+            installed hooks' names, and the listeners features subscribed to the signal.
     """
-    from sgl_sidp.plugin import installed_hooks, loaded_config
 
-    cfg = loaded_config()
-    ps = scheduler.ps
-    rank_name = f"DP{ps.dp_rank if ps.dp_rank is not None else 0} TP{ps.tp_rank}"
-    collector = getattr(scheduler, "metrics_collector", None)
-    labels = dict(collector.labels) if collector is not None else None
-    scheduler._sidp_signal = BatchSignalObserver(cfg.signal_log_interval, labels, rank_name=rank_name)
-    logger.info(
-        "sgl-sidp plugin active in scheduler %s (pid %d): mode=%s, batch signal every %d iters, "
-        "prometheus=%s, hooks: %s",
-        rank_name, os.getpid(), cfg.mode.value, cfg.signal_log_interval,
-        "on" if labels is not None else "off", ", ".join(installed_hooks()),
-    )
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self.observer: Optional[BatchSignalObserver] = None
+        self._seen: MutableMapping = weakref.WeakKeyDictionary()  # Req -> prefix-hit tokens counted
 
+    def on_scheduler_init(self, result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+        """AFTER hook on `Scheduler.__init__`: start observing this scheduler.
 
-def on_next_batch(plan: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
-    """AFTER hook on `Scheduler.get_next_batch_to_run`: record this iteration's signal."""
-    observer = getattr(scheduler, "_sidp_signal", None)
-    if observer is not None:
-        observer.record(IterationSignal.from_plan(plan, waiting=len(scheduler.waiting_queue)))
+        Runs once per scheduler process, after SGLang configured its logging and its
+        metrics collector, so the log line and the metric labels are SGLang's own.
+        """
+        cfg = self.ctx.config
+        ps = scheduler.ps
+        rank_name = f"DP{ps.dp_rank if ps.dp_rank is not None else 0} TP{ps.tp_rank}"
+        collector = getattr(scheduler, "metrics_collector", None)
+        labels = dict(collector.labels) if collector is not None else None
+        self.observer = BatchSignalObserver(cfg.signal_log_interval, labels, rank_name=rank_name,
+                                            listeners=self.ctx.listeners)
+        logger.info(
+            "sgl-sidp plugin active in scheduler %s (pid %d): mode=%s, batch signal every %d iters, "
+            "prometheus=%s, hooks: %s",
+            rank_name, os.getpid(), cfg.mode.value, cfg.signal_log_interval,
+            "on" if labels is not None else "off", ", ".join(self.ctx.installed),
+        )
+
+    def on_next_batch(self, plan: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+        """AFTER hook on `Scheduler.get_next_batch_to_run`: record this iteration's signal."""
+        if self.observer is not None:
+            self.observer.record(IterationSignal.from_plan(plan, waiting=len(scheduler.waiting_queue), seen=self._seen))

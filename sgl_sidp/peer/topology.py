@@ -56,7 +56,7 @@ def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[i
     """One line per (owner, reader) GPU pair where the reader cannot read the owner's memory.
 
     Args:
-        pairs: `(owner_gpu, reader_gpu)` pairs (ZeroDP: `zerodp.plan.source_sink_pairs`).
+        pairs: `(owner_gpu, reader_gpu)` pairs (ZeroDP: `zerodp.policy.source_sink_pairs`).
         can_read: `(owner_gpu, reader_gpu) -> True/False/None (unknown)`; default NVML.
     """
     if can_read is None:

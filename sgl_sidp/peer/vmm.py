@@ -1,20 +1,21 @@
 """Owner/reader hand-over of device memory: VMM allocations shared through POSIX file descriptors.
 
 The owner (ZeroDP: the source) moves each shared tensor into its own CUDA VMM allocation
-(`cuMemCreate` with a POSIX-fd shareable handle) and keeps computing on it. Readers (ZeroDP: the
-sinks) connect to the owner over a Unix socket, receive one file descriptor per tensor
-(`socket.send_fds`, SCM_RIGHTS), import it (`cuMemImportFromShareableHandle`) and map it into
-their own address space with read access for their own GPU (`cuMemSetAccess`). A reader then
-reads the owner's HBM with plain device-to-device copies over NVLink: one-sided, the owner does
-nothing at run time, and the reader creates no CUDA context on the owner's GPU.
+(`cuMemCreate` with a POSIX-fd shareable handle), frees the original before moving the next
+(`sgl_sidp.peer.moves.plan_moves`: at most one tensor is ever held twice), and keeps computing on
+it. Readers (ZeroDP: the sinks) connect to the owner over a Unix socket, receive one file
+descriptor per tensor (`socket.send_fds`, SCM_RIGHTS), import it
+(`cuMemImportFromShareableHandle`) and map it into their own address space with read access for
+their own GPU (`cuMemSetAccess`). A reader then reads the owner's HBM with plain device-to-device
+copies over NVLink: one-sided, the owner does nothing at run time.
 
-The VMM calls are SGLang's own (DWDP's `sglang.srt.layers.moe.dwdp.vmm` and
-`sglang.srt.distributed.device_communicators.vmm_utils`); what is ours is the rendezvous,
-since owner and readers can be separate DP replicas with no process group in common.
+The driver calls go through `VmmDriver` (SGLang's own DWDP helpers, `sglang.srt.layers.moe.dwdp.vmm`
+and `sglang.srt.distributed.device_communicators.vmm_utils`, plus unmap/release from
+`cuda.bindings`), so CPU tests inject a fake driver. What is ours is the move order and the
+rendezvous, since owner and readers can be separate DP replicas with no process group in common.
 
 The socket also tells a reader that its owner died: the kernel closes it, the reader's watcher
-thread sees EOF and stops the server with a clear message (SGLang's own scheduler-failure path:
-SIGQUIT to the parent).
+thread sees EOF and stops the whole server with a message naming the owner (`stop_server`).
 """
 
 from __future__ import annotations
@@ -33,14 +34,19 @@ from typing import Callable, Sequence
 import torch
 
 from sgl_sidp.peer.manifest import TensorSpec
-
-
-class PeerError(RuntimeError):
-    """Shared memory cannot be set up: no owner, no peer access, a bad tensor."""
+from sgl_sidp.peer.moves import plan_moves
 
 logger = logging.getLogger(__name__)
 
+#: Environment variable with the pid of the process that launched the server (the HTTP server,
+#: where SGLang installs its SIGQUIT handler); set by `sgl_sidp.launch_server`.
+LAUNCHER_PID_ENV = "SIDP_LAUNCHER_PID"
+
 _FDS_PER_MESSAGE = 64  # well under the kernel's SCM_MAX_FD (253)
+
+
+class PeerError(RuntimeError):
+    """Shared memory cannot be set up: no owner, no peer access, no memory, a bad tensor."""
 
 
 def socket_address(feature: str, port: int, tp_rank: int) -> str:
@@ -48,29 +54,106 @@ def socket_address(feature: str, port: int, tp_rank: int) -> str:
     return f"\0sgl-sidp-{feature}.{port}.tp{tp_rank}"
 
 
-def _drv():
-    from cuda.bindings import driver
+def stop_server(message: str) -> None:
+    """Log `message` and stop the whole server, SGLang's way, then exit this process.
 
-    return driver
-
-
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_KEEP_ALIVE: list[torch.Tensor] = []  # mapped for the life of the process
-
-
-def vmm_tensor(va: int, shape: tuple[int, ...], dtype: torch.dtype, device_id: int) -> torch.Tensor:
-    """A tensor of `shape`/`dtype` on `device_id` over the mapped range at `va` (no copy, no ownership).
-
-    Goes through SGLang's `tensor_from_ptr` with the integer dtype of the same width and views it
-    back: that helper hands bf16 to DLPack as kDLFloat/16, which comes back as float16.
+    SGLang's launcher process handles SIGQUIT by killing its process tree (HTTP server, DP
+    controller, every scheduler). A scheduler's own exception path signals only its parent, which
+    with `--dp-size > 1` is the DP controller (no handler: it dies silently). So the launcher is
+    signalled directly: its pid from `$SIDP_LAUNCHER_PID`, else the scheduler's parent.
     """
-    from sglang.srt.layers.moe.dwdp.vmm import tensor_from_ptr
+    logger.error(message)
+    try:
+        pid = int(os.environ.get(LAUNCHER_PID_ENV) or 0)
+        if pid <= 0:
+            import psutil
 
-    base = tensor_from_ptr(va, tuple(shape), _INT_OF_SIZE[dtype.itemsize], device_id)
-    _KEEP_ALIVE.append(base)  # owns the DLPack structs the storage's deleter points at
-    return base.view(dtype)
+            pid = psutil.Process().parent().pid
+        os.kill(pid, signal.SIGQUIT)
+    finally:
+        os._exit(1)
 
 
+# --------------------------------------------------------------------------- driver
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+class VmmDriver:
+    """The CUDA VMM and memory calls the transport makes (CUDA implementation; tests inject a fake)."""
+
+    def __init__(self):
+        self._dlpack_bases: list[torch.Tensor] = []  # see `tensor`
+
+    def _drv(self):
+        from cuda.bindings import driver
+
+        return driver
+
+    def granularity(self, device_id: int) -> int:
+        from sglang.srt.layers.moe.dwdp.vmm import get_allocation_granularity
+
+        return int(get_allocation_granularity(device_id))
+
+    def create(self, size: int, device_id: int):
+        """A physical allocation of `size` bytes with a POSIX-fd shareable handle (`cuMemCreate`)."""
+        from sglang.srt.layers.moe.dwdp.vmm import create_fabric_handle
+
+        return create_fabric_handle(size, device_id)
+
+    def map(self, handle, size: int, device_id: int) -> int:
+        """Reserve a VA range, map `handle` there, grant `device_id` access; returns the VA."""
+        from sglang.srt.layers.moe.dwdp.vmm import map_handle, reserve_va, set_access
+
+        va = reserve_va(size, self.granularity(device_id))
+        map_handle(va, size, handle)
+        set_access(va, size, device_id)
+        return int(va)
+
+    def export_fd(self, handle) -> int:
+        from sglang.srt.distributed.device_communicators.vmm_utils import check_drv
+
+        drv = self._drv()
+        posix = drv.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        return int(check_drv(drv.cuMemExportToShareableHandle(handle, posix, 0), "cuMemExportToShareableHandle(POSIX_FD)"))
+
+    def import_fd(self, fd: int):
+        from sglang.srt.distributed.device_communicators.vmm_utils import import_peer_handle
+
+        return import_peer_handle(None, fd, use_fabric=False, peer_rank=0)
+
+    def tensor(self, va: int, shape: tuple[int, ...], dtype: torch.dtype, device_id: int) -> torch.Tensor:
+        """A tensor over the mapped range at `va` (no copy, no ownership).
+
+        Goes through SGLang's `tensor_from_ptr` with the integer dtype of the same width and views
+        it back: that helper hands bf16 to DLPack as kDLFloat/16, which comes back as float16.
+        """
+        from sglang.srt.layers.moe.dwdp.vmm import tensor_from_ptr
+
+        base = tensor_from_ptr(va, tuple(shape), _INT_OF_SIZE[dtype.itemsize], device_id)
+        # The base owns the DLPack structs its storage's deleter points at: freeing it early crashes
+        # the process (seen on H200), so it lives as long as this driver (the exporter or importer).
+        self._dlpack_bases.append(base)
+        return base.view(dtype)
+
+    def unmap(self, va: int, size: int) -> None:
+        drv = self._drv()
+        drv.cuMemUnmap(va, size)
+        drv.cuMemAddressFree(va, size)
+
+    def release(self, handle) -> None:
+        self._drv().cuMemRelease(handle)
+
+    def free_bytes(self, device_id: int) -> int:
+        """Free device memory (bytes), as the driver sees it."""
+        return int(torch.cuda.mem_get_info(device_id)[0])
+
+    def return_cached(self, device_id: int) -> None:
+        """Hand torch's cached free blocks back to the driver, so a freed original is free for `create`."""
+        torch.cuda.synchronize(device_id)
+        torch.cuda.empty_cache()
+
+
+# --------------------------------------------------------------------------- wire
 def _send_msg(sock: socket.socket, payload: bytes) -> None:
     sock.sendall(struct.pack("<Q", len(payload)) + payload)
 
@@ -92,63 +175,65 @@ def _recv_msg(sock: socket.socket) -> bytes:
 
 # --------------------------------------------------------------------------- owner
 class TensorExporter:
-    """Owner side: re-home parameters into shareable VMM memory and serve them to readers.
+    """Owner side: re-home parameters into shareable VMM memory, one at a time, and serve them to readers.
 
     Args:
         params: `TensorSpec -> torch.nn.Parameter` on this process's GPU (contiguous).
         device_id: this process's CUDA device index.
         address: socket address (`socket_address`).
+        driver: the VMM calls (default `VmmDriver`, CUDA).
 
     After construction every parameter's `.data` points at its VMM allocation (same shape,
-    dtype, values), the old storage is freed, and a daemon thread answers readers.
+    dtype, values), each original was freed before the next allocation (`plan`), and a daemon
+    thread answers readers. `peak_extra_bytes` is the most extra device memory measured during
+    the moves (`plan.peak_extra_bytes` is what the plan allows).
 
     Raises:
-        PeerError: a parameter is not contiguous or not on `device_id`.
+        PeerError: a parameter is not contiguous or not on `device_id`; a VMM allocation failed
+            (tensors moved until then stay valid where they are).
     """
 
-    def __init__(self, params: dict[TensorSpec, torch.nn.Parameter], device_id: int, address: str):
-        from sglang.srt.distributed.device_communicators.vmm_utils import check_drv
-        from sglang.srt.layers.moe.dwdp.vmm import (
-            align_up,
-            create_fabric_handle,
-            get_allocation_granularity,
-            map_handle,
-            reserve_va,
-            set_access,
-        )
-
-        drv = _drv()
-        posix = drv.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-        gran = get_allocation_granularity(device_id)
+    def __init__(self, params: dict[TensorSpec, torch.nn.Parameter], device_id: int, address: str,
+                 driver: VmmDriver | None = None):
+        self.driver = driver or VmmDriver()
         self.device_id = device_id
         self.address = address
+        self.plan = plan_moves(list(params), self.driver.granularity(device_id))
+        by_key = {spec.key: (spec, p) for spec, p in params.items()}
         self.entries: list[dict] = []
         self._fds: list[int] = []
-        self._keep = []  # VMM-backed tensors and handles: alive for the process lifetime
-        for spec in sorted(params, key=lambda t: t.key):
-            p = params[spec]
+        self._allocs: list[tuple[object, int, int]] = []  # (handle, va, size), released by close()
+        self._tensors: list[torch.Tensor] = []  # the VMM-backed tensors the parameters now use
+        free0 = self.driver.free_bytes(device_id)
+        self.peak_extra_bytes = 0
+        for key in self.plan.order:
+            spec, p = by_key[key]
             if not p.is_contiguous() or p.device.index != device_id:
                 raise PeerError(f"layer {spec.layer_id} {spec.name}: expected a contiguous tensor on cuda:{device_id}")
-            size = align_up(spec.nbytes, gran)
-            handle = create_fabric_handle(size, device_id)
-            va = reserve_va(size, gran)
-            map_handle(va, size, handle)
-            set_access(va, size, device_id)
-            t = vmm_tensor(va, tuple(p.shape), p.dtype, device_id)
+            size = self.plan.alloc_bytes[key]
+            try:
+                handle = self.driver.create(size, device_id)
+            except Exception as e:  # noqa: BLE001 - the driver's own error, with what we tried
+                raise PeerError(
+                    f"cannot allocate {size / 1e9:.2f} GB of shareable memory on GPU {device_id} to re-home layer "
+                    f"{spec.layer_id} {spec.name} ({self.driver.free_bytes(device_id) / 1e9:.2f} GB free): {e}"
+                ) from e
+            va = self.driver.map(handle, size, device_id)
+            self._allocs.append((handle, va, size))
+            t = self.driver.tensor(va, tuple(p.shape), p.dtype, device_id)
             if t.dtype != p.dtype or t.shape != p.shape:
                 raise PeerError(f"layer {spec.layer_id} {spec.name}: VMM view is {t.dtype} {tuple(t.shape)}, not {p.dtype} {tuple(p.shape)}")
             t.copy_(p.data)
-            p.data = t
-            fd = check_drv(drv.cuMemExportToShareableHandle(handle, posix, 0), "cuMemExportToShareableHandle(POSIX_FD)")
-            self._fds.append(int(fd))
-            self._keep.append((t, handle, va, size))
+            self.peak_extra_bytes = max(self.peak_extra_bytes, free0 - self.driver.free_bytes(device_id))
+            p.data = t  # the original storage has no other owner now
+            self.driver.return_cached(device_id)
+            self._tensors.append(t)
+            self._fds.append(self.driver.export_fd(handle))
             self.entries.append({**spec.to_json(), "alloc_size": size})
-        torch.cuda.synchronize(device_id)
-        torch.cuda.empty_cache()
         self.header = {
             "pid": os.getpid(),
             "device_id": device_id,
-            "device_uuid": str(torch.cuda.get_device_properties(device_id).uuid),
+            "device_uuid": _device_uuid(device_id),
             "entries": self.entries,
         }
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -163,7 +248,10 @@ class TensorExporter:
 
     def _serve(self) -> None:
         while True:
-            conn, _ = self._sock.accept()
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
             try:
                 _send_msg(conn, json.dumps(self.header).encode())
                 for i in range(0, len(self._fds), _FDS_PER_MESSAGE):
@@ -175,6 +263,13 @@ class TensorExporter:
                 conn.close()
 
 
+def _device_uuid(device_id: int) -> str:
+    try:
+        return str(torch.cuda.get_device_properties(device_id).uuid)
+    except Exception:  # noqa: BLE001 - informative only (and absent on CPU test doubles)
+        return ""
+
+
 # --------------------------------------------------------------------------- reader
 class TensorImporter:
     """Reader side: fetch the owner's manifest and file descriptors; map what is needed.
@@ -182,14 +277,20 @@ class TensorImporter:
     Args:
         address: the owner's socket address (`socket_address`).
         device_id: this process's CUDA device index.
-        timeout_s: how long to wait for the owner to publish (it may be loading its weights).
+        timeout_s: how long to wait for the owner to publish (it may be loading its weights), and
+            for each message of the hand-over once connected.
         owner_name: how the owner is called in messages (e.g. "zerodp source DP0 TP0").
+        driver: the VMM calls (default `VmmDriver`, CUDA).
+        can_access_peer: `(our device, owner device) -> bool` (default CUDA's peer-access query).
 
     Raises:
-        PeerError: the owner did not publish within `timeout_s`, or the two GPUs have no peer access.
+        PeerError: the owner did not publish or hand over within `timeout_s`, or the two GPUs
+            have no peer access.
     """
 
-    def __init__(self, address: str, device_id: int, timeout_s: float, owner_name: str):
+    def __init__(self, address: str, device_id: int, timeout_s: float, owner_name: str,
+                 driver: VmmDriver | None = None, can_access_peer: Callable[[int, int], bool] | None = None):
+        self.driver = driver or VmmDriver()
         self.device_id = device_id
         self.owner_name = owner_name
         deadline = time.monotonic() + timeout_s
@@ -207,59 +308,79 @@ class TensorImporter:
                     ) from None
                 time.sleep(0.5)
         self._sock = sock
-        self.header = json.loads(_recv_msg(sock))
+        sock.settimeout(max(1.0, deadline - time.monotonic()))
+        try:
+            self.header = json.loads(_recv_msg(sock))
+            self.entries = [TensorSpec.from_json(e) for e in self.header["entries"]]
+            fds: list[int] = []
+            while len(fds) < len(self.entries):
+                _, got, _, _ = socket.recv_fds(sock, 1, _FDS_PER_MESSAGE)
+                if not got:
+                    raise PeerError(f"{owner_name} closed the connection while sending handles")
+                fds.extend(got)
+        except (socket.timeout, ConnectionError) as e:
+            sock.close()
+            raise PeerError(f"{owner_name} connected but did not hand over its tensors ({e})") from None
+        sock.settimeout(None)  # from here on the socket only carries the owner's EOF (`watch`)
         self.owner_pid = int(self.header["pid"])
         self.owner_device = int(self.header["device_id"])
-        self.entries = [TensorSpec.from_json(e) for e in self.header["entries"]]
         self._alloc = {(e["layer_id"], e["name"]): int(e["alloc_size"]) for e in self.header["entries"]}
-        fds: list[int] = []
-        while len(fds) < len(self.entries):
-            _, got, _, _ = socket.recv_fds(sock, 1, _FDS_PER_MESSAGE)
-            if not got:
-                raise PeerError(f"{owner_name} closed the connection while sending handles")
-            fds.extend(got)
         self._fd = {t.key: fd for t, fd in zip(self.entries, fds)}
-        if self.owner_device != device_id and not torch.cuda.can_device_access_peer(device_id, self.owner_device):
+        can = can_access_peer or torch.cuda.can_device_access_peer
+        if self.owner_device != device_id and not can(device_id, self.owner_device):
             raise PeerError(f"GPU {device_id} has no peer access to GPU {self.owner_device} ({owner_name})")
-        self._mapped = []
+        self._mapped: list[tuple[object, int, int]] = []
 
     def map(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], torch.Tensor]:
-        """Map the owner's tensors `keys` into this process, as tensors on our device (read them only)."""
-        from sglang.srt.distributed.device_communicators.vmm_utils import import_peer_handle
-        from sglang.srt.layers.moe.dwdp.vmm import get_allocation_granularity, map_handle, reserve_va, set_access
+        """Map the owner's tensors `keys` into this process, as tensors on our device (read them only).
 
-        gran = get_allocation_granularity(self.device_id)
+        Raises:
+            PeerError: a key the owner does not share, or a driver call failed (what this call
+                mapped so far is unmapped and released again).
+        """
         spec = {t.key: t for t in self.entries}
         out = {}
-        for key in keys:
-            t = spec[key]
-            size = self._alloc[key]
-            handle = import_peer_handle(None, self._fd[key], use_fabric=False, peer_rank=0)
-            va = reserve_va(size, gran)
-            map_handle(va, size, int(handle))
-            set_access(va, size, self.device_id)
-            dtype = getattr(torch, t.dtype.replace("torch.", ""))
-            out[key] = vmm_tensor(va, t.shape, dtype, self.device_id)
-            self._mapped.append((handle, va, size))
+        done: list[tuple[object, int, int]] = []
+        try:
+            for key in keys:
+                if key not in spec:
+                    raise PeerError(f"{self.owner_name} does not share layer {key[0]} {key[1]}")
+                t = spec[key]
+                size = self._alloc[key]
+                handle = self.driver.import_fd(self._fd[key])
+                va = self.driver.map(handle, size, self.device_id)
+                done.append((handle, va, size))
+                dtype = getattr(torch, t.dtype.replace("torch.", ""))
+                out[key] = self.driver.tensor(va, t.shape, dtype, self.device_id)
+        except Exception as e:
+            for handle, va, size in reversed(done):
+                self.driver.unmap(va, size)
+                self.driver.release(handle)
+            if isinstance(e, PeerError):
+                raise
+            raise PeerError(f"mapping {self.owner_name}'s tensors failed: {e}") from e
+        self._mapped += done
         return out
 
-    def watch(self, on_lost: Callable[[str], None] | None = None) -> None:
-        """Start a daemon thread that calls `on_lost(message)` when the owner's socket closes.
-
-        Default `on_lost`: log the message and stop the server the way SGLang's scheduler does on
-        a fatal error (SIGQUIT to the parent process), then exit this process.
-        """
-
-        def default(msg: str) -> None:
-            logger.error(msg)
+    def close(self) -> None:
+        """Unmap and release everything `map` mapped, close the handles' fds and the socket."""
+        for handle, va, size in reversed(self._mapped):
+            self.driver.unmap(va, size)
+            self.driver.release(handle)
+        self._mapped = []
+        for fd in self._fd.values():
             try:
-                import psutil
+                os.close(fd)
+            except OSError:
+                pass
+        self._fd = {}
+        self._sock.close()
 
-                psutil.Process().parent().send_signal(signal.SIGQUIT)
-            finally:
-                os._exit(1)
+    def watch(self, on_lost: Callable[[str], None] = stop_server) -> threading.Thread:
+        """Start a daemon thread that calls `on_lost(message)` once the owner's socket closes (the owner died).
 
-        cb = on_lost or default
+        Default `on_lost`: `stop_server` (log, stop the whole server, exit this process).
+        """
 
         def run():
             try:
@@ -267,13 +388,15 @@ class TensorImporter:
                     pass
             except OSError:
                 pass
-            cb(
+            on_lost(
                 f"sgl-sidp: {self.owner_name} (pid {self.owner_pid}, GPU {self.owner_device}) is gone; "
                 "this process reads weights from that process's GPU memory and cannot serve without it. "
                 "Stopping the server."
             )
 
-        threading.Thread(target=run, name="sgl-sidp-peer-owner-watch", daemon=True).start()
+        thread = threading.Thread(target=run, name="sgl-sidp-peer-owner-watch", daemon=True)
+        thread.start()
+        return thread
 
 
 def measure_copy_gbps(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], reps: int = 5) -> float:

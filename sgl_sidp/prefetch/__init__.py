@@ -1,4 +1,5 @@
 """Mechanism: slot rings that fetch per-layer weights on a side stream, hidden behind compute.
 
-See `ring` (`PrefetchSchedule`, `SlotPrefetcher`, `StreamOps`, `SimulatedStreams`, `sync_points`).
+- `ring`: `PrefetchSchedule`, `SlotPrefetcher`, `StreamOps` (CUDA), `SimulatedStreams` (CPU), `sync_points`.
+- `binding`: `SlotBinding`, which points modules' parameters at the slots and gives the hook points.
 """

@@ -14,14 +14,15 @@ streams; the ops are captured by SGLang's decode CUDA graphs, and run as eager b
 breakable prefill graphs) and in CPU tests (`SimulatedStreams`, which executes side-stream copies
 at the earliest or the latest moment the events allow, to expose a missing dependency).
 
-Users: ZeroDP (`sgl_sidp.zerodp`: a sink pulls a source's MoE experts).
+`sgl_sidp.prefetch.binding.SlotBinding` binds modules to a ring; users: ZeroDP (a sink pulls a
+source's MoE experts), and SiDP's WaS next.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import torch
 

@@ -1,13 +1,13 @@
 """Capacity-aware DP routing: send each replica a share of requests in proportion to its KV cache.
 
-A ZeroDP sink holds several times the source's KV cache, so SGLang's round robin (equal shares)
-leaves most of it idle. SGLang's `total_tokens` load-balance method sends each request to the
-replica with the fewest tokens in use or queued (`DPBudget.dispatch`, fed from the schedulers'
-load snapshots); we make it compare *fractions of capacity* instead of raw tokens, using the
-`max_total_num_tokens` every snapshot already carries. Before every replica has reported, and
-for any other method, SGLang's own choice stands.
+A ZeroDP sink can hold several times the source's KV cache, so SGLang's round robin (equal
+shares) would leave most of it idle. SGLang's `total_tokens` load-balance method sends each
+request to the replica with the fewest tokens in use or queued (`DPBudget.dispatch`, fed from the
+schedulers' load snapshots); `ZeroDPRuntime.around_dispatch` makes it compare *fractions of
+capacity* instead, using the `max_total_num_tokens` every snapshot already carries. Before every
+replica has reported, and for any other method, SGLang's own choice stands.
 
-These hooks run in SGLang's DP controller process. SGLang does not load plugins there, so
+Those hooks run in SGLang's DP controller process. SGLang does not load plugins there, so
 `sgl_sidp.launch_server` loads them when multiprocessing's spawn re-imports it as the child's
 main module (see the end of that module).
 """
@@ -28,26 +28,3 @@ def pick_rank(total_tokens, total_requests, capacity, estimated_tokens: int) -> 
         range(len(capacity)),
         key=lambda i: ((total_tokens[i] + estimated_tokens) / capacity[i], total_requests[i]),
     )
-
-
-def after_update_budget(result, budget, loads, *args, **kwargs):
-    """AFTER hook on `DPBudget.update_budget`: remember each replica's `max_total_num_tokens`."""
-    caps = budget.__dict__.setdefault("_sidp_capacity", [0] * budget.dp_size)
-    for load in loads:
-        cap = int(getattr(load, "max_total_num_tokens", 0) or 0)
-        if cap > 0:
-            caps[load.dp_rank] = cap
-    return result
-
-
-def around_dispatch(original, budget, method, estimated_tokens: int = 0, *args, **kwargs):
-    """AROUND hook on `DPBudget.dispatch`: capacity-normalized `total_tokens` routing."""
-    from sglang.srt.managers.data_parallel_controller import LoadBalanceMethod
-
-    caps = budget.__dict__.get("_sidp_capacity")
-    if method != LoadBalanceMethod.TOTAL_TOKENS or not caps or min(caps) <= 0:
-        return original(budget, method, estimated_tokens, *args, **kwargs)
-    target = pick_rank(budget.total_tokens, budget.total_requests, caps, estimated_tokens)
-    budget.total_requests[target] += 1
-    budget.total_tokens[target] += estimated_tokens
-    return target

@@ -1,0 +1,110 @@
+"""The cost model: which weight copies hide behind which forwards, and what capacity they buy.
+
+Pure Python on a `Calibration`; features (ZeroDP's offload set, SiDP's B_th, Shift's threshold)
+decide with it. Tested on CPU (`tests/test_calibration.py`, `tests/test_zerodp_policy.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+from sgl_sidp.calibration.table import Calibration
+
+#: Used where a calibration has not measured them: measured on H200 by ZeroDP (a sink pulling 9.66 GB per
+#: decode step reached 317 of its 396 GB/s idle rate, and its steps slowed 0.327 ms per GB pulled;
+#: benchmarks/results/zerodp/README.md, round 2).
+DEFAULT_COPY_RATE_IN_FORWARD = 0.8
+DEFAULT_COPY_SLOWDOWN_MS_PER_GB = 0.327
+
+#: Fraction of a forward's time that copies may fill. The rest absorbs jitter and the copy
+#: engine's share of the reader's HBM bandwidth.
+COPY_BUDGET_MARGIN = 0.85
+
+
+def copies_that_fit(copy_ms_each: float, budget_ms: float, margin: float = COPY_BUDGET_MARGIN) -> int:
+    """How many copies of `copy_ms_each` ms fit in `margin` of a `budget_ms` forward (ms, >= 0)."""
+    if copy_ms_each <= 0:
+        return 1 << 30
+    return max(0, int(margin * budget_ms // copy_ms_each))
+
+
+def hidden_fraction(copy_ms: float, forward_ms: float) -> float:
+    """Fraction of `copy_ms` of copies that can hide behind a forward of `forward_ms` (1.0 = all)."""
+    if copy_ms <= 0:
+        return 1.0
+    return min(1.0, forward_ms / copy_ms)
+
+
+def spread(candidates: Sequence[int], n: int, phase: float = 0.0) -> tuple[int, ...]:
+    """Pick `n` of `candidates` (in order) evenly spaced, the last one included at phase 0.
+
+    Spacing keeps one copy in flight per stretch of compute; ending at the last layer keeps the
+    first layer resident, since nothing runs before it to hide its copy. `phase` in [0, 1) shifts
+    the picks by that fraction of the spacing (earlier), so readers of one owner pull different
+    layers at the same point of their forwards.
+    """
+    L = len(candidates)
+    if n <= 0:
+        return ()
+    if n >= L:
+        return tuple(candidates)
+    stride = L / n
+    picks = []
+    for i in range(n):
+        idx = math.ceil((i + 1) * stride - 1 - phase * stride - 1e-9)
+        picks.append(candidates[max(0, min(L - 1, idx))])
+    return tuple(sorted(set(picks)))
+
+
+@dataclasses.dataclass(frozen=True)
+class KVModel:
+    """Capacity-bound decode on a replica that streams `n` of its layers through a slot ring.
+
+    A replica that serves more sequences than its KV cache holds runs decode steps of
+    `batch = KV bytes / (context * kv_bytes_per_token)` sequences. Streaming n layers adds
+    `(n - min(n, n_slots)) * layer_bytes` bytes of KV (the slots cost `n_slots` layers), so the
+    batch grows; the step takes the longer of the modeled forward (`Calibration.decode_step_ms`,
+    plus the copies' measured slowdown) and the copies themselves (at `copy_rate_in_forward` of
+    the idle rate; the `DEFAULT_*` above where the calibration has not measured them).
+
+    Assumes a queue that never drains: every step runs as many sequences as the cache holds. A
+    draining batch (a finite job, light load) keeps paying the copies with fewer sequences.
+
+    Attributes:
+        vanilla_kv_bytes: bytes SGLang gives the KV cache without streaming.
+        kv_bytes_per_token: KV bytes of one token over all layers of this TP rank.
+        context: tokens per running sequence.
+        calibration: forward times and the copies' slowdown.
+        n_slots: slots of the ring (each costs one layer's bytes).
+        max_batch: cap on running sequences (`--max-running-requests`), None: no cap.
+    """
+
+    vanilla_kv_bytes: float
+    kv_bytes_per_token: int
+    context: int
+    calibration: Calibration
+    n_slots: int = 2
+    max_batch: int | None = None
+
+    def batch(self, extra_kv_bytes: float) -> float:
+        """Sequences of `context` tokens the KV cache holds with `extra_kv_bytes` more (>= 1)."""
+        b = (self.vanilla_kv_bytes + extra_kv_bytes) / (self.context * self.kv_bytes_per_token)
+        if self.max_batch:
+            b = min(b, self.max_batch)
+        return max(1.0, b)
+
+    def tokens_per_s(self, n_layers: int, layer_bytes: int, copy_gbps: float) -> tuple[float, float, float]:
+        """(batch, step ms, decode tokens/s) when streaming `n_layers` of `layer_bytes` each at `copy_gbps`."""
+        extra = (n_layers - min(n_layers, self.n_slots)) * layer_bytes
+        b = self.batch(extra)
+        pulled_gb = n_layers * layer_bytes / 1e9
+        compute = self.calibration.decode_step_ms(b, self.context, self.kv_bytes_per_token)
+        cal = self.calibration
+        slowdown = DEFAULT_COPY_SLOWDOWN_MS_PER_GB if cal.copy_slowdown_ms_per_gb is None else cal.copy_slowdown_ms_per_gb
+        rate = cal.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD
+        compute += slowdown * pulled_gb
+        copies = pulled_gb / (copy_gbps * rate) * 1e3
+        step = max(compute, copies)
+        return b, step, b / step * 1e3

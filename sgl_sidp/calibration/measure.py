@@ -1,0 +1,284 @@
+"""Start-up measurements on a running SGLang scheduler (GPU only; called once the scheduler is built).
+
+Runs after `Scheduler.__init__` (KV pool allocated, CUDA graphs captured, nothing served yet) in
+every TP rank of a replica, each rank running the same forwards (the graphs hold TP collectives).
+
+- Decode: `ModelRunner.forward` on a synthetic decode `ForwardBatch` of `bs` sequences of
+  `context` tokens with random token ids (so an MoE router spreads them over the experts as real
+  traffic does; one repeated token would send every row to the same experts), each row on its
+  own freshly allocated KV slots where the pool has room (else all rows share one row's slots);
+  new K/V go to SGLang's reserved padding slot 0. This replays SGLang's captured decode graph.
+  Each batch is timed at two contexts; the difference gives the rate a decode step reads its KV
+  cache (`attention_gbps`, measured instead of assumed).
+- Prefill: one request of T tokens through `ScheduleBatch.init_new` / `prepare_for_extend` /
+  `ForwardBatch.init_new` / `ModelRunner.forward`, the way SGLang's own start-up profiler
+  (`Scheduler.profile_and_init_predictor`) times prefill; its KV is freed afterwards.
+- Copies while a forward runs: a decode forward replayed with and without reader copies on a
+  side stream (`time_copy_during_forward`).
+
+Every step frees what it allocates; the time spent is bounded by `budget_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from array import array
+from typing import Callable, Sequence
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+#: Default decode batch sizes and the two contexts each is timed at; prefill chunk sizes.
+DECODE_BATCHES = (1, 8, 32, 128, 256)
+DECODE_CONTEXTS = (256, 2048)
+PREFILL_TOKENS = (512, 2048, 8192)
+
+
+def kv_bytes_per_token(model_runner) -> int:
+    """KV bytes of one token over all attention layers of this TP rank (MHA/GQA: K and V; MLA: latent).
+
+    From SGLang's `ModelConfig` and `--kv-cache-dtype` (fp8*: 1 byte, fp4*: half, else the model
+    dtype), so it is known before the KV pool exists.
+    """
+    mc = model_runner.model_config
+    kv_flag = str(model_runner.server_args.kv_cache_dtype or "auto")
+    elt = 1.0 if kv_flag.startswith("fp8") else 0.5 if kv_flag.startswith("fp4") else mc.dtype.itemsize
+    layers = int(getattr(mc, "num_attention_layers", mc.num_hidden_layers))
+    if getattr(mc, "kv_lora_rank", None):
+        per_layer = mc.kv_lora_rank + mc.qk_rope_head_dim
+    else:
+        per_layer = 2 * mc.get_num_kv_heads(model_runner.ps.tp_size) * mc.head_dim
+    return max(1, int(layers * per_layer * elt))
+
+
+def _timed(fn: Callable[[], object], iters: int, warmup: int = 2) -> float:
+    """Median ms of `fn()` on the current stream, `iters` times after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+class DecodeProbe:
+    """A synthetic decode batch of `bs` rows of `context` tokens, run through `ModelRunner.forward`.
+
+    Raises:
+        RuntimeError: the KV pool has no room for `context` tokens.
+    """
+
+    def __init__(self, model_runner, bs: int, context: int):
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+
+        self.mr = mr = model_runner
+        dev = mr.device
+        alloc = mr.token_to_kv_pool_allocator
+        self.shared_kv = bs * context > alloc.available_size() // 2
+        self.kv = alloc.alloc(context if self.shared_kv else bs * context)
+        if self.kv is None:
+            raise RuntimeError(f"no room for {context} KV tokens")
+        rows = torch.arange(1, bs + 1, device=dev)  # unused request rows (row 0 is SGLang's padding row)
+        kv_rows = self.kv.to(torch.int32).view(1 if self.shared_kv else bs, context)
+        mr.req_to_token_pool.req_to_token[rows, :context] = kv_rows
+        seq = torch.full((bs,), context, dtype=torch.int64, device=dev)
+        vocab = int(mr.model_config.vocab_size)
+        ids = torch.randint(0, vocab, (bs,), generator=torch.Generator().manual_seed(bs)).to(dev)
+
+        def batch():
+            return ForwardBatch(
+                forward_mode=ForwardMode.DECODE, batch_size=bs,
+                input_ids=ids.clone(),
+                req_pool_indices=rows, seq_lens=seq.clone(), orig_seq_lens=seq.clone(), seq_lens_cpu=seq.cpu(),
+                out_cache_loc=torch.zeros(bs, dtype=torch.int64, device=dev),  # SGLang's padding slot
+                seq_lens_sum=bs * context, positions=seq - 1, return_logprob=False,
+                capture_hidden_mode=CaptureHiddenMode.NULL, spec_algorithm=mr.spec_algorithm,
+                global_forward_mode=ForwardMode.DECODE,
+            )
+
+        self._batch = batch
+        self.used_graph = None
+
+    def run(self) -> None:
+        out = self.mr.forward(self._batch())
+        self.used_graph = bool(getattr(out, "can_run_graph", False))
+
+    def close(self) -> None:
+        self.mr.token_to_kv_pool_allocator.free(self.kv)
+
+
+def time_prefill(scheduler, tokens: int, iters: int = 2) -> float:
+    """Median ms of a one-request prefill of `tokens` tokens (SGLang's `profile_and_init_predictor` path)."""
+    from sglang.srt.layers.dp_attention import set_is_extend_in_batch
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    mr = scheduler.tp_worker.model_runner
+    ids = array("q", torch.randint(0, 1000, (tokens,), generator=torch.Generator().manual_seed(tokens)).tolist())
+    times = []
+    for i in range(iters + 1):  # the first run warms up
+        req = Req(rid=f"sidp-calibration-{tokens}-{i}", origin_input_text="", origin_input_ids=ids,
+                  sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+        req.full_untruncated_fill_ids = req.origin_input_ids
+        req.logprob_start_len = -1
+        req.set_extend_range(len(req.prefix_indices), len(req.full_untruncated_fill_ids))
+        batch = ScheduleBatch.init_new([req], scheduler.req_to_token_pool, scheduler.token_to_kv_pool_allocator,
+                                       scheduler.tree_cache, scheduler.model_config, False, scheduler.spec_algorithm)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        batch.prepare_for_extend()
+        if batch.input_ids is None and batch.prefill_input_ids_cpu is not None:
+            batch.input_ids = batch.prefill_input_ids_cpu.to(mr.device, non_blocking=True)
+            batch.prefill_input_ids_cpu = None
+        fb = ForwardBatch.init_new(batch, mr, return_hidden_states_before_norm=False)
+        set_is_extend_in_batch(True)
+        mr.forward(forward_batch=fb)
+        torch.cuda.synchronize()
+        if i:
+            times.append((time.perf_counter() - start) * 1e3)
+        if req.req_pool_idx is not None:
+            scheduler.token_to_kv_pool_allocator.free(
+                scheduler.req_to_token_pool.req_to_token[req.req_pool_idx, : req.extend_range.end])
+            scheduler.req_to_token_pool.free(req)
+    return statistics.median(times)
+
+
+def feasible_points(scheduler, batches: Sequence[int] = DECODE_BATCHES, contexts: Sequence[int] = DECODE_CONTEXTS,
+                    prefill: Sequence[int] = PREFILL_TOKENS) -> tuple[list[int], list[int], list[int]]:
+    """The decode batches (captured in a decode graph, rows available), contexts and prefill sizes
+    (within the KV pool, the context length and the chunked-prefill size) this server can run."""
+    mr = scheduler.tp_worker.model_runner
+    runner = getattr(mr, "decode_cuda_graph_runner", None)
+    captured = set(getattr(runner, "capture_bs", []) or [])
+    rows = mr.req_to_token_pool.size - 1
+    kv_free = mr.token_to_kv_pool_allocator.available_size()
+    ctx_len = int(mr.model_config.context_len)
+    chunk = int(scheduler.server_args.chunked_prefill_size or 0) or ctx_len
+    bs = [b for b in batches if b in captured and b <= rows]
+    ctx = [c for c in contexts if c < min(kv_free, ctx_len)]
+    pre = [t for t in prefill if t <= min(kv_free, ctx_len, chunk)]
+    return bs, ctx, pre
+
+
+def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 10) -> dict:
+    """Decode and prefill forward times of this server (see the module doc).
+
+    Returns:
+        {"decode_ms": {bs: ms}, "decode_context": {bs: tokens}, "attention_gbps": float | None,
+         "prefill_ms": {tokens: ms}, "decode_ms_long": {bs: ms}, "graph": bool, "seconds": float}.
+        `decode_ms` is at the shorter context; `attention_gbps` is fitted from the longer one.
+        Points past `budget_s` are skipped (and missing from the result).
+    """
+    t0 = time.monotonic()
+    mr = scheduler.tp_worker.model_runner
+    bs_list, ctxs, prefill = feasible_points(scheduler)
+    short, long_ = (ctxs[0], ctxs[-1]) if ctxs else (None, None)
+    kvb = kv_bytes_per_token(mr)
+    out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "prefill_ms": {}, "graph": True}
+    rates = []
+    with torch.inference_mode():
+        for bs in bs_list:
+            if time.monotonic() - t0 > budget_s or short is None:
+                break
+            for ctx in dict.fromkeys((short, long_)):
+                probe = DecodeProbe(mr, bs, ctx)
+                try:
+                    ms = _timed(probe.run, iters)
+                finally:
+                    probe.close()
+                shared_kv = probe.shared_kv
+                out["graph"] &= bool(probe.used_graph)
+                if ctx == short:
+                    out["decode_ms"][bs], out["decode_context"][bs] = ms, ctx
+                else:
+                    out["decode_ms_long"][bs] = ms
+            extra_ms = out["decode_ms_long"].get(bs, 0.0) - out["decode_ms"][bs]
+            # below 0.2 ms the difference is noise; rows sharing one row's KV read it partly from L2 (too fast)
+            if long_ != short and extra_ms > 0.2 and not shared_kv:
+                rates.append(bs * (long_ - short) * kvb / (extra_ms * 1e-3) / 1e9)
+        for t in prefill:
+            if time.monotonic() - t0 > budget_s:
+                break
+            out["prefill_ms"][t] = time_prefill(scheduler, t)
+    out["attention_gbps"] = max(rates) if rates else None  # the largest batch with its own KV reads fastest
+    out["seconds"] = time.monotonic() - t0
+    return out
+
+
+def time_copy_during_forward(scheduler, pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], bs: int,
+                             context: int = 256, iters: int = 5) -> dict:
+    """A reader's copies while its GPU runs decode forwards, against each alone.
+
+    Args:
+        pairs: `(local slot, mapped remote tensor)` copies of one layer, as a prefetch issues them.
+        bs, context: the decode batch replayed meanwhile.
+
+    Returns:
+        {"copy_gbps_idle", "copy_gbps_in_forward" (GB/s), "forward_ms", "forward_ms_with_copies",
+         "slowdown_ms_per_gb"}.
+    """
+    mr = scheduler.tp_worker.model_runner
+    side = torch.cuda.Stream(device=mr.device)
+    nbytes = sum(d.numel() * d.element_size() for d, _ in pairs)
+
+    def copies():
+        for dst, src in pairs:
+            dst.copy_(src, non_blocking=True)
+
+    with torch.inference_mode():
+        probe = DecodeProbe(mr, bs, context)
+        try:
+            fwd = _timed(probe.run, iters)
+            with torch.cuda.stream(side):
+                idle = _timed(copies, iters)
+            # both: keep the side stream busy with copies for as long as the forwards run
+            n_fwd = 4
+            reps = max(1, int(round(n_fwd * fwd / max(idle, 1e-3))))
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            cur = torch.cuda.current_stream()
+            torch.cuda.synchronize()
+            side.wait_stream(cur)
+            ev[0].record(side)
+            with torch.cuda.stream(side):
+                for _ in range(reps):
+                    copies()
+            ev[1].record(side)
+            ev[2].record(cur)
+            for _ in range(n_fwd):
+                probe.run()
+            ev[3].record(cur)
+            torch.cuda.synchronize()
+        finally:
+            probe.close()
+    copy_ms = ev[0].elapsed_time(ev[1]) / reps
+    fwd_with = ev[2].elapsed_time(ev[3]) / n_fwd
+    copied_gb_per_fwd = nbytes * reps / n_fwd / 1e9
+    return {
+        "copy_gbps_idle": nbytes / (idle * 1e-3) / 1e9,
+        "copy_gbps_in_forward": nbytes / (copy_ms * 1e-3) / 1e9,
+        "forward_ms": fwd,
+        "forward_ms_with_copies": fwd_with,
+        "slowdown_ms_per_gb": max(0.0, fwd_with - fwd) / copied_gb_per_fwd if copied_gb_per_fwd else 0.0,
+    }
+
+
+def describe_measurement(m: dict) -> str:
+    """One log line for a `measure_forwards` result."""
+    ctx = sorted(set(m["decode_context"].values()))
+    kv_rate = f"{m['attention_gbps']:.0f} GB/s" if m["attention_gbps"] else "not measured"
+    return "; ".join([
+        f"{m['seconds']:.1f} s, {'CUDA graphs' if m['graph'] else 'eager'}",
+        f"decode at {ctx} tokens of context: " + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m["decode_ms"].items())),
+        "with a longer context: " + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m["decode_ms_long"].items())),
+        f"KV read rate {kv_rate}",
+        "prefill " + ", ".join(f"{t} tokens {ms:.1f} ms" for t, ms in sorted(m["prefill_ms"].items())),
+    ])

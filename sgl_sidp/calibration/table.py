@@ -1,0 +1,165 @@
+"""A calibration: forward times and copy rates of one model on one GPU kind (pure data, no GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def _opt_float(v) -> float | None:
+    return None if v is None else float(v)
+
+
+class CalibrationError(RuntimeError):
+    """A calibration is missing, unreadable, or lacks the numbers a decision needs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Forward times and copy rates a cost model decides with.
+
+    Attributes:
+        model: what the numbers were measured on (`sgl_sidp.model_info.model_signature`), e.g.
+            "Qwen3MoeForCausalLM L48 E128 H2048 I768 A32/4 tp1".
+        gpu: GPU name, e.g. "NVIDIA H200".
+        decode_ms: vanilla forward time (ms) of a decode step, by batch size.
+        prefill_ms: vanilla forward time (ms) of a prefill forward, by tokens in the forward.
+        copy_gbps: peer-copy rate (GB/s, 1e9 bytes/s) of an idle GPU pair; None if not measured
+            (readers re-measure it at start-up anyway).
+        source: where the numbers come from ("measured at start-up ...", a command and date).
+        decode_context: tokens per sequence of each `decode_ms` point; missing points count as 0.
+        attention_gbps: rate (GB/s) at which a decode step reads its KV cache; `decode_step_ms`
+            adds the time of the context beyond a point's own. None: no correction.
+        copy_slowdown_ms_per_gb: how much a decode step slows (ms) per GB copied into its GPU
+            during it; None: not measured (the cost model then uses its H200 default).
+        copy_rate_in_forward: fraction of the idle copy rate that copies reach while forwards run;
+            None: not measured (likewise).
+        sglang: SGLang version the numbers were taken with ("" if unknown).
+        measure_s: seconds the start-up measurement took (0 for files made offline).
+    """
+
+    model: str
+    gpu: str
+    decode_ms: dict[int, float]
+    prefill_ms: dict[int, float]
+    copy_gbps: float | None
+    source: str
+    decode_context: dict[int, int] = dataclasses.field(default_factory=dict)
+    attention_gbps: float | None = None
+    copy_slowdown_ms_per_gb: float | None = None
+    copy_rate_in_forward: float | None = None
+    sglang: str = ""
+    measure_s: float = 0.0
+
+    # ------------------------------------------------------------------ files
+    @classmethod
+    def from_json(cls, d: dict) -> "Calibration":
+        """Build from the JSON form (`to_json`; the bundled files use the same keys).
+
+        Raises:
+            KeyError, ValueError: a required key is missing or not a number.
+        """
+        return cls(
+            model=d["model"],
+            gpu=d["gpu"],
+            decode_ms={int(k): float(v) for k, v in d["decode_ms"].items()},
+            prefill_ms={int(k): float(v) for k, v in d.get("prefill_ms", {}).items()},
+            copy_gbps=float(d["copy_gbps"]) if d.get("copy_gbps") else None,
+            source=d.get("source", ""),
+            decode_context={int(k): int(v) for k, v in d.get("decode_context", {}).items()},
+            attention_gbps=float(d["attention_gbps"]) if d.get("attention_gbps") else None,
+            copy_slowdown_ms_per_gb=_opt_float(d.get("copy_slowdown_ms_per_gb")),
+            copy_rate_in_forward=_opt_float(d.get("copy_rate_in_forward")),
+            sglang=str(d.get("sglang", "")),
+            measure_s=float(d.get("measure_s", 0.0)),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Calibration":
+        """Read a calibration JSON file.
+
+        Raises:
+            OSError, json.JSONDecodeError, KeyError, ValueError: unreadable or incomplete file.
+        """
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------ lookups
+    def forward_ms(self, expected: "ExpectedBatch") -> float:
+        """Forward time of a fixed `expected` batch ("decode:N" or "prefill:T"), interpolated linearly
+        between measured points (clamped at the ends).
+
+        Raises:
+            ValueError: `expected` is not a fixed batch.
+            CalibrationError: no points of that kind.
+        """
+        if expected.kind not in ("decode", "prefill"):
+            raise ValueError(f"forward_ms takes a fixed batch (decode:N or prefill:T), not {expected}")
+        table = self.decode_ms if expected.kind == "decode" else self.prefill_ms
+        if not table:
+            raise CalibrationError(f"calibration for {self.model} has no {expected.kind} times")
+        xs = sorted(table)
+        return float(np.interp(expected.size, xs, [table[x] for x in xs]))
+
+    def decode_step_ms(self, batch: float, context: int, kv_bytes_per_token: int) -> float:
+        """Modeled vanilla decode step (ms) of `batch` sequences of `context` tokens each.
+
+        The measured time at `batch` (interpolated) plus the extra KV reads of the context beyond
+        the measured points' own, at `attention_gbps` (nothing is subtracted for shorter contexts).
+
+        Raises:
+            CalibrationError: no decode points.
+        """
+        if not self.decode_ms:
+            raise CalibrationError(f"calibration for {self.model} has no decode times")
+        xs = sorted(self.decode_ms)
+        ms = float(np.interp(batch, xs, [self.decode_ms[x] for x in xs]))
+        if self.attention_gbps:
+            measured_ctx = float(np.interp(batch, xs, [self.decode_context.get(x, 0) for x in xs]))
+            extra_bytes = batch * max(0.0, context - measured_ctx) * kv_bytes_per_token
+            ms += extra_bytes / (self.attention_gbps * 1e9) * 1e3
+        return ms
+
+
+def compare_decode(measured: Calibration, reference: Calibration, kv_bytes_per_token: int) -> list[str]:
+    """`measured`'s modelled decode step next to each of `reference`'s points, at that point's batch and context.
+
+    Returns one line per reference point: "bs16@2052: 14.25 ms ref, 13.80 ms measured (0.97x)".
+    """
+    rows = []
+    for bs, ref_ms in sorted(reference.decode_ms.items()):
+        ctx = reference.decode_context.get(bs, 0)
+        ms = measured.decode_step_ms(bs, ctx, kv_bytes_per_token)
+        rows.append(f"bs{bs}@{ctx}: {ref_ms:.2f} ms ref, {ms:.2f} ms measured ({ms / ref_ms:.2f}x)")
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpectedBatch:
+    """The load a decision is sized for.
+
+    "decode:64": decode steps of 64 sequences; "prefill:8192": forwards of 8,192 tokens;
+    "kv:2048": decode steps of as many 2,048-token sequences as the KV cache holds (a saturated,
+    capacity-bound queue; see `sgl_sidp.calibration.cost.KVModel`).
+    """
+
+    kind: str
+    size: int
+
+    KINDS = ("decode", "prefill", "kv")
+
+    @classmethod
+    def parse(cls, text: str) -> "ExpectedBatch":
+        """Raises: ValueError: not 'decode:N', 'prefill:N' or 'kv:N' with N >= 1."""
+        kind, _, size = text.partition(":")
+        if kind not in cls.KINDS or not size.isdigit() or int(size) < 1:
+            raise ValueError(f"expected 'decode:N', 'prefill:N' or 'kv:N' with N >= 1, got {text!r}")
+        return cls(kind, int(size))
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.size}"

@@ -1,0 +1,102 @@
+"""ZeroDP as a feature of the overlay: its checks before any GPU work, its SGLang defaults, its start-up line.
+
+The hook bodies live in `sgl_sidp.zerodp.runtime` (entries of `sgl_sidp.hooks.HOOKS` tagged "zerodp").
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sgl_sidp.feature import Feature, flag_given
+from sgl_sidp.model_info import model_is_moe
+from sgl_sidp.zerodp.settings import ZeroDPSettings
+
+#: SGLang MoE all-to-all backends (`--moe-a2a-backend`) other than "none": SGLang builds `DeepEPMoE`
+#: layers for them, whose `run_moe_core` is its own, so our slot sync points would never run.
+A2A_OK = ("none",)
+
+
+def check(cfg, raw: argparse.Namespace) -> list[str]:
+    """Every reason ZeroDP cannot run with SGLang's flags `raw` (argparse namespace), one line each."""
+    problems = []
+    dp = int(getattr(raw, "dp_size", 1) or 1)
+    if dp < 2:
+        problems.append(
+            f"--sidp-mode zerodp shares weights across DP replicas: needs --dp-size >= 2 (a source and at least "
+            f"one sink), got {dp}"
+        )
+    if model_is_moe(raw.model_path) is False:
+        problems.append(
+            f"--sidp-mode zerodp offloads MoE expert weights, but {raw.model_path} has no MoE layers "
+            "(use --sidp-mode sidp for dense models)"
+        )
+    pp = int(getattr(raw, "pp_size", 1) or 1)
+    if pp > 1:
+        problems.append(f"--sidp-mode zerodp needs --pp-size 1 (each replica holds all its layers), got {pp}")
+    if getattr(raw, "enable_dp_attention", False):
+        problems.append("--sidp-mode zerodp pairs independent DP replicas; it does not work with --enable-dp-attention")
+    if int(getattr(raw, "dwdp_size", 1) or 1) > 1:
+        problems.append("--sidp-mode zerodp and --dwdp-size both move expert weights; use one of them")
+    if getattr(raw, "offload_mode", "cpu") == "sharded_gpu" or float(getattr(raw, "cpu_offload_gb", 0) or 0) > 0:
+        problems.append("--sidp-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)")
+    a2a = str(getattr(raw, "moe_a2a_backend", "none") or "none")
+    if a2a not in A2A_OK:
+        problems.append(
+            f"--sidp-mode zerodp needs --moe-a2a-backend none, got {a2a}: SGLang's all-to-all MoE layers (DeepEPMoE) "
+            "run their experts outside FusedMoE.run_moe_core, where a sink waits for its pulled weights"
+        )
+    if getattr(raw, "enable_two_batch_overlap", False) or getattr(raw, "enable_single_batch_overlap", False):
+        flag = "--enable-two-batch-overlap" if getattr(raw, "enable_two_batch_overlap", False) else "--enable-single-batch-overlap"
+        problems.append(
+            f"--sidp-mode zerodp does not work with {flag}: micro-batches run each MoE layer twice per forward, "
+            "and a sink's slot ring fetches each offloaded layer once (SGLang's DWDP refuses it too)"
+        )
+    problems += _launch_problems(cfg, raw) if dp >= 2 else []
+    return problems
+
+
+def _launch_problems(cfg, raw: argparse.Namespace) -> list[str]:
+    """Checks that read the machine (NVML) or files: peer access of each source/sink pair, the calibration file."""
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.peer.topology import peer_access_problems
+    from sgl_sidp.zerodp.policy import source_sink_pairs
+
+    pairs = source_sink_pairs(raw.dp_size, raw.tp_size, raw.base_gpu_id, raw.gpu_id_step)
+    problems = [f"--sidp-mode zerodp: a sink cannot read its source: {p}" for p in peer_access_problems(pairs)]
+    path = cfg.zerodp.calibration
+    if path is not None:
+        try:
+            Calibration.load(path)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
+            problems.append(f"--sidp-zerodp-calibration {path}: cannot read it ({type(e).__name__}: {e})")
+    return problems
+
+
+def sglang_defaults(argv: list[str]) -> list[str]:
+    """SGLang flags ZeroDP changes unless the user set them: capacity-aware routing.
+
+    `--load-balance-method total_tokens` is what `sgl_sidp.zerodp.runtime` makes capacity-aware;
+    SGLang's default (round robin) would give the sink the source's share.
+    """
+    if not flag_given(argv, "--load-balance-method"):
+        argv = list(argv) + ["--load-balance-method", "total_tokens"]
+    return argv
+
+
+def describe(cfg, server_args) -> str:
+    """ZeroDP's part of the launcher's start-up line."""
+    z = cfg.zerodp
+    return (
+        f"zerodp: source DP0, sinks DP1..DP{server_args.dp_size - 1}, tensors={z.tensors}, layers={z.layers}, "
+        f"expected batch={z.expected_batch}, routing={server_args.load_balance_method}"
+    )
+
+
+FEATURE = Feature(
+    name="zerodp",
+    summary="MoE experts pulled just in time from a source DP replica over NVLink",
+    settings=ZeroDPSettings,
+    check=check,
+    sglang_defaults=sglang_defaults,
+    describe=describe,
+)
