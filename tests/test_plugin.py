@@ -78,3 +78,27 @@ def test_load_without_sglang_hooks_when_off(monkeypatch):
     plugin.load()
     assert plugin.installed_hooks() == []
     plugin._reset_for_tests()
+
+
+def test_hook_bodies_are_methods_of_one_runtime_per_class():
+    """In zerodp mode every registered body is a bound method; the ZeroDP hooks share one runtime object and the
+    batch-signal hooks another, so per-process state lives in those objects (nothing global, nothing on SGLang's)."""
+    probe = textwrap.dedent(
+        """
+        import json
+        import sglang.srt.plugins as plugins
+        from sglang.srt.plugins.hook_registry import HookRegistry
+
+        plugins.load_plugins()
+        owners = {}
+        for hooks in HookRegistry._hooks.values():
+            for _, fn, src in hooks:
+                if src is not None and src.plugin_name == "sgl_sidp":
+                    owners.setdefault(type(fn.__self__).__name__, set()).add(id(fn.__self__))
+        print(json.dumps({k: len(v) for k, v in owners.items()}))
+        """
+    )
+    env = {**{k: v for k, v in os.environ.items() if k != ENV_VAR}, ENV_VAR: SidpConfig(mode="zerodp").model_dump_json()}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"BatchSignal": 1, "ZeroDPRuntime": 1}

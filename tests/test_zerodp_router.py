@@ -1,10 +1,13 @@
-"""Capacity-aware DP routing (`sgl_sidp.zerodp.router`) on SGLang's real `DPBudget`."""
+"""Capacity-aware DP routing (`sgl_sidp.zerodp.router` and the `ZeroDPRuntime` hooks) on SGLang's real `DPBudget`."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from sgl_sidp.zerodp.router import after_update_budget, around_dispatch, pick_rank
+from sgl_sidp.config import SidpConfig
+from sgl_sidp.plugin import PluginContext
+from sgl_sidp.zerodp.router import pick_rank
+from sgl_sidp.zerodp.runtime import ZeroDPRuntime
 
 dpc = pytest.importorskip("sglang.srt.managers.data_parallel_controller")
 DPBudget, LoadBalanceMethod = dpc.DPBudget, dpc.LoadBalanceMethod
@@ -16,17 +19,27 @@ def load(dp_rank, capacity, tokens=0, running=0, waiting=0, timestamp=1.0):
                            num_total_tokens=tokens, max_total_num_tokens=capacity)
 
 
-def budget_after(loads, dp_size=2):
-    """A DPBudget fed `loads` through SGLang's update_budget, then our AFTER hook."""
+def runtime():
+    """The DP controller's ZeroDP runtime, as the plugin builds it there."""
+    return ZeroDPRuntime(PluginContext(SidpConfig(mode="zerodp"), []))
+
+
+RT = runtime()
+
+
+def budget_after(loads, dp_size=2, rt=None):
+    """A DPBudget fed `loads` through SGLang's update_budget, then our AFTER hook (on a fresh runtime)."""
+    global RT
+    RT = rt or runtime()
     b = DPBudget(dp_size)
-    after_update_budget(b.update_budget(loads), b, loads)
+    RT.after_update_budget(b.update_budget(loads), b, loads)
     return b
 
 
 def route(b, method, n, estimated_tokens=100):
     counts = [0] * b.dp_size
     for _ in range(n):
-        r = around_dispatch(DPBudget.dispatch, b, method, estimated_tokens=estimated_tokens)
+        r = RT.around_dispatch(DPBudget.dispatch, b, method, estimated_tokens=estimated_tokens)
         if r is not None:
             counts[r] += 1
     return counts
@@ -67,12 +80,13 @@ def test_after_update_budget_records_capacity():
     """Capacities come from the snapshots; zero or missing values leave the rank unknown."""
     b = budget_after([load(0, 10_000, tokens=500, running=2, waiting=1), load(1, 0)])
     assert b.total_tokens == [500, 0] and b.total_requests == [3, 0]  # SGLang's own update still ran
-    assert b._sidp_capacity == [10_000, 0]
-    after_update_budget(None, b, [SimpleNamespace(dp_rank=1, max_total_num_tokens=None)])
-    assert b._sidp_capacity == [10_000, 0]
-    after_update_budget(None, b, [load(1, 80_000, timestamp=2.0)])
-    assert b._sidp_capacity == [10_000, 80_000]
-    assert after_update_budget("result", b, []) == "result"
+    assert RT.capacity == [10_000, 0]
+    RT.after_update_budget(None, b, [SimpleNamespace(dp_rank=1, max_total_num_tokens=None)])
+    assert RT.capacity == [10_000, 0]
+    RT.after_update_budget(None, b, [load(1, 80_000, timestamp=2.0)])
+    assert RT.capacity == [10_000, 80_000]
+    assert RT.after_update_budget("result", b, []) == "result"
+    assert not any("sidp" in k for k in vars(b))  # nothing pinned on SGLang's DPBudget
 
 
 def test_dispatch_follows_capacity_ratio():
@@ -92,6 +106,8 @@ def test_dispatch_uses_fresh_loads():
 
 def test_dispatch_falls_back_until_every_capacity_is_known():
     """Without capacities (or with one missing), SGLang's raw-token choice stands: an even split."""
+    global RT
+    RT = runtime()
     b = DPBudget(2)
     b.update_budget([load(0, 10_000), load(1, 80_000)])  # SGLang's update only, no AFTER hook
     assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 100) == [50, 50]
@@ -104,6 +120,7 @@ def test_dispatch_falls_back_until_every_capacity_is_known():
 def test_dispatch_other_methods_untouched(method):
     """For every method but total_tokens, the original dispatch runs with the same arguments and its result is returned."""
     b = budget_after([load(0, 10_000), load(1, 80_000)])
+    rt = RT
     calls = []
 
     def original(budget, m, estimated_tokens=0, *args, **kwargs):
@@ -112,7 +129,7 @@ def test_dispatch_other_methods_untouched(method):
 
     ref = budget_after([load(0, 10_000), load(1, 80_000)])
     for _ in range(5):
-        assert around_dispatch(original, b, method, estimated_tokens=7) == DPBudget.dispatch(ref, method, 7)
+        assert rt.around_dispatch(original, b, method, estimated_tokens=7) == DPBudget.dispatch(ref, method, 7)
     assert calls == [(b, method, 7)] * 5
     assert b.total_requests == ref.total_requests and b.total_tokens == ref.total_tokens
 
@@ -121,9 +138,11 @@ def test_hooks_through_sglangs_wrappers():
     """Wrapped by SGLang's own hook machinery (AFTER / AROUND), as the plugin installs them, on a DPBudget subclass."""
     from sglang.srt.plugins.hook_registry import HookType, _wrap_fn
 
+    rt = runtime()
+
     class Hooked(DPBudget):
-        update_budget = _wrap_fn(DPBudget.update_budget, after_update_budget, HookType.AFTER)
-        dispatch = _wrap_fn(DPBudget.dispatch, around_dispatch, HookType.AROUND)
+        update_budget = _wrap_fn(DPBudget.update_budget, rt.after_update_budget, HookType.AFTER)
+        dispatch = _wrap_fn(DPBudget.dispatch, rt.around_dispatch, HookType.AROUND)
 
     b = Hooked(2)
     b.update_budget([load(0, 10_000), load(1, 80_000)])

@@ -1,4 +1,4 @@
-"""ZeroDP's pure logic (`sgl_sidp.zerodp.plan`): manifests, calibration, the offload policy, the schedule."""
+"""ZeroDP's policy (`sgl_sidp.zerodp.policy`) on the calibration mechanism: manifests, the offload set, the schedule."""
 
 import json
 import math
@@ -9,21 +9,16 @@ import torch
 from sgl_sidp.peer.manifest import TensorSpec as ExpertTensor
 from sgl_sidp.peer.manifest import manifest_mismatches
 from sgl_sidp.prefetch.ring import PrefetchSchedule
-from sgl_sidp.zerodp.plan import (
-    COPY_BUDGET_MARGIN,
-    Calibration,
-    CALIBRATION_DIR,
-    ExpectedBatch,
-    KVModel,
+from sgl_sidp.calibration.cache import BUNDLED_DIR, find_bundled
+from sgl_sidp.calibration.cost import COPY_BUDGET_MARGIN, KVModel, hidden_fraction, spread
+from sgl_sidp.calibration.table import Calibration, CalibrationError, ExpectedBatch
+from sgl_sidp.zerodp.policy import (
     ZeroDPError,
     choose_plan,
-    find_calibration,
     group_of,
-    hidden_fraction,
     manifest_of,
     parse_layers,
     source_sink_pairs,
-    spread,
 )
 
 
@@ -131,21 +126,21 @@ def test_calibration_without_a_kind_raises(tmp_path):
     """A file with no prefill times cannot size a prefill batch."""
     f = tmp_path / "c.json"
     f.write_text(json.dumps({**CAL, "prefill_ms": {}}))
-    with pytest.raises(ZeroDPError, match="no prefill times"):
+    with pytest.raises(CalibrationError, match="no prefill times"):
         Calibration.load(f).forward_ms(ExpectedBatch("prefill", 10))
 
 
-def test_find_calibration(tmp_path):
+def test_find_bundled(tmp_path):
     """Matches the model signature exactly and the GPU name case-insensitively as a substring."""
     (tmp_path / "a.json").write_text(json.dumps({**CAL, "model": "Other L2 E8 H64 I32 tp1"}))
     (tmp_path / "b.json").write_text(json.dumps(CAL))
     (tmp_path / "notes.txt").write_text("not json, not globbed")
     sig = CAL["model"]
-    assert find_calibration(sig, "nvidia h200", tmp_path) == tmp_path / "b.json"
-    assert find_calibration(sig, "NVIDIA H200 NVL", tmp_path) == tmp_path / "b.json"
-    assert find_calibration(sig, "NVIDIA H100 80GB HBM3", tmp_path) is None
-    assert find_calibration(sig.replace("tp1", "tp2"), "NVIDIA H200", tmp_path) is None
-    assert find_calibration(sig, "NVIDIA H200", tmp_path / "missing") is None
+    assert find_bundled(sig, "nvidia h200", tmp_path) == tmp_path / "b.json"
+    assert find_bundled(sig, "NVIDIA H200 NVL", tmp_path) == tmp_path / "b.json"
+    assert find_bundled(sig, "NVIDIA H100 80GB HBM3", tmp_path) is None
+    assert find_bundled(sig.replace("tp1", "tp2"), "NVIDIA H200", tmp_path) is None
+    assert find_bundled(sig, "NVIDIA H200", tmp_path / "missing") is None
 
 
 def test_expected_batch_parse():
@@ -274,7 +269,7 @@ def test_choose_plan_offloads_nothing_when_only_the_slots_fit():
         p = choose_plan(manifest(), ("w13", "w2"), 391.0, (fits + 0.5) * layer_ms / COPY_BUDGET_MARGIN)
         assert p.layers == () and f"{fits} would fit, but 2 slots" in p.reason
     assert len(choose_plan(manifest(), ("w13", "w2"), 391.0, 3.5 * layer_ms / COPY_BUDGET_MARGIN).layers) == 3
-    cal = Calibration.load(CALIBRATION_DIR / "h200_qwen3-30b-a3b_tp1.json")
+    cal = Calibration.load(BUNDLED_DIR / "h200_qwen3-30b-a3b_tp1.json")
     assert choose_plan(manifest(), ("w13", "w2"), 396.0, cal.forward_ms(ExpectedBatch.parse("decode:1"))).layers == ()
 
 
@@ -322,14 +317,15 @@ def kv_cal(**over):
 
 
 def test_calibration_loads_the_model_fields(tmp_path):
-    """decode_context, attention_gbps and copy_slowdown_ms_per_gb are optional and default to 'no correction'."""
+    """decode_context, attention_gbps and the copy fields are optional: no context correction, copies 'not measured'."""
     f = tmp_path / "c.json"
     f.write_text(json.dumps({**CAL, "decode_context": {"16": 2048}, "attention_gbps": 3000, "copy_slowdown_ms_per_gb": 0.3}))
     c = Calibration.load(f)
     assert c.decode_context == {16: 2048} and c.attention_gbps == 3000.0 and c.copy_slowdown_ms_per_gb == 0.3
     f.write_text(json.dumps(CAL))
     c = Calibration.load(f)
-    assert c.decode_context == {} and c.attention_gbps is None and c.copy_slowdown_ms_per_gb == 0.0
+    assert c.decode_context == {} and c.attention_gbps is None
+    assert c.copy_slowdown_ms_per_gb is None and c.copy_rate_in_forward is None
     assert c.decode_step_ms(16, 100_000, KV_TOKEN) == 20.0  # no attention rate: the table as measured
 
 
@@ -358,11 +354,11 @@ def test_kv_model_batch_grows_with_the_freed_bytes_less_the_slots():
 
 def test_kv_model_step_is_bound_by_the_copies_when_they_do_not_fit():
     """48 layers at 342 GB/s are 170 ms of copies: the step is the copies, not the compute; at 80 % of the
-    start-up rate inside forwards (copy_rate_in_forward) they take 212 ms."""
-    m = KVModel(64 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal())
+    start-up rate inside forwards (measured on H200, the default where a calibration has no rate) 212 ms."""
+    m = KVModel(64 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal(copy_rate_in_forward=1.0))
     _, step, _ = m.tokens_per_s(48, LAYER, 342.0)
     assert step == pytest.approx(48 * LAYER / 342e9 * 1e3)
-    _, step, _ = KVModel(64 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal(copy_rate_in_forward=0.8)).tokens_per_s(48, LAYER, 342.0)
+    _, step, _ = KVModel(64 * 2048 * KV_TOKEN, KV_TOKEN, 2048, kv_cal()).tokens_per_s(48, LAYER, 342.0)
     assert step == pytest.approx(48 * LAYER / (0.8 * 342e9) * 1e3)
 
 
@@ -381,7 +377,7 @@ def test_choose_plan_kv_picks_the_best_modeled_throughput():
 def test_choose_plan_kv_with_the_bundled_h200_table():
     """The bundled table at the emulated 80 GB budget (137,804 vanilla KV tokens): 2K contexts offload 6 layers;
     Mooncake-like 14K contexts (10 sequences, 15 ms steps) offload none; the full budget (750,519) offloads none."""
-    cal = Calibration.load(CALIBRATION_DIR / "h200_qwen3-30b-a3b_tp1.json")
+    cal = Calibration.load(BUNDLED_DIR / "h200_qwen3-30b-a3b_tp1.json")
     pick = lambda tokens, ctx: choose_plan(manifest(), ("w13", "w2"), 342.0, None, kv=KVModel(tokens * KV_TOKEN, KV_TOKEN, ctx, cal))
     assert len(pick(137_804, 2048).layers) == 6
     assert pick(137_804, 14_000).layers == ()
@@ -447,17 +443,17 @@ def test_source_sink_pairs():
     assert source_sink_pairs(2, 1, base_gpu_id=4) == [(4, 5)]
 
 
-def test_auto_policy_problems(tmp_path):
-    """The launcher refuses `auto` without a calibration for the model, and an unreadable calibration file."""
-    from sgl_sidp.zerodp.plan import auto_policy_problems
+def test_zerodp_launch_checks_read_the_calibration_flag_file(tmp_path):
+    """`auto` needs no file any more (start-up calibration); a named calibration file must be readable."""
+    from types import SimpleNamespace
+
+    from sgl_sidp.config import SidpConfig
+    from sgl_sidp.zerodp.feature import check
 
     moe = tmp_path / "moe"
     moe.mkdir()
-    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 48, "num_experts": 128, "hidden_size": 2048, "moe_intermediate_size": 768}
-    (moe / "config.json").write_text(json.dumps(cfg))
-    assert auto_policy_problems(str(moe), 1, None) == []  # the bundled H200 file matches
-    [line] = auto_policy_problems(str(moe), 2, None)  # no TP=2 calibration is bundled
-    assert "tp2" in line and "--sidp-zerodp-layers all" in line
-    [line] = auto_policy_problems(str(moe), 1, str(tmp_path / "missing.json"))
-    assert line.startswith("--sidp-zerodp-calibration")
-    assert auto_policy_problems("Qwen/Qwen3-30B-A3B", 1, None) == []  # hub id: left to the sink
+    (moe / "config.json").write_text(json.dumps({"architectures": ["MixtralForCausalLM"], "num_local_experts": 8}))
+    raw = SimpleNamespace(model_path=str(moe), dp_size=2, tp_size=2, base_gpu_id=0, gpu_id_step=1)
+    assert check(SidpConfig(mode="zerodp"), raw) == []  # Mixtral at TP2: no bundled table needed
+    [line] = check(SidpConfig(mode="zerodp", zerodp={"calibration": str(tmp_path / "missing.json")}), raw)
+    assert line.startswith(f"--sidp-zerodp-calibration {tmp_path / 'missing.json'}: cannot read it")

@@ -1,0 +1,136 @@
+"""ZeroDP's per-process runtime (`sgl_sidp.zerodp.runtime.ZeroDPRuntime`): its hook bodies where they need no GPU."""
+
+import logging
+import types
+
+import pytest
+import torch
+
+from sgl_sidp.config import SidpConfig
+from sgl_sidp.control.batch_signal import BatchSignalObserver, IterationSignal
+from sgl_sidp.plugin import PluginContext
+from sgl_sidp.prefetch.binding import SlotBinding
+from sgl_sidp.prefetch.ring import SimulatedStreams
+from sgl_sidp.zerodp.policy import OffloadPlan, ZeroDPError
+from sgl_sidp.zerodp.runtime import ZeroDPMetrics, ZeroDPRuntime, collect_moe_layers
+
+
+def runtime():
+    ctx = PluginContext(SidpConfig(mode="zerodp"), [])
+    return ZeroDPRuntime(ctx), ctx
+
+
+class Experts(torch.nn.Module):
+    """A CPU stand-in for an MoE layer's experts: y = x @ w13 @ w2."""
+
+    def __init__(self, layer_id, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.layer_id = layer_id
+        self.w13_weight = torch.nn.Parameter(torch.randn(4, 4, generator=g), requires_grad=False)
+        self.w2_weight = torch.nn.Parameter(torch.randn(4, 4, generator=g), requires_grad=False)
+
+
+def run_moe_core(layer, x):
+    return x @ layer.w13_weight @ layer.w2_weight
+
+
+def test_resident_layers_run_sglangs_code_untouched():
+    """Without a slot ring (a source, or a sink that offloads nothing) the AROUND hook only calls SGLang's code."""
+    rt, _ = runtime()
+    layer = types.SimpleNamespace(layer_id=3)
+    assert rt.around_run_moe_core(lambda self, x: ("ran", self.layer_id, x), layer, 7) == ("ran", 3, 7)
+
+
+@pytest.mark.parametrize("policy", ["earliest", "latest"])
+def test_offloaded_layers_compute_on_the_owners_weights(policy):
+    """A sink whose layers 1 and 3 are bound to a 2-slot ring gets the owner's (distinct) weights in every layer."""
+    layers = {i: Experts(i, seed=i) for i in range(4)}
+    owner = {(i, n): getattr(m, n).detach().clone() for i, m in layers.items() for n in ("w13_weight", "w2_weight")}
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(9))
+    ref = [run_moe_core(layers[i], x) for i in range(4)]
+    rt, _ = runtime()
+    ops = SimulatedStreams(policy)
+    rt.binding = SlotBinding(layers, ("w13_weight", "w2_weight"), owner, (1, 3), 2, ops)
+    for _ in range(2):  # two forwards through the same slots
+        rt.binding.start_forward()
+        out = [rt.around_run_moe_core(run_moe_core, layers[i], x) for i in range(4)]
+        assert all(torch.equal(a, b) for a, b in zip(out, ref))
+    ops.finish()
+
+
+def test_kv_capacity_is_recorded_for_a_role_only(caplog):
+    """Before ZeroDP set up a role (or for a draft model) the pool hook does nothing; a sink logs its KV and freed GB."""
+    rt, _ = runtime()
+    runner = types.SimpleNamespace(max_total_num_tokens=703052, is_draft_worker=False)
+    assert rt.on_alloc_memory_pool("r", runner) == "r" and rt.kv_tokens is None and rt.status() == {}
+    rt.role, rt.dp_rank = "sink", 1
+    with caplog.at_level(logging.INFO, logger="sgl_sidp.zerodp.runtime"):
+        rt.on_alloc_memory_pool(None, runner)
+    assert rt.kv_tokens == 703052 and rt.status()["kv_tokens"] == 703052
+    assert "sgl-sidp zerodp DP1 TP0: sink KV cache 703052 tokens (max_total_num_tokens), 0.00 GB of experts freed" in caplog.text
+
+
+def test_metrics_follow_the_batch_signal_through_the_shared_context():
+    """The runtime subscribes to the plugin context at construction, so the batch-signal observer (built later,
+    with the same listener list) feeds its metrics: one forward's planned bytes per busy iteration."""
+    from prometheus_client import CollectorRegistry
+
+    rt, ctx = runtime()
+    rt.role, rt.kv_tokens = "sink", 162380
+    rt.plan = OffloadPlan((11, 23), ("w13", "w2"), 2_400_000_000, 6.1, 14.9, "test")
+    reg = CollectorRegistry()
+    rt.metrics = ZeroDPMetrics(rt, {"dp_rank": "1"}, registry=reg)
+    obs = BatchSignalObserver(log_interval=100, listeners=ctx.listeners)
+    sig = IterationSignal("DECODE", 4, 4, 0, 4, 0)
+    obs.record(sig)
+    obs.record(sig)
+    obs.record(IterationSignal("IDLE", 0, 0, 0, 0, 0))  # idle iterations run no forward
+    labels = {"dp_rank": "1", "role": "sink"}
+    assert reg.get_sample_value("sglang:sidp_zerodp_bytes_pulled_total", labels) == 4.8e9
+    assert reg.get_sample_value("sglang:sidp_zerodp_kv_tokens", labels) == 162380
+    assert reg.get_sample_value("sglang:sidp_zerodp_offloaded_layers", labels) == 2
+    assert reg.get_sample_value("sglang:sidp_zerodp_copy_ms_per_forward_estimate", labels) == 6.1
+
+
+def test_moe_layers_whose_experts_run_elsewhere_are_refused():
+    """A FusedMoE subclass with its own run_moe_core (SGLang's DeepEPMoE) would bypass a sink's sync points."""
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    class OwnCore(FusedMoE):
+        def run_moe_core(self, dispatch_output):
+            return dispatch_output
+
+    def bare(cls, layer_id):
+        m = cls.__new__(cls)
+        torch.nn.Module.__init__(m)
+        m.layer_id = layer_id
+        return m
+
+    model = torch.nn.ModuleList([bare(FusedMoE, 1), bare(FusedMoE, 0)])
+    assert [lid for lid, _ in collect_moe_layers(model)] == [0, 1]
+    with pytest.raises(ZeroDPError, match="class OwnCore, whose run_moe_core is not FusedMoE's"):
+        collect_moe_layers(torch.nn.ModuleList([bare(FusedMoE, 0), bare(OwnCore, 1)]))
+
+
+def test_kv_bytes_per_token_matches_sglang_for_qwen3_moe(tmp_path):
+    """GQA: 2 (K, V) x 48 layers x 4 KV heads x 128 x 2 bytes (bf16) = 98,304, the cell size SGLang logs for
+    Qwen3-30B-A3B; an fp8 KV cache halves it; TP=2 splits the 4 KV heads."""
+    import json
+
+    from sglang.srt.configs.model_config import ModelConfig
+
+    from sgl_sidp.calibration.measure import kv_bytes_per_token
+
+    cfg = {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "torch_dtype": "bfloat16",
+        "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+        "num_experts_per_tok": 8, "vocab_size": 151936, "max_position_embeddings": 40960,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    mc = ModelConfig(model_path=str(tmp_path))
+    runner = lambda kv, tp: types.SimpleNamespace(model_config=mc, server_args=types.SimpleNamespace(kv_cache_dtype=kv), ps=types.SimpleNamespace(tp_size=tp))
+    assert kv_bytes_per_token(runner("auto", 1)) == 98_304
+    assert kv_bytes_per_token(runner("fp8_e4m3", 1)) == 49_152
+    assert kv_bytes_per_token(runner("auto", 2)) == 49_152
