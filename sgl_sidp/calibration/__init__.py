@@ -5,5 +5,6 @@
 - `cache`: where a calibration comes from (flag file > bundled table > disk cache > measured now),
   keyed by GPU, model shapes, TP size and SGLang version.
 - `measure`: the start-up measurements on a running SGLang model runner (GPU only).
+- `startup`: what a feature's hook calls once the scheduler is built: measure once per key, cache, log.
 - `cost`: what fits behind what (copies behind a forward, capacity-bound decode), for any feature.
 """

@@ -28,8 +28,8 @@ import time
 import torch
 
 from sgl_sidp.calibration.cost import KVModel, hidden_fraction
-from sgl_sidp.calibration.measure import describe_measurement, kv_bytes_per_token
-from sgl_sidp.calibration.table import Calibration, ExpectedBatch, compare_decode
+from sgl_sidp.calibration.measure import kv_bytes_per_token
+from sgl_sidp.calibration.table import Calibration, ExpectedBatch
 from sgl_sidp.peer.manifest import manifest_mismatches
 from sgl_sidp.zerodp.policy import GROUPS, N_SLOTS, OffloadPlan, ZeroDPError, choose_plan, group_of, manifest_of, parse_layers
 from sgl_sidp.zerodp.router import pick_rank
@@ -73,24 +73,6 @@ def first_decoder_layer(model: torch.nn.Module) -> torch.nn.Module:
 
 def _who(dp: int, tp: int) -> str:
     return f"DP{dp} TP{tp}"
-
-
-def calibration_key(runner):
-    """The `CalibrationKey` of this model runner (GPU, model shapes, dtype, quantization, attention, SGLang)."""
-    import sglang
-
-    from sgl_sidp.calibration.cache import CalibrationKey
-    from sgl_sidp.model_info import model_signature
-
-    sa = runner.server_args
-    return CalibrationKey(
-        gpu=torch.cuda.get_device_name(torch.cuda.current_device()),
-        model=model_signature(runner.model_config.hf_config.to_dict(), runner.ps.tp_size),
-        dtype=str(runner.model_config.dtype),
-        quantization=str(sa.quantization or ""),
-        attention_backend=str(sa.attention_backend or ""),
-        sglang=sglang.__version__,
-    )
 
 
 @dataclasses.dataclass
@@ -254,6 +236,7 @@ class ZeroDPRuntime:
         import psutil
 
         from sgl_sidp.calibration.cache import CalibrationCache, resolve
+        from sgl_sidp.calibration.startup import calibration_key
 
         key = calibration_key(runner)
         cache = CalibrationCache()
@@ -307,49 +290,21 @@ class ZeroDPRuntime:
         return result
 
     def _calibrate_source(self, scheduler) -> None:
-        """Measure forward times if none are cached for this key (TP rank 0 decides, every rank runs them)."""
-        from sgl_sidp.calibration.cache import CalibrationCache, find_bundled
-        from sgl_sidp.calibration.measure import measure_forwards
+        """The source measures its forward times at start-up if none are cached (`calibration.startup`)."""
+        from sgl_sidp.calibration.startup import ensure_forward_times
 
-        runner = scheduler.tp_worker.model_runner
-        key = calibration_key(runner)
-        cache = CalibrationCache()
-        cached = cache.get(key)
-        missing = cached is None
-        if runner.ps.tp_size > 1:
-            missing = runner.tp_group.broadcast_object(missing if self.tp_rank == 0 else None, src=0)
-        if not missing:
-            if self.tp_rank == 0 and cached is not None:
-                logger.info("sgl-sidp zerodp %s: start-up calibration read from the cache %s (%s, %.1f s then); not "
-                            "measured again", self.who, cache.path(key), cached.source, cached.measure_s)
-            return
         try:
-            m = measure_forwards(scheduler)
+            ensure_forward_times(scheduler, f"zerodp source {self.who}")
         except Exception as e:
             raise ZeroDPError(
                 f"zerodp source {self.who}: start-up calibration failed ({type(e).__name__}: {e}); pass "
                 "--sidp-zerodp-calibration FILE or force the set with --sidp-zerodp-layers all|every:K|3,7,11"
             ) from e
-        cal = Calibration(
-            model=key.model, gpu=key.gpu, decode_ms=m["decode_ms"], prefill_ms=m["prefill_ms"], copy_gbps=None,
-            source=f"measured at start-up by the zerodp source {self.who} ({time.strftime('%Y-%m-%d')}, "
-            f"{'CUDA graphs' if m['graph'] else 'eager'}, {key.attention_backend} attention)",
-            decode_context=m["decode_context"], attention_gbps=m["attention_gbps"], sglang=key.sglang,
-            measure_s=round(m["seconds"], 2),
-        )
-        if self.tp_rank == 0:
-            path = cache.put(key, cal)
-            logger.info("sgl-sidp zerodp %s: start-up calibration (cached in %s): %s", self.who, path, describe_measurement(m))
-            bundled = find_bundled(key.model, key.gpu)
-            if bundled is not None:
-                rows = compare_decode(cal, Calibration.load(bundled), kv_bytes_per_token(runner))
-                logger.info("sgl-sidp zerodp %s: start-up calibration vs bundled %s (decode step at the bundled point's "
-                            "batch and context): %s", self.who, bundled.name, "; ".join(rows))
 
     def _probe_sink_copies(self, scheduler) -> None:
         """Measure this sink's copy rate while decode forwards run (informs `kv:C`); merged into the cache entry."""
-        from sgl_sidp.calibration.cache import CalibrationCache
         from sgl_sidp.calibration.measure import feasible_points, time_copy_during_forward
+        from sgl_sidp.calibration.startup import calibration_key, record_copy_rates
 
         runner = scheduler.tp_worker.model_runner
         bs_list, _, _ = feasible_points(scheduler, batches=(COPY_PROBE_BATCH, 32, 8, 1))
@@ -368,14 +323,7 @@ class ZeroDPRuntime:
             r["slowdown_ms_per_gb"],
         )
         if self.tp_rank == 0 and not self.plan.layers:  # with a ring running, its own copies would skew this
-            cache = CalibrationCache()
-            key = calibration_key(runner)
-            cal = cache.get(key)
-            if cal is not None and cal.copy_gbps is None:
-                cache.put(key, dataclasses.replace(
-                    cal, copy_gbps=round(r["copy_gbps_idle"], 1),
-                    copy_rate_in_forward=round(r["copy_gbps_in_forward"] / r["copy_gbps_idle"], 3),
-                    copy_slowdown_ms_per_gb=round(r["slowdown_ms_per_gb"], 3)))
+            record_copy_rates(calibration_key(runner), r)
 
     # ------------------------------------------------------------------ batch signal listener
     def _on_iteration(self, sig) -> None:
