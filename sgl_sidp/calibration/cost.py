@@ -108,3 +108,22 @@ class KVModel:
         copies = pulled_gb / (copy_gbps * rate) * 1e3
         step = max(compute, copies)
         return b, step, b / step * 1e3
+
+
+def crossover_batch(cal: Calibration, copy_ms: float, context: int = 0, kv_bytes_per_token: int = 0,
+                    margin: float = COPY_BUDGET_MARGIN) -> int | None:
+    """The smallest decode batch whose modelled step hides `copy_ms` of copies in `margin` of it (SiDP's B_th).
+
+    Args:
+        cal: forward times (`Calibration.decode_step_ms`, interpolated between its batches).
+        copy_ms: copies issued per forward (ms), e.g. the non-owned layers' weights at the copy rate.
+        context, kv_bytes_per_token: tokens per sequence and KV bytes per token, for the step's KV reads.
+
+    Returns:
+        The batch size (1 <= b <= the largest calibrated batch), or None when even that does not hide the copies.
+    """
+    largest = max(cal.decode_ms, default=0)
+    for b in range(1, largest + 1):
+        if margin * cal.decode_step_ms(b, context, kv_bytes_per_token) >= copy_ms:
+            return b
+    return None

@@ -1,0 +1,83 @@
+"""Compute-as-a-Service: one call of a layer on its owner, for the rows of every rank of a group.
+
+SiDP paper (Zhao & He, "SiDP: Memory-Efficient Data Parallelism for Offline LLM Inference"), CaS:
+at small batches, shipping activations to the rank that owns a layer's weights costs less than
+shipping the weights. Every rank knows every rank's row count for this iteration (the per-iteration
+all-gather of token counts that SGLang's DP attention already does), so no sizes travel: non-owners
+with rows send them to the owner, the owner concatenates its own rows and theirs in rank order,
+runs the layer once (`fn`, SGLang's MLP: one GEMM per weight over all rows) and sends each rank
+back its slice. A rank with no rows (idle, or an IDLE batch) takes no part and costs the owner
+nothing. Point-to-point ops of `torch.distributed`, so it runs on gloo (CPU tests) and NCCL.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+
+class RemoteCompute:
+    """CaS over the ranks of one process group.
+
+    Args:
+        group: the process group (None: the default group); its ranks are the DP ranks sharing layers.
+    """
+
+    def __init__(self, group=None):
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+
+    def _peer(self, group_rank: int) -> int:
+        return dist.get_global_rank(self.group, group_rank) if self.group is not None else group_rank
+
+    def run(self, owner: int, x: torch.Tensor, counts: Sequence[int], fn: Callable[[torch.Tensor], torch.Tensor],
+            out_features: int) -> torch.Tensor:
+        """This rank's rows of `fn` applied on `owner` to every rank's rows.
+
+        Args:
+            owner: group rank that holds the layer's weights and runs `fn`.
+            x: this rank's rows, shape [counts[rank], in_features].
+            counts: rows of every rank this iteration (identical on every rank), len == world size.
+            fn: the layer, [N, in_features] -> [N, out_features]; called once, on the owner only, and
+                only when some rank has rows.
+            out_features: width of `fn`'s output (non-owners allocate their result with it).
+
+        Returns:
+            [counts[rank], out_features], dtype of `x`: rows i of the result are fn's rows of x[i].
+
+        Raises:
+            ValueError: `counts` does not match the group size or this rank's rows.
+        """
+        if len(counts) != self.world or counts[self.rank] != x.shape[0]:
+            raise ValueError(f"counts {list(counts)} do not fit a group of {self.world} with {x.shape[0]} rows here")
+        mine = counts[self.rank]
+        if self.rank != owner:
+            if mine == 0:
+                return x.new_empty((0, out_features))
+            dist.send(x.contiguous(), self._peer(owner), group=self.group)
+            y = x.new_empty((mine, out_features))
+            dist.recv(y, self._peer(owner), group=self.group)
+            return y
+        if sum(counts) == 0:
+            return x.new_empty((0, out_features))
+        parts = []
+        for r, n in enumerate(counts):
+            if r == self.rank:
+                parts.append(x)
+            elif n:
+                buf = x.new_empty((n, x.shape[1]))
+                dist.recv(buf, self._peer(r), group=self.group)
+                parts.append(buf)
+        y = fn(torch.cat(parts) if len(parts) > 1 else parts[0])
+        start = 0
+        mine_out = None
+        for r, n in enumerate(counts):
+            if r == self.rank:
+                mine_out = y[start:start + n]
+            elif n:
+                dist.send(y[start:start + n].contiguous(), self._peer(r), group=self.group)
+            start += n
+        return mine_out
