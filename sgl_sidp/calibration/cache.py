@@ -86,7 +86,7 @@ class CalibrationCache:
             if d.get("key") != dataclasses.asdict(key):
                 return None
             return Calibration.from_json(d["calibration"])
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable or not of our shape
             return None
 
     def put(self, key: CalibrationKey, cal: Calibration) -> Path:
@@ -109,11 +109,17 @@ class CalibrationCache:
 
 
 def find_bundled(model: str, gpu_name: str, directory: Path = BUNDLED_DIR) -> Path | None:
-    """The bundled table measured on `model` (signature) and a GPU whose name contains the file's `gpu`."""
+    """The bundled table measured on `model` (signature) and a GPU whose name holds the file's `gpu` as whole
+    words ("H200" matches "NVIDIA H200" and "NVIDIA H200 NVL", not "NVIDIA H20"; "H20" does not match "NVIDIA H200").
+    Unreadable files are skipped with a warning."""
     for f in sorted(directory.glob("*.json")):
-        d = json.loads(f.read_text())
-        if d.get("model") == model and d.get("gpu", "").lower() in gpu_name.lower():
-            return f
+        try:
+            d = json.loads(f.read_text())
+            gpu = str(d.get("gpu") or "")
+            if gpu and d.get("model") == model and re.search(rf"\b{re.escape(gpu)}\b", gpu_name, re.IGNORECASE):
+                return f
+        except (OSError, ValueError, AttributeError) as e:
+            logger.warning("sgl-sidp: skipping unreadable calibration table %s: %s", f, e)
     return None
 
 

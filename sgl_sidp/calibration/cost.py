@@ -103,7 +103,7 @@ class KVModel:
         compute = self.calibration.decode_step_ms(b, self.context, self.kv_bytes_per_token)
         cal = self.calibration
         slowdown = DEFAULT_COPY_SLOWDOWN_MS_PER_GB if cal.copy_slowdown_ms_per_gb is None else cal.copy_slowdown_ms_per_gb
-        rate = cal.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD
+        rate = cal.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD  # 0 would mean "never": not a measurement
         compute += slowdown * pulled_gb
         copies = pulled_gb / (copy_gbps * rate) * 1e3
         step = max(compute, copies)

@@ -202,7 +202,7 @@ class TensorExporter:
         by_key = {spec.key: (spec, p) for spec, p in params.items()}
         self.entries: list[dict] = []
         self._fds: list[int] = []
-        self._allocs: list[tuple[object, int, int]] = []  # (handle, va, size), released by close()
+        self._allocs: list[tuple[object, int, int]] = []  # (handle, va, size): the model computes on them for good
         self._tensors: list[torch.Tensor] = []  # the VMM-backed tensors the parameters now use
         free0 = self.driver.free_bytes(device_id)
         self.peak_extra_bytes = 0
@@ -218,11 +218,17 @@ class TensorExporter:
                     f"cannot allocate {size / 1e9:.2f} GB of shareable memory on GPU {device_id} to re-home layer "
                     f"{spec.layer_id} {spec.name} ({self.driver.free_bytes(device_id) / 1e9:.2f} GB free): {e}"
                 ) from e
-            va = self.driver.map(handle, size, device_id)
-            self._allocs.append((handle, va, size))
+            try:
+                va = self.driver.map(handle, size, device_id)
+            except Exception as e:  # noqa: BLE001
+                self.driver.release(handle)
+                raise PeerError(f"cannot map shareable memory for layer {spec.layer_id} {spec.name}: {e}") from e
             t = self.driver.tensor(va, tuple(p.shape), p.dtype, device_id)
             if t.dtype != p.dtype or t.shape != p.shape:
+                self.driver.unmap(va, size)
+                self.driver.release(handle)
                 raise PeerError(f"layer {spec.layer_id} {spec.name}: VMM view is {t.dtype} {tuple(t.shape)}, not {p.dtype} {tuple(p.shape)}")
+            self._allocs.append((handle, va, size))
             t.copy_(p.data)
             self.peak_extra_bytes = max(self.peak_extra_bytes, free0 - self.driver.free_bytes(device_id))
             p.data = t  # the original storage has no other owner now
@@ -237,7 +243,11 @@ class TensorExporter:
             "entries": self.entries,
         }
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(address)
+        try:
+            self._sock.bind(address)
+        except OSError as e:
+            self._sock.close()
+            raise PeerError(f"cannot serve the shared tensors at {address!r} (another server on this port?): {e}") from e
         self._sock.listen(16)
         self._conns: list[socket.socket] = []
         threading.Thread(target=self._serve, name="sgl-sidp-peer-owner", daemon=True).start()
@@ -309,27 +319,35 @@ class TensorImporter:
                 time.sleep(0.5)
         self._sock = sock
         sock.settimeout(max(1.0, deadline - time.monotonic()))
+        fds: list[int] = []
+        self._closed = False
+        self._mapped: list[tuple[object, int, int]] = []
+        self._fd: dict[tuple[int, str], int] = {}
         try:
             self.header = json.loads(_recv_msg(sock))
             self.entries = [TensorSpec.from_json(e) for e in self.header["entries"]]
-            fds: list[int] = []
             while len(fds) < len(self.entries):
                 _, got, _, _ = socket.recv_fds(sock, 1, _FDS_PER_MESSAGE)
                 if not got:
                     raise PeerError(f"{owner_name} closed the connection while sending handles")
                 fds.extend(got)
-        except (socket.timeout, ConnectionError) as e:
+            if len(fds) != len(self.entries):
+                raise PeerError(f"{owner_name} sent {len(fds)} handles for {len(self.entries)} tensors")
+            self.owner_pid = int(self.header["pid"])
+            self.owner_device = int(self.header["device_id"])
+            self._alloc = {(e["layer_id"], e["name"]): int(e["alloc_size"]) for e in self.header["entries"]}
+            self._fd = {t.key: fd for t, fd in zip(self.entries, fds)}
+            can = can_access_peer or torch.cuda.can_device_access_peer
+            if self.owner_device != device_id and not can(device_id, self.owner_device):
+                raise PeerError(f"GPU {device_id} has no peer access to GPU {self.owner_device} ({owner_name})")
+        except BaseException as e:
+            for fd in fds:
+                os.close(fd)
             sock.close()
-            raise PeerError(f"{owner_name} connected but did not hand over its tensors ({e})") from None
+            if isinstance(e, (socket.timeout, ConnectionError)):
+                raise PeerError(f"{owner_name} connected but did not hand over its tensors ({e})") from None
+            raise
         sock.settimeout(None)  # from here on the socket only carries the owner's EOF (`watch`)
-        self.owner_pid = int(self.header["pid"])
-        self.owner_device = int(self.header["device_id"])
-        self._alloc = {(e["layer_id"], e["name"]): int(e["alloc_size"]) for e in self.header["entries"]}
-        self._fd = {t.key: fd for t, fd in zip(self.entries, fds)}
-        can = can_access_peer or torch.cuda.can_device_access_peer
-        if self.owner_device != device_id and not can(device_id, self.owner_device):
-            raise PeerError(f"GPU {device_id} has no peer access to GPU {self.owner_device} ({owner_name})")
-        self._mapped: list[tuple[object, int, int]] = []
 
     def map(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], torch.Tensor]:
         """Map the owner's tensors `keys` into this process, as tensors on our device (read them only).
@@ -348,7 +366,11 @@ class TensorImporter:
                 t = spec[key]
                 size = self._alloc[key]
                 handle = self.driver.import_fd(self._fd[key])
-                va = self.driver.map(handle, size, self.device_id)
+                try:
+                    va = self.driver.map(handle, size, self.device_id)
+                except Exception:
+                    self.driver.release(handle)
+                    raise
                 done.append((handle, va, size))
                 dtype = getattr(torch, t.dtype.replace("torch.", ""))
                 out[key] = self.driver.tensor(va, t.shape, dtype, self.device_id)
@@ -363,7 +385,15 @@ class TensorImporter:
         return out
 
     def close(self) -> None:
-        """Unmap and release everything `map` mapped, close the handles' fds and the socket."""
+        """Unmap and release everything `map` mapped, close the handles' fds and the socket.
+
+        A watcher started by `watch` ends without calling its `on_lost`: closing is not losing the owner.
+        """
+        self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the watcher's recv
+        except OSError:
+            pass
         for handle, va, size in reversed(self._mapped):
             self.driver.unmap(va, size)
             self.driver.release(handle)
@@ -388,6 +418,8 @@ class TensorImporter:
                     pass
             except OSError:
                 pass
+            if self._closed:
+                return
             on_lost(
                 f"sgl-sidp: {self.owner_name} (pid {self.owner_pid}, GPU {self.owner_device}) is gone; "
                 "this process reads weights from that process's GPU memory and cannot serve without it. "

@@ -43,19 +43,27 @@ class SlotBinding:
         slot_bytes: bytes of the slots.
 
     Raises:
-        ValueError: a streamed layer has no module, or a remote tensor's shape/dtype differs from
-            its parameter's (`SlotPrefetcher`).
+        ValueError: no layers; a streamed layer has no module or no remote tensor; streamed layers
+            whose parameters differ in shape or dtype (they share slots); a remote tensor whose
+            shape/dtype differs from its parameter's (`SlotPrefetcher`).
     """
 
     def __init__(self, modules: Mapping[int, torch.nn.Module], names: Sequence[str], remote: Mapping,
                  layers: Sequence[int], n_slots: int, ops, wrap: Callable[[Callable], Callable] = lambda f: f,
                  release_cached: Callable[[], None] = lambda: None):
+        if not layers:
+            raise ValueError("no layers to stream")
         missing = [lid for lid in layers if lid not in modules]
+        missing += [(lid, n) for lid in layers for n in names if (lid, n) not in remote]
         if missing:
-            raise ValueError(f"no module for streamed layers {missing}")
+            raise ValueError(f"no module or no remote tensor for {missing}")
         self.layers = tuple(layers)
         self.schedule = PrefetchSchedule(self.layers, n_slots=n_slots)
         first = modules[self.layers[0]]
+        odd = [(lid, n) for lid in self.layers for n in names
+               if getattr(modules[lid], n).shape != getattr(first, n).shape or getattr(modules[lid], n).dtype != getattr(first, n).dtype]
+        if odd:
+            raise ValueError(f"streamed parameters must share one shape and dtype per name; these differ from layer {self.layers[0]}'s: {odd}")
         slots = [{n: torch.empty_like(getattr(first, n)) for n in names} for _ in range(n_slots)]
         self.slot_bytes = sum(t.numel() * t.element_size() for s in slots for t in s.values())
         self.freed_bytes = 0
