@@ -104,8 +104,9 @@ class _CoreConfig(BaseModel):
         for feature in FEATURES.values():
             for name, field in feature.settings.model_fields.items():
                 kind = field.annotation if field.annotation in (int, float) else str
+                default = "" if field.default is None else f" Default: {field.default}."
                 group.add_argument(_flag(feature.name, name), type=kind, default=None,
-                                   help=f"[{feature.name}] {field.description} Default: {field.default}.")
+                                   help=f"[{feature.name}] {field.description}{default}")
         return group
 
     @classmethod
