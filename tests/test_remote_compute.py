@@ -88,3 +88,36 @@ def test_counts_must_match_the_group():
         rc.run(0, torch.zeros(3, H), [3], lambda x: x, OUT)
     with pytest.raises(ValueError, match="with 2 rows here"):
         rc.run(0, torch.zeros(2, H), [3, 1], lambda x: x, OUT)
+
+
+def switch_worker(rank, world, port, tokens_by_iter, out_q):
+    from sgl_sidp.control.mode_switch import ModeSwitch, gather_counts
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        sw = ModeSwitch(b_th=100, hysteresis=0.25)
+        out_q.put((rank, [sw.decide(gather_counts(t[rank])).value for t in tokens_by_iter]))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_switch_at_the_same_iteration_from_gathered_counts():
+    """Each rank knows only its own tokens; after the per-iteration all-gather every rank makes the same
+    WaS/CaS decision at every iteration (so no rank waits in WaS for an owner that went to CaS)."""
+    import random
+
+    rng = random.Random(1)
+    world = 3
+    tokens_by_iter = [[rng.choice([0, 10, 60, 120, 250]) for _ in range(world)] for _ in range(60)]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=switch_worker, args=(r, world, port, tokens_by_iter, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    decisions = dict(q.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    assert decisions[0] == decisions[1] == decisions[2]
+    assert {"was", "cas"} == set(decisions[0])
