@@ -226,6 +226,8 @@ def time_copy_during_forward(scheduler, pairs: Sequence[tuple[torch.Tensor, torc
         {"copy_gbps_idle", "copy_gbps_in_forward" (GB/s), "forward_ms", "forward_ms_with_copies",
          "slowdown_ms_per_gb"}.
     """
+    from sgl_sidp.peer.vmm import measure_copy_gbps
+
     mr = scheduler.tp_worker.model_runner
     side = torch.cuda.Stream(device=mr.device)
     nbytes = sum(d.numel() * d.element_size() for d, _ in pairs)
@@ -238,8 +240,7 @@ def time_copy_during_forward(scheduler, pairs: Sequence[tuple[torch.Tensor, torc
         probe = DecodeProbe(mr, bs, context)
         try:
             fwd = _timed(probe.run, iters)
-            with torch.cuda.stream(side):
-                idle = _timed(copies, iters)
+            idle = nbytes / (measure_copy_gbps(pairs, reps=iters) * 1e9) * 1e3  # ms, as a reader measures it at load
             # both: keep the side stream busy with copies for as long as the forwards run
             n_fwd = 4
             reps = max(1, int(round(n_fwd * fwd / max(idle, 1e-3))))
