@@ -30,7 +30,7 @@ def test_json_round_trip_through_text():
     """to_json -> json text -> from_json gives back an equal calibration (int keys restored)."""
     c = cal({1: 5.5, 16: 14.25}, prefill_ms={2048: 44.4}, copy_gbps=342.0, decode_context={1: 2052},
             attention_gbps=3000.0, copy_slowdown_ms_per_gb=0.3, copy_rate_in_forward=0.75, sglang="0.5.17",
-            measure_s=12.5)
+            measure_s=12.5, decode_ms_long={1: 6.5}, decode_context_long=2048)
     assert Calibration.from_json(json.loads(json.dumps(c.to_json()))) == c
 
 
@@ -82,6 +82,22 @@ def test_decode_step_adds_context_beyond_the_measured_one():
     assert dataclasses.replace(c, attention_gbps=None).decode_step_ms(4, 600, 1000) == pytest.approx(16.0)
     # no decode_context: measured context counts as 0; 1 * 500 * 1000 bytes at 2e9 bytes/s = 0.25 ms
     assert cal({1: 10.0}, attention_gbps=2.0).decode_step_ms(1, 500, 1000) == pytest.approx(10.25)
+
+
+def test_decode_step_with_two_contexts_uses_each_batchs_own_cost_per_token():
+    """Measured at 256 and 2,048 tokens: a row's cost per token of context is read per batch (interpolated
+    between batches, clamped past the largest), extrapolated in context; attention_gbps is then unused."""
+    c = cal({1: 4.0, 4: 6.0, 16: 10.0}, decode_context={1: 256, 4: 256, 16: 256},
+            decode_ms_long={1: 5.792, 16: 17.168}, decode_context_long=2048, attention_gbps=1e-3)
+    # per row and token: bs1 (5.792 - 4) / 1792 / 1 = 1e-3 ms, bs16 (17.168 - 10) / 1792 / 16 = 2.5e-4 ms
+    assert c.decode_step_ms(1, 2048, 1000) == pytest.approx(5.792)
+    assert c.decode_step_ms(1, 1256, 1000) == pytest.approx(5.0)
+    assert c.decode_step_ms(16, 4096, 1000) == pytest.approx(10.0 + 16 * 3840 * 2.5e-4)
+    # bs4 has no long point: its per-row cost lies between bs1's and bs16's (4 is 3/15 of the way)
+    per_row = 1e-3 + (4 - 1) / 15 * (2.5e-4 - 1e-3)
+    assert c.decode_step_ms(4, 1256, 1000) == pytest.approx(6.0 + 4 * 1000 * per_row)
+    assert c.decode_step_ms(64, 1256, 1000) == pytest.approx(10.0 + 64 * 1000 * 2.5e-4)  # clamped per row
+    assert c.decode_step_ms(4, 100, 1000) == pytest.approx(6.0)  # shorter contexts subtract nothing
 
 
 def test_compare_decode_lines():

@@ -28,7 +28,7 @@ from sgl_sidp.calibration.table import Calibration
 logger = logging.getLogger(__name__)
 
 #: Version of what a start-up measurement contains; part of every cache key.
-FORMAT = 1
+FORMAT = 2  # 2: decode times at two contexts per batch (decode_ms_long)
 
 #: Calibration tables shipped with the package (offline measurements).
 BUNDLED_DIR = Path(__file__).with_name("bundled")

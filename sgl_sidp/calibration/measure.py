@@ -8,8 +8,10 @@ every TP rank of a replica, each rank running the same forwards (the graphs hold
   traffic does; one repeated token would send every row to the same experts), each row on its
   own freshly allocated KV slots where the pool has room (else all rows share one row's slots);
   new K/V go to SGLang's reserved padding slot 0. This replays SGLang's captured decode graph.
-  Each batch is timed at two contexts; the difference gives the rate a decode step reads its KV
-  cache (`attention_gbps`, measured instead of assumed).
+  Each batch is timed at two contexts; the difference is what a token of context costs a row at
+  that batch (`decode_ms_long`; small batches pay far more per byte of KV than big ones), and the
+  largest batch's gives the rate a decode step reads its KV cache (`attention_gbps`). Long-context
+  points whose rows had to share one row's KV (the pool had no room) are dropped: L2 serves them.
 - Prefill: one request of T tokens through `ScheduleBatch.init_new` / `prepare_for_extend` /
   `ForwardBatch.init_new` / `ModelRunner.forward`, the way SGLang's own start-up profiler
   (`Scheduler.profile_and_init_predictor`) times prefill; its KV is freed afterwards.
@@ -32,7 +34,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 #: Default decode batch sizes and the two contexts each is timed at; prefill chunk sizes.
-DECODE_BATCHES = (1, 8, 32, 128, 256)
+#: (Decode time is concave in the batch for MoE models, so the batches are spaced by 4x at most.)
+DECODE_BATCHES = (1, 4, 16, 64, 128, 256)
 DECODE_CONTEXTS = (256, 2048)
 PREFILL_TOKENS = (512, 2048, 8192)
 
@@ -169,13 +172,15 @@ def feasible_points(scheduler, batches: Sequence[int] = DECODE_BATCHES, contexts
     return bs, ctx, pre
 
 
-def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 10) -> dict:
+def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6) -> dict:
     """Decode and prefill forward times of this server (see the module doc).
 
     Returns:
-        {"decode_ms": {bs: ms}, "decode_context": {bs: tokens}, "attention_gbps": float | None,
-         "prefill_ms": {tokens: ms}, "decode_ms_long": {bs: ms}, "graph": bool, "seconds": float}.
-        `decode_ms` is at the shorter context; `attention_gbps` is fitted from the longer one.
+        {"decode_ms": {bs: ms}, "decode_context": {bs: tokens}, "decode_ms_long": {bs: ms},
+         "decode_context_long": tokens, "attention_gbps": float | None, "prefill_ms": {tokens: ms},
+         "graph": bool, "seconds": float}. `decode_ms` is at the shorter context, `decode_ms_long`
+        at the longer one (only batches whose rows had their own KV); `attention_gbps` is fitted
+        from the largest of those batches.
         Points past `budget_s` are skipped (and missing from the result).
     """
     t0 = time.monotonic()
@@ -183,7 +188,8 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 10) -> dict
     bs_list, ctxs, prefill = feasible_points(scheduler)
     short, long_ = (ctxs[0], ctxs[-1]) if ctxs else (None, None)
     kvb = kv_bytes_per_token(mr)
-    out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "prefill_ms": {}, "graph": True}
+    out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "prefill_ms": {}, "graph": True,
+           "decode_context_long": long_ if long_ != short else 0}
     rates = []
     with torch.inference_mode():
         for bs in bs_list:
@@ -195,15 +201,13 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 10) -> dict
                     ms = _timed(probe.run, iters)
                 finally:
                     probe.close()
-                shared_kv = probe.shared_kv
                 out["graph"] &= bool(probe.used_graph)
                 if ctx == short:
                     out["decode_ms"][bs], out["decode_context"][bs] = ms, ctx
-                else:
+                elif not probe.shared_kv:  # rows sharing one row's KV read it partly from L2 (too fast)
                     out["decode_ms_long"][bs] = ms
             extra_ms = out["decode_ms_long"].get(bs, 0.0) - out["decode_ms"][bs]
-            # below 0.2 ms the difference is noise; rows sharing one row's KV read it partly from L2 (too fast)
-            if long_ != short and extra_ms > 0.2 and not shared_kv:
+            if bs in out["decode_ms_long"] and extra_ms > 0.2:  # below 0.2 ms the difference is noise
                 rates.append(bs * (long_ - short) * kvb / (extra_ms * 1e-3) / 1e9)
         for t in prefill:
             if time.monotonic() - t0 > budget_s:
@@ -279,7 +283,7 @@ def describe_measurement(m: dict) -> str:
     return "; ".join([
         f"{m['seconds']:.1f} s, {'CUDA graphs' if m['graph'] else 'eager'}",
         f"decode at {ctx} tokens of context: " + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m["decode_ms"].items())),
-        "with a longer context: " + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m["decode_ms_long"].items())),
+        f"at {m['decode_context_long']} tokens: " + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m["decode_ms_long"].items())),
         f"KV read rate {kv_rate}",
         "prefill " + ", ".join(f"{t} tokens {ms:.1f} ms" for t, ms in sorted(m["prefill_ms"].items())),
     ])

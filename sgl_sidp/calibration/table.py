@@ -39,6 +39,11 @@ class Calibration:
             None: not measured (likewise).
         sglang: SGLang version the numbers were taken with ("" if unknown).
         measure_s: seconds the start-up measurement took (0 for files made offline).
+        decode_ms_long: decode times (ms) of the same batches at `decode_context_long` tokens per
+            sequence; where present, `decode_step_ms` reads the context's cost per batch from the two
+            points instead of from `attention_gbps` (a small batch's attention is latency-bound, far
+            slower per byte than a big batch's). Empty for tables measured at one context.
+        decode_context_long: tokens per sequence of every `decode_ms_long` point (0: none).
     """
 
     model: str
@@ -53,6 +58,8 @@ class Calibration:
     copy_rate_in_forward: float | None = None
     sglang: str = ""
     measure_s: float = 0.0
+    decode_ms_long: dict[int, float] = dataclasses.field(default_factory=dict)
+    decode_context_long: int = 0
 
     # ------------------------------------------------------------------ files
     @classmethod
@@ -75,6 +82,8 @@ class Calibration:
             copy_rate_in_forward=_opt_float(d.get("copy_rate_in_forward")),
             sglang=str(d.get("sglang", "")),
             measure_s=float(d.get("measure_s", 0.0)),
+            decode_ms_long={int(k): float(v) for k, v in d.get("decode_ms_long", {}).items()},
+            decode_context_long=int(d.get("decode_context_long", 0)),
         )
 
     @classmethod
@@ -109,8 +118,14 @@ class Calibration:
     def decode_step_ms(self, batch: float, context: int, kv_bytes_per_token: int) -> float:
         """Modeled vanilla decode step (ms) of `batch` sequences of `context` tokens each.
 
-        The measured time at `batch` (interpolated) plus the extra KV reads of the context beyond
-        the measured points' own, at `attention_gbps` (nothing is subtracted for shorter contexts).
+        The measured time at `batch` (interpolated between batches) plus the cost of the context
+        beyond the measured point's own (nothing is subtracted for shorter contexts):
+        - with `decode_ms_long`: each row's cost per token of context, measured as the difference
+          between the two contexts at each batch, interpolated between batches (clamped at the ends:
+          past the largest batch attention reads KV at a fixed rate per row) and extrapolated
+          linearly in context;
+        - else with `attention_gbps`: the extra KV bytes read at that rate;
+        - else: the table as measured.
 
         Raises:
             CalibrationError: no decode points.
@@ -119,10 +134,15 @@ class Calibration:
             raise CalibrationError(f"calibration for {self.model} has no decode times")
         xs = sorted(self.decode_ms)
         ms = float(np.interp(batch, xs, [self.decode_ms[x] for x in xs]))
-        if self.attention_gbps:
-            measured_ctx = float(np.interp(batch, xs, [self.decode_context.get(x, 0) for x in xs]))
-            extra_bytes = batch * max(0.0, context - measured_ctx) * kv_bytes_per_token
-            ms += extra_bytes / (self.attention_gbps * 1e9) * 1e3
+        measured_ctx = float(np.interp(batch, xs, [self.decode_context.get(x, 0) for x in xs]))
+        extra_tokens = max(0.0, context - measured_ctx)
+        if self.decode_ms_long:
+            lx = sorted(self.decode_ms_long)
+            per_row = [max(0.0, self.decode_ms_long[b] - self.decode_ms[b])
+                       / max(1, self.decode_context_long - self.decode_context.get(b, 0)) / b for b in lx]
+            ms += batch * extra_tokens * float(np.interp(batch, lx, per_row))
+        elif self.attention_gbps:
+            ms += batch * extra_tokens * kv_bytes_per_token / (self.attention_gbps * 1e9) * 1e3
         return ms
 
 
