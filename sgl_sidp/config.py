@@ -65,6 +65,13 @@ class _CoreConfig(BaseModel):
         description="Record the scheduler's per-iteration batch signal (batch size, tokens computed, "
         "radix-cache prefix-hit tokens) even when --sidp-mode is off. Always on in the other modes.",
     )
+    calibrate: bool = Field(
+        False,
+        description="Measure this server's forward times at start-up (after SGLang captured its CUDA graphs, "
+        "before it serves; DP rank 0, a few seconds) and cache them on disk for the features' cost models, "
+        "even with --sidp-mode off: a later start of any mode on the same GPU, model, TP size and SGLang then "
+        "reads them instead of measuring. The log shows them next to a bundled table for the same model, if any.",
+    )
     signal_log_interval: int = Field(
         40,
         ge=1,
@@ -76,7 +83,7 @@ class _CoreConfig(BaseModel):
     @property
     def active(self) -> bool:
         """False means the plugin must be a strict no-op in every process."""
-        return self.mode != SidpMode.OFF or self.batch_signal
+        return self.mode != SidpMode.OFF or self.batch_signal or self.calibrate
 
     @property
     def signal_enabled(self) -> bool:
@@ -99,6 +106,7 @@ class _CoreConfig(BaseModel):
                            help=f"{fields['mode'].description} Default: off.")
         group.add_argument("--sidp-batch-signal", action="store_true", default=None,
                            help=fields["batch_signal"].description)
+        group.add_argument("--sidp-calibrate", action="store_true", default=None, help=fields["calibrate"].description)
         group.add_argument("--sidp-signal-log-interval", type=int, default=None,
                            help=f"{fields['signal_log_interval'].description} Default: 40.")
         for feature in FEATURES.values():

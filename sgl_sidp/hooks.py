@@ -29,6 +29,7 @@ SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
 
 SIGNAL = "sgl_sidp.control.batch_signal:BatchSignal"
 ZERODP = "sgl_sidp.zerodp.runtime:ZeroDPRuntime"
+CALIBRATION = "sgl_sidp.calibration.startup:StartupCalibration"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Hook:
         params: the target's leading parameter names our body relies on, in order.
         why: what the hook is for.
         feature: the `--sidp-mode` that installs it; None: the core, installed whenever the overlay is on.
+        needs: a core setting (a boolean `SidpConfig` attribute) without which it is not installed.
     """
 
     target: str
@@ -53,6 +55,7 @@ class Hook:
     params: tuple[str, ...]
     why: str
     feature: str | None = None
+    needs: str | None = None
 
     @property
     def short_name(self) -> str:
@@ -77,6 +80,13 @@ HOOKS: tuple[Hook, ...] = (
         params=("self", "running_batch", "last_batch"),
         why="the batch each iteration really runs, after radix-cache admission: batch size, tokens "
         "computed, prefix-hit tokens (the signal later mode switches are driven by)",
+    ),
+    # ---------------------------------------------------------------- core: --sidp-calibrate
+    Hook(
+        target=f"{SCHEDULER}.__init__", hook_type="AFTER", runtime=CALIBRATION, method="on_scheduler_init",
+        params=("self", "server_args", "port_args", "gpu_id", "tp_rank"), needs="calibrate",
+        why="measure and cache the forward times once CUDA graphs are captured and before requests are "
+        "accepted, in any mode (the features measure through the same code when they need it)",
     ),
     # ---------------------------------------------------------------- ZeroDP
     Hook(
@@ -261,7 +271,8 @@ def hooks_for(cfg) -> list[Hook]:
     """The hooks to install for `cfg` (a `SidpConfig`): the core's when the overlay is on, plus its mode's."""
     if not cfg.active:
         return []
-    return [h for h in HOOKS if h.feature is None or h.feature == cfg.mode.value]
+    return [h for h in HOOKS if (h.feature is None or h.feature == cfg.mode.value)
+            and (h.needs is None or getattr(cfg, h.needs))]
 
 
 def check_symbol(path: str, params: tuple[str, ...] = (), instance_attr: bool = False) -> None:

@@ -20,3 +20,18 @@ def test_copy_rates_complete_the_sources_entry_once(tmp_path):
     assert got.decode_ms == {1: 8.13} and got.prefill_ms == {512: 37.9}  # the source's numbers stay
     assert not record_copy_rates(KEY, {**PROBE, "copy_gbps_idle": 100.0}, cache)
     assert cache.get(KEY).copy_gbps == 392.0
+
+
+def test_calibrate_runtime_measures_on_dp_rank_0_only(monkeypatch):
+    """`--sidp-calibrate`: DP rank 0's scheduler measures (through `ensure_forward_times`), other replicas do not."""
+    from types import SimpleNamespace
+
+    from sgl_sidp.calibration import startup
+
+    calls = []
+    monkeypatch.setattr(startup, "ensure_forward_times", lambda sched, who: calls.append(who))
+    rt = startup.StartupCalibration(ctx=None)
+    for dp, tp in [(0, 0), (0, 1), (1, 0), (None, 0)]:
+        sched = SimpleNamespace(ps=SimpleNamespace(dp_rank=dp, tp_rank=tp))
+        assert rt.on_scheduler_init("result", sched) == "result"
+    assert calls == ["DP0 TP0", "DP0 TP1", "DP0 TP0"]

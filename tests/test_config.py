@@ -55,6 +55,12 @@ def test_batch_signal_flag_activates_observer_only():
     assert cfg.active and cfg.signal_enabled and cfg.mode == SidpMode.OFF and cfg.signal_log_interval == 5
 
 
+def test_calibrate_flag_turns_the_overlay_on_in_any_mode():
+    cfg = parse("--sidp-calibrate")
+    assert cfg.calibrate and cfg.active and cfg.mode == SidpMode.OFF
+    assert parse("--sidp-calibrate", "--sidp-mode", "zerodp").calibrate
+
+
 def test_off_accepts_any_sglang_args(dense_dir):
     parse().validate_against(args(dense_dir, dp=8, tp=8))
 

@@ -57,3 +57,6 @@ def test_hooks_for_config():
         "DPBudget.update_budget", "DPBudget.dispatch"]
     assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.SHIFT))] == [
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run"]  # ZeroDP's hooks only in zerodp mode
+    calibrate = hooks_for(SidpConfig(calibrate=True))  # --sidp-calibrate alone: the signal and the calibration
+    assert [h.runtime.rsplit(":")[-1] for h in calibrate] == ["BatchSignal", "BatchSignal", "StartupCalibration"]
+    assert "StartupCalibration" not in {h.runtime.rsplit(":")[-1] for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))}

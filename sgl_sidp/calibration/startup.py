@@ -87,6 +87,23 @@ def ensure_forward_times(scheduler, who: str, cache: CalibrationCache | None = N
     return cal
 
 
+class StartupCalibration:
+    """Runtime of `--sidp-calibrate` (`sgl_sidp.hooks`): DP rank 0 measures its forward times once its
+    scheduler is built, unless cached (`ensure_forward_times`); other DP replicas are the same model
+    on the same GPU kind and measure nothing."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def on_scheduler_init(self, result, scheduler, *args, **kwargs):
+        """AFTER `Scheduler.__init__` (every TP rank of DP rank 0 runs the forwards: they hold TP collectives)."""
+        ps = scheduler.ps
+        dp = ps.dp_rank if ps.dp_rank is not None else 0
+        if dp == 0:
+            ensure_forward_times(scheduler, f"DP{dp} TP{ps.tp_rank}")
+        return result
+
+
 def record_copy_rates(key: CalibrationKey, probe: dict, cache: CalibrationCache | None = None) -> bool:
     """Add a reader's measured copy rates (`measure.time_copy_during_forward`) to its key's cached entry.
 
