@@ -24,56 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from sgl_sidp.bench.server import ServerProcess
+from servers import COMMON, PROMPTS, Server, greedy, model_args, summary
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 
-MODELS_DIR = Path(os.environ.get("SIDP_MODELS_DIR", Path(__file__).resolve().parents[3] / "shared" / "models"))
 TINY_MOE = Path(os.environ.get("SIDP_TINY_MOE", "/tmp/tiny/qwen3-moe-big"))
-TOKENIZER = str(__import__("sgl_sidp.launch_server").launch_server.DEFAULT_MODEL_DIR)
-COMMON = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--tokenizer-path", TOKENIZER]
-#: prompts of 5 to 4,000 tokens (token ids of the bundled 4,096-id tokenizer)
-PROMPTS = [list(range(7, 12)), list(range(100, 164)), [(i * 37) % 4000 + 3 for i in range(700)],
-           [(i * 11) % 4000 + 3 for i in range(2500)], [(i * 7) % 4000 + 3 for i in range(4000)]]
-
-
-def post(base, payload, timeout=300):
-    req = urllib.request.Request(base + "/generate", data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def greedy(base, ids, dp_rank=None, n=16):
-    """(output token ids, their logprobs) of a greedy generation, on `dp_rank` if given."""
-    body = {"input_ids": ids, "return_logprob": True,
-            "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}}
-    if dp_rank is not None:
-        body["routed_dp_rank"] = dp_rank
-    out = post(base, body)
-    toks = out["meta_info"]["output_token_logprobs"]
-    if dp_rank is not None:
-        assert out["meta_info"].get("dp_rank", dp_rank) == dp_rank, out["meta_info"]
-    return [t[1] for t in toks], [t[0] for t in toks]
-
-
-class Server(ServerProcess):
-    """A server that is only used once SGLang logged "fired up" (its warm-up request done)."""
-
-    def __enter__(self):
-        self.start()
-        try:
-            self.wait_ready(timeout_s=240)
-        except BaseException:
-            self.stop()
-            raise
-        deadline = time.time() + 120
-        while "The server is fired up" not in self.log_text():
-            if time.time() > deadline or self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"server never fired up:\n{self.log_tail()}")
-            time.sleep(0.5)
-        return self
 
 
 def zerodp(log_dir, name, model_args, extra=(), env=None, port=32000):
@@ -99,10 +54,6 @@ def sink_line(log):
 def kv_tokens(log, role):
     m = re.search(rf"sgl-sidp zerodp DP\d TP0: {role} KV cache (\d+) tokens", log)
     return int(m.group(1)) if m else None
-
-
-def summary(log_dir, name, **facts):
-    (log_dir / f"{name}.facts.json").write_text(json.dumps(facts, indent=1))
 
 
 # --------------------------------------------------------------------------- tiny, distinct weights
@@ -167,13 +118,6 @@ def test_tiny_moe_lost_source_stops_the_server(log_dir):
 
 
 # --------------------------------------------------------------------------- real shapes, dummy weights
-def _model(name):
-    path = MODELS_DIR / name
-    if not (path / "config.json").is_file():
-        pytest.skip(f"{path}/config.json not found (set SIDP_MODELS_DIR)")
-    return ["--model-path", str(path), "--load-format", "dummy"]
-
-
 def _sink_equals_source(srv, prompts, n=8):
     for i, p in enumerate(prompts):
         compare(greedy(srv.base_url, p, dp_rank=0, n=n), greedy(srv.base_url, p, dp_rank=1, n=n), f"prompt {i}")
@@ -182,7 +126,7 @@ def _sink_equals_source(srv, prompts, n=8):
 def test_qwen3_30b_all_layers_exact(log_dir, tmp_path):
     """Every MoE layer pulled: sink == source, and the sink holds 1.75x the source's KV cache."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
-    with zerodp(log_dir, "qwen3_30b_zerodp_all", _model("Qwen3-30B-A3B"), ["--sidp-zerodp-layers", "all"], env=env) as srv:
+    with zerodp(log_dir, "qwen3_30b_zerodp_all", model_args("Qwen3-30B-A3B"), ["--sidp-zerodp-layers", "all"], env=env) as srv:
         _sink_equals_source(srv, PROMPTS[:4])
         log = srv.log_text()
     assert len(sink_line(log)) == 48
@@ -194,7 +138,7 @@ def test_mixtral_starts_with_peak_extra_memory_bounded(log_dir, tmp_path, layers
     """Mixtral-8x7B (87 GB of weights on a 139 GB GPU): the source re-homes its experts one tensor at a time
     (peak extra memory below one expert tensor + 1 GB), the default policy calibrates itself, sink == source."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
-    with zerodp(log_dir, f"mixtral_zerodp_{layers}", _model("Mixtral-8x7B"), ["--sidp-zerodp-layers", layers],
+    with zerodp(log_dir, f"mixtral_zerodp_{layers}", model_args("Mixtral-8x7B"), ["--sidp-zerodp-layers", layers],
                 env=env, port=32200) as srv:
         _sink_equals_source(srv, PROMPTS[:3], n=6)
         log = srv.log_text()
@@ -210,20 +154,3 @@ def test_mixtral_starts_with_peak_extra_memory_bounded(log_dir, tmp_path, layers
         assert "copies from the source while decode forwards" in log
     else:
         assert len(offloaded) == 32
-
-
-def test_qwen3_30b_calibration_next_to_bundled(log_dir, tmp_path):
-    """The default policy on Qwen3-30B-A3B: the source's start-up calibration is logged next to the bundled
-    table (same model, H200) and must agree within 10 % at each bundled point. (The bundled table came from
-    `bench_one_batch`; the sink decides with it, the calibration goes to the cache.)"""
-    env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
-    with zerodp(log_dir, "qwen3_30b_zerodp_default", _model("Qwen3-30B-A3B"), env=env, port=32300) as srv:
-        _sink_equals_source(srv, PROMPTS[:2])
-        log = srv.log_text()
-    m = re.search(r"start-up calibration vs bundled \S+ \(.*?\): (.*)", log)
-    assert m, "no comparison with the bundled table"
-    ratios = [float(x) for x in re.findall(r"\(([0-9.]+)x\)", m.group(1))]
-    took = re.search(r"start-up calibration \(cached in .*?\): ([0-9.]+) s", log)
-    summary(log_dir, "qwen3_30b_zerodp_default", vs_bundled=m.group(1), ratios=ratios,
-            calibration_s=float(took.group(1)) if took else None, offloaded=sink_line(log))
-    assert ratios and all(0.9 <= r <= 1.1 for r in ratios), m.group(1)

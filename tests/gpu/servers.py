@@ -1,0 +1,72 @@
+"""Helpers of the GPU tests: servers started through a launcher, greedy requests, facts files.
+
+Model configs come from $SIDP_MODELS_DIR (default ../shared/models beside the repo).
+"""
+
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+from sgl_sidp.bench.server import ServerProcess
+
+MODELS_DIR = Path(os.environ.get("SIDP_MODELS_DIR", Path(__file__).resolve().parents[3] / "shared" / "models"))
+TOKENIZER = str(__import__("sgl_sidp.launch_server").launch_server.DEFAULT_MODEL_DIR)
+COMMON = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--tokenizer-path", TOKENIZER]
+#: prompts of 5 to 4,000 tokens (token ids of the bundled 4,096-id tokenizer)
+PROMPTS = [list(range(7, 12)), list(range(100, 164)), [(i * 37) % 4000 + 3 for i in range(700)],
+           [(i * 11) % 4000 + 3 for i in range(2500)], [(i * 7) % 4000 + 3 for i in range(4000)]]
+
+
+def post(base, payload, timeout=300):
+    req = urllib.request.Request(base + "/generate", data=json.dumps(payload).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def greedy(base, ids, dp_rank=None, n=16):
+    """(output token ids, their logprobs) of a greedy generation, on `dp_rank` if given."""
+    body = {"input_ids": ids, "return_logprob": True,
+            "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}}
+    if dp_rank is not None:
+        body["routed_dp_rank"] = dp_rank
+    out = post(base, body)
+    toks = out["meta_info"]["output_token_logprobs"]
+    if dp_rank is not None:
+        assert out["meta_info"].get("dp_rank", dp_rank) == dp_rank, out["meta_info"]
+    return [t[1] for t in toks], [t[0] for t in toks]
+
+
+class Server(ServerProcess):
+    """A server that is only used once SGLang logged "fired up" (its warm-up request done)."""
+
+    def __enter__(self):
+        self.start()
+        try:
+            self.wait_ready(timeout_s=240)
+        except BaseException:
+            self.stop()
+            raise
+        deadline = time.time() + 120
+        while "The server is fired up" not in self.log_text():
+            if time.time() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"server never fired up:\n{self.log_tail()}")
+            time.sleep(0.5)
+        return self
+
+
+def summary(log_dir, name, **facts):
+    (log_dir / f"{name}.facts.json").write_text(json.dumps(facts, indent=1))
+
+
+def model_args(name):
+    """`--model-path` of a config in $SIDP_MODELS_DIR with dummy weights (skips the test if it is missing)."""
+    import pytest
+
+    path = MODELS_DIR / name
+    if not (path / "config.json").is_file():
+        pytest.skip(f"{path} missing: set SIDP_MODELS_DIR")
+    return ["--model-path", str(path), "--load-format", "dummy"]
