@@ -7,6 +7,7 @@ without an entry is documented in `--help` but rejected as not implemented.
 from __future__ import annotations
 
 from sgl_sidp.feature import Feature
+from sgl_sidp.sidp.feature import FEATURE as SIDP
 from sgl_sidp.zerodp.feature import FEATURE as ZERODP
 
-FEATURES: dict[str, Feature] = {f.name: f for f in (ZERODP,)}
+FEATURES: dict[str, Feature] = {f.name: f for f in (ZERODP, SIDP)}

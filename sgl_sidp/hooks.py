@@ -30,6 +30,7 @@ SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
 SIGNAL = "sgl_sidp.control.batch_signal:BatchSignal"
 ZERODP = "sgl_sidp.zerodp.runtime:ZeroDPRuntime"
 CALIBRATION = "sgl_sidp.calibration.startup:StartupCalibration"
+SIDP = "sgl_sidp.sidp.runtime:SiDPRuntime"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +113,29 @@ HOOKS: tuple[Hook, ...] = (
         why="a sink waits for an offloaded layer's slot before its experts run and prefetches the slot's "
         "next layer after (the points DWDP uses in FusedMoE.forward_impl)",
     ),
+    # ---------------------------------------------------------------- SiDP
+    Hook(
+        target=f"{MODEL_RUNNER}.load_model", hook_type="AFTER", runtime=SIDP, method="on_load_model",
+        params=("self",), feature="sidp",
+        why="each rank shares the FFN layers it owns and drops the others (bound to WaS slots), after the weights "
+        "are loaded and before alloc_memory_pool sizes the KV cache from the free memory",
+    ),
+    Hook(
+        target=f"{MODEL_RUNNER}.alloc_memory_pool", hook_type="AFTER", runtime=SIDP, method="on_alloc_memory_pool",
+        params=("self", "memory_pool_config"), feature="sidp",
+        why="log each rank's KV capacity (max_total_num_tokens)",
+    ),
+    Hook(
+        target="sglang.srt.models.qwen2.Qwen2MLP.forward", hook_type="AROUND", runtime=SIDP,
+        method="around_mlp_forward", params=("self", "x", "forward_batch"), feature="sidp",
+        why="WaS: a streamed FFN layer waits for its slot before SGLang's MLP computes on it and frees it after "
+        "(Qwen2 and Qwen3 dense: qwen3.py imports Qwen2MLP as Qwen3MLP)",
+    ),
+    Hook(
+        target="sglang.srt.models.llama.LlamaMLP.forward", hook_type="AROUND", runtime=SIDP,
+        method="around_mlp_forward", params=("self", "x", "forward_batch"), feature="sidp",
+        why="WaS on Llama: as Qwen2MLP.forward",
+    ),
     Hook(
         target=f"{DP_BUDGET}.update_budget", hook_type="AFTER", runtime=ZERODP, method="after_update_budget",
         params=("self", "loads"), feature="zerodp",
@@ -149,7 +173,7 @@ TORCH_HOOKS: dict[str, TorchHook] = {
     "slot_ring_start": TorchHook(
         kind="forward_pre",
         module="the first decoder layer of ModelRunner.model (`model.model.layers[model.model.start_layer]`)",
-        installer="sgl_sidp.prefetch.binding:SlotBinding.install_start",
+        installer="sgl_sidp.prefetch.binding:SlotBinding.install_start",  # found by binding.first_decoder_layer
         sglang_attrs=(
             "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM.model",
             "sglang.srt.models.qwen2_moe.Qwen2MoeModel.layers",
@@ -157,6 +181,19 @@ TORCH_HOOKS: dict[str, TorchHook] = {
             "sglang.srt.models.mixtral.MixtralForCausalLM.model",
             "sglang.srt.models.mixtral.MixtralModel.layers",
             "sglang.srt.models.mixtral.MixtralModel.start_layer",
+            "sglang.srt.models.qwen3.Qwen3ForCausalLM.model",
+            "sglang.srt.models.qwen3.Qwen3Model.layers",
+            "sglang.srt.models.qwen2.Qwen2ForCausalLM.model",
+            "sglang.srt.models.qwen2.Qwen2Model.layers",
+            "sglang.srt.models.qwen2.Qwen2Model.start_layer",
+            "sglang.srt.models.qwen2.Qwen2Model.end_layer",
+            "sglang.srt.models.qwen2.Qwen2DecoderLayer.mlp",
+            "sglang.srt.models.qwen3.Qwen3DecoderLayer.mlp",
+            "sglang.srt.models.llama.LlamaForCausalLM.model",
+            "sglang.srt.models.llama.LlamaModel.layers",
+            "sglang.srt.models.llama.LlamaModel.start_layer",
+            "sglang.srt.models.llama.LlamaModel.end_layer",
+            "sglang.srt.models.llama.LlamaDecoderLayer.mlp",
         ),
         why="a forward starts: issue the first slot copies (SlotPrefetcher.start_forward), before any layer "
         "computes; captured into decode CUDA graphs, an eager break inside breakable prefill graphs",
@@ -220,6 +257,14 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.server_args.ServerArgs.mem_fraction_static", instance_attr=True),
     UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.broadcast_object", ("self", "obj", "src")),
     UsedSymbol(f"{FUSED_MOE}.run_moe_core", ("self", "dispatch_output")),
+    # SiDP: the dense MLPs' parameters it shares and streams
+    UsedSymbol("sglang.srt.models.qwen2.Qwen2MLP.gate_up_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen2.Qwen2MLP.down_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.models.llama.LlamaMLP.gate_up_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.models.llama.LlamaMLP.down_proj", instance_attr=True),
+    # (an unquantized linear layer's `weight` is registered by this method)
+    UsedSymbol("sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.create_weights",
+               ("self", "layer", "input_size_per_partition", "output_partition_sizes")),
     # start-up calibration (sgl_sidp.calibration.measure): what it reads and calls on a built scheduler
     UsedSymbol(f"{SCHEDULER}.tp_worker", instance_attr=True),
     UsedSymbol(f"{SCHEDULER}.req_to_token_pool", instance_attr=True),

@@ -94,9 +94,7 @@ def test_rejects_unknown_mode_at_parse():
 
 
 def test_rejects_unimplemented_modes(dense_dir):
-    """sidp and shift are parsed (documented in --help) but not implemented yet."""
-    ps = problems(parse("--sidp-mode", "sidp"), args(dense_dir, dp=2))
-    assert ps == ["--sidp-mode sidp is not implemented in this version of sgl-sidp yet"]
+    """shift is parsed (documented in --help) but not implemented yet."""
     ps = problems(parse("--sidp-mode", "shift"), args(dense_dir, tp=2))
     assert ps == ["--sidp-mode shift is not implemented in this version of sgl-sidp yet"]
 
@@ -105,7 +103,7 @@ def test_features_are_registered_in_one_table():
     """Each registered feature's settings become `SidpConfig.<name>` and its flags `--sidp-<name>-<field>`."""
     from sgl_sidp.features import FEATURES
 
-    assert set(FEATURES) == {"zerodp"} and FEATURES["zerodp"].name == "zerodp"
+    assert set(FEATURES) == {"zerodp", "sidp"} and FEATURES["zerodp"].name == "zerodp"
     p = argparse.ArgumentParser()
     SidpConfig.add_cli_args(p)
     flags = {a for action in p._actions for a in action.option_strings}
@@ -220,7 +218,46 @@ def test_reports_every_problem_at_once(dense_dir, moe_dir):
     ps = problems(parse("--sidp-mode", "zerodp"), args(dense_dir, dp=1))
     assert len(ps) == 2  # dp + dense model
     ps = problems(parse("--sidp-mode", "sidp"), args(moe_dir, dp=1))
-    assert ps == ["--sidp-mode sidp is not implemented in this version of sgl-sidp yet"]
+    assert len(ps) == 2  # dp + MoE model
+
+
+# --------------------------------------------------------------------------- sidp
+def dense(tmp_path, arch="Qwen3ForCausalLM", layers=64):
+    d = tmp_path / f"{arch}-{layers}"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": [arch], "num_hidden_layers": layers}))
+    return str(d)
+
+
+@pytest.mark.parametrize("arch", ["Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"])
+def test_sidp_passes_on_supported_dense_models(tmp_path, arch):
+    parse("--sidp-mode", "sidp").validate_against(args(dense(tmp_path, arch), dp=2))
+    parse("--sidp-mode", "sidp", "--sidp-sidp-slots", "3").validate_against(args(dense(tmp_path, arch, 8), dp=8, tp=2))
+
+
+def test_sidp_reports_every_problem_at_once(tmp_path):
+    """CaS not built, an unsupported architecture, too few layers for the ranks, DP attention, PP, TBO."""
+    raw = args(dense(tmp_path, "GemmaForCausalLM", 3), dp=4)
+    raw.enable_dp_attention, raw.pp_size, raw.enable_two_batch_overlap = True, 2, True
+    ps = problems(parse("--sidp-mode", "sidp", "--sidp-sidp-force", "cas"), raw)
+    assert [p.split(":")[0].split(" ")[0:2] for p in ps] == [["--sidp-sidp-force", "cas"]] + [["--sidp-mode", "sidp"]] * 5
+    assert "Compute-as-a-Service" in ps[0] and "GemmaForCausalLM" in ps[1] and "3 layers cannot give each of 4" in ps[2]
+    assert "--pp-size 1" in ps[3] and "--enable-dp-attention" in ps[4] and "two/single-batch overlap" in ps[5]
+
+
+def test_sidp_rejects_moe_and_a_single_rank(tmp_path, moe_dir):
+    ps = problems(parse("--sidp-mode", "sidp"), args(moe_dir, dp=1))
+    assert "needs --dp-size >= 2, got 1" in ps[0] and "is MoE (use --sidp-mode zerodp)" in ps[1]
+
+
+def test_sidp_rejects_ranks_that_cannot_read_each_other(tmp_path, monkeypatch):
+    """Every rank reads every other rank's layers: each ordered pair of same-TP-rank GPUs is checked."""
+    from sgl_sidp.peer import topology
+
+    seen = []
+    monkeypatch.setattr(topology, "_nvml_p2p_read", lambda visible: lambda a, b: seen.append((a, b)) or (a, b) != (1, 0))
+    ps = problems(parse("--sidp-mode", "sidp"), args(dense(tmp_path), dp=2))
+    assert sorted(seen) == [(0, 1), (1, 0)] and len(ps) == 1 and "a rank cannot read an owner" in ps[0]
 
 
 @pytest.mark.skipif(not MODELS.is_dir(), reason=f"{MODELS} not found (the shared model configs)")

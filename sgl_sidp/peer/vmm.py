@@ -179,7 +179,7 @@ class TensorExporter:
 
     Args:
         params: `TensorSpec -> torch.nn.Parameter` on this process's GPU (contiguous).
-        device_id: this process's CUDA device index.
+        device_id: this process's CUDA device index (None: CPU tensors, with a test driver).
         address: socket address (`socket_address`).
         driver: the VMM calls (default `VmmDriver`, CUDA).
 
@@ -238,7 +238,7 @@ class TensorExporter:
             self.entries.append({**spec.to_json(), "alloc_size": size})
         self.header = {
             "pid": os.getpid(),
-            "device_id": device_id,
+            "device_id": -1 if device_id is None else device_id,  # None: CPU tensors (tests with a fake driver)
             "device_uuid": _device_uuid(device_id),
             "entries": self.entries,
         }

@@ -23,12 +23,44 @@ import torch
 from sgl_sidp.prefetch.ring import PrefetchSchedule, SlotPrefetcher, sync_points
 
 
+def param_at(module, name: str) -> torch.Tensor:
+    """The parameter at dotted path `name` inside `module` ("down_proj.weight")."""
+    for part in name.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def decoder_layers(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
+    """`(layer index, decoder layer)` of an SGLang causal LM: `model.model.layers[start_layer:end_layer]`.
+
+    Raises:
+        ValueError: the model has no `.model.layers`.
+    """
+    decoder = getattr(model, "model", model)
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__} has no .model.layers: cannot find its decoder layers")
+    start = getattr(decoder, "start_layer", 0)
+    end = getattr(decoder, "end_layer", len(layers))
+    return [(i, layers[i]) for i in range(start, end)]
+
+
+def first_decoder_layer(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder layer a forward starts at, where `SlotBinding.install_start` goes (`sgl_sidp.hooks.TORCH_HOOKS`).
+
+    Raises:
+        ValueError: the model has no `.model.layers`.
+    """
+    return decoder_layers(model)[0][1]
+
+
 class SlotBinding:
     """Streamed layers of one model, bound to a ring of slots.
 
     Args:
         modules: layer id -> module holding that layer's parameters `names`.
-        names: parameter names streamed per layer (e.g. ("w13_weight", "w2_weight")).
+        names: parameter names streamed per layer, dotted paths inside the module (("w13_weight",
+            "w2_weight") of a `FusedMoE`; ("gate_up_proj.weight", "down_proj.weight") of a dense MLP).
         remote: `(layer_id, name)` -> readable tensor with the owner's values (same shape/dtype as
             the local parameter).
         layers: streamed layer ids, in forward order.
@@ -61,17 +93,17 @@ class SlotBinding:
         self.schedule = PrefetchSchedule(self.layers, n_slots=n_slots)
         first = modules[self.layers[0]]
         odd = [(lid, n) for lid in self.layers for n in names
-               if getattr(modules[lid], n).shape != getattr(first, n).shape or getattr(modules[lid], n).dtype != getattr(first, n).dtype]
+               if param_at(modules[lid], n).shape != param_at(first, n).shape or param_at(modules[lid], n).dtype != param_at(first, n).dtype]
         if odd:
             raise ValueError(f"streamed parameters must share one shape and dtype per name; these differ from layer {self.layers[0]}'s: {odd}")
-        slots = [{n: torch.empty_like(getattr(first, n)) for n in names} for _ in range(n_slots)]
+        slots = [{n: torch.empty_like(param_at(first, n)) for n in names} for _ in range(n_slots)]
         self.slot_bytes = sum(t.numel() * t.element_size() for s in slots for t in s.values())
         self.freed_bytes = 0
         remote_used = {(lid, n): remote[(lid, n)] for lid in self.layers for n in names}
         self.prefetcher = SlotPrefetcher(self.schedule, remote_used, slots, ops)
         for lid in self.layers:
             for n in names:
-                p = getattr(modules[lid], n)
+                p = param_at(modules[lid], n)
                 self.freed_bytes += p.numel() * p.element_size()
                 p.data = slots[self.schedule.slot_of(lid)][n]
         release_cached()

@@ -62,15 +62,6 @@ def collect_moe_layers(model: torch.nn.Module) -> list[tuple[int, torch.nn.Modul
     return sorted(found, key=lambda x: x[0])
 
 
-def first_decoder_layer(model: torch.nn.Module) -> torch.nn.Module:
-    """`model.model.layers[model.model.start_layer]` (see `sgl_sidp.hooks.TORCH_HOOKS`)."""
-    decoder = getattr(model, "model", model)
-    layers = getattr(decoder, "layers", None)
-    if layers is None:
-        raise ZeroDPError(f"{type(model).__name__} has no .model.layers; ZeroDP cannot find where a forward starts")
-    return layers[getattr(decoder, "start_layer", 0)]
-
-
 def _who(dp: int, tp: int) -> str:
     return f"DP{dp} TP{tp}"
 
@@ -159,7 +150,7 @@ class ZeroDPRuntime:
 
     def _setup_sink(self, runner, moe_layers, address: str) -> None:
         from sgl_sidp.peer.vmm import TensorImporter, measure_copy_gbps
-        from sgl_sidp.prefetch.binding import SlotBinding
+        from sgl_sidp.prefetch.binding import SlotBinding, first_decoder_layer
         from sgl_sidp.prefetch.ring import StreamOps
 
         s = self.settings

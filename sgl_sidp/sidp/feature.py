@@ -1,0 +1,81 @@
+"""SiDP as a feature of the overlay: its checks before any GPU work, its start-up line.
+
+The hook bodies live in `sgl_sidp.sidp.runtime` (entries of `sgl_sidp.hooks.HOOKS` tagged "sidp").
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sgl_sidp.feature import Feature
+from sgl_sidp.model_info import model_is_moe, read_hf_config
+from sgl_sidp.sidp.settings import SiDPSettings
+
+#: Architectures whose SGLang MLP the WaS hooks wrap (`Qwen2MLP`, which Qwen3 imports as `Qwen3MLP`, and
+#: `LlamaMLP`; each holds `gate_up_proj.weight` and `down_proj.weight`).
+SUPPORTED = {
+    "Qwen3ForCausalLM": "sglang.srt.models.qwen2.Qwen2MLP",
+    "Qwen2ForCausalLM": "sglang.srt.models.qwen2.Qwen2MLP",
+    "LlamaForCausalLM": "sglang.srt.models.llama.LlamaMLP",
+}
+
+
+def check(cfg, raw: argparse.Namespace) -> list[str]:
+    """Every reason SiDP cannot run with SGLang's flags `raw` (argparse namespace), one line each."""
+    problems = []
+    s = cfg.sidp
+    if s.force != "was":
+        problems.append(
+            f"--sidp-sidp-force {s.force}: Compute-as-a-Service (and so switching at B_th) is not built yet; "
+            "use --sidp-sidp-force was"
+        )
+    dp = int(getattr(raw, "dp_size", 1) or 1)
+    if dp < 2:
+        problems.append(f"--sidp-mode sidp shares FFN layers across DP ranks: needs --dp-size >= 2, got {dp}")
+    hf = read_hf_config(raw.model_path)
+    if model_is_moe(raw.model_path):
+        problems.append(f"--sidp-mode sidp is for dense models; {raw.model_path} is MoE (use --sidp-mode zerodp)")
+    elif hf is not None:
+        archs = hf.get("architectures") or []
+        if not any(a in SUPPORTED for a in archs):
+            problems.append(
+                f"--sidp-mode sidp supports {', '.join(sorted(SUPPORTED))} (whose SGLang MLP it wraps), "
+                f"not {', '.join(archs) or 'an unnamed architecture'}"
+            )
+        layers = hf.get("num_hidden_layers")
+        if dp >= 2 and layers is not None and int(layers) < dp:
+            problems.append(f"--sidp-mode sidp: {layers} layers cannot give each of {dp} DP ranks a layer to own")
+    pp = int(getattr(raw, "pp_size", 1) or 1)
+    if pp > 1:
+        problems.append(f"--sidp-mode sidp needs --pp-size 1 (each rank runs every layer), got {pp}")
+    if getattr(raw, "enable_dp_attention", False):
+        problems.append("--sidp-mode sidp runs independent DP ranks; it does not work with --enable-dp-attention")
+    if getattr(raw, "offload_mode", "cpu") == "sharded_gpu" or float(getattr(raw, "cpu_offload_gb", 0) or 0) > 0:
+        problems.append("--sidp-mode sidp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)")
+    if getattr(raw, "enable_two_batch_overlap", False) or getattr(raw, "enable_single_batch_overlap", False):
+        problems.append(
+            "--sidp-mode sidp does not work with two/single-batch overlap: micro-batches run each MLP twice per "
+            "forward, and the WaS slot ring fetches each streamed layer once"
+        )
+    if dp >= 2:
+        from sgl_sidp.peer.topology import peer_access_problems, replica_gpus
+
+        gpus = replica_gpus(dp, int(raw.tp_size or 1), raw.base_gpu_id, raw.gpu_id_step)
+        pairs = [(gpus[a][t], gpus[b][t]) for a in range(dp) for b in range(dp) if a != b for t in range(len(gpus[0]))]
+        problems += [f"--sidp-mode sidp: a rank cannot read an owner: {p}" for p in peer_access_problems(pairs)]
+    return problems
+
+
+def describe(cfg, server_args) -> str:
+    """SiDP's part of the launcher's start-up line."""
+    s = cfg.sidp
+    return f"sidp: FFN layer l owned by DP rank l mod {server_args.dp_size}; non-owned layers {s.force.upper()}, {s.slots} slots"
+
+
+FEATURE = Feature(
+    name="sidp",
+    summary="dense FFN layers owned per DP rank; the others stream them from the owner (WaS)",
+    settings=SiDPSettings,
+    check=check,
+    describe=describe,
+)

@@ -1,0 +1,211 @@
+"""SiDP in one SGLang process (a TP rank of a DP rank): owned FFN layers shared, the others streamed (WaS).
+
+Source of the idea: Zhao & He, "SiDP: Memory-Efficient Data Parallelism for Offline LLM Inference"
+(Weight-as-a-Service, §3). FFN layer l (`gate_up_proj.weight`, `down_proj.weight` of SGLang's
+`Qwen2MLP` / `LlamaMLP`) is owned by DP rank `owner_of(l, d)`; at load time (AFTER
+`ModelRunner.load_model`, before `alloc_memory_pool` sizes the KV cache from the free memory):
+
+1. the owner re-homes its owned layers into shareable VMM memory one tensor at a time
+   (`peer.vmm.TensorExporter`) and serves them to the other ranks' same TP rank;
+2. every non-owned layer's parameters are pointed at a slot of a ring (`prefetch.binding.SlotBinding`),
+   which frees them, and the slots are filled from the owner's HBM (`peer.vmm.TensorImporter`) a
+   few layers ahead on a side stream; SGLang's own MLP code computes on the slot (AROUND
+   `Qwen2MLP.forward` / `LlamaMLP.forward`: wait for the slot before, free it after).
+
+The failure domain is the group: a rank whose owner's process is gone stops the server (the
+importer's watcher, `peer.vmm.stop_server`). With d = 2 the ring streams the other rank's layers in
+forward order, which is the peak-shifted order for d = 2; d > 2 streams in forward order too (peak
+shifting there is issue 11's).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Mapping
+
+import torch
+
+from sgl_sidp.peer.manifest import TensorSpec, manifest_mismatches
+from sgl_sidp.prefetch.binding import SlotBinding, decoder_layers, param_at
+from sgl_sidp.prefetch.schedules import owner_of
+
+logger = logging.getLogger(__name__)
+
+#: The parameters of one FFN layer a non-owner streams (names inside SGLang's `Qwen2MLP` / `LlamaMLP`).
+NAMES = ("gate_up_proj.weight", "down_proj.weight")
+
+
+class SiDPError(RuntimeError):
+    """SiDP cannot run on this model or with what the other ranks publish."""
+
+
+def collect_mlps(model: torch.nn.Module) -> dict[int, torch.nn.Module]:
+    """Layer index -> the decoder layer's `mlp` (holding `NAMES`), for every decoder layer of `model`.
+
+    Raises:
+        SiDPError: a decoder layer without an `mlp` holding `gate_up_proj.weight` and `down_proj.weight`
+            (an architecture SiDP does not know).
+    """
+    out, odd = {}, []
+    for i, layer in decoder_layers(model):
+        mlp = getattr(layer, "mlp", None)
+        try:
+            for n in NAMES:
+                param_at(mlp, n)
+        except AttributeError:
+            odd.append(f"{i} ({type(mlp).__name__})")
+            continue
+        out[i] = mlp
+    if odd or not out:
+        raise SiDPError(
+            f"--sidp-mode sidp: {type(model).__name__} has decoder layers without an MLP holding "
+            f"{' and '.join(NAMES)}: {', '.join(odd[:8]) or 'no layers'}"
+        )
+    return out
+
+
+def spec_of(layer: int, name: str, t: torch.Tensor) -> TensorSpec:
+    return TensorSpec(layer, name, tuple(t.shape), str(t.dtype), t.numel() * t.element_size())
+
+
+class SiDPRuntime:
+    """SiDP's state in one process and its hook bodies (see the module doc).
+
+    Args:
+        ctx: the plugin's per-process context (`sgl_sidp.plugin.PluginContext`); reads `ctx.config.sidp`.
+
+    Attributes (after `setup`):
+        dp_rank, tp_rank, d: this process's DP rank and TP rank, and the DP size.
+        owned, streamed: layer indices this rank owns / streams from their owners.
+        exporter: the `TensorExporter` serving the owned layers.
+        importers: owner DP rank -> `TensorImporter`.
+        binding: the `SlotBinding` of the streamed layers (None if none).
+    """
+
+    def __init__(self, ctx):
+        self.settings = ctx.config.sidp
+        self.dp_rank = self.tp_rank = 0
+        self.d = 1
+        self.owned: tuple[int, ...] = ()
+        self.streamed: tuple[int, ...] = ()
+        self.exporter = None
+        self.importers: dict = {}
+        self.binding: SlotBinding | None = None
+        self.copy_gbps = 0.0
+        self.kv_tokens: int | None = None
+
+    @property
+    def who(self) -> str:
+        return f"DP{self.dp_rank} TP{self.tp_rank}"
+
+    # ------------------------------------------------------------------ set-up (no SGLang, testable on CPU)
+    def setup(self, mlps: Mapping[int, torch.nn.Module], dp_rank: int, tp_rank: int, d: int, device_id: int,
+              address_of: Callable[[int], str], ops, wrap: Callable = lambda f: f,
+              release_cached: Callable[[], None] = lambda: None, driver=None, can_access_peer=None) -> None:
+        """Share the owned layers, then map the other ranks' and bind the streamed layers to slots.
+
+        Args:
+            mlps: layer index -> MLP module holding `NAMES` (this TP rank's shards).
+            dp_rank, tp_rank, d: this rank, its TP rank, the DP size.
+            device_id: this process's CUDA device index.
+            address_of: DP rank -> that rank's socket address for this TP rank.
+            ops, wrap, release_cached: as `SlotBinding` takes them.
+            driver, can_access_peer: the VMM driver and peer query (defaults: CUDA's).
+
+        Raises:
+            SiDPError: an owner's tensors differ from this rank's (shapes, dtypes, layers).
+            sgl_sidp.peer.vmm.PeerError: no shareable memory, an owner that never publishes, no peer access.
+        """
+        from sgl_sidp.peer.vmm import TensorExporter, TensorImporter
+
+        self.dp_rank, self.tp_rank, self.d = dp_rank, tp_rank, d
+        ids = sorted(mlps)
+        self.owned = tuple(lid for lid in ids if owner_of(lid, d) == dp_rank)
+        self.streamed = tuple(lid for lid in ids if owner_of(lid, d) != dp_rank)
+        specs = {lid: {n: spec_of(lid, n, param_at(mlps[lid], n)) for n in NAMES} for lid in ids}
+        params = {specs[lid][n]: param_at(mlps[lid], n) for lid in self.owned for n in NAMES}
+        self.exporter = TensorExporter(params, device_id, address_of(dp_rank), driver=driver)
+        remote = {}
+        timeout = self.settings.owner_timeout_s
+        for r in range(d):
+            if r == dp_rank:
+                continue
+            owner = f"sidp owner DP{r} TP{tp_rank}"
+            imp = self.importers[r] = TensorImporter(address_of(r), device_id, timeout, owner, driver=driver,
+                                                     can_access_peer=can_access_peer)
+            want = [specs[lid][n] for lid in self.streamed if owner_of(lid, d) == r for n in NAMES]
+            problems = manifest_mismatches(imp.entries, want)
+            if problems:
+                raise SiDPError(
+                    f"sidp {self.who} and {owner} disagree on {len(problems)} FFN tensor(s) (same --model-path, "
+                    "--tp-size, --dtype and quantization on every rank are required):\n  " + "\n  ".join(problems[:20])
+                )
+            remote.update(imp.map([t.key for t in want]))
+        if self.streamed:
+            self.binding = SlotBinding(mlps, NAMES, remote, self.streamed, self.settings.slots, ops, wrap=wrap,
+                                       release_cached=release_cached)
+
+    # ------------------------------------------------------------------ SGLang hooks
+    def on_load_model(self, result, runner, *args, **kwargs):
+        """AFTER `ModelRunner.load_model`: share, map and bind (see `setup`), log what moved.
+
+        Raises:
+            SiDPError, sgl_sidp.peer.vmm.PeerError: as `setup`.
+        """
+        if getattr(runner, "is_draft_worker", False):
+            return result
+        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import eager_on_graph
+
+        from sgl_sidp.peer.vmm import measure_copy_gbps, socket_address
+        from sgl_sidp.prefetch.binding import first_decoder_layer
+        from sgl_sidp.prefetch.ring import StreamOps
+
+        dp, tp = int(runner.ps.dp_rank or 0), int(runner.ps.tp_rank)
+        device_id = torch.cuda.current_device()
+        port = runner.server_args.port
+        mlps = collect_mlps(runner.model)
+        self.setup(mlps, dp, tp, int(runner.server_args.dp_size), device_id,
+                   lambda r: socket_address(f"sidp-dp{r}", port, tp), StreamOps(torch.device("cuda", device_id)),
+                   wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache)
+        b = self.binding
+        if b is not None:
+            first = b.prefetcher.remote  # (layer, name) -> mapped owner tensor
+            lid = self.streamed[0]
+            self.copy_gbps = measure_copy_gbps([(torch.empty_like(first[(lid, n)]), first[(lid, n)]) for n in NAMES])
+            torch.cuda.empty_cache()
+            b.install_start(first_decoder_layer(runner.model))
+        for imp in self.importers.values():
+            imp.watch()
+        per_layer = sum(param_at(mlps[self.streamed[0]], n).nbytes for n in NAMES) if self.streamed else 0
+        logger.info(
+            "sgl-sidp sidp %s: owns FFN layers %s (%.2f GB, shared with peak extra memory %.2f GB), streams %d layers "
+            "(WaS, %d slots, %.2f GB per forward; %.0f GB/s measured per copy, %.1f ms of copies per forward); "
+            "freed %.2f GB, slots take %.2f GB",
+            self.who, _ranges(self.owned), self.exporter.nbytes / 1e9, self.exporter.peak_extra_bytes / 1e9,
+            len(self.streamed), self.settings.slots, per_layer * len(self.streamed) / 1e9, self.copy_gbps,
+            per_layer * len(self.streamed) / (self.copy_gbps * 1e9) * 1e3 if self.copy_gbps else 0.0,
+            (b.freed_bytes if b else 0) / 1e9, (b.slot_bytes if b else 0) / 1e9,
+        )
+        return result
+
+    def on_alloc_memory_pool(self, result, runner, *args, **kwargs):
+        """AFTER `ModelRunner.alloc_memory_pool`: log this rank's KV capacity."""
+        if getattr(runner, "is_draft_worker", False):
+            return result
+        self.kv_tokens = int(runner.max_total_num_tokens)
+        logger.info("sgl-sidp sidp %s: KV cache %d tokens (max_total_num_tokens)", self.who, self.kv_tokens)
+        return result
+
+    def around_mlp_forward(self, original, mlp, *args, **kwargs):
+        """AROUND `Qwen2MLP.forward` / `LlamaMLP.forward`: a streamed layer waits for its slot, frees it after."""
+        if self.binding is None:
+            return original(mlp, *args, **kwargs)
+        return self.binding.around(original, mlp, *args, **kwargs)
+
+
+def _ranges(layers) -> str:
+    """[0, 2, 4, ..., 62] as 'every 2nd from 0 to 62' when regular, else the list."""
+    layers = list(layers)
+    if len(layers) > 3 and len({b - a for a, b in zip(layers, layers[1:])}) == 1:
+        return f"{layers[0]}..{layers[-1]} step {layers[1] - layers[0]} ({len(layers)} layers)"
+    return str(layers)

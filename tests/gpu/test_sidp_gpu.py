@@ -1,0 +1,80 @@
+"""SiDP WaS on two GPUs (run with `pytest -m gpu`): exactness against vanilla SGLang, KV capacity against vanilla DP2.
+
+Servers start through our launcher (`--dp-size 2 --sidp-mode sidp`); requests are pinned to DP0 and DP1 with
+SGLang's `routed_dp_rank`. Each rank streams the FFN layers the other owns (layer l is owned by DP rank l mod 2):
+
+- the tiny 8-layer dense Qwen3 with a different random tensor per layer (`make_tiny_models.py --big`, path in
+  $SIDP_TINY_DENSE), against vanilla `sglang.launch_server` on one GPU: tokens and logprobs bit-identical
+  (SGLang's own MLP computes on a bit-exact copy of the owner's weights);
+- Qwen3-32B (`--load-format dummy`), against vanilla `--dp-size 2` on the same GPUs: the same tokens, and each
+  rank's KV tokens next to vanilla's.
+
+Logs and a facts file per server go to $SIDP_GPU_LOGS.
+"""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from servers import COMMON, PROMPTS, Server, greedy, model_args, summary
+
+pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
+
+TINY_DENSE = Path(os.environ.get("SIDP_TINY_DENSE", "/tmp/tiny/qwen3-big"))
+
+
+def sidp(log_dir, name, model, extra=(), port=33000):
+    return Server("sgl_sidp.launch_server", [*model, *COMMON, "--dp-size", "2", "--sidp-mode", "sidp", *extra],
+                  port=port, log_path=log_dir / f"{name}.log", gpus="0,1")
+
+
+def exact(ref, got, what):
+    assert got[0] == ref[0], f"{what}: tokens differ: {ref[0]} vs {got[0]}"
+    assert got[1] == ref[1], f"{what}: logprobs differ by up to {max(abs(a - b) for a, b in zip(ref[1], got[1]))}"
+
+
+def set_up_lines(log):
+    """{dp rank: (owned description, streamed layer count)} from the ranks' set-up lines (TP0)."""
+    return {int(m.group(1)): (m.group(2), int(m.group(3)))
+            for m in re.finditer(r"sgl-sidp sidp DP(\d) TP0: owns FFN layers (.*?) \(.*?streams (\d+) layers", log)}
+
+
+def kv_of(log):
+    return {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"sgl-sidp sidp DP(\d) TP0: KV cache (\d+) tokens", log)}
+
+
+def test_tiny_dense_was_exact_against_vanilla(log_dir):
+    if not (TINY_DENSE / "config.json").is_file():
+        pytest.skip(f"{TINY_DENSE} missing: python .whl/make_tiny_models.py DIR --big, then SIDP_TINY_DENSE=DIR/qwen3-big")
+    model = ["--model-path", str(TINY_DENSE)]
+    with Server("sglang.launch_server", [*model, *COMMON], port=33100, log_path=log_dir / "tiny_dense_vanilla.log",
+                gpus="0") as srv:
+        ref = [greedy(srv.base_url, p) for p in PROMPTS]
+    with sidp(log_dir, "tiny_dense_sidp_was", model) as srv:
+        for dp in (0, 1):
+            for i, p in enumerate(PROMPTS):
+                exact(ref[i], greedy(srv.base_url, p, dp_rank=dp), f"DP{dp} prompt {i} ({len(p)} tokens)")
+        log = srv.log_text()
+    lines = set_up_lines(log)
+    assert sorted(lines) == [0, 1] and all(n == 4 for _, n in lines.values()), lines
+    summary(log_dir, "tiny_dense_sidp_was", set_up=lines, kv=kv_of(log), prompts=[len(p) for p in PROMPTS])
+
+
+def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
+    model = model_args("Qwen3-32B")
+    with Server("sglang.launch_server", [*model, *COMMON, "--dp-size", "2"], port=33200,
+                log_path=log_dir / "qwen3_32b_vanilla_dp2.log", gpus="0,1") as srv:
+        ref = [greedy(srv.base_url, p, dp_rank=0, n=8) for p in PROMPTS[:3]]
+        vanilla_log = srv.log_text()
+    vanilla_kv = [int(x) for x in re.findall(r"max_total_num_tokens=(\d+)", vanilla_log)]
+    with sidp(log_dir, "qwen3_32b_sidp_was", model, port=33300) as srv:
+        for dp in (0, 1):
+            for i, p in enumerate(PROMPTS[:3]):
+                exact(ref[i], greedy(srv.base_url, p, dp_rank=dp, n=8), f"DP{dp} prompt {i}")
+        log = srv.log_text()
+    kv = kv_of(log)
+    summary(log_dir, "qwen3_32b_sidp_was", set_up=set_up_lines(log), kv=kv, vanilla_kv=vanilla_kv,
+            kv_ratio=[kv[r] / vanilla_kv[0] for r in sorted(kv)] if vanilla_kv else None)
+    assert vanilla_kv and all(kv[r] > 1.3 * vanilla_kv[0] for r in (0, 1))  # half the FFN (25 GB) freed, less 2 slots, (kv, vanilla_kv)

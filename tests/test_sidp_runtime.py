@@ -1,0 +1,184 @@
+"""SiDP WaS end to end on CPU: d ranks (threads) share the FFN layers they own through the VMM transport
+(fake driver, real Unix sockets), stream the others into slots (simulated streams), and compute exactly what
+a model holding every layer computes."""
+
+import threading
+import uuid
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from sgl_sidp.config import SidpConfig
+from sgl_sidp.peer.vmm import PeerError, socket_address
+from sgl_sidp.prefetch.ring import SimulatedStreams
+from sgl_sidp.sidp.runtime import NAMES, SiDPError, SiDPRuntime, collect_mlps
+from tests.test_peer_vmm import FakeDriver, close_exporter
+
+H, I = 16, 24
+
+
+class MLP(nn.Module):
+    """The shape of SGLang's `Qwen2MLP`: `gate_up_proj.weight`, `down_proj.weight`, SiLU-and-mul."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(H, 2 * I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+
+    def forward(self, x, forward_batch=None):
+        g, u = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(nn.functional.silu(g) * u)
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = MLP()
+
+    def forward(self, x):
+        return x + self.mlp(x)
+
+
+class Model(nn.Module):
+    """`model.model.layers`, as SGLang's causal LMs; a different random tensor in every layer."""
+
+    def __init__(self, n_layers, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.model = nn.Module()
+        self.model.layers = nn.ModuleList(Layer() for _ in range(n_layers))
+        self.model.start_layer, self.model.end_layer = 0, n_layers
+        for p in self.parameters():
+            p.requires_grad_(False)
+
+    def forward(self, x):
+        for layer in self.model.layers:
+            x = layer(x)
+        return x
+
+
+def runtime(slots=2):
+    return SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"slots": slots}})))
+
+
+def serve(n_layers, d, policy, slots=2):
+    """Set up d ranks in threads (each exports, then imports from the others); returns [(model, runtime, ops)]."""
+    device, tag = {}, uuid.uuid4().hex
+    ranks = [(Model(n_layers), runtime(slots), SimulatedStreams(policy)) for _ in range(d)]
+    errors = []
+
+    def set_up(r):
+        model, rt, ops = ranks[r]
+        try:
+            rt.setup(collect_mlps(model), r, 0, d, None, lambda k: socket_address(f"test-sidp-{tag}-dp{k}", 0, 0), ops,
+                     driver=FakeDriver(device), can_access_peer=lambda a, b: True)
+            if rt.binding is not None:
+                rt.binding.install_start(model.model.layers[0])
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=set_up, args=(r,)) for r in range(d)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    if errors:
+        raise errors[0]
+    return ranks
+
+
+def hooked_forward(model, rt, x):
+    """The model's forward with the AROUND hook on every MLP, as HookRegistry installs it on `Qwen2MLP.forward`."""
+    originals = {}
+    for layer in model.model.layers:
+        mlp = layer.mlp
+        originals[mlp] = mlp.forward
+        mlp.forward = (lambda m: lambda *a, **k: rt.around_mlp_forward(lambda mod, *a2, **k2: originals[mod](*a2, **k2), m, *a, **k))(mlp)
+    try:
+        return model(x)
+    finally:
+        for mlp, f in originals.items():
+            mlp.forward = f
+
+
+def close(ranks):
+    for _, rt, _ in ranks:
+        for imp in rt.importers.values():
+            imp.close()
+        close_exporter(rt.exporter)
+
+
+@pytest.mark.parametrize("policy", ["earliest", "latest"])
+@pytest.mark.parametrize("d,n_layers,slots", [(2, 6, 2), (2, 5, 1), (3, 7, 2), (4, 8, 3)])
+def test_was_is_exact_on_every_rank(policy, d, n_layers, slots):
+    """Every rank's output equals the full model's, bit for bit, over three forwards (slots reused);
+    each rank owns layers l with l mod d == rank and freed every other layer's weights."""
+    reference = Model(n_layers)
+    ranks = serve(n_layers, d, policy, slots)
+    try:
+        for step in range(3):
+            x = torch.randn(5 + step, H)
+            want = reference(x)
+            for r, (model, rt, ops) in enumerate(ranks):
+                got = hooked_forward(model, rt, x)
+                ops.finish()
+                assert torch.equal(got, want), f"rank {r} step {step}"
+        for r, (model, rt, _) in enumerate(ranks):
+            assert rt.owned == tuple(range(r, n_layers, d))
+            assert rt.streamed == tuple(lid for lid in range(n_layers) if lid % d != r)
+            per_layer = sum(p.numel() * p.element_size() for p in reference.model.layers[0].mlp.parameters())
+            assert rt.binding.freed_bytes == per_layer * len(rt.streamed)
+            assert rt.binding.slot_bytes == per_layer * slots
+            assert rt.binding.prefetcher.bytes_per_forward == per_layer * len(rt.streamed)
+    finally:
+        close(ranks)
+
+
+def test_owners_must_agree_on_shapes():
+    """A rank whose model differs from an owner's (another --tp-size, say) is refused, naming the tensor."""
+    device, tag = {}, uuid.uuid4().hex
+    addr = lambda k: socket_address(f"test-sidp-{tag}-dp{k}", 0, 0)  # noqa: E731
+    owner = runtime()
+    owner_model = Model(4)
+    reader_model = Model(4)
+    reader_model.model.layers[1].mlp.down_proj = nn.Linear(I, H + 1, bias=False)  # layer 1 is DP1's: irrelevant
+    reader_model.model.layers[2].mlp.down_proj = nn.Linear(I, H + 1, bias=False)  # layer 2 is DP0's
+    t = threading.Thread(target=lambda: _quiet(lambda: owner.setup(collect_mlps(owner_model), 0, 0, 2, None, addr,
+                                                                    SimulatedStreams("earliest"), driver=FakeDriver(device),
+                                                                    can_access_peer=lambda a, b: True)))
+    t.start()
+    reader = runtime()
+    with pytest.raises(SiDPError, match=r"(?s)disagree on 1 FFN tensor.*layer 2 down_proj.weight: shape \(16, 24\) on the owner"):
+        reader.setup(collect_mlps(reader_model), 1, 0, 2, None, addr, SimulatedStreams("earliest"),
+                     driver=FakeDriver(device), can_access_peer=lambda a, b: True)
+    close_exporter(reader.exporter)
+    for imp in reader.importers.values():
+        imp.close()
+    t.join(1)  # the owner waits for DP1 to publish: it got it, then finished
+    close_exporter(owner.exporter)
+
+
+def _quiet(fn):
+    try:
+        fn()
+    except BaseException:  # noqa: BLE001 - the owner side of a refused pairing
+        pass
+
+
+def test_an_owner_that_never_publishes_times_out_with_its_name():
+    rt = SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"owner_timeout_s": 1}})))
+    tag = uuid.uuid4().hex
+    with pytest.raises(PeerError, match="sidp owner DP1 TP0 did not publish its tensors within 1 s"):
+        rt.setup(collect_mlps(Model(2)), 0, 0, 2, None, lambda k: socket_address(f"test-sidp-{tag}-dp{k}", 0, 0),
+                 SimulatedStreams("earliest"), driver=FakeDriver({}))
+    close_exporter(rt.exporter)
+
+
+def test_collect_mlps_refuses_layers_without_the_dense_mlp():
+    m = Model(3)
+    m.model.layers[1].mlp = nn.Identity()
+    with pytest.raises(SiDPError, match=r"without an MLP holding gate_up_proj.weight and down_proj.weight: 1 \(Identity\)"):
+        collect_mlps(m)
+    assert list(collect_mlps(Model(3))) == [0, 1, 2] and NAMES == ("gate_up_proj.weight", "down_proj.weight")
