@@ -126,6 +126,11 @@ HOOKS: tuple[Hook, ...] = (
         why="log each rank's KV capacity (max_total_num_tokens)",
     ),
     Hook(
+        target=f"{SCHEDULER}.__init__", hook_type="AFTER", runtime=SIDP, method="on_scheduler_init",
+        params=("self", "server_args", "port_args", "gpu_id", "tp_rank"), feature="sidp",
+        why="SiDP's Prometheus metrics, labelled like SGLang's scheduler metrics (its collector exists by then)",
+    ),
+    Hook(
         target="sglang.srt.models.qwen2.Qwen2MLP.forward", hook_type="AROUND", runtime=SIDP,
         method="around_mlp_forward", params=("self", "x", "forward_batch"), feature="sidp",
         why="WaS: a streamed FFN layer waits for its slot before SGLang's MLP computes on it and frees it after "

@@ -60,7 +60,7 @@ class Model(nn.Module):
 
 
 def runtime(slots=2):
-    return SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"slots": slots}})))
+    return SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"slots": slots}}), listeners=[]))
 
 
 def serve(n_layers, d, policy, slots=2):
@@ -168,7 +168,7 @@ def _quiet(fn):
 
 
 def test_an_owner_that_never_publishes_times_out_with_its_name():
-    rt = SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"owner_timeout_s": 1}})))
+    rt = SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"owner_timeout_s": 1}}), listeners=[]))
     tag = uuid.uuid4().hex
     with pytest.raises(PeerError, match="sidp owner DP1 TP0 did not publish its tensors within 1 s"):
         rt.setup(collect_mlps(Model(2)), 0, 0, 2, None, lambda k: socket_address(f"test-sidp-{tag}-dp{k}", 0, 0),
@@ -182,3 +182,31 @@ def test_collect_mlps_refuses_layers_without_the_dense_mlp():
     with pytest.raises(SiDPError, match=r"without an MLP holding gate_up_proj.weight and down_proj.weight: 1 \(Identity\)"):
         collect_mlps(m)
     assert list(collect_mlps(Model(3))) == [0, 1, 2] and NAMES == ("gate_up_proj.weight", "down_proj.weight")
+
+
+def test_metrics_count_was_forwards_and_streamed_bytes_from_the_batch_signal():
+    """The runtime subscribes to the plugin context; each busy iteration streams one forward's bytes."""
+    from prometheus_client import CollectorRegistry
+
+    from sgl_sidp.control.batch_signal import BatchSignalObserver, IterationSignal
+    from sgl_sidp.sidp.runtime import SiDPMetrics
+
+    ranks = serve(4, 2, "earliest")
+    try:
+        _, rt, _ = ranks[1]
+        rt.kv_tokens = 1234
+        reg = CollectorRegistry()
+        rt.metrics = SiDPMetrics(rt, {"dp_rank": "1"}, registry=reg)
+        ctx_listeners = [rt._on_iteration]
+        obs = BatchSignalObserver(log_interval=100, listeners=ctx_listeners)
+        for sig in (IterationSignal("DECODE", 4, 4, 0, 4, 0), IterationSignal("EXTEND", 1, 9, 0, 9, 0),
+                    IterationSignal("IDLE", 0, 0, 0, 0, 0)):
+            obs.record(sig)
+        per_layer = 2 * H * I * 4 + I * H * 4  # float32 gate_up and down
+        s = lambda name, **extra: reg.get_sample_value(name, {"dp_rank": "1", **extra})  # noqa: E731
+        assert s("sglang:sidp_sidp_forwards_total", mode="was") == 2  # idle iterations run no forward
+        assert s("sglang:sidp_sidp_bytes_fetched_total") == 2 * 2 * per_layer  # layers 0 and 2 each forward
+        assert (s("sglang:sidp_sidp_kv_tokens"), s("sglang:sidp_sidp_streamed_layers")) == (1234, 2)
+        assert s("sglang:sidp_sidp_bytes_per_forward") == 2 * per_layer
+    finally:
+        close(ranks)

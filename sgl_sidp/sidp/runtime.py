@@ -93,6 +93,8 @@ class SiDPRuntime:
         self.binding: SlotBinding | None = None
         self.copy_gbps = 0.0
         self.kv_tokens: int | None = None
+        self.metrics: SiDPMetrics | None = None
+        ctx.listeners.append(self._on_iteration)
 
     @property
     def who(self) -> str:
@@ -196,11 +198,56 @@ class SiDPRuntime:
         logger.info("sgl-sidp sidp %s: KV cache %d tokens (max_total_num_tokens)", self.who, self.kv_tokens)
         return result
 
+    def on_scheduler_init(self, result, scheduler, *args, **kwargs):
+        """AFTER `Scheduler.__init__`: SiDP's Prometheus metrics, labelled like SGLang's scheduler metrics."""
+        collector = getattr(scheduler, "metrics_collector", None)
+        if collector is not None:
+            self.metrics = SiDPMetrics(self, dict(collector.labels))
+        return result
+
+    def _on_iteration(self, sig) -> None:
+        if self.metrics is not None:
+            self.metrics.observe(sig)
+
+    @property
+    def bytes_per_forward(self) -> int:
+        return self.binding.prefetcher.bytes_per_forward if self.binding is not None else 0
+
     def around_mlp_forward(self, original, mlp, *args, **kwargs):
         """AROUND `Qwen2MLP.forward` / `LlamaMLP.forward`: a streamed layer waits for its slot, frees it after."""
         if self.binding is None:
             return original(mlp, *args, **kwargs)
         return self.binding.around(original, mlp, *args, **kwargs)
+
+
+class SiDPMetrics:
+    """SiDP's Prometheus metrics (with `--enable-metrics`), labelled like SGLang's scheduler metrics.
+
+    - `sglang:sidp_sidp_kv_tokens`: this rank's KV capacity (tokens; SGLang's `max_total_num_tokens`).
+    - `sglang:sidp_sidp_streamed_layers`: FFN layers this rank streams from their owners every forward.
+    - `sglang:sidp_sidp_bytes_per_forward`: bytes one forward streams (WaS).
+    - `sglang:sidp_sidp_forwards_total{mode}`: busy scheduler iterations (one forward each) by mode ("was").
+    - `sglang:sidp_sidp_bytes_fetched_total`: bytes streamed so far (bytes per forward times WaS forwards).
+    """
+
+    def __init__(self, rt: SiDPRuntime, labels: dict, registry=None):
+        from prometheus_client import REGISTRY, Counter, Gauge
+
+        reg = REGISTRY if registry is None else registry
+        kw = dict(labelnames=list(labels), registry=reg)
+        gauge = lambda name, doc: Gauge(name, doc, multiprocess_mode="mostrecent", **kw).labels(**labels)  # noqa: E731
+        self.rt = rt
+        gauge("sglang:sidp_sidp_kv_tokens", "KV cache capacity of this rank (tokens).").set(rt.kv_tokens or 0)
+        gauge("sglang:sidp_sidp_streamed_layers", "FFN layers this rank streams every forward.").set(len(rt.streamed))
+        gauge("sglang:sidp_sidp_bytes_per_forward", "Bytes a forward streams from the owners.").set(rt.bytes_per_forward)
+        self.forwards = Counter("sglang:sidp_sidp_forwards", "Busy iterations by mode.",
+                                labelnames=[*labels, "mode"], registry=reg).labels(**labels, mode="was")
+        self.fetched = Counter("sglang:sidp_sidp_bytes_fetched", "Bytes streamed from the owners so far.", **kw).labels(**labels)
+
+    def observe(self, sig) -> None:
+        """One busy iteration ran one forward (a batch-signal listener)."""
+        self.forwards.inc()
+        self.fetched.inc(self.rt.bytes_per_forward)
 
 
 def _ranges(layers) -> str:
