@@ -22,10 +22,10 @@ H, I = 16, 24
 class MLP(nn.Module):
     """The shape of SGLang's `Qwen2MLP`: `gate_up_proj.weight`, `down_proj.weight`, SiLU-and-mul."""
 
-    def __init__(self):
+    def __init__(self, h=H, i=I):
         super().__init__()
-        self.gate_up_proj = nn.Linear(H, 2 * I, bias=False)
-        self.down_proj = nn.Linear(I, H, bias=False)
+        self.gate_up_proj = nn.Linear(h, 2 * i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
 
     def forward(self, x, forward_batch=None):
         g, u = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -33,9 +33,9 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self):
+    def __init__(self, h=H, i=I):
         super().__init__()
-        self.mlp = MLP()
+        self.mlp = MLP(h, i)
 
     def forward(self, x):
         return x + self.mlp(x)
@@ -44,11 +44,11 @@ class Layer(nn.Module):
 class Model(nn.Module):
     """`model.model.layers`, as SGLang's causal LMs; a different random tensor in every layer."""
 
-    def __init__(self, n_layers, seed=0):
+    def __init__(self, n_layers, seed=0, h=H, i=I):
         super().__init__()
         torch.manual_seed(seed)
         self.model = nn.Module()
-        self.model.layers = nn.ModuleList(Layer() for _ in range(n_layers))
+        self.model.layers = nn.ModuleList(Layer(h, i) for _ in range(n_layers))
         self.model.start_layer, self.model.end_layer = 0, n_layers
         for p in self.parameters():
             p.requires_grad_(False)
