@@ -372,3 +372,40 @@ class LaggingCompute:
             pass
         if any(self._q.values()):
             raise RuntimeError("deadlock at finish")
+
+
+# --------------------------------------------------------------------------- fetch order other than use order
+def test_schedule_with_a_fetch_order_assigns_each_fetch_the_slot_freed_before_it():
+    """Peak shifting at d = 4, rank 1 (cycles [2, 3, 0], [6, 7, 4]), 3 slots: the j-th fetch takes the slot of
+    the (j - 3)-th used layer, and each use issues the next fetch in fetch order."""
+    use, fetch = [0, 2, 3, 4, 6, 7], [2, 3, 0, 6, 7, 4]
+    s = PrefetchSchedule(use, n_slots=3, fetch_order=fetch)
+    assert s.initial == (2, 3, 0)
+    assert [s.slot_of(x) for x in fetch] == [0, 1, 2, 2, 0, 1]  # 6 into 0's slot, 7 into 2's, 4 into 3's
+    assert [s.after(x) for x in use] == [6, 7, 4, None, None, None]
+    assert PrefetchSchedule(use, n_slots=3).slot_of(6) == 1  # forward order: j % n
+
+
+def test_schedule_refuses_a_fetch_order_that_needs_more_slots():
+    with pytest.raises(ValueError, match="needs more than 2 slots: layer 0 is used before"):
+        PrefetchSchedule([0, 2, 3, 4, 6, 7], n_slots=2, fetch_order=[2, 3, 0, 6, 7, 4])
+    with pytest.raises(ValueError, match="not a permutation"):
+        PrefetchSchedule([0, 2], fetch_order=[0, 3])
+
+
+@pytest.mark.parametrize("policy", ["earliest", "latest"])
+def test_ring_with_a_shifted_fetch_order_is_exact(policy):
+    """Every layer computes on its own weights when fetches run in another order than uses (both copy-engine extremes)."""
+    use, fetch = [0, 2, 3, 4, 6, 7, 8], [2, 3, 0, 6, 7, 4, 8]
+    remote = {(lid, "w"): torch.full((4,), float(lid)) for lid in use}
+    ops = SimulatedStreams(policy)
+    sched = PrefetchSchedule(use, n_slots=3, fetch_order=fetch)
+    slots = [{"w": torch.zeros(4)} for _ in range(3)]
+    pf = SlotPrefetcher(sched, remote, slots, ops)
+    for _ in range(2):  # slots are reused across forwards
+        pf.start_forward()
+        for lid in use:
+            pf.before_use(lid)
+            assert torch.equal(slots[sched.slot_of(lid)]["w"], remote[(lid, "w")]), (policy, lid)
+            pf.after_use(lid)
+        ops.finish()

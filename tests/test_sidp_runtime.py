@@ -13,6 +13,7 @@ from torch import nn
 from sgl_sidp.config import SidpConfig
 from sgl_sidp.peer.vmm import PeerError, socket_address
 from sgl_sidp.prefetch.ring import SimulatedStreams
+from sgl_sidp.prefetch.schedules import peak_shift_order
 from sgl_sidp.sidp.runtime import NAMES, SiDPError, SiDPRuntime, collect_mlps
 from tests.test_peer_vmm import FakeDriver, close_exporter
 
@@ -111,7 +112,7 @@ def close(ranks):
 
 
 @pytest.mark.parametrize("policy", ["earliest", "latest"])
-@pytest.mark.parametrize("d,n_layers,slots", [(2, 6, 2), (2, 5, 1), (3, 7, 2), (4, 8, 3)])
+@pytest.mark.parametrize("d,n_layers,slots", [(2, 6, 2), (2, 5, 1), (3, 7, 2), (4, 8, 3), (4, 10, 0)])
 def test_was_is_exact_on_every_rank(policy, d, n_layers, slots):
     """Every rank's output equals the full model's, bit for bit, over three forwards (slots reused);
     each rank owns layers l with l mod d == rank and freed every other layer's weights."""
@@ -126,14 +127,27 @@ def test_was_is_exact_on_every_rank(policy, d, n_layers, slots):
                 ops.finish()
                 assert torch.equal(got, want), f"rank {r} step {step}"
         for r, (model, rt, _) in enumerate(ranks):
+            assert rt.fetch_order == tuple(x for cycle in peak_shift_order(n_layers, d, r) for x in cycle)
             assert rt.owned == tuple(range(r, n_layers, d))
             assert rt.streamed == tuple(lid for lid in range(n_layers) if lid % d != r)
             per_layer = sum(p.numel() * p.element_size() for p in reference.model.layers[0].mlp.parameters())
             assert rt.binding.freed_bytes == per_layer * len(rt.streamed)
-            assert rt.binding.slot_bytes == per_layer * slots
+            assert rt.binding.slot_bytes == per_layer * (slots or max(2, d - 1))
             assert rt.binding.prefetcher.bytes_per_forward == per_layer * len(rt.streamed)
     finally:
         close(ranks)
+
+
+def test_ring_plan_slots_and_fetch_order():
+    """0 slots means d - 1 (at least 2); peak shifting needs d - 1 slots, else (or when asked) forward order."""
+    from sgl_sidp.sidp.runtime import ring_plan
+    from sgl_sidp.sidp.settings import SiDPSettings
+
+    layers = list(range(8))
+    assert ring_plan(SiDPSettings(), layers, 4, 1) == (3, (2, 3, 0, 6, 7, 4))
+    assert ring_plan(SiDPSettings(), layers, 2, 0) == (2, (1, 3, 5, 7))
+    assert ring_plan(SiDPSettings(slots=2), layers, 4, 1) == (2, (0, 2, 3, 4, 6, 7))  # too few slots to shift
+    assert ring_plan(SiDPSettings(fetch_order="forward"), layers, 4, 1) == (3, (0, 2, 3, 4, 6, 7))
 
 
 def test_owners_must_agree_on_shapes():

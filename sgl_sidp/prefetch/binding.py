@@ -65,6 +65,7 @@ class SlotBinding:
             the local parameter).
         layers: streamed layer ids, in forward order.
         n_slots: slots in the ring (>= 1).
+        fetch_order: the order the layers are fetched in (default: `layers`' order; see `PrefetchSchedule`).
         ops: stream/event operations (`StreamOps` on CUDA, `SimulatedStreams` on CPU).
         wrap: applied to each sync point (`eager_on_graph(True)` inside SGLang; identity in tests).
         release_cached: called once the originals are dropped (`torch.cuda.empty_cache` on CUDA),
@@ -82,7 +83,7 @@ class SlotBinding:
 
     def __init__(self, modules: Mapping[int, torch.nn.Module], names: Sequence[str], remote: Mapping,
                  layers: Sequence[int], n_slots: int, ops, wrap: Callable[[Callable], Callable] = lambda f: f,
-                 release_cached: Callable[[], None] = lambda: None):
+                 release_cached: Callable[[], None] = lambda: None, fetch_order: Sequence[int] | None = None):
         if not layers:
             raise ValueError("no layers to stream")
         missing = [lid for lid in layers if lid not in modules]
@@ -90,7 +91,7 @@ class SlotBinding:
         if missing:
             raise ValueError(f"no module or no remote tensor for {missing}")
         self.layers = tuple(layers)
-        self.schedule = PrefetchSchedule(self.layers, n_slots=n_slots)
+        self.schedule = PrefetchSchedule(self.layers, n_slots=n_slots, fetch_order=fetch_order)
         first = modules[self.layers[0]]
         odd = [(lid, n) for lid in self.layers for n in names
                if param_at(modules[lid], n).shape != param_at(first, n).shape or param_at(modules[lid], n).dtype != param_at(first, n).dtype]

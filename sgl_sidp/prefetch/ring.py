@@ -31,40 +31,62 @@ import torch
 class PrefetchSchedule:
     """Which slot each fetched layer uses, and when its copy is issued (a ring of `n_slots` slots).
 
-    With `n_slots` slots, fetched layer j (j-th in forward order) lives in slot j % n_slots.
-    The first `n_slots` copies are issued when the forward starts; the copy of layer j + n_slots
-    is issued as soon as layer j's weights have been used (its slot is free), so at any moment one
-    copy runs behind the compute of the layers before its own. Source of the pattern: ZeroDP
-    (jamesdborin/zerodp) and SGLang's DWDP `wait_prefetch` / `record_compute_and_prefetch_next`.
+    Layers are used in `layers` order (forward order) and fetched in `fetch_order` (default: the
+    same). The first `n_slots` copies are issued when the forward starts; each time a layer's
+    weights have been used, its slot is free and the next layer in fetch order is copied into it,
+    so the j-th fetch goes into the slot the (j - n_slots)-th used layer frees. With the default
+    order, layer j lives in slot j % n_slots. Source of the pattern: ZeroDP (jamesdborin/zerodp)
+    and SGLang's DWDP `wait_prefetch` / `record_compute_and_prefetch_next`; a fetch order other
+    than the forward order is SiDP's peak shifting (`sgl_sidp.prefetch.schedules.peak_shift_order`).
 
     Raises:
-        ValueError: repeated layers or `n_slots < 1`.
+        ValueError: repeated layers, `n_slots < 1`, a fetch order that is not a permutation of
+            `layers`, or one that needs more slots (a layer used before the slot its fetch
+            takes is free: the j-th fetch must be used after the (j - n_slots)-th used layer).
     """
 
-    def __init__(self, layers: Sequence[int], n_slots: int = 2):
+    def __init__(self, layers: Sequence[int], n_slots: int = 2, fetch_order: Sequence[int] | None = None):
         if n_slots < 1:
             raise ValueError("n_slots must be >= 1")
         if len(set(layers)) != len(layers):
             raise ValueError(f"repeated layers in {list(layers)}")
         self.layers = tuple(layers)
+        self.fetch_order = self.layers if fetch_order is None else tuple(fetch_order)
+        if sorted(self.fetch_order) != sorted(self.layers) or len(self.fetch_order) != len(self.layers):
+            raise ValueError(f"fetch order {list(self.fetch_order)} is not a permutation of {list(self.layers)}")
         self.n_slots = n_slots
-        self._pos = {lid: j for j, lid in enumerate(self.layers)}
+        use = {lid: i for i, lid in enumerate(self.layers)}
+        slot: dict[int, int] = {}
+        for j, lid in enumerate(self.fetch_order):
+            if j >= n_slots and use[lid] <= j - n_slots:
+                raise ValueError(
+                    f"fetch order {list(self.fetch_order)} needs more than {n_slots} slots: layer {lid} is used "
+                    f"before the slot its fetch would take is free"
+                )
+            slot[lid] = j if j < n_slots else slot[self.layers[j - n_slots]]
+        self._slot = slot
+        self._next = {self.layers[i]: self.fetch_order[i + n_slots] for i in range(len(self.layers) - n_slots)}
 
     def __contains__(self, layer_id: int) -> bool:
-        return layer_id in self._pos
+        return layer_id in self._slot
 
     def slot_of(self, layer_id: int) -> int:
-        return self._pos[layer_id] % self.n_slots
+        return self._slot[layer_id]
 
     @property
     def initial(self) -> tuple[int, ...]:
         """Layers whose copies are issued at the start of every forward."""
-        return self.layers[: self.n_slots]
+        return self.fetch_order[: self.n_slots]
 
     def after(self, layer_id: int) -> int | None:
-        """The layer to prefetch once `layer_id`'s weights were used (its slot's next tenant), or None."""
-        j = self._pos[layer_id] + self.n_slots
-        return self.layers[j] if j < len(self.layers) else None
+        """The layer to prefetch once `layer_id`'s weights were used (its slot's next tenant), or None.
+
+        Raises:
+            KeyError: `layer_id` is not fetched.
+        """
+        if layer_id not in self._slot:
+            raise KeyError(layer_id)
+        return self._next.get(layer_id)
 
 
 class StreamOps:

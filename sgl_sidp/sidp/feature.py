@@ -69,7 +69,10 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
 def describe(cfg, server_args) -> str:
     """SiDP's part of the launcher's start-up line."""
     s = cfg.sidp
-    return f"sidp: FFN layer l owned by DP rank l mod {server_args.dp_size}; non-owned layers {s.force.upper()}, {s.slots} slots"
+    d = server_args.dp_size
+    slots = s.slots or max(2, d - 1)
+    return (f"sidp: FFN layer l owned by DP rank l mod {d}; non-owned layers {s.force.upper()}, {slots} slots, "
+            f"{s.fetch_order} fetch order")
 
 
 FEATURE = Feature(

@@ -13,9 +13,9 @@ Source of the idea: Zhao & He, "SiDP: Memory-Efficient Data Parallelism for Offl
    `Qwen2MLP.forward` / `LlamaMLP.forward`: wait for the slot before, free it after).
 
 The failure domain is the group: a rank whose owner's process is gone stops the server (the
-importer's watcher, `peer.vmm.stop_server`). With d = 2 the ring streams the other rank's layers in
-forward order, which is the peak-shifted order for d = 2; d > 2 streams in forward order too (peak
-shifting there is issue 11's).
+importer's watcher, `peer.vmm.stop_server`). The ring fetches in the peak-shifted order (SiDP §3.3,
+`prefetch.schedules.peak_shift_order`: in each cycle of d layers rank r starts after its own layer,
+so ranks read different owners at once) when it has d - 1 slots; with d = 2 that is forward order.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 
 from sgl_sidp.peer.manifest import TensorSpec, manifest_mismatches
 from sgl_sidp.prefetch.binding import SlotBinding, decoder_layers, param_at
-from sgl_sidp.prefetch.schedules import owner_of
+from sgl_sidp.prefetch.schedules import owner_of, peak_shift_order
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,22 @@ def collect_mlps(model: torch.nn.Module) -> dict[int, torch.nn.Module]:
     return out
 
 
+def ring_plan(settings, layers, d: int, rank: int) -> tuple[int, tuple[int, ...]]:
+    """(slots, fetch order) of `rank`'s WaS ring over the layers it does not own.
+
+    Slots: `settings.slots`, or d - 1 (at least 2) when 0. Fetch order: peak-shifted
+    (`peak_shift_order`) when asked and the slots allow it (d - 1 or more), else forward order.
+    `layers` must be 0..L-1 (every decoder layer of the model, as `collect_mlps` returns them).
+    """
+    n_slots = settings.slots or max(2, d - 1)
+    streamed = [lid for lid in layers if owner_of(lid, d) != rank]
+    if settings.fetch_order == "shifted" and n_slots >= d - 1:
+        order = tuple(lid for cycle in peak_shift_order(len(layers), d, rank) for lid in cycle)
+    else:
+        order = tuple(streamed)
+    return n_slots, order
+
+
 def spec_of(layer: int, name: str, t: torch.Tensor) -> TensorSpec:
     return TensorSpec(layer, name, tuple(t.shape), str(t.dtype), t.numel() * t.element_size())
 
@@ -91,6 +107,8 @@ class SiDPRuntime:
         self.exporter = None
         self.importers: dict = {}
         self.binding: SlotBinding | None = None
+        self.n_slots = 0
+        self.fetch_order: tuple[int, ...] = ()
         self.copy_gbps = 0.0
         self.kv_tokens: int | None = None
         self.metrics: SiDPMetrics | None = None
@@ -144,8 +162,9 @@ class SiDPRuntime:
                 )
             remote.update(imp.map([t.key for t in want]))
         if self.streamed:
-            self.binding = SlotBinding(mlps, NAMES, remote, self.streamed, self.settings.slots, ops, wrap=wrap,
-                                       release_cached=release_cached)
+            self.n_slots, self.fetch_order = ring_plan(self.settings, ids, d, dp_rank)
+            self.binding = SlotBinding(mlps, NAMES, remote, self.streamed, self.n_slots, ops, wrap=wrap,
+                                       release_cached=release_cached, fetch_order=self.fetch_order)
 
     # ------------------------------------------------------------------ SGLang hooks
     def on_load_model(self, result, runner, *args, **kwargs):
@@ -181,10 +200,10 @@ class SiDPRuntime:
         per_layer = sum(param_at(mlps[self.streamed[0]], n).nbytes for n in NAMES) if self.streamed else 0
         logger.info(
             "sgl-sidp sidp %s: owns FFN layers %s (%.2f GB, shared with peak extra memory %.2f GB), streams %d layers "
-            "(WaS, %d slots, %.2f GB per forward; %.0f GB/s measured per copy, %.1f ms of copies per forward); "
+            "(WaS, %d slots, fetch order %s, %.2f GB per forward; %.0f GB/s measured per copy, %.1f ms of copies per forward); "
             "freed %.2f GB, slots take %.2f GB",
             self.who, _ranges(self.owned), self.exporter.nbytes / 1e9, self.exporter.peak_extra_bytes / 1e9,
-            len(self.streamed), self.settings.slots, per_layer * len(self.streamed) / 1e9, self.copy_gbps,
+            len(self.streamed), self.n_slots, _order_name(self.fetch_order, self.streamed), per_layer * len(self.streamed) / 1e9, self.copy_gbps,
             per_layer * len(self.streamed) / (self.copy_gbps * 1e9) * 1e3 if self.copy_gbps else 0.0,
             (b.freed_bytes if b else 0) / 1e9, (b.slot_bytes if b else 0) / 1e9,
         )
@@ -248,6 +267,10 @@ class SiDPMetrics:
         """One busy iteration ran one forward (a batch-signal listener)."""
         self.forwards.inc()
         self.fetched.inc(self.rt.bytes_per_forward)
+
+
+def _order_name(order, streamed) -> str:
+    return "forward" if tuple(order) == tuple(streamed) else f"peak-shifted {list(order[:6])}..."
 
 
 def _ranges(layers) -> str:

@@ -18,9 +18,17 @@ class SiDPSettings(BaseModel):
         "B_th) are not built yet and are refused.",
     )
     slots: int = Field(
-        2, ge=1, le=8,
+        0, ge=0, le=16,
         description="WaS slots per rank: layers' weights in flight or in use at once (each slot holds one FFN "
-        "layer's gate_up and down weights of this TP rank).",
+        "layer's gate_up and down weights of this TP rank). 0: d - 1 with d DP ranks, at least 2 (peak shifting "
+        "needs d - 1).",
+    )
+    fetch_order: str = Field(
+        "shifted",
+        pattern=r"^(shifted|forward)$",
+        description="Order a rank fetches a cycle of d layers in: 'shifted' (peak shifting: rank r starts after its "
+        "own layer and wraps, so ranks read different owners at once; needs d - 1 slots, else forward) or "
+        "'forward' (every rank in layer order, for comparison). The same for d = 2.",
     )
     owner_timeout_s: float = Field(
         900.0, gt=0,
