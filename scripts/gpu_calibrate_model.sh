@@ -1,0 +1,21 @@
+#!/bin/bash
+# Start-up calibration and KV capacity of one model on one GPU: starts our launcher with --sidp-calibrate (plain
+# SGLang otherwise), waits for "The server is fired up", stops it, and prints the calibration lines, the cache entry
+# and SGLang's max_total_num_tokens. Run once per budget: the cache entry is written by the first start only.
+# Usage (GPU host, repo root, .whl and .gpu carried): bash scripts/gpu_calibrate_model.sh OUT_DIR MODEL_DIR [flags...]
+set -u
+source scripts/gpu_env.sh
+OUTD=$1; M=$2; shift 2; mkdir -p "$OUTD"
+NAME=$(basename "$M")$(echo "$*" | tr -c 'A-Za-z0-9.\n' '_' | sed 's/^/_/; s/_*$//')
+export SIDP_CALIBRATION_DIR=${SIDP_CALIBRATION_DIR:-$OUTD/calibration}
+LOG=$OUTD/$NAME.log
+python3 -m sgl_sidp.launch_server --model-path "$M" --load-format dummy --attention-backend triton \
+  --sampling-backend pytorch --tokenizer-path sgl_sidp/default_model --sidp-calibrate --port 34000 "$@" > "$LOG" 2>&1 &
+P=$!
+for _ in $(seq 1 200); do
+  kill -0 $P 2>/dev/null || { echo "$NAME: server exited"; break; }
+  grep -q "The server is fired up" "$LOG" && break; sleep 1
+done
+kill $P 2>/dev/null; sleep 3; pkill -f "port 34000" 2>/dev/null
+echo "== $NAME"; grep -h -E "max_total_num_tokens=|start-up calibration|Error|error:" "$LOG" | cut -c1-1500 | head -6
+gzip -f "$LOG"
