@@ -1,0 +1,174 @@
+"""Shift Parallelism's CPU-checkable core: the KV-invariant head order, Ulysses attention on gloo against plain
+attention (GQA, KV replication, token padding), and all-gathers over the shift group put back in shift order."""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from sgl_sidp.shift.heads import (HeadLayoutError, base_q_heads, check_layout, gathered_order, kv_heads_of,
+                                  shift_group_order, shift_q_heads, shift_rank)
+from sgl_sidp.shift.ulysses import UlyssesLayout, output_all_to_all, pad_to_sp, qkv_all_to_all
+
+
+def factorizations(p):
+    return [(sp, p // sp) for sp in range(1, p + 1) if p % sp == 0]
+
+
+# --------------------------------------------------------------------------- head order (pure)
+@pytest.mark.parametrize("p", [2, 4, 6, 8])
+def test_base_and_shift_put_the_same_heads_on_every_gpu(p):
+    """For every (SP, TP) with SP * TP = P and every GQA shape that lays out: GPU (s, t) holds the same query
+    heads and reads the same KV heads in the base configuration as shift rank t * SP + s in TP = P."""
+    for n_heads, n_kv in [(48, 48), (48, 8), (48, 2), (48, 6), (24, 1), (96, 12)]:
+        for sp, tp in factorizations(p):
+            try:
+                check_layout(sp, tp, n_heads, n_kv)
+            except HeadLayoutError:
+                continue
+            for s in range(sp):
+                for t in range(tp):
+                    g = shift_rank(s, t, sp)
+                    base, shift = base_q_heads(s, t, sp, tp, n_heads), shift_q_heads(g, p, n_heads)
+                    assert base == shift, (n_heads, n_kv, sp, tp, s, t)
+                    assert kv_heads_of(base, n_heads, n_kv) == kv_heads_of(shift, n_heads, n_kv)
+
+
+def test_natural_gpu_order_is_not_the_shift_order_when_both_sp_and_tp_exceed_one():
+    assert shift_group_order(3, 2) == [0, 2, 4, 1, 3, 5]
+    assert shift_group_order(2, 4) == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert shift_group_order(8, 1) == list(range(8)) and shift_group_order(1, 8) == list(range(8))
+
+
+def test_layouts_that_cannot_work_are_refused():
+    with pytest.raises(HeadLayoutError, match="40 attention heads do not split over SP\\*TP = 6"):
+        check_layout(3, 2, 40, 8)
+    with pytest.raises(HeadLayoutError, match="6 KV heads neither split over nor replicate evenly onto 4"):
+        check_layout(2, 2, 24, 6)
+    check_layout(4, 2, 64, 8)  # Qwen3-32B on 8 GPUs
+
+
+def test_padding_to_sp():
+    assert [pad_to_sp(n, 3) for n in (1, 3, 4, 7, 9)] == [3, 3, 6, 9, 9]
+    assert pad_to_sp(0, 2) == 2  # every rank has a row
+
+
+def test_gathered_order_undoes_ascending_group_ranks():
+    ranks = shift_group_order(3, 2)  # shift rank g lives on global rank ranks[g]
+    chunks = [f"from {r}" for r in sorted(ranks)]  # what an all-gather returns
+    perm = gathered_order(ranks)
+    assert [chunks[perm[g]] for g in range(6)] == [f"from {r}" for r in ranks]
+
+
+# --------------------------------------------------------------------------- gloo, several processes
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(fn, world, *args):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, q, args)) for r in range(world)]
+    for p in procs:
+        p.start()
+    out = dict(q.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    errors = {r: v for r, v in out.items() if isinstance(v, str)}
+    assert not errors, errors
+    return out
+
+
+def _entry(fn, rank, world, port, q, args):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        q.put((rank, fn(rank, world, *args)))
+    except BaseException as e:  # noqa: BLE001 - reported to the test
+        q.put((rank, f"{type(e).__name__}: {e}"))
+    finally:
+        dist.destroy_process_group()
+
+
+HIDDEN, D = 16, 4
+
+
+def plain_attention(q, k, v, n_heads, n_kv):
+    """Causal attention of every query head over all tokens (q [N, h, d], k/v [N, kvh, d]), GQA by repetition."""
+    group = n_heads // n_kv
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = torch.einsum("nhd,mhd->hnm", q, k) / D ** 0.5
+    n = q.shape[0]
+    s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+    return torch.einsum("hnm,mhd->nhd", s.softmax(-1), v)
+
+
+def projections(n_tokens, n_heads, n_kv):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(n_tokens, HIDDEN, generator=g, dtype=torch.float64)
+    wq, wk, wv = (torch.randn(HIDDEN, h * D, generator=g, dtype=torch.float64) for h in (n_heads, n_kv, n_kv))
+    return x, wq, wk, wv
+
+
+def _ulysses_rank(rank, world, sp, tp, n_tokens, n_heads, n_kv):
+    s, t = divmod(rank, tp)  # TP fastest, as SGLang numbers GPUs
+    groups = {tt: dist.new_group([ss * tp + tt for ss in range(sp)]) for tt in range(tp)}  # every rank makes every group
+    layout = UlyssesLayout(sp, tp, t, n_heads, n_kv)
+    x, wq, wk, wv = projections(n_tokens, n_heads, n_kv)
+    n_pad = pad_to_sp(n_tokens, sp)
+    n = n_pad // sp
+    xp = torch.cat([x, x.new_zeros(n_pad - n_tokens, HIDDEN)])[s * n:(s + 1) * n]  # this rank's tokens (padded)
+    q = (xp @ wq).view(n, n_heads, D)[:, layout.q_local]
+    k = (xp @ wk).view(n, n_kv, D)[:, layout.kv_local]
+    v = (xp @ wv).view(n, n_kv, D)[:, layout.kv_local]
+    qf, kf, vf = qkv_all_to_all(q, k, v, layout, s, group=groups[t])
+    kv_idx = torch.tensor(layout.q_to_kv[s])
+    o = plain_attention(qf, kf[:, kv_idx], vf[:, kv_idx], qf.shape[1], qf.shape[1])  # each head with its KV head
+    back = output_all_to_all(o, layout, group=groups[t])
+    want = plain_attention((x @ wq).view(-1, n_heads, D), (x @ wk).view(-1, n_kv, D), (x @ wv).view(-1, n_kv, D),
+                           n_heads, n_kv)[:, layout.q_local]
+    real = max(0, min(n, n_tokens - s * n))
+    return (back[:real] - want[s * n:s * n + real]).abs().max().item() if real else 0.0, back.shape[1], real
+
+
+@pytest.mark.parametrize("sp,tp,n_tokens,n_heads,n_kv", [
+    (2, 1, 7, 8, 2),   # GQA, padding
+    (4, 1, 9, 8, 2),   # fewer KV heads than SP ranks: replicated in the all-to-all
+    (3, 1, 5, 6, 6),   # MHA, SP = 3
+    (2, 2, 6, 8, 2),   # TP = 2 with SP = 2: one KV head per TP rank, shared by both SP parts
+])
+def test_ulysses_attention_equals_plain_attention(sp, tp, n_tokens, n_heads, n_kv):
+    out = spawn(_ulysses_rank, sp * tp, sp, tp, n_tokens, n_heads, n_kv)
+    for rank, (err, heads, real) in out.items():
+        assert err < 1e-12, (rank, err)
+        assert heads == n_heads // tp
+    assert sum(real for _, _, real in out.values()) == n_tokens * tp  # every real token came back once per TP rank
+
+
+def _logits_rank(rank, world, sp, tp, vocab):
+    ranks = shift_group_order(sp, tp)
+    group = dist.new_group(ranks)  # listed in shift order; numbered by ascending global rank
+    g = ranks.index(rank)  # this GPU's shift rank
+    full = torch.arange(3 * vocab, dtype=torch.float64).view(3, vocab)
+    shard = vocab // world
+    mine = full[:, g * shard:(g + 1) * shard].contiguous()
+    chunks = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(chunks, mine, group=group)
+    perm = gathered_order(ranks)
+    fixed = torch.cat([chunks[perm[i]] for i in range(world)], dim=1)
+    naive = torch.cat(chunks, dim=1)
+    return bool(torch.equal(fixed, full)), bool(torch.equal(naive, full))
+
+
+def test_gathered_logits_come_back_in_vocab_order():
+    """SP = 3, TP = 2: the shift group's members in shift order are global ranks [0, 2, 4, 1, 3, 5]; an all-gather
+    over it returns chunks by ascending global rank, so the vocab shards need `gathered_order` to line up."""
+    out = spawn(_logits_rank, 6, 3, 2, 24)
+    assert all(fixed for fixed, _ in out.values())
+    assert not any(naive for _, naive in out.values())
