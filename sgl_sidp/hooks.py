@@ -115,10 +115,22 @@ HOOKS: tuple[Hook, ...] = (
     ),
     # ---------------------------------------------------------------- SiDP
     Hook(
-        target=f"{MODEL_RUNNER}.load_model", hook_type="AFTER", runtime=SIDP, method="on_load_model",
+        target=f"{MODEL_RUNNER}.load_model", hook_type="AROUND", runtime=SIDP, method="around_load_model",
         params=("self",), feature="sidp",
-        why="each rank shares the FFN layers it owns and drops the others (bound to WaS slots), after the weights "
-        "are loaded and before alloc_memory_pool sizes the KV cache from the free memory",
+        why="while the model loads, non-owned FFN layers take no memory (the MLP __init__ hooks below); after it, "
+        "each rank shares the FFN layers it owns and binds the others to WaS slots, before alloc_memory_pool sizes "
+        "the KV cache from the free memory",
+    ),
+    Hook(
+        target="sglang.srt.models.qwen2.Qwen2MLP.__init__", hook_type="AFTER", runtime=SIDP, method="after_mlp_init",
+        params=("self", "hidden_size", "intermediate_size", "hidden_act", "quant_config", "prefix"), feature="sidp",
+        why="a non-owned layer's freshly allocated FFN weights are pointed at a shared placeholder at once, so a model "
+        "that fills the GPU (70B dense at TP1) loads: the rank never holds the layers it does not own",
+    ),
+    Hook(
+        target="sglang.srt.models.llama.LlamaMLP.__init__", hook_type="AFTER", runtime=SIDP, method="after_mlp_init",
+        params=("self", "hidden_size", "intermediate_size", "hidden_act", "quant_config", "prefix"), feature="sidp",
+        why="as Qwen2MLP.__init__, for Llama",
     ),
     Hook(
         target=f"{MODEL_RUNNER}.alloc_memory_pool", hook_type="AFTER", runtime=SIDP, method="on_alloc_memory_pool",
@@ -264,6 +276,7 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol(f"{FUSED_MOE}.run_moe_core", ("self", "dispatch_output")),
     # SiDP: the dense MLPs' parameters it shares and streams
     UsedSymbol("sglang.srt.models.qwen2.Qwen2MLP.gate_up_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.layers.linear.MergedColumnParallelLinear.prefix", instance_attr=True),
     UsedSymbol("sglang.srt.models.qwen2.Qwen2MLP.down_proj", instance_attr=True),
     UsedSymbol("sglang.srt.models.llama.LlamaMLP.gate_up_proj", instance_attr=True),
     UsedSymbol("sglang.srt.models.llama.LlamaMLP.down_proj", instance_attr=True),

@@ -224,3 +224,52 @@ def test_metrics_count_was_forwards_and_streamed_bytes_from_the_batch_signal():
         assert s("sglang:sidp_sidp_bytes_per_forward") == 2 * per_layer
     finally:
         close(ranks)
+
+
+def test_layer_of_prefix():
+    from sgl_sidp.sidp.runtime import layer_of_prefix
+
+    assert layer_of_prefix("model.layers.17.mlp.gate_up_proj") == 17
+    assert layer_of_prefix("layers.0.mlp.gate_up_proj") == 0
+    assert layer_of_prefix("model.mlp.gate_up_proj") is None and layer_of_prefix("") is None
+
+
+def test_non_owned_layers_take_no_memory_while_the_model_loads_and_the_result_is_exact():
+    """While the model is built (`_placing` set, as `around_load_model` does), each non-owned MLP's parameters point
+    at one shared placeholder per name right after its __init__; the loader writes into them harmlessly; after
+    set-up every rank computes exactly what the full model computes."""
+    n_layers, d = 6, 2
+    reference = Model(n_layers)
+    device, tag = {}, uuid.uuid4().hex
+    ranks = []
+    for r in range(d):
+        rt = runtime()
+        rt._placing = (r, d)
+        model = Model(n_layers, seed=99)  # "freshly allocated": other values than the checkpoint's
+        for i, layer in enumerate(model.model.layers):
+            layer.mlp.gate_up_proj.prefix = f"model.layers.{i}.mlp.gate_up_proj"
+            rt.after_mlp_init(None, layer.mlp)
+        rt.after_mlp_init(None, MLP())  # no prefix: left alone
+        rt._placing = None
+        rt.after_mlp_init(None, model.model.layers[1 - r].mlp)  # not loading: nothing happens
+        storages = {n: {layer.mlp.get_parameter(n).untyped_storage().data_ptr() for i, layer in
+                        enumerate(model.model.layers) if i % d != r} for n in NAMES}
+        assert all(len(v) == 1 for v in storages.values()), storages  # one placeholder per name, shared
+        assert rt.never_held == set(range(1 - r, n_layers, d))
+        model.load_state_dict(reference.state_dict())  # the loader writes every layer (placeholders too)
+        ranks.append((model, rt, SimulatedStreams("latest")))
+    threads = [threading.Thread(target=lambda m=m, rt=rt, ops=ops, r=r: rt.setup(
+        collect_mlps(m), r, 0, d, None, lambda k: socket_address(f"test-sidp-{tag}-dp{k}", 0, 0), ops,
+        driver=FakeDriver(device), can_access_peer=lambda a, b: True)) for r, (m, rt, ops) in enumerate(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    try:
+        for model, rt, ops in ranks:
+            rt.binding.install_start(model.model.layers[0])
+            x = torch.randn(4, H)
+            assert torch.equal(hooked_forward(model, rt, x), reference(x))
+            ops.finish()
+    finally:
+        close(ranks)

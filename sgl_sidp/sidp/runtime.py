@@ -12,6 +12,12 @@ Source of the idea: Zhao & He, "SiDP: Memory-Efficient Data Parallelism for Offl
    few layers ahead on a side stream; SGLang's own MLP code computes on the slot (AROUND
    `Qwen2MLP.forward` / `LlamaMLP.forward`: wait for the slot before, free it after).
 
+Big models: a rank never holds the FFN layers it does not own, not even while SGLang loads the model
+(70B dense at TP1 is 141 GB on a 141 GB GPU). While `ModelRunner.load_model` builds the model (AROUND
+it), each non-owned MLP's parameters are pointed, right after `Qwen2MLP.__init__` / `LlamaMLP.__init__`,
+at one placeholder per parameter name shared by all such layers; SGLang's loader (or dummy init)
+then writes their values there, harmlessly, and the slot binding replaces the placeholders.
+
 The failure domain is the group: a rank whose owner's process is gone stops the server (the
 importer's watcher, `peer.vmm.stop_server`). The ring fetches in the peak-shifted order (SiDP §3.3,
 `prefetch.schedules.peak_shift_order`: in each cycle of d layers rank r starts after its own layer,
@@ -21,6 +27,7 @@ so ranks read different owners at once) when it has d - 1 slots; with d = 2 that
 from __future__ import annotations
 
 import logging
+import re
 from typing import Callable, Mapping
 
 import torch
@@ -80,6 +87,16 @@ def ring_plan(settings, layers, d: int, rank: int) -> tuple[int, tuple[int, ...]
     return n_slots, order
 
 
+#: The decoder layer index inside an SGLang module prefix ("model.layers.17.mlp.gate_up_proj").
+_LAYER_IN_PREFIX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def layer_of_prefix(prefix: str) -> int | None:
+    """17 for "model.layers.17.mlp.gate_up_proj"; None when the prefix names no decoder layer."""
+    m = _LAYER_IN_PREFIX.search(prefix or "")
+    return int(m.group(1)) if m else None
+
+
 def spec_of(layer: int, name: str, t: torch.Tensor) -> TensorSpec:
     return TensorSpec(layer, name, tuple(t.shape), str(t.dtype), t.numel() * t.element_size())
 
@@ -109,6 +126,9 @@ class SiDPRuntime:
         self.binding: SlotBinding | None = None
         self.n_slots = 0
         self.fetch_order: tuple[int, ...] = ()
+        self._placing: tuple[int, int] | None = None  # (DP rank, d) while the target model is being built
+        self._placeholders: dict[str, torch.Tensor] = {}
+        self.never_held: set[int] = set()  # non-owned layers whose weights took no memory of their own at load
         self.copy_gbps = 0.0
         self.kv_tokens: int | None = None
         self.metrics: SiDPMetrics | None = None
@@ -167,14 +187,42 @@ class SiDPRuntime:
                                        release_cached=release_cached, fetch_order=self.fetch_order)
 
     # ------------------------------------------------------------------ SGLang hooks
-    def on_load_model(self, result, runner, *args, **kwargs):
-        """AFTER `ModelRunner.load_model`: share, map and bind (see `setup`), log what moved.
+    def around_load_model(self, original, runner, *args, **kwargs):
+        """AROUND `ModelRunner.load_model`: non-owned FFN layers take no memory while the model loads
+        (`after_mlp_init`), then share, map and bind (`setup`) and log what moved.
 
         Raises:
             SiDPError, sgl_sidp.peer.vmm.PeerError: as `setup`.
         """
         if getattr(runner, "is_draft_worker", False):
+            return original(runner, *args, **kwargs)
+        self._placing = (int(runner.ps.dp_rank or 0), int(runner.server_args.dp_size))
+        try:
+            result = original(runner, *args, **kwargs)
+        finally:
+            self._placing = None
+        self._on_loaded(runner)
+        return result
+
+    def after_mlp_init(self, result, mlp, *args, **kwargs):
+        """AFTER `Qwen2MLP.__init__` / `LlamaMLP.__init__`: while the target model is built, point a non-owned
+        layer's parameters at the shared placeholders, so its own (just allocated) storage is freed at once."""
+        if self._placing is None:
             return result
+        dp, d = self._placing
+        lid = layer_of_prefix(getattr(getattr(mlp, "gate_up_proj", None), "prefix", ""))
+        if lid is None or owner_of(lid, d) == dp:
+            return result
+        for n in NAMES:
+            p = param_at(mlp, n)
+            ph = self._placeholders.get(n)
+            if ph is None or ph.shape != p.shape or ph.dtype != p.dtype or ph.device != p.device:
+                ph = self._placeholders[n] = torch.empty_like(p)
+            p.data = ph
+        self.never_held.add(lid)
+        return result
+
+    def _on_loaded(self, runner) -> None:
         from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import eager_on_graph
 
         from sgl_sidp.peer.vmm import measure_copy_gbps, socket_address
@@ -185,6 +233,7 @@ class SiDPRuntime:
         device_id = torch.cuda.current_device()
         port = runner.server_args.port
         mlps = collect_mlps(runner.model)
+        self._placeholders.clear()  # the parameters hold them until the slot binding replaces them
         self.setup(mlps, dp, tp, int(runner.server_args.dp_size), device_id,
                    lambda r: socket_address(f"sidp-dp{r}", port, tp), StreamOps(torch.device("cuda", device_id)),
                    wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache)
@@ -197,17 +246,21 @@ class SiDPRuntime:
             b.install_start(first_decoder_layer(runner.model))
         for imp in self.importers.values():
             imp.watch()
+        if set(self.streamed) - self.never_held:
+            logger.warning("sgl-sidp sidp %s: FFN layers %s were loaded in full before being dropped (their module prefix "
+                           "names no decoder layer); a model that fills the GPU may not load", self.who,
+                           sorted(set(self.streamed) - self.never_held))
         per_layer = sum(param_at(mlps[self.streamed[0]], n).nbytes for n in NAMES) if self.streamed else 0
         logger.info(
             "sgl-sidp sidp %s: owns FFN layers %s (%.2f GB, shared with peak extra memory %.2f GB), streams %d layers "
             "(WaS, %d slots, fetch order %s, %.2f GB per forward; %.0f GB/s measured per copy, %.1f ms of copies per forward); "
-            "freed %.2f GB, slots take %.2f GB",
+            "%.2f GB of non-owned weights not held (%d of %d layers never held while loading), slots take %.2f GB",
             self.who, _ranges(self.owned), self.exporter.nbytes / 1e9, self.exporter.peak_extra_bytes / 1e9,
             len(self.streamed), self.n_slots, _order_name(self.fetch_order, self.streamed), per_layer * len(self.streamed) / 1e9, self.copy_gbps,
             per_layer * len(self.streamed) / (self.copy_gbps * 1e9) * 1e3 if self.copy_gbps else 0.0,
-            (b.freed_bytes if b else 0) / 1e9, (b.slot_bytes if b else 0) / 1e9,
+            (b.freed_bytes if b else 0) / 1e9, len(self.never_held & set(self.streamed)), len(self.streamed),
+            (b.slot_bytes if b else 0) / 1e9,
         )
-        return result
 
     def on_alloc_memory_pool(self, result, runner, *args, **kwargs):
         """AFTER `ModelRunner.alloc_memory_pool`: log this rank's KV capacity."""

@@ -7,7 +7,9 @@ SGLang's `routed_dp_rank`. Each rank streams the FFN layers the other owns (laye
   $SIDP_TINY_DENSE), against vanilla `sglang.launch_server` on one GPU: tokens and logprobs bit-identical
   (SGLang's own MLP computes on a bit-exact copy of the owner's weights);
 - Qwen3-32B (`--load-format dummy`), against vanilla `--dp-size 2` on the same GPUs: the same tokens, and each
-  rank's KV tokens next to vanilla's.
+  rank's KV tokens next to vanilla's;
+- Llama-3.1-70B at TP1 DP2 (141 GB of weights: vanilla DP cannot load it on a 141 GB GPU): SiDP loads it, because
+  a rank never holds the layers it does not own, and both ranks answer alike.
 
 Logs and a facts file per server go to $SIDP_GPU_LOGS.
 """
@@ -78,3 +80,14 @@ def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
     summary(log_dir, "qwen3_32b_sidp_was", set_up=set_up_lines(log), kv=kv, vanilla_kv=vanilla_kv,
             kv_ratio=[kv[r] / vanilla_kv[0] for r in sorted(kv)] if vanilla_kv else None)
     assert vanilla_kv and all(kv[r] > 1.3 * vanilla_kv[0] for r in (0, 1))  # half the FFN (25 GB) freed, less 2 slots, (kv, vanilla_kv)
+
+
+def test_llama_70b_tp1_dp2_loads_and_serves(log_dir):
+    with sidp(log_dir, "llama_70b_sidp_was", model_args("Llama-3.1-70B"), port=33400) as srv:
+        a = [greedy(srv.base_url, p, dp_rank=0, n=4) for p in PROMPTS[:2]]
+        b = [greedy(srv.base_url, p, dp_rank=1, n=4) for p in PROMPTS[:2]]
+        log = srv.log_text()
+    assert [x[0] for x in a] == [x[0] for x in b]
+    held = re.findall(r"\((\d+) of (\d+) layers never held while loading\)", log)
+    summary(log_dir, "llama_70b_sidp_was", kv=kv_of(log), set_up=set_up_lines(log), never_held=held)
+    assert held and all(x == y for x, y in held), held
