@@ -172,3 +172,57 @@ def test_gathered_logits_come_back_in_vocab_order():
     out = spawn(_logits_rank, 6, 3, 2, 24)
     assert all(fixed for fixed, _ in out.values())
     assert not any(naive for _, naive in out.values())
+
+
+# --------------------------------------------------------------------------- shift shards as views (no copy)
+@pytest.mark.parametrize("sp,tp,n_heads,n_kv", [(2, 1, 8, 2), (4, 1, 8, 2), (2, 2, 8, 2), (2, 2, 8, 8), (3, 2, 12, 6)])
+def test_shift_shards_are_views_of_base_shards_and_compute_like_tp_p(sp, tp, n_heads, n_kv):
+    """Every GPU's TP = P shard of QKV, gate|up, O and down, taken as views of its base TP shard, reads the base
+    storage (no copy) and holds exactly the rows/columns TP = P sharding of the full weights gives shift rank t*SP+s."""
+    from sgl_sidp.shift.views import column_parts, row_part, shares_storage
+
+    d, hidden, inter = 4, 16, 24 * sp * tp
+    p = sp * tp
+    g = torch.Generator().manual_seed(3)
+    wq, wk, wv = (torch.randn(h * d, hidden, generator=g) for h in (n_heads, n_kv, n_kv))
+    wo = torch.randn(hidden, n_heads * d, generator=g)
+    wg, wu = torch.randn(inter, hidden, generator=g), torch.randn(inter, hidden, generator=g)
+    wd = torch.randn(hidden, inter, generator=g)
+    rows = lambda w, heads: torch.cat([w[h * d:(h + 1) * d] for h in heads])  # noqa: E731
+    for t in range(tp):
+        layout = UlyssesLayout(sp, tp, t, n_heads, n_kv)
+        qkv = torch.cat([rows(wq, layout.q_local), rows(wk, layout.kv_local), rows(wv, layout.kv_local)])
+        it = inter // tp
+        gate_up = torch.cat([wg[t * it:(t + 1) * it], wu[t * it:(t + 1) * it]])
+        o_t, down_t = wo[:, t * len(layout.q_local) * d:(t + 1) * len(layout.q_local) * d], wd[:, t * it:(t + 1) * it]
+        nq, nkv = len(layout.q_local) * d, len(layout.kv_local) * d
+        for s in range(sp):
+            rank = shift_rank(s, t, sp)
+            q_heads = shift_q_heads(rank, p, n_heads)
+            kv_units = layout.kv_part[s]
+            views = column_parts(qkv, [nq, nkv, nkv], s, sp, unit_rows=[d, d, d], units=[None, kv_units, kv_units])
+            gu = column_parts(gate_up, [it, it], s, sp)
+            o, dn = row_part(o_t, s, sp), row_part(down_t, s, sp)
+            assert all(shares_storage(v, qkv) for v in views) and all(shares_storage(v, gate_up) for v in gu)
+            assert shares_storage(o, wo) and shares_storage(dn, wd)
+            kv_heads = kv_heads_of(q_heads, n_heads, n_kv)
+            assert torch.equal(views[0], rows(wq, q_heads))
+            assert torch.equal(views[1], rows(wk, kv_heads)) and torch.equal(views[2], rows(wv, kv_heads))
+            ip = inter // p
+            assert torch.equal(gu[0], wg[rank * ip:(rank + 1) * ip]) and torch.equal(gu[1], wu[rank * ip:(rank + 1) * ip])
+            assert torch.equal(o, wo[:, q_heads[0] * d:(q_heads[-1] + 1) * d])
+            assert torch.equal(dn, wd[:, rank * ip:(rank + 1) * ip])
+            y = torch.randn(5, ip, generator=g)
+            assert torch.equal(y @ dn.T, y @ wd[:, rank * ip:(rank + 1) * ip].contiguous().T)  # the strided view as is
+
+
+def test_views_refuse_what_is_not_a_run():
+    from sgl_sidp.shift.views import column_parts, row_part
+
+    w = torch.zeros(12, 4)
+    with pytest.raises(ValueError, match="block 0 of 6 rows does not split into 4 parts"):
+        column_parts(w, [6, 6], 0, 4)
+    with pytest.raises(ValueError, match="units \\[0, 2\\] are not one contiguous run"):
+        column_parts(w, [6, 6], 0, 2, unit_rows=[2, 2], units=[None, [0, 2]])
+    with pytest.raises(ValueError, match="5 columns do not split into 2 parts"):
+        row_part(torch.zeros(3, 5), 0, 2)
