@@ -5,7 +5,9 @@ GEMMs a shift rank runs per layer, two ways:
 
 - views (`sgl_sidp.shift.views`, no extra memory): QKV as three GEMMs on row-slice views of the fused base weight,
   gate|up as two, O and down on strided column views (leading dimension = the base width);
-- copies (1/SP of those weights extra): one fused QKV GEMM, one fused gate|up GEMM, contiguous O and down.
+- copies (1/SP of those weights extra): one fused QKV GEMM, one fused gate|up GEMM, contiguous O and down;
+- mixed: a copy of the (small) QKV shard only; gate|up as one batched GEMM over the strided view of its two equal
+  blocks; O and down on views.
 
 Prints ms per layer for each and their ratio, at decode batches and a prefill chunk; bf16, each variant captured in
 a CUDA graph and replayed (CUDA events, medians).
@@ -72,11 +74,14 @@ def main(argv=None):
     o_v, d_v = row_part(o, s, sp), row_part(down, s, sp)
     qkv_c, gu_c = torch.cat([q_v, k_v, v_v]).contiguous(), torch.cat([g_v, u_v]).contiguous()
     o_c, d_c = o_v.contiguous(), d_v.contiguous()
+    gu_v = gate_up.view(2, I, H)[:, s * I // sp:(s + 1) * I // sp]  # [2, I/SP, H], strided: one batched GEMM
     extra = sum(t.numel() * t.element_size() for t in (qkv_c, gu_c, o_c, d_c))
     print(f"{Path(a.model_config).parent.name}, SP={sp}: a shift rank's shard per layer {extra / 1e6:.0f} MB "
           f"(what copies would add); {torch.cuda.get_device_name()}\n")
-    print("| tokens | views ms/layer | copies ms/layer | views / copies |")
-    print("|---:|---:|---:|---:|")
+    qkv_extra = qkv_c.numel() * qkv_c.element_size()
+    print(f"mixed: copies the QKV shard only ({qkv_extra / 1e6:.0f} MB per layer)\n")
+    print("| tokens | views ms/layer | copies ms/layer | mixed ms/layer | views / copies | mixed / copies |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for n in a.tokens:
         x = torch.randn(n, H, device=dev, dtype=dt)
         xo = torch.randn(n, o_v.shape[1], device=dev, dtype=dt)
@@ -88,8 +93,11 @@ def main(argv=None):
         def copies():
             x @ qkv_c.T, x @ gu_c.T, xo @ o_c.T, xd @ d_c.T
 
-        tv, tc = timed(views), timed(copies)
-        print(f"| {n} | {tv:.3f} | {tc:.3f} | {tv / tc:.2f} |")
+        def mixed():
+            x @ qkv_c.T, torch.matmul(x, gu_v.transpose(1, 2)), xo @ o_v.T, xd @ d_v.T
+
+        tv, tc, tm = timed(views), timed(copies), timed(mixed)
+        print(f"| {n} | {tv:.3f} | {tc:.3f} | {tm:.3f} | {tv / tc:.2f} | {tm / tc:.2f} |")
 
 
 if __name__ == "__main__":
