@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import torch
 
+from sgl_sidp.calibration.measure import median_ms
 from sgl_sidp.shift.views import column_parts, row_part
 
 
@@ -36,18 +36,7 @@ def timed(fn, iters=50):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    fn = graph.replay
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return median_ms(graph.replay, iters, warmup=5)
 
 
 def main(argv=None):

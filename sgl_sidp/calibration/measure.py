@@ -57,7 +57,7 @@ def kv_bytes_per_token(model_runner) -> int:
     return max(1, int(layers * per_layer * elt))
 
 
-def _timed(fn: Callable[[], object], iters: int, warmup: int = 2) -> float:
+def median_ms(fn: Callable[[], object], iters: int, warmup: int = 2) -> float:
     """Median ms of `fn()` on the current stream, `iters` times after `warmup` calls."""
     for _ in range(warmup):
         fn()
@@ -198,7 +198,7 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6) -> dict:
             for ctx in dict.fromkeys((short, long_)):
                 probe = DecodeProbe(mr, bs, ctx)
                 try:
-                    ms = _timed(probe.run, iters)
+                    ms = median_ms(probe.run, iters)
                 finally:
                     probe.close()
                 out["graph"] &= bool(probe.used_graph)
@@ -243,7 +243,7 @@ def time_copy_during_forward(scheduler, pairs: Sequence[tuple[torch.Tensor, torc
     with torch.inference_mode():
         probe = DecodeProbe(mr, bs, context)
         try:
-            fwd = _timed(probe.run, iters)
+            fwd = median_ms(probe.run, iters)
             idle = nbytes / (measure_copy_gbps(pairs, reps=iters) * 1e9) * 1e3  # ms, as a reader measures it at load
             # both: keep the side stream busy with copies for as long as the forwards run
             n_fwd = 4
