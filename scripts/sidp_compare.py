@@ -1,0 +1,178 @@
+"""SiDP against vanilla SGLang on the same two GPUs, one configuration after another (issue 9, items 2-4).
+
+Configurations (`--configs`, each started once on GPUs `--gpus`, run, stopped):
+
+  dp2       python -m sglang.launch_server  --dp-size 2
+  dp_attn   python -m sglang.launch_server  --tp-size 2 --dp-size 2 --enable-dp-attention
+  tp2       python -m sglang.launch_server  --tp-size 2
+  sidp_was  python -m sgl_sidp.launch_server --dp-size 2 --sidp-mode sidp --sidp-sidp-force was
+
+all with --model-path M --load-format dummy --attention-backend triton --sampling-backend pytorch --enable-metrics
+--tokenizer-path sgl_sidp/default_model [--mem-fraction-static X]. For each:
+
+1. KV capacity per DP rank (SGLang's max_total_num_tokens lines).
+2. `--step-batches B,...` (iteration time vs batch, paper Fig. 11): B requests per GPU pair rank (DP configurations:
+   B pinned to each DP rank with routed_dp_rank; tp2: 2B), 256-token random prompts, 64 forced output tokens, all at
+   once; the step is the median inter-token latency over every request.
+3. `--jobs P+O,...` (offline jobs, paper §5): N requests of P random prompt tokens and O forced output tokens, all
+   submitted at once and run to completion, N = min(--max-requests, ceil(1.2 x the configuration's KV tokens /
+   (P + O))) so that the KV cache is the limit (`--requests N` fixes N for every configuration instead): output
+   tokens/s, job completion time, TTFT/TPOT.
+
+Writes `<out-dir>/<config>.json` (rewritten after each step) and the server log; `--report` merges every
+`<config>.json` in `--out-dir` into one markdown table with ratios against dp2 and tp2 (so the configurations can be
+run in separate commands, each within a device call's limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+CONFIGS = {
+    "dp2": ("sglang.launch_server", ["--dp-size", "2"]),
+    "dp_attn": ("sglang.launch_server", ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]),
+    "tp2": ("sglang.launch_server", ["--tp-size", "2"]),
+    "sidp_was": ("sgl_sidp.launch_server", ["--dp-size", "2", "--sidp-mode", "sidp", "--sidp-sidp-force", "was"]),
+}
+DP_RANKS = {"dp2": 2, "dp_attn": 2, "tp2": 1, "sidp_was": 2}
+
+
+def job_requests(kv_tokens: int, prompt: int, output: int, max_requests: int, fixed: int | None = None) -> int:
+    """Requests of one offline job: `fixed`, else enough that the KV cache is the limit (1.2x what it holds)."""
+    if fixed:
+        return fixed
+    return max(1, min(max_requests, math.ceil(1.2 * kv_tokens / (prompt + output))))
+
+
+def prompts(n: int, length: int, seed: int) -> list[list[int]]:
+    """`n` random token-id prompts (ids 3..4000: the bundled tokenizer's range) of `length` tokens."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(3, 4000, size=(n, length)).tolist()
+
+
+async def run_batch(base_url: str, bodies: list[tuple[list[int], int, int | None]]):
+    """Send every (input ids, output tokens, DP rank or None) at once; returns (outputs, seconds)."""
+    from sgl_sidp.bench.client import ENDPOINTS, make_payload, make_session, stream_request
+
+    url = base_url + ENDPOINTS["sglang"]
+    async with make_session() as session:
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*[
+            stream_request(session, "sglang", url,
+                           make_payload("sglang", ids, o, extra={"routed_dp_rank": r} if r is not None else None),
+                           len(ids))
+            for ids, o, r in bodies])
+    return outs, time.perf_counter() - t0
+
+
+def spread(n: int, ranks: int) -> list[int | None]:
+    """DP rank of each of `n` requests: round robin over `ranks` (None with one rank)."""
+    return [None if ranks == 1 else i % ranks for i in range(n)]
+
+
+def run_config(name: str, a) -> dict:
+    from sgl_sidp.bench.metrics import compute_metrics
+    from sgl_sidp.bench.server import ServerProcess
+    from sgl_sidp.bench.server_stats import capacity_from_log
+
+    launcher, extra = CONFIGS[name]
+    common = ["--model-path", a.model, "--load-format", "dummy", "--attention-backend", "triton",
+              "--sampling-backend", "pytorch", "--enable-metrics", "--tokenizer-path", "sgl_sidp/default_model"]
+    if a.mem_fraction_static:
+        common += ["--mem-fraction-static", str(a.mem_fraction_static)]
+    out_dir = Path(a.out_dir)
+    result = {"config": name, "command": None, "kv_tokens": {}, "steps": {}, "jobs": {}}
+    path = out_dir / f"{name}.json"
+    srv = ServerProcess(launcher, [*common, *extra], port=a.port, log_path=out_dir / f"server_{name}.log", gpus=a.gpus)
+    result["command"] = " ".join(srv.command)
+    with srv:
+        deadline = time.time() + 180
+        while "The server is fired up" not in srv.log_text() and time.time() < deadline:
+            time.sleep(1)
+        result["kv_tokens"] = capacity_from_log(srv.log_text())
+        path.write_text(json.dumps(result, indent=1))
+        ranks = DP_RANKS[name]
+        for b in a.step_batches:
+            n = b * 2  # B per rank of a two-GPU configuration; tp2 gets the same total
+            bodies = [(ids, 64, r) for ids, r in zip(prompts(n, 256, b), spread(n, ranks))]
+            outs, _ = asyncio.run(run_batch(srv.base_url, bodies))
+            itl = [x for o in outs if o.success for x in o.itl]
+            result["steps"][b] = {"step_ms": float(np.median(itl) * 1e3) if itl else None,
+                                  "failed": sum(not o.success for o in outs)}
+            path.write_text(json.dumps(result, indent=1))
+        kv_total = sum(result["kv_tokens"].values()) if ranks > 1 else next(iter(result["kv_tokens"].values()), 0)
+        for job in a.jobs:
+            p, o = (int(x) for x in job.split("+"))
+            n = job_requests(kv_total, p, o, a.max_requests, a.requests)
+            bodies = [(ids, o, r) for ids, r in zip(prompts(n, p, p + o), spread(n, ranks))]
+            outs, seconds = asyncio.run(run_batch(srv.base_url, bodies))
+            m = compute_metrics(outs, seconds)
+            result["jobs"][job] = {"requests": n, "seconds": seconds, "output_tok_s": m["output_throughput"],
+                                   "mean_ttft_ms": m["mean_ttft_ms"], "mean_tpot_ms": m["mean_tpot_ms"],
+                                   "failed": m["failed"]}
+            path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def report(out_dir: Path) -> str:
+    """One markdown table from every `<config>.json` in `out_dir`: KV tokens, step ms by batch, job tokens/s with
+    ratios against dp2 and tp2 (where those ran)."""
+    res = {p.stem: json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json")) if p.stem in CONFIGS}
+    lines = ["| config | KV tokens (per rank) | " + " | ".join(
+        [f"step ms @ B={b}" for b in _keys(res, "steps")] + [f"{j} tok/s (vs dp2, vs tp2)" for j in _keys(res, "jobs")]) + " |"]
+    lines.append("|" + "---|" * (2 + len(_keys(res, "steps")) + len(_keys(res, "jobs"))))
+    for name, r in res.items():
+        cells = [name, ", ".join(f"{v:,}" for _, v in sorted(r["kv_tokens"].items()))]
+        for b in _keys(res, "steps"):
+            s = r["steps"].get(b, {}).get("step_ms")
+            cells.append(f"{s:.1f}" if s else "-")
+        for j in _keys(res, "jobs"):
+            t = r["jobs"].get(j, {}).get("output_tok_s")
+            ref = [res.get(k, {}).get("jobs", {}).get(j, {}).get("output_tok_s") for k in ("dp2", "tp2")]
+            ratios = ", ".join(f"{t / x:.2f}x" if t and x else "-" for x in ref)
+            cells.append(f"{t:,.0f} ({ratios})" if t else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _keys(res: dict, field: str) -> list[str]:
+    keys = {k for r in res.values() for k in r[field]}
+    return sorted(keys, key=lambda k: [int(x) for x in str(k).split("+")])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=".gpu/models/Qwen3-32B")
+    ap.add_argument("--configs", default="dp2,dp_attn,tp2,sidp_was")
+    ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--gpus", default="0,1")
+    ap.add_argument("--port", type=int, default=35000)
+    ap.add_argument("--mem-fraction-static", type=float, default=None)
+    ap.add_argument("--step-batches", type=lambda s: [int(x) for x in s.split(",") if x], default=[])
+    ap.add_argument("--jobs", type=lambda s: [x for x in s.split(",") if x], default=[])
+    ap.add_argument("--max-requests", type=int, default=2000)
+    ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--report", action="store_true", help="only merge the JSON files in --out-dir into a table")
+    a = ap.parse_args(argv)
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if not a.report:
+        for name in a.configs.split(","):
+            if name not in CONFIGS:
+                raise SystemExit(f"unknown configuration {name!r}; choose from {', '.join(CONFIGS)}")
+        for name in a.configs.split(","):
+            run_config(name, a)
+    table = report(out)
+    (out / "compare.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
