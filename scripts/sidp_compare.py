@@ -6,6 +6,7 @@ Configurations (`--configs`, each started once on GPUs `--gpus`, run, stopped):
   dp_attn   python -m sglang.launch_server  --tp-size 2 --dp-size 2 --enable-dp-attention
   tp2       python -m sglang.launch_server  --tp-size 2
   sidp_was  python -m sgl_sidp.launch_server --dp-size 2 --sidp-mode sidp --sidp-sidp-force was
+  tp1       python -m sglang.launch_server  (one GPU: a baseline, or a dry run of this script with --gpus 0)
 
 all with --model-path M --load-format dummy --attention-backend triton --sampling-backend pytorch --enable-metrics
 --tokenizer-path sgl_sidp/default_model [--mem-fraction-static X]. For each:
@@ -40,8 +41,9 @@ CONFIGS = {
     "dp_attn": ("sglang.launch_server", ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]),
     "tp2": ("sglang.launch_server", ["--tp-size", "2"]),
     "sidp_was": ("sgl_sidp.launch_server", ["--dp-size", "2", "--sidp-mode", "sidp", "--sidp-sidp-force", "was"]),
+    "tp1": ("sglang.launch_server", []),  # one GPU: a baseline, and a dry run of this script (--gpus 0)
 }
-DP_RANKS = {"dp2": 2, "dp_attn": 2, "tp2": 1, "sidp_was": 2}
+DP_RANKS = {"dp2": 2, "dp_attn": 2, "tp2": 1, "sidp_was": 2, "tp1": 1}
 
 
 def job_requests(kv_tokens: int, prompt: int, output: int, max_requests: int, fixed: int | None = None) -> int:
