@@ -23,11 +23,13 @@ import torch
 from sgl_sidp.prefetch.ring import PrefetchSchedule, SlotPrefetcher, sync_points
 
 
-def param_at(module, name: str) -> torch.Tensor:
-    """The parameter at dotted path `name` inside `module` ("down_proj.weight")."""
-    for part in name.split("."):
-        module = getattr(module, part)
-    return module
+def param_at(module: torch.nn.Module, name: str) -> torch.nn.Parameter:
+    """The parameter at dotted path `name` inside `module` ("down_proj.weight"; `Module.get_parameter`).
+
+    Raises:
+        AttributeError: no such submodule or parameter.
+    """
+    return module.get_parameter(name)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
