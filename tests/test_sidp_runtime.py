@@ -80,7 +80,7 @@ def serve(n_layers, d, policy, slots=2):
         except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
             errors.append(e)
 
-    threads = [threading.Thread(target=set_up, args=(r,)) for r in range(d)]
+    threads = [threading.Thread(target=set_up, args=(r,), daemon=True) for r in range(d)]
     for t in threads:
         t.start()
     for t in threads:
@@ -154,23 +154,26 @@ def test_owners_must_agree_on_shapes():
     """A rank whose model differs from an owner's (another --tp-size, say) is refused, naming the tensor."""
     device, tag = {}, uuid.uuid4().hex
     addr = lambda k: socket_address(f"test-sidp-{tag}-dp{k}", 0, 0)  # noqa: E731
-    owner = runtime()
+    short = SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"owner_timeout_s": 10}}), listeners=[])
+    owner = SiDPRuntime(short)
     owner_model = Model(4)
     reader_model = Model(4)
     reader_model.model.layers[1].mlp.down_proj = nn.Linear(I, H + 1, bias=False)  # layer 1 is DP1's: irrelevant
     reader_model.model.layers[2].mlp.down_proj = nn.Linear(I, H + 1, bias=False)  # layer 2 is DP0's
     t = threading.Thread(target=lambda: _quiet(lambda: owner.setup(collect_mlps(owner_model), 0, 0, 2, None, addr,
-                                                                    SimulatedStreams("earliest"), driver=FakeDriver(device),
-                                                                    can_access_peer=lambda a, b: True)))
+                                                                    SimulatedStreams("earliest"),
+                                                                    driver=FakeDriver(device),
+                                                                    can_access_peer=lambda a, b: True)), daemon=True)
     t.start()
-    reader = runtime()
+    reader = SiDPRuntime(short)
     with pytest.raises(SiDPError, match=r"(?s)disagree on 1 FFN tensor.*layer 2 down_proj.weight: shape \(16, 24\) on the owner"):
         reader.setup(collect_mlps(reader_model), 1, 0, 2, None, addr, SimulatedStreams("earliest"),
                      driver=FakeDriver(device), can_access_peer=lambda a, b: True)
+    t.join(15)  # the owner reads DP1's published tensors (and refuses them too) before DP1's exporter closes
+    assert not t.is_alive()
     close_exporter(reader.exporter)
-    for imp in reader.importers.values():
+    for imp in list(reader.importers.values()) + list(owner.importers.values()):
         imp.close()
-    t.join(1)  # the owner waits for DP1 to publish: it got it, then finished
     close_exporter(owner.exporter)
 
 
@@ -260,7 +263,7 @@ def test_non_owned_layers_take_no_memory_while_the_model_loads_and_the_result_is
         ranks.append((model, rt, SimulatedStreams("latest")))
     threads = [threading.Thread(target=lambda m=m, rt=rt, ops=ops, r=r: rt.setup(
         collect_mlps(m), r, 0, d, None, lambda k: socket_address(f"test-sidp-{tag}-dp{k}", 0, 0), ops,
-        driver=FakeDriver(device), can_access_peer=lambda a, b: True)) for r, (m, rt, ops) in enumerate(ranks)]
+        driver=FakeDriver(device), can_access_peer=lambda a, b: True), daemon=True) for r, (m, rt, ops) in enumerate(ranks)]
     for t in threads:
         t.start()
     for t in threads:
