@@ -1,22 +1,12 @@
 """Compute-as-a-Service on gloo: the owner's one call over all ranks' rows equals each rank computing locally."""
 
-import os
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sgl_sidp.remote_compute.cas import RemoteCompute
+from tests.gloo_procs import spawn
 
 H, OUT = 8, 6
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def weight():
@@ -28,39 +18,18 @@ def rows(rank, n):
     return torch.randn(n, H, generator=torch.Generator().manual_seed(100 + rank), dtype=torch.float64)
 
 
-def worker(rank, world, port, counts_list, owner, out_q):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        rc = RemoteCompute()
-        calls = []
+def cas_rank(rank, world, counts_list, owner):
+    """One rank's results of every iteration (numpy) and the row counts its layer was called with."""
+    rc = RemoteCompute()
+    calls = []
 
-        def fn(x):
-            calls.append(x.shape[0])
-            return x @ weight()
+    def fn(x):
+        calls.append(x.shape[0])
+        return x @ weight()
 
-        results = []
-        for counts in counts_list:
-            y = rc.run(owner, rows(rank, counts[rank]), counts, fn if rank == owner else None, OUT)
-            results.append(y)
-        # numpy, not tensors: torch shares a tensor through a file descriptor that dies with this process
-        out_q.put((rank, [y.numpy() for y in results], calls))
-    finally:
-        dist.destroy_process_group()
-
-
-def run(world, counts_list, owner):
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, port, counts_list, owner, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    got = dict((r, (res, calls)) for r, res, calls in (q.get(timeout=120) for _ in procs))
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
-    return got
+    results = [rc.run(owner, rows(rank, counts[rank]), counts, fn if rank == owner else None, OUT).numpy()
+               for counts in counts_list]
+    return results, calls
 
 
 @pytest.mark.parametrize("world, owner", [(2, 0), (3, 1), (4, 3)])
@@ -69,7 +38,7 @@ def test_owner_computes_every_ranks_rows_in_one_call(world, owner):
     ranks with no rows (idle, IDLE batches) neither send nor receive and add no rows to the owner's call."""
     counts_list = [[3] * world, [0] * world, [5 if r % 2 else 0 for r in range(world)],
                    [1 if r == owner else 0 for r in range(world)], [0 if r == owner else 2 for r in range(world)]]
-    got = run(world, counts_list, owner)
+    got = spawn(cas_rank, world, counts_list, owner)
     for r in range(world):
         res, calls = got[r]
         for counts, y in zip(counts_list, (torch.from_numpy(a) for a in res)):
@@ -91,16 +60,11 @@ def test_counts_must_match_the_group():
         rc.run(0, torch.zeros(2, H), [3, 1], lambda x: x, OUT)
 
 
-def switch_worker(rank, world, port, tokens_by_iter, out_q):
+def switch_rank(rank, world, tokens_by_iter):
     from sgl_sidp.control.mode_switch import ModeSwitch, gather_counts
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        sw = ModeSwitch(b_th=100, hysteresis=0.25)
-        out_q.put((rank, [sw.decide(gather_counts(t[rank])).value for t in tokens_by_iter]))
-    finally:
-        dist.destroy_process_group()
+    sw = ModeSwitch(b_th=100, hysteresis=0.25)
+    return [sw.decide(gather_counts(t[rank])).value for t in tokens_by_iter]
 
 
 def test_ranks_switch_at_the_same_iteration_from_gathered_counts():
@@ -111,14 +75,6 @@ def test_ranks_switch_at_the_same_iteration_from_gathered_counts():
     rng = random.Random(1)
     world = 3
     tokens_by_iter = [[rng.choice([0, 10, 60, 120, 250]) for _ in range(world)] for _ in range(60)]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=switch_worker, args=(r, world, port, tokens_by_iter, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    decisions = dict(q.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(30)
+    decisions = spawn(switch_rank, world, tokens_by_iter)
     assert decisions[0] == decisions[1] == decisions[2]
     assert {"was", "cas"} == set(decisions[0])

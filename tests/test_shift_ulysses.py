@@ -1,17 +1,14 @@
 """Shift Parallelism's CPU-checkable core: the KV-invariant head order, Ulysses attention on gloo against plain
 attention (GQA, KV replication, token padding), and all-gathers over the shift group put back in shift order."""
 
-import os
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sgl_sidp.shift.heads import (HeadLayoutError, base_q_heads, check_layout, gathered_order, kv_heads_of,
                                   shift_group_order, shift_q_heads, shift_rank)
 from sgl_sidp.shift.ulysses import UlyssesLayout, output_all_to_all, pad_to_sp, qkv_all_to_all
+from tests.gloo_procs import spawn
 
 
 def factorizations(p):
@@ -64,38 +61,6 @@ def test_gathered_order_undoes_ascending_group_ranks():
 
 
 # --------------------------------------------------------------------------- gloo, several processes
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def spawn(fn, world, *args):
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, q, args)) for r in range(world)]
-    for p in procs:
-        p.start()
-    out = dict(q.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(30)
-    errors = {r: v for r, v in out.items() if isinstance(v, str)}
-    assert not errors, errors
-    return out
-
-
-def _entry(fn, rank, world, port, q, args):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        q.put((rank, fn(rank, world, *args)))
-    except BaseException as e:  # noqa: BLE001 - reported to the test
-        q.put((rank, f"{type(e).__name__}: {e}"))
-    finally:
-        dist.destroy_process_group()
-
-
 HIDDEN, D = 16, 4
 
 
