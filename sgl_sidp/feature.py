@@ -39,6 +39,21 @@ class Feature:
     describe: Callable[[Any, Any], str] = lambda cfg, server_args: ""
 
 
+def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_attention_why: str) -> list[str]:
+    """What every feature that shares weights across independent DP replicas refuses, one line each: pipeline
+    parallelism (`pp_why`: why each replica needs all its layers), DP attention (`dp_attention_why`: what the
+    feature pairs instead) and SGLang's own weight offloading."""
+    problems = []
+    pp = int(getattr(raw, "pp_size", 1) or 1)
+    if pp > 1:
+        problems.append(f"--sidp-mode {mode} needs --pp-size 1 ({pp_why}), got {pp}")
+    if getattr(raw, "enable_dp_attention", False):
+        problems.append(f"--sidp-mode {mode} {dp_attention_why}; it does not work with --enable-dp-attention")
+    if getattr(raw, "offload_mode", "cpu") == "sharded_gpu" or float(getattr(raw, "cpu_offload_gb", 0) or 0) > 0:
+        problems.append(f"--sidp-mode {mode} does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)")
+    return problems
+
+
 def flag_given(argv: list[str], *flags: str) -> bool:
     """Whether any of `flags` appears in `argv` (as `--flag value` or `--flag=value`)."""
     return any(a == f or a.startswith(f + "=") for a in argv for f in flags)

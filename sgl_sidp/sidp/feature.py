@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from sgl_sidp.feature import Feature
+from sgl_sidp.feature import Feature, replica_problems
 from sgl_sidp.model_info import model_is_moe, read_hf_config
 from sgl_sidp.sidp.settings import SiDPSettings
 
@@ -45,13 +45,8 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
         layers = hf.get("num_hidden_layers")
         if dp >= 2 and layers is not None and int(layers) < dp:
             problems.append(f"--sidp-mode sidp: {layers} layers cannot give each of {dp} DP ranks a layer to own")
-    pp = int(getattr(raw, "pp_size", 1) or 1)
-    if pp > 1:
-        problems.append(f"--sidp-mode sidp needs --pp-size 1 (each rank runs every layer), got {pp}")
-    if getattr(raw, "enable_dp_attention", False):
-        problems.append("--sidp-mode sidp runs independent DP ranks; it does not work with --enable-dp-attention")
-    if getattr(raw, "offload_mode", "cpu") == "sharded_gpu" or float(getattr(raw, "cpu_offload_gb", 0) or 0) > 0:
-        problems.append("--sidp-mode sidp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)")
+    problems += replica_problems("sidp", raw, pp_why="each rank runs every layer",
+                                 dp_attention_why="runs independent DP ranks")
     if getattr(raw, "enable_two_batch_overlap", False) or getattr(raw, "enable_single_batch_overlap", False):
         problems.append(
             "--sidp-mode sidp does not work with two/single-batch overlap: micro-batches run each MLP twice per "

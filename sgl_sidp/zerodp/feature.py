@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from sgl_sidp.feature import Feature, flag_given
+from sgl_sidp.feature import Feature, flag_given, replica_problems
 from sgl_sidp.model_info import model_is_moe
 from sgl_sidp.zerodp.settings import ZeroDPSettings
 
@@ -30,15 +30,10 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
             f"--sidp-mode zerodp offloads MoE expert weights, but {raw.model_path} has no MoE layers "
             "(use --sidp-mode sidp for dense models)"
         )
-    pp = int(getattr(raw, "pp_size", 1) or 1)
-    if pp > 1:
-        problems.append(f"--sidp-mode zerodp needs --pp-size 1 (each replica holds all its layers), got {pp}")
-    if getattr(raw, "enable_dp_attention", False):
-        problems.append("--sidp-mode zerodp pairs independent DP replicas; it does not work with --enable-dp-attention")
+    problems += replica_problems("zerodp", raw, pp_why="each replica holds all its layers",
+                                 dp_attention_why="pairs independent DP replicas")
     if int(getattr(raw, "dwdp_size", 1) or 1) > 1:
         problems.append("--sidp-mode zerodp and --dwdp-size both move expert weights; use one of them")
-    if getattr(raw, "offload_mode", "cpu") == "sharded_gpu" or float(getattr(raw, "cpu_offload_gb", 0) or 0) > 0:
-        problems.append("--sidp-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)")
     a2a = str(getattr(raw, "moe_a2a_backend", "none") or "none")
     if a2a not in A2A_OK:
         problems.append(
