@@ -84,3 +84,10 @@ def test_nvml_p2p_read_maps_visible_devices(monkeypatch):
     assert calls[0] == ("uuid:GPU-b", "idx5", 0)
     calls.clear()
     assert preflight._nvml_p2p_read(None)(2, 3) is False and calls == [("idx3", "idx2", 0)]
+
+
+def test_nvml_p2p_read_one_gpu_listed_twice(monkeypatch):
+    """CUDA_VISIBLE_DEVICES=0,0 (the GPU tests' one-GPU fold): logical GPUs 0 and 1 are one GPU, readable without NVML."""
+    calls = fake_pynvml(monkeypatch)
+    can_read = preflight._nvml_p2p_read(["0", "0"])
+    assert can_read(0, 1) is True and can_read(1, 0) is True and calls == []

@@ -1,6 +1,14 @@
 """Helpers of the GPU tests: servers started through a launcher, greedy requests, facts files.
 
 Model configs come from $SIDP_MODELS_DIR (default ../shared/models beside the repo).
+
+**One-GPU fold** (`SIDP_GPU_FOLD=1`): a server asked for GPUs "0,1" gets `CUDA_VISIBLE_DEVICES=0,0` and SGLang's
+`SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS=1`, so DP rank d's scheduler sees only entry d of that list (SGLang's
+`maybe_reindex_device_id`), i.e. both DP replicas run on GPU 0. The peer transport works unchanged (CUDA VMM
+handles between processes of one GPU). Each folded replica gets `--max-total-tokens` (FOLD_KV_TOKENS): SGLang sizes
+a replica's KV cache from the memory free when it profiles, so the first replica would otherwise take what the
+second needs. For exactness on small models only: the replicas share one GPU's memory and compute, so no speed or
+capacity number of a folded run means anything. Tests that can fold are marked `foldable` (see conftest.py).
 """
 
 import json
@@ -12,6 +20,8 @@ from pathlib import Path
 from sgl_sidp.bench.server import ServerProcess
 
 MODELS_DIR = Path(os.environ.get("SIDP_MODELS_DIR", Path(__file__).resolve().parents[3] / "shared" / "models"))
+FOLD = os.environ.get("SIDP_GPU_FOLD") == "1"
+FOLD_KV_TOKENS = 100_000
 TOKENIZER = str(__import__("sgl_sidp.launch_server").launch_server.DEFAULT_MODEL_DIR)
 COMMON = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--tokenizer-path", TOKENIZER]
 #: prompts of 5 to 4,000 tokens (token ids of the bundled 4,096-id tokenizer)
@@ -40,7 +50,15 @@ def greedy(base, ids, dp_rank=None, n=16):
 
 
 class Server(ServerProcess):
-    """A server that is only used once SGLang logged "fired up" (its warm-up request done)."""
+    """A server that is only used once SGLang logged "fired up" (its warm-up request done); folds its GPUs onto
+    GPU 0 under SIDP_GPU_FOLD=1 (module docstring)."""
+
+    def __init__(self, launcher, args, port, log_path, gpus=None, env=None):
+        if FOLD and gpus and "," in gpus:
+            env = {**(env or {}), "SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS": "1"}
+            gpus = ",".join("0" for _ in gpus.split(","))
+            args = [*args, "--max-total-tokens", str(FOLD_KV_TOKENS)]
+        super().__init__(launcher, args, port=port, log_path=log_path, gpus=gpus, env=env)
 
     def __enter__(self):
         self.start()

@@ -47,6 +47,7 @@ def kv_of(log):
     return {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"sgl-sidp sidp DP(\d) TP0: KV cache (\d+) tokens", log)}
 
 
+@pytest.mark.foldable
 def test_tiny_dense_was_exact_against_vanilla(log_dir):
     if not (TINY_DENSE / "config.json").is_file():
         pytest.skip(f"{TINY_DENSE} missing: python .whl/make_tiny_models.py DIR --big, then SIDP_TINY_DENSE=DIR/qwen3-big")
@@ -62,6 +63,23 @@ def test_tiny_dense_was_exact_against_vanilla(log_dir):
     lines = set_up_lines(log)
     assert sorted(lines) == [0, 1] and all(n == 4 for _, n in lines.values()), lines
     summary(log_dir, "tiny_dense_sidp_was", set_up=lines, kv=kv_of(log), prompts=[len(p) for p in PROMPTS])
+
+
+@pytest.mark.foldable
+def test_qwen3_8b_was_exact_against_vanilla_tp1(log_dir):
+    """Real shapes (36 layers of 302 MB FFN weights, dummy weights): each rank equals vanilla TP1 bit for bit."""
+    model = model_args("Qwen3-8B")
+    with Server("sglang.launch_server", [*model, *COMMON, "--max-total-tokens", "100000"], port=33500,
+                log_path=log_dir / "qwen3_8b_vanilla_tp1.log", gpus="0") as srv:
+        ref = [greedy(srv.base_url, p, n=8) for p in PROMPTS[:4]]
+    with sidp(log_dir, "qwen3_8b_sidp_was", model, port=33600) as srv:
+        for dp in (0, 1):
+            for i, p in enumerate(PROMPTS[:4]):
+                exact(ref[i], greedy(srv.base_url, p, dp_rank=dp, n=8), f"DP{dp} prompt {i}")
+        log = srv.log_text()
+    lines = set_up_lines(log)
+    assert sorted(lines) == [0, 1] and all(n == 18 for _, n in lines.values()), lines
+    summary(log_dir, "qwen3_8b_sidp_was", set_up=lines, kv=kv_of(log))
 
 
 def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):

@@ -66,6 +66,7 @@ def tiny_reference(log_dir):
         return [greedy(srv.base_url, p) for p in PROMPTS]
 
 
+@pytest.mark.foldable
 def test_tiny_moe_calibrates_at_first_start_then_reads_the_cache(log_dir, tmp_path, tiny_reference):
     """auto policy sized for 2,048-token prefills, empty cache: the sink waits for the source's start-up
     calibration and pulls every layer's experts (the tiny layers' copies fit), its answers equal vanilla bit for
@@ -97,6 +98,7 @@ def test_tiny_moe_calibrates_at_first_start_then_reads_the_cache(log_dir, tmp_pa
             prompts=[len(p) for p in PROMPTS], identical=True)
 
 
+@pytest.mark.foldable
 def test_tiny_moe_lost_source_stops_the_server(log_dir):
     """Killing the source's scheduler stops the whole server within seconds, with a message naming the source."""
     if not (TINY_MOE / "config.json").is_file():
@@ -123,6 +125,7 @@ def _sink_equals_source(srv, prompts, n=8):
         compare(greedy(srv.base_url, p, dp_rank=0, n=n), greedy(srv.base_url, p, dp_rank=1, n=n), f"prompt {i}")
 
 
+@pytest.mark.foldable
 def test_qwen3_30b_all_layers_exact(log_dir, tmp_path):
     """Every MoE layer pulled: sink == source, and the sink holds 1.75x the source's KV cache."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
