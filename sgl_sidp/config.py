@@ -72,6 +72,13 @@ class _CoreConfig(BaseModel):
         "even with --sidp-mode off: a later start of any mode on the same GPU, model, TP size and SGLang then "
         "reads them instead of measuring. The log shows them next to a bundled table for the same model, if any.",
     )
+    fold_gpus: bool = Field(
+        False,
+        description="Developer aid, for exactness checks on a one-GPU machine: every scheduler process runs on "
+        "GPU (its SGLang gpu_id) mod (visible GPUs), so --dp-size 2 puts both replicas on GPU 0. They share its "
+        "memory (give each a --max-total-tokens: SGLang sizes a replica's KV cache from the memory free when it "
+        "profiles) and its compute, so a folded server says nothing about speed or capacity. Never for serving.",
+    )
     signal_log_interval: int = Field(
         40,
         ge=1,
@@ -83,7 +90,7 @@ class _CoreConfig(BaseModel):
     @property
     def active(self) -> bool:
         """False means the plugin must be a strict no-op in every process."""
-        return self.mode != SidpMode.OFF or self.batch_signal or self.calibrate
+        return self.mode != SidpMode.OFF or self.batch_signal or self.calibrate or self.fold_gpus
 
     @property
     def signal_enabled(self) -> bool:
@@ -107,6 +114,7 @@ class _CoreConfig(BaseModel):
         group.add_argument("--sidp-batch-signal", action="store_true", default=None,
                            help=fields["batch_signal"].description)
         group.add_argument("--sidp-calibrate", action="store_true", default=None, help=fields["calibrate"].description)
+        group.add_argument("--sidp-fold-gpus", action="store_true", default=None, help=fields["fold_gpus"].description)
         group.add_argument("--sidp-signal-log-interval", type=int, default=None,
                            help=f"{fields['signal_log_interval'].description} Default: 40.")
         for feature in FEATURES.values():

@@ -31,6 +31,7 @@ SIGNAL = "sgl_sidp.control.batch_signal:BatchSignal"
 ZERODP = "sgl_sidp.zerodp.runtime:ZeroDPRuntime"
 CALIBRATION = "sgl_sidp.calibration.startup:StartupCalibration"
 SIDP = "sgl_sidp.sidp.runtime:SiDPRuntime"
+FOLD = "sgl_sidp.peer.topology:GpuFold"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +89,13 @@ HOOKS: tuple[Hook, ...] = (
         params=("self", "server_args", "port_args", "gpu_id", "tp_rank"), needs="calibrate",
         why="measure and cache the forward times once CUDA graphs are captured and before requests are "
         "accepted, in any mode (the features measure through the same code when they need it)",
+    ),
+    # ---------------------------------------------------------------- core: --sidp-fold-gpus
+    Hook(
+        target=f"{SCHEDULER}.__init__", hook_type="BEFORE", runtime=FOLD, method="before_scheduler_init",
+        params=("self", "server_args", "port_args", "gpu_id"), needs="fold_gpus",
+        why="developer aid: DP replicas whose GPU does not exist here run on gpu_id mod the visible GPUs (exactness "
+        "checks of the weight-sharing features on one GPU)",
     ),
     # ---------------------------------------------------------------- ZeroDP
     Hook(

@@ -266,3 +266,8 @@ def test_model_is_moe_on_shared_configs():
     assert model_is_moe(str(MODELS / "Qwen3-32B")) is False
     assert model_is_moe(str(MODELS / "Llama-3.1-70B")) is False
     assert model_is_moe("Qwen/not-a-local-folder") is None
+
+
+def test_fold_gpus_flag_turns_the_overlay_on():
+    cfg = parse("--sidp-fold-gpus")
+    assert cfg.fold_gpus and cfg.active and cfg.mode == SidpMode.OFF

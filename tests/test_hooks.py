@@ -60,3 +60,16 @@ def test_hooks_for_config():
     calibrate = hooks_for(SidpConfig(calibrate=True))  # --sidp-calibrate alone: the signal and the calibration
     assert [h.runtime.rsplit(":")[-1] for h in calibrate] == ["BatchSignal", "BatchSignal", "StartupCalibration"]
     assert "StartupCalibration" not in {h.runtime.rsplit(":")[-1] for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))}
+
+
+def test_fold_gpus_hook_only_when_asked_and_folds_gpu_id():
+    """--sidp-fold-gpus adds one BEFORE hook on Scheduler.__init__ that maps gpu_id onto the visible GPUs."""
+    from sgl_sidp.peer.topology import GpuFold
+
+    fold = [h for h in hooks_for(SidpConfig(fold_gpus=True)) if h.runtime.endswith("GpuFold")]
+    assert [(h.short_name, h.hook_type) for h in fold] == [("Scheduler.__init__", "BEFORE")]
+    assert not any(h.runtime.endswith("GpuFold") for h in hooks_for(SidpConfig(mode=SidpMode.SIDP)))
+    body = GpuFold(device_count=lambda: 1).before_scheduler_init
+    assert body("self", "sa", "pa", 1, 0, x=2) == (("self", "sa", "pa", 0, 0), {"x": 2})  # SGLang passes it by position
+    assert body("self", "sa", "pa", gpu_id=3, tp_rank=0) == (("self", "sa", "pa"), {"gpu_id": 0, "tp_rank": 0})
+    assert GpuFold(device_count=lambda: 2).before_scheduler_init("s", "a", "p", 3)[0][3] == 1

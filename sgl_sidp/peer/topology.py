@@ -70,3 +70,33 @@ def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[i
                 "(no NVLink/PCIe peer access between them); pick GPUs with peer access (nvidia-smi topo -m)"
             )
     return problems
+
+
+class GpuFold:
+    """`--sidp-fold-gpus`: a scheduler process runs on GPU `gpu_id mod torch.cuda.device_count()`.
+
+    SGLang's DP controller gives DP rank d the GPUs from `d * tp_size` on (`replica_gpus`); on a one-GPU
+    machine rank 1's GPU does not exist. Folding the id the scheduler gets (`Scheduler.__init__`'s `gpu_id`, from
+    which `ModelRunner` sets its device) runs every replica on the GPUs there are, so the weight-sharing features
+    (one process per replica, CUDA VMM handles between them) can be checked for exactness on one GPU. A developer
+    aid: the replicas share memory and compute.
+
+    Args:
+        ctx: the plugin's per-process context (unused; the hook table builds every runtime from one).
+    """
+
+    def __init__(self, ctx=None, device_count: Callable[[], int] | None = None):
+        self._count = device_count
+
+    def before_scheduler_init(self, *args, **kwargs):
+        """BEFORE hook of `Scheduler.__init__(self, server_args, port_args, gpu_id, ...)`: fold `gpu_id`.
+
+        Returns:
+            (args, kwargs) with `gpu_id` replaced by `gpu_id mod` the visible GPU count.
+        """
+        count = self._count() if self._count else __import__("torch").cuda.device_count()
+        if "gpu_id" in kwargs:
+            kwargs = {**kwargs, "gpu_id": kwargs["gpu_id"] % count}
+        elif len(args) > 3:
+            args = (*args[:3], args[3] % count, *args[4:])
+        return args, kwargs

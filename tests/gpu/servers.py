@@ -2,13 +2,12 @@
 
 Model configs come from $SIDP_MODELS_DIR (default ../shared/models beside the repo).
 
-**One-GPU fold** (`SIDP_GPU_FOLD=1`): a server asked for GPUs "0,1" gets `CUDA_VISIBLE_DEVICES=0,0` and SGLang's
-`SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS=1`, so DP rank d's scheduler sees only entry d of that list (SGLang's
-`maybe_reindex_device_id`), i.e. both DP replicas run on GPU 0. The peer transport works unchanged (CUDA VMM
-handles between processes of one GPU). Each folded replica gets `--max-total-tokens` (FOLD_KV_TOKENS): SGLang sizes
-a replica's KV cache from the memory free when it profiles, so the first replica would otherwise take what the
-second needs. For exactness on small models only: the replicas share one GPU's memory and compute, so no speed or
-capacity number of a folded run means anything. Tests that can fold are marked `foldable` (see conftest.py).
+**One-GPU fold** (`SIDP_GPU_FOLD=1`): a server of our launcher asked for GPUs "0,1" runs on GPU 0 with
+`--sidp-fold-gpus` (every DP replica's scheduler on gpu_id mod the visible GPUs; the peer transport works unchanged
+between processes of one GPU) and `--max-total-tokens FOLD_KV_TOKENS` per replica (SGLang sizes a replica's KV cache
+from the memory free when it profiles, so the first replica would otherwise take what the second needs). For
+exactness on models that fit twice: the replicas share one GPU's memory and compute, so no speed or capacity number
+of a folded run means anything. Tests that can fold are marked `foldable` (see conftest.py).
 """
 
 import json
@@ -55,9 +54,8 @@ class Server(ServerProcess):
 
     def __init__(self, launcher, args, port, log_path, gpus=None, env=None):
         if FOLD and gpus and "," in gpus:
-            env = {**(env or {}), "SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS": "1"}
-            gpus = ",".join("0" for _ in gpus.split(","))
-            args = [*args, "--max-total-tokens", str(FOLD_KV_TOKENS)]
+            assert launcher == "sgl_sidp.launch_server", "only our launcher can fold replicas onto one GPU"
+            gpus, args = "0", [*args, "--sidp-fold-gpus", "--max-total-tokens", str(FOLD_KV_TOKENS)]
         super().__init__(launcher, args, port=port, log_path=log_path, gpus=gpus, env=env)
 
     def __enter__(self):
