@@ -26,6 +26,8 @@ MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 FUSED_MOE = "sglang.srt.layers.moe.fused_moe_triton.layer.FusedMoE"
 DP_BUDGET = "sglang.srt.managers.data_parallel_controller.DPBudget"
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
+DECODE_GRAPHS = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner"
+PREFILL_GRAPHS = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner"
 
 SIGNAL = "sgl_sidp.control.batch_signal:BatchSignal"
 ZERODP = "sgl_sidp.zerodp.runtime:ZeroDPRuntime"
@@ -162,6 +164,23 @@ HOOKS: tuple[Hook, ...] = (
         why="WaS on Llama: as Qwen2MLP.forward",
     ),
     Hook(
+        target=f"{SCHEDULER}.get_next_batch_to_run", hook_type="AFTER", runtime=SIDP, method="on_next_batch",
+        params=("self", "running_batch", "last_batch"), feature="sidp",
+        why="cas/auto: the DP ranks' lockstep: one all-gather of every rank's tokens for the batch each iteration runs "
+        "(after radix-cache admission), the WaS/CaS decision taken from it alike on every rank, and a rank without a "
+        "batch serving its owned layers to the others in a CaS iteration",
+    ),
+    Hook(
+        target=f"{DECODE_GRAPHS}.can_run_graph", hook_type="AROUND", runtime=SIDP, method="around_can_run_graph",
+        params=("self", "forward_batch"), feature="sidp",
+        why="a CaS iteration runs eagerly: its MLPs exchange rows whose counts change every iteration",
+    ),
+    Hook(
+        target=f"{PREFILL_GRAPHS}.can_run_graph", hook_type="AROUND", runtime=SIDP, method="around_can_run_graph",
+        params=("self", "forward_batch"), feature="sidp",
+        why="as the decode graph runner's, for SGLang's breakable prefill graphs",
+    ),
+    Hook(
         target=f"{DP_BUDGET}.update_budget", hook_type="AFTER", runtime=ZERODP, method="after_update_budget",
         params=("self", "loads"), feature="zerodp",
         why="routing: remember each replica's KV capacity from its load snapshot (in the DP controller)",
@@ -221,7 +240,8 @@ TORCH_HOOKS: dict[str, TorchHook] = {
             "sglang.srt.models.llama.LlamaDecoderLayer.mlp",
         ),
         why="a forward starts: issue the first slot copies (SlotPrefetcher.start_forward), before any layer "
-        "computes; captured into decode CUDA graphs, an eager break inside breakable prefill graphs",
+        "computes; captured into decode CUDA graphs, an eager break inside breakable prefill graphs; skipped in SiDP's "
+        "CaS iterations (eager, no streamed layer used)",
     ),
 }
 
@@ -331,6 +351,10 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.distributed.device_communicators.vmm_utils.import_peer_handle", ("fabric_handle", "fd")),
     UsedSymbol("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.eager_on_graph", ("enable",)),
     UsedSymbol("sglang.srt.managers.data_parallel_controller.LoadBalanceMethod.TOTAL_TOKENS"),
+    # SiDP cas/auto: the DP ranks' lockstep and CaS groups, outside each replica's own world
+    UsedSymbol("sglang.srt.utils.common.init_custom_process_group", ("backend", "init_method", "timeout", "world_size",
+                                                                    "rank", "store", "group_name")),
+    UsedSymbol("sglang.srt.server_args.ServerArgs.port", instance_attr=True),
     UsedSymbol(f"{DP_BUDGET}.total_tokens", instance_attr=True),
     UsedSymbol(f"{DP_BUDGET}.total_requests", instance_attr=True),
     UsedSymbol(f"{DP_BUDGET}.dp_size", instance_attr=True),

@@ -232,16 +232,21 @@ def dense(tmp_path, arch="Qwen3ForCausalLM", layers=64):
 @pytest.mark.parametrize("arch", ["Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"])
 def test_sidp_passes_on_supported_dense_models(tmp_path, arch):
     parse("--sidp-mode", "sidp").validate_against(args(dense(tmp_path, arch), dp=2))
-    parse("--sidp-mode", "sidp", "--sidp-sidp-slots", "3").validate_against(args(dense(tmp_path, arch, 8), dp=8, tp=2))
+    eight = dense(tmp_path, arch, 8)
+    parse("--sidp-mode", "sidp", "--sidp-sidp-slots", "3").validate_against(args(eight, dp=8, tp=2))
+    for force in ("cas", "auto"):
+        parse("--sidp-mode", "sidp", "--sidp-sidp-force", force, "--sidp-sidp-b-th", "64").validate_against(args(eight, dp=2))
 
 
 def test_sidp_reports_every_problem_at_once(tmp_path):
-    """CaS not built, an unsupported architecture, too few layers for the ranks, DP attention, PP, TBO."""
+    """CaS with speculative decoding, an unsupported architecture, too few layers for the ranks, DP attention, PP,
+    TBO."""
     raw = args(dense(tmp_path, "GemmaForCausalLM", 3), dp=4)
     raw.enable_dp_attention, raw.pp_size, raw.enable_two_batch_overlap = True, 2, True
+    raw.speculative_algorithm = "EAGLE"
     ps = problems(parse("--sidp-mode", "sidp", "--sidp-sidp-force", "cas"), raw)
     assert [p.split(":")[0].split(" ")[0:2] for p in ps] == [["--sidp-sidp-force", "cas"]] + [["--sidp-mode", "sidp"]] * 5
-    assert "Compute-as-a-Service" in ps[0] and "GemmaForCausalLM" in ps[1] and "3 layers cannot give each of 4" in ps[2]
+    assert "speculative decoding" in ps[0] and "GemmaForCausalLM" in ps[1] and "3 layers cannot give each of 4" in ps[2]
     assert "--pp-size 1" in ps[3] and "--enable-dp-attention" in ps[4] and "two/single-batch overlap" in ps[5]
 
 

@@ -127,9 +127,10 @@ class SlotBinding:
         self._after(lid)
         return out
 
-    def install_start(self, first_layer: torch.nn.Module):
-        """Issue the first copies when `first_layer` (the model's first decoder layer) starts a forward.
+    def install_start(self, first_layer: torch.nn.Module, enabled: Callable[[], bool] = lambda: True):
+        """Issue the first copies when `first_layer` (the model's first decoder layer) starts a forward for which
+        `enabled()` holds (SiDP: not in a CaS iteration, where no streamed layer is used).
 
         The torch forward pre-hook `sgl_sidp.hooks.TORCH_HOOKS["slot_ring_start"]`; returns its handle.
         """
-        return first_layer.register_forward_pre_hook(lambda module, args: self.start_forward())
+        return first_layer.register_forward_pre_hook(lambda module, args: self.start_forward() if enabled() else None)

@@ -7,7 +7,9 @@ all-gather of token counts that SGLang's DP attention already does), so no sizes
 with rows send them to the owner, the owner concatenates its own rows and theirs in rank order,
 runs the layer once (`fn`, SGLang's MLP: one GEMM per weight over all rows) and sends each rank
 back its slice. A rank with no rows (idle, or an IDLE batch) takes no part and costs the owner
-nothing. Point-to-point ops of `torch.distributed`, so it runs on gloo (CPU tests) and NCCL.
+nothing. Point-to-point ops of `torch.distributed`, so it runs on NCCL (one GPU per rank) and gloo (CPU tests, and
+DP replicas folded onto one GPU, where NCCL refuses two ranks on one device): on gloo, CUDA rows travel through host
+memory.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ class RemoteCompute:
         self.group = group
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
+        self.host_wire = dist.get_backend(group) == "gloo"  # gloo moves host tensors only
+
+    def _send(self, t: torch.Tensor, group_rank: int) -> None:
+        dist.send(t.contiguous().cpu() if self.host_wire else t.contiguous(), self._peer(group_rank), group=self.group)
+
+    def _recv(self, like: torch.Tensor, rows: int, width: int, group_rank: int) -> torch.Tensor:
+        buf = torch.empty((rows, width), dtype=like.dtype, device="cpu" if self.host_wire else like.device)
+        dist.recv(buf, self._peer(group_rank), group=self.group)
+        return buf.to(like.device) if self.host_wire else buf
 
     def _peer(self, group_rank: int) -> int:
         return dist.get_global_rank(self.group, group_rank) if self.group is not None else group_rank
@@ -57,10 +68,8 @@ class RemoteCompute:
         if self.rank != owner:
             if mine == 0:
                 return x.new_empty((0, out_features))
-            dist.send(x.contiguous(), self._peer(owner), group=self.group)
-            y = x.new_empty((mine, out_features))
-            dist.recv(y, self._peer(owner), group=self.group)
-            return y
+            self._send(x, owner)
+            return self._recv(x, mine, out_features, owner)
         if sum(counts) == 0:
             return x.new_empty((0, out_features))
         parts = []
@@ -68,9 +77,7 @@ class RemoteCompute:
             if r == self.rank:
                 parts.append(x)
             elif n:
-                buf = x.new_empty((n, x.shape[1]))
-                dist.recv(buf, self._peer(r), group=self.group)
-                parts.append(buf)
+                parts.append(self._recv(x, n, x.shape[1], r))
         y = fn(torch.cat(parts) if len(parts) > 1 else parts[0])
         start = 0
         mine_out = None
@@ -78,6 +85,6 @@ class RemoteCompute:
             if r == self.rank:
                 mine_out = y[start:start + n]
             elif n:
-                dist.send(y[start:start + n].contiguous(), self._peer(r), group=self.group)
+                self._send(y[start:start + n], r)
             start += n
         return mine_out

@@ -24,11 +24,9 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     """Every reason SiDP cannot run with SGLang's flags `raw` (argparse namespace), one line each."""
     problems = []
     s = cfg.sidp
-    if s.force != "was":
-        problems.append(
-            f"--sidp-sidp-force {s.force}: Compute-as-a-Service (and so switching at B_th) is not built yet; "
-            "use --sidp-sidp-force was"
-        )
+    if s.force != "was" and getattr(raw, "speculative_algorithm", None):
+        problems.append(f"--sidp-sidp-force {s.force} does not work with speculative decoding (a CaS iteration runs "
+                        "one forward per rank, in step with the others); use --sidp-sidp-force was")
     dp = int(getattr(raw, "dp_size", 1) or 1)
     if dp < 2:
         problems.append(f"--sidp-mode sidp shares FFN layers across DP ranks: needs --dp-size >= 2, got {dp}")
@@ -66,13 +64,15 @@ def describe(cfg, server_args) -> str:
     s = cfg.sidp
     d = server_args.dp_size
     slots = s.slots or max(2, d - 1)
-    return (f"sidp: FFN layer l owned by DP rank l mod {d}; non-owned layers {s.force.upper()}, {slots} slots, "
-            f"{s.fetch_order} fetch order")
+    how = {"was": "WaS", "cas": "CaS (DP ranks in lockstep)",
+           "auto": f"WaS at >= B_th tokens per rank, else CaS (B_th {s.b_th:g}" + (" from the calibration" if not s.b_th else "")
+           + f", hysteresis {s.hysteresis:g}; DP ranks in lockstep)"}[s.force]
+    return f"sidp: FFN layer l owned by DP rank l mod {d}; non-owned layers {how}; {slots} WaS slots, {s.fetch_order} fetch order"
 
 
 FEATURE = Feature(
     name="sidp",
-    summary="dense FFN layers owned per DP rank; the others stream them from the owner (WaS)",
+    summary="dense FFN layers owned per DP rank; the others stream them from the owner (WaS) or send it their rows (CaS)",
     settings=SiDPSettings,
     check=check,
     describe=describe,

@@ -18,6 +18,15 @@ it), each non-owned MLP's parameters are pointed, right after `Qwen2MLP.__init__
 at one placeholder per parameter name shared by all such layers; SGLang's loader (or dummy init)
 then writes their values there, harmlessly, and the slot binding replaces the placeholders.
 
+Compute-as-a-Service (§3, for small batches) and the switch: with `--sidp-sidp-force cas|auto` the DP ranks step
+together (`control.lockstep.Lockstep`, AFTER `Scheduler.get_next_batch_to_run`: one all-gather of every rank's
+tokens per iteration and the mode decided from it, identically on every rank). In a CaS iteration a non-owned layer
+sends its input rows to the owner and gets its output rows back; the owner runs SGLang's MLP once over every rank's
+rows (`remote_compute.cas.RemoteCompute`, over NCCL, or gloo when replicas share a GPU); a rank with no batch while
+others run serves its owned layers in layer order straight from the scheduler hook (no IDLE forward: the MLPs are
+the only collectives). CaS iterations run eagerly (AROUND the decode/prefill graph runners' `can_run_graph`: the
+row counts change every iteration) and do not run the WaS ring.
+
 The failure domain is the group: a rank whose owner's process is gone stops the server (the
 importer's watcher, `peer.vmm.stop_server`). The ring fetches in the peak-shifted order (SiDP §3.3,
 `prefetch.schedules.peak_shift_order`: in each cycle of d layers rank r starts after its own layer,
@@ -32,6 +41,7 @@ from typing import Callable, Mapping
 
 import torch
 
+from sgl_sidp.control.mode_switch import ModeSwitch, ServeMode
 from sgl_sidp.peer.manifest import TensorSpec, manifest_mismatches
 from sgl_sidp.prefetch.binding import SlotBinding, decoder_layers, param_at
 from sgl_sidp.prefetch.schedules import owner_of, peak_shift_order
@@ -132,6 +142,14 @@ class SiDPRuntime:
         self.copy_gbps = 0.0
         self.kv_tokens: int | None = None
         self.metrics: SiDPMetrics | None = None
+        self.fold_gpus = bool(getattr(ctx.config, "fold_gpus", False))
+        self.mlps: dict[int, torch.nn.Module] = {}
+        self._layer_of: dict[int, int] = {}  # id(mlp) -> layer
+        self.lockstep = None  # control.lockstep.Lockstep with --sidp-sidp-force cas|auto, after the scheduler is built
+        self.rc = None  # remote_compute.cas.RemoteCompute over the CaS wire group
+        self.b_th: float | None = None
+        self.b_th_source = ""
+        self._direct = False  # an owner serving CaS rows calls SGLang's MLP through the hook
         ctx.listeners.append(self._on_iteration)
 
     @property
@@ -159,6 +177,8 @@ class SiDPRuntime:
         from sgl_sidp.peer.vmm import TensorExporter, TensorImporter
 
         self.dp_rank, self.tp_rank, self.d = dp_rank, tp_rank, d
+        self.mlps = dict(mlps)
+        self._layer_of = {id(m): lid for lid, m in mlps.items()}
         ids = sorted(mlps)
         self.owned = tuple(lid for lid in ids if owner_of(lid, d) == dp_rank)
         self.streamed = tuple(lid for lid in ids if owner_of(lid, d) != dp_rank)
@@ -185,6 +205,65 @@ class SiDPRuntime:
             self.n_slots, self.fetch_order = ring_plan(self.settings, ids, d, dp_rank)
             self.binding = SlotBinding(mlps, NAMES, remote, self.streamed, self.n_slots, ops, wrap=wrap,
                                        release_cached=release_cached, fetch_order=self.fetch_order)
+
+    def start_lockstep(self, lockstep, rc, b_th: float | None = None, b_th_source: str = "") -> None:
+        """Run CaS/auto from now on: `lockstep` (its switch built from the settings) decides each iteration's mode,
+        `rc` carries CaS rows (its group ranks are the DP ranks)."""
+        self.lockstep, self.rc, self.b_th, self.b_th_source = lockstep, rc, b_th, b_th_source
+
+    def switch_for(self, b_th: float | None) -> ModeSwitch:
+        """The WaS/CaS rule of `--sidp-sidp-force` (`b_th` only for auto)."""
+        forced = {"was": ServeMode.WAS, "cas": ServeMode.CAS}.get(self.settings.force)
+        return ModeSwitch(b_th if forced is None else 1.0, self.settings.hysteresis, forced=forced)
+
+    @property
+    def cas_now(self) -> bool:
+        """This iteration runs CaS (False before the first lockstep iteration: start-up forwards and graph capture
+        run WaS, each rank alone)."""
+        it = self.lockstep.current if self.lockstep is not None else None
+        return it is not None and it.mode is ServeMode.CAS
+
+    def step(self, tokens: int):
+        """One scheduler iteration (a collective of the DP ranks): gather the tokens, decide the mode, and serve the
+        owned layers when this rank runs nothing while others run CaS. Returns the `Iteration`."""
+        before = self.lockstep.switch.switches
+        it = self.lockstep.step(tokens)
+        if self.lockstep.switch.switches != before:
+            logger.info("sgl-sidp sidp %s: %s from this iteration (%.1f tokens per rank; B_th %g, %s)", self.who,
+                        "WaS" if it.mode is ServeMode.WAS else "CaS", ModeSwitch.signal(it.counts), self.b_th or 0,
+                        self.b_th_source)
+        if self.metrics is not None:
+            self.metrics.on_step(it, tokens, self.lockstep.switch.switches != before)
+        if it.busy and tokens == 0 and it.mode is ServeMode.CAS:
+            self.serve_owned(it.counts)
+        return it
+
+    def serve_owned(self, counts) -> None:
+        """Run each owned layer once, in layer order, over the other ranks' rows (this rank has none)."""
+        self._direct = True
+        try:
+            for lid in self.owned:
+                mlp = self.mlps[lid]
+                w = param_at(mlp, NAMES[0])  # gate_up: [2 * intermediate / tp, hidden]
+                self.rc.run(self.dp_rank, w.new_empty((0, w.shape[1])), counts, mlp, w.shape[1])
+        finally:
+            self._direct = False
+
+    def cas_forward(self, original, mlp, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        """A CaS iteration's MLP: this rank's rows of the layer, computed by its owner over every rank's rows.
+
+        Raises:
+            SiDPError: the rows differ from what this rank announced for the iteration (a forward SiDP does not know).
+        """
+        lid = self._layer_of[id(mlp)]
+        counts = self.lockstep.current.counts
+        if x.shape[0] != counts[self.dp_rank]:
+            raise SiDPError(f"sidp {self.who}: layer {lid} got {x.shape[0]} rows in a CaS iteration announced with "
+                            f"{counts[self.dp_rank]} tokens (counts {list(counts)}); this forward is not one SiDP "
+                            "can run in lockstep")
+        owner = owner_of(lid, self.d)
+        fn = (lambda rows: original(mlp, rows, *args, **kwargs)) if owner == self.dp_rank else None
+        return self.rc.run(owner, x, counts, fn, x.shape[-1])
 
     # ------------------------------------------------------------------ SGLang hooks
     def around_load_model(self, original, runner, *args, **kwargs):
@@ -243,7 +322,7 @@ class SiDPRuntime:
             lid = self.streamed[0]
             self.copy_gbps = measure_copy_gbps([(torch.empty_like(first[(lid, n)]), first[(lid, n)]) for n in NAMES])
             torch.cuda.empty_cache()
-            b.install_start(first_decoder_layer(runner.model))
+            b.install_start(first_decoder_layer(runner.model), enabled=lambda: not self.cas_now)
         for imp in self.importers.values():
             imp.watch()
         if set(self.streamed) - self.never_held:
@@ -271,14 +350,73 @@ class SiDPRuntime:
         return result
 
     def on_scheduler_init(self, result, scheduler, *args, **kwargs):
-        """AFTER `Scheduler.__init__`: SiDP's Prometheus metrics, labelled like SGLang's scheduler metrics."""
+        """AFTER `Scheduler.__init__` (CUDA graphs captured, in WaS): with cas/auto, join the DP ranks' lockstep and
+        CaS groups and agree on B_th; then SiDP's Prometheus metrics, labelled like SGLang's scheduler metrics.
+
+        Raises:
+            SiDPError: auto without a B_th flag and without cached forward times to derive it from.
+        """
+        if self.settings.force != "was" and self.mlps:
+            self._join_lockstep(scheduler)
         collector = getattr(scheduler, "metrics_collector", None)
         if collector is not None:
             self.metrics = SiDPMetrics(self, dict(collector.labels))
         return result
 
+    def _join_lockstep(self, scheduler) -> None:
+        import os
+
+        from sgl_sidp.control.lockstep import Lockstep, replica_group
+        from sgl_sidp.remote_compute.cas import RemoteCompute
+
+        sa = scheduler.server_args
+        tag = f"{sa.port}-{os.getppid()}-tp{self.tp_rank}"  # the DP controller's pid: one per server
+        cpu = replica_group(f"lockstep-{tag}", self.d, self.dp_rank, "gloo", self.settings.owner_timeout_s)
+        wire = cpu if self.fold_gpus else replica_group(f"cas-{tag}", self.d, self.dp_rank, "nccl",
+                                                         self.settings.owner_timeout_s)
+        probe = Lockstep(cpu, ModeSwitch(1.0))
+        b_th, source = None, ""
+        if self.settings.force == "auto":
+            mine = self.settings.b_th or (self._calibrated_b_th(scheduler) if self.dp_rank == 0 else 0.0)
+            b_th = probe.agree(mine)
+            source = "--sidp-sidp-b-th" if self.settings.b_th else "start-up calibration of DP0"
+            if b_th != b_th:  # NaN: DP0 found no forward times
+                raise SiDPError(
+                    "--sidp-sidp-force auto needs B_th: pass --sidp-sidp-b-th TOKENS, or first run this model once "
+                    "with --sidp-calibrate (and no --sidp-mode) on this GPU kind so its forward times are cached")
+        self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
+        logger.info("sgl-sidp sidp %s: DP ranks in lockstep (%s); CaS rows over %s%s", self.who, self.settings.force,
+                    "gloo (replicas share a GPU)" if self.fold_gpus else "NCCL",
+                    f"; B_th {b_th:g} tokens per rank ({source})" if b_th is not None else "")
+
+    def _calibrated_b_th(self, scheduler) -> float:
+        """B_th from this model's cached forward times: the smallest decode batch whose forward hides one
+        forward's copies (`calibration.cost.crossover_batch`); inf when none does, NaN when nothing is cached."""
+        from sgl_sidp.calibration.cache import CalibrationCache
+        from sgl_sidp.calibration.cost import crossover_batch
+        from sgl_sidp.calibration.startup import calibration_key
+
+        cal = CalibrationCache().get(calibration_key(scheduler.tp_worker.model_runner))
+        if cal is None or not self.copy_gbps:
+            return float("nan")
+        b = crossover_batch(cal, self.bytes_per_forward / (self.copy_gbps * 1e9) * 1e3)
+        return float(b) if b is not None else float("inf")
+
+    def on_next_batch(self, plan, scheduler, *args, **kwargs):
+        """AFTER `Scheduler.get_next_batch_to_run` (cas/auto): this iteration's lockstep step (`step`)."""
+        if self.lockstep is not None:
+            from sgl_sidp.control.batch_signal import IterationSignal
+
+            sig = IterationSignal.from_plan(plan)
+            self.step(sig.computed_tokens if sig is not None and sig.forward_mode != "IDLE" else 0)
+        return plan
+
+    def around_can_run_graph(self, original, runner, *args, **kwargs):
+        """AROUND the decode/prefill graph runners' `can_run_graph`: a CaS iteration runs eagerly."""
+        return False if self.cas_now else original(runner, *args, **kwargs)
+
     def _on_iteration(self, sig) -> None:
-        if self.metrics is not None:
+        if self.metrics is not None and self.lockstep is None:
             self.metrics.observe(sig)
 
     @property
@@ -286,7 +424,12 @@ class SiDPRuntime:
         return self.binding.prefetcher.bytes_per_forward if self.binding is not None else 0
 
     def around_mlp_forward(self, original, mlp, *args, **kwargs):
-        """AROUND `Qwen2MLP.forward` / `LlamaMLP.forward`: a streamed layer waits for its slot, frees it after."""
+        """AROUND `Qwen2MLP.forward` / `LlamaMLP.forward`: WaS: a streamed layer waits for its slot, frees it after;
+        CaS: `cas_forward`."""
+        if self._direct:
+            return original(mlp, *args, **kwargs)
+        if self.cas_now:
+            return self.cas_forward(original, mlp, *args, **kwargs)
         if self.binding is None:
             return original(mlp, *args, **kwargs)
         return self.binding.around(original, mlp, *args, **kwargs)
@@ -298,7 +441,10 @@ class SiDPMetrics:
     - `sglang:sidp_sidp_kv_tokens`: this rank's KV capacity (tokens; SGLang's `max_total_num_tokens`).
     - `sglang:sidp_sidp_streamed_layers`: FFN layers this rank streams from their owners every forward.
     - `sglang:sidp_sidp_bytes_per_forward`: bytes one forward streams (WaS).
-    - `sglang:sidp_sidp_forwards_total{mode}`: busy scheduler iterations (one forward each) by mode ("was").
+    - `sglang:sidp_sidp_forwards_total{mode}`: this rank's forwards by mode ("was", "cas").
+    - `sglang:sidp_sidp_served_total`: CaS iterations in which this rank ran no batch but served its owned layers.
+    - `sglang:sidp_sidp_switches_total`: WaS <-> CaS switches (cas/auto).
+    - `sglang:sidp_sidp_b_th`: B_th in tokens per rank (auto; 0 otherwise).
     - `sglang:sidp_sidp_bytes_fetched_total`: bytes streamed so far (bytes per forward times WaS forwards).
     """
 
@@ -312,14 +458,30 @@ class SiDPMetrics:
         gauge("sglang:sidp_sidp_kv_tokens", "KV cache capacity of this rank (tokens).").set(rt.kv_tokens or 0)
         gauge("sglang:sidp_sidp_streamed_layers", "FFN layers this rank streams every forward.").set(len(rt.streamed))
         gauge("sglang:sidp_sidp_bytes_per_forward", "Bytes a forward streams from the owners.").set(rt.bytes_per_forward)
-        self.forwards = Counter("sglang:sidp_sidp_forwards", "Busy iterations by mode.",
-                                labelnames=[*labels, "mode"], registry=reg).labels(**labels, mode="was")
+        gauge("sglang:sidp_sidp_b_th", "B_th, tokens per rank (auto).").set(
+            rt.b_th if rt.b_th is not None and rt.b_th != float("inf") else 0)
+        forwards = Counter("sglang:sidp_sidp_forwards", "Forwards of this rank by mode.",
+                           labelnames=[*labels, "mode"], registry=reg)
+        self.by_mode = {m: forwards.labels(**labels, mode=m.value) for m in ServeMode}
+        self.served = Counter("sglang:sidp_sidp_served", "CaS iterations served without a batch of its own.", **kw).labels(**labels)
+        self.switches = Counter("sglang:sidp_sidp_switches", "WaS <-> CaS switches.", **kw).labels(**labels)
         self.fetched = Counter("sglang:sidp_sidp_bytes_fetched", "Bytes streamed from the owners so far.", **kw).labels(**labels)
 
     def observe(self, sig) -> None:
-        """One busy iteration ran one forward (a batch-signal listener)."""
-        self.forwards.inc()
+        """One busy iteration ran one WaS forward (a batch-signal listener; WaS only, no lockstep)."""
+        self.by_mode[ServeMode.WAS].inc()
         self.fetched.inc(self.rt.bytes_per_forward)
+
+    def on_step(self, it, tokens: int, switched: bool) -> None:
+        """One lockstep iteration (`SiDPRuntime.step`): `tokens` this rank runs, `switched` if the mode changed."""
+        if switched:
+            self.switches.inc()
+        if tokens:
+            self.by_mode[it.mode].inc()
+            if it.mode is ServeMode.WAS:
+                self.fetched.inc(self.rt.bytes_per_forward)
+        elif it.busy and it.mode is ServeMode.CAS:
+            self.served.inc()
 
 
 def _order_name(order, streamed) -> str:

@@ -14,8 +14,22 @@ class SiDPSettings(BaseModel):
         "was",
         pattern=r"^(auto|was|cas)$",
         description="How a rank runs the FFN layers it does not own: 'was' (Weight-as-a-Service: stream the owner's "
-        "weights into a slot ring, a few layers ahead). 'cas' (ship activations to the owner) and 'auto' (switch at "
-        "B_th) are not built yet and are refused.",
+        "weights into a slot ring, a few layers ahead; the ranks run independently), 'cas' (Compute-as-a-Service: "
+        "send the layer's input rows to the owner, which runs the layer once over every rank's rows) or 'auto' "
+        "(WaS at or above B_th tokens per rank, CaS below). 'cas' and 'auto' run the DP ranks in lockstep (one "
+        "all-gather of token counts per scheduler iteration) and run CaS iterations without CUDA graphs.",
+    )
+    b_th: float = Field(
+        0.0, ge=0,
+        description="[auto] B_th, tokens per rank per forward (mean over the DP ranks) at or above which an iteration "
+        "runs WaS. 0: the smallest decode batch whose forward hides the streamed layers' copies, from this model's "
+        "forward times cached by an earlier --sidp-calibrate run on the same GPU kind (without one, start-up stops "
+        "and says so).",
+    )
+    hysteresis: float = Field(
+        0.25, ge=0, lt=1,
+        description="[auto] Back to CaS only below B_th * (1 - hysteresis), so a batch near B_th does not flip the "
+        "mode every iteration.",
     )
     slots: int = Field(
         0, ge=0, le=16,

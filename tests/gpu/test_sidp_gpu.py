@@ -47,14 +47,19 @@ def kv_of(log):
     return {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"sgl-sidp sidp DP(\d) TP0: KV cache (\d+) tokens", log)}
 
 
-@pytest.mark.foldable
-def test_tiny_dense_was_exact_against_vanilla(log_dir):
+@pytest.fixture(scope="module")
+def tiny_dense_reference(log_dir):
     if not (TINY_DENSE / "config.json").is_file():
         pytest.skip(f"{TINY_DENSE} missing: python .whl/make_tiny_models.py DIR --big, then SIDP_TINY_DENSE=DIR/qwen3-big")
+    with Server("sglang.launch_server", ["--model-path", str(TINY_DENSE), *COMMON], port=33100,
+                log_path=log_dir / "tiny_dense_vanilla.log", gpus="0") as srv:
+        return [greedy(srv.base_url, p) for p in PROMPTS]
+
+
+@pytest.mark.foldable
+def test_tiny_dense_was_exact_against_vanilla(log_dir, tiny_dense_reference):
+    ref = tiny_dense_reference
     model = ["--model-path", str(TINY_DENSE)]
-    with Server("sglang.launch_server", [*model, *COMMON], port=33100, log_path=log_dir / "tiny_dense_vanilla.log",
-                gpus="0") as srv:
-        ref = [greedy(srv.base_url, p) for p in PROMPTS]
     with sidp(log_dir, "tiny_dense_sidp_was", model) as srv:
         for dp in (0, 1):
             for i, p in enumerate(PROMPTS):
@@ -80,6 +85,50 @@ def test_qwen3_8b_was_exact_against_vanilla_tp1(log_dir):
     lines = set_up_lines(log)
     assert sorted(lines) == [0, 1] and all(n == 18 for _, n in lines.values()), lines
     summary(log_dir, "qwen3_8b_sidp_was", set_up=lines, kv=kv_of(log))
+
+
+def logprob_gap(ref, got):
+    return max(abs(a - b) for a, b in zip(ref[1], got[1]))
+
+
+@pytest.mark.foldable
+def test_tiny_dense_cas_and_a_switch_mid_generation(log_dir, tiny_dense_reference):
+    """CaS (`--sidp-sidp-force cas`): greedy tokens identical to vanilla on both ranks, alone (the other rank serves
+    its owned layers from its scheduler) and with both ranks busy at once (the owner's GEMM over both ranks' rows);
+    logprob differences measured (CaS iterations run eagerly, vanilla's decode in CUDA graphs). Auto with B_th 64
+    tokens per rank: a prompt's prefill (>= 128 tokens on one rank) runs WaS, its decode (1 token) CaS, so every
+    generation of a long prompt switches in the middle; tokens identical to vanilla."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ref = tiny_dense_reference
+    model = ["--model-path", str(TINY_DENSE)]
+    gaps = {}
+    with sidp(log_dir, "tiny_dense_sidp_cas", model, ["--sidp-sidp-force", "cas"], port=33700) as srv:
+        for dp in (0, 1):
+            for i, p in enumerate(PROMPTS):
+                got = greedy(srv.base_url, p, dp_rank=dp)
+                assert got[0] == ref[i][0], f"CaS DP{dp} prompt {i}: tokens differ"
+                gaps[f"cas_alone_dp{dp}_p{i}"] = logprob_gap(ref[i], got)
+        with ThreadPoolExecutor(4) as pool:
+            jobs = [(i, dp, pool.submit(greedy, srv.base_url, PROMPTS[i], dp)) for i in (1, 2) for dp in (0, 1)]
+            for i, dp, job in jobs:
+                got = job.result()
+                assert got[0] == ref[i][0], f"CaS concurrent DP{dp} prompt {i}: tokens differ"
+                gaps[f"cas_both_dp{dp}_p{i}"] = logprob_gap(ref[i], got)
+        cas_log = srv.log_text()
+    assert "DP ranks in lockstep (cas); CaS rows over" in cas_log
+    with sidp(log_dir, "tiny_dense_sidp_auto", model, ["--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64"],
+              port=33800) as srv:
+        for dp in (0, 1):
+            for i, p in enumerate(PROMPTS):
+                got = greedy(srv.base_url, p, dp_rank=dp)
+                assert got[0] == ref[i][0], f"auto DP{dp} prompt {i}: tokens differ"
+                gaps[f"auto_dp{dp}_p{i}"] = logprob_gap(ref[i], got)
+        auto_log = srv.log_text()
+    switches = re.findall(r"sgl-sidp sidp DP(\d) TP0: (WaS|CaS) from this iteration", auto_log)
+    assert {("0", "WaS"), ("0", "CaS"), ("1", "WaS"), ("1", "CaS")} <= set(switches), switches[:8]
+    summary(log_dir, "tiny_dense_sidp_cas_auto", logprob_gaps=gaps, max_gap=max(gaps.values()),
+            switch_lines=len(switches))
 
 
 def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
