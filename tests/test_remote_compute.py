@@ -18,9 +18,9 @@ def rows(rank, n):
     return torch.randn(n, H, generator=torch.Generator().manual_seed(100 + rank), dtype=torch.float64)
 
 
-def cas_rank(rank, world, counts_list, owner):
+def cas_rank(rank, world, counts_list, owner, collective=False):
     """One rank's results of every iteration (numpy) and the row counts its layer was called with."""
-    rc = RemoteCompute()
+    rc = RemoteCompute(collective=collective)
     calls = []
 
     def fn(x):
@@ -32,13 +32,14 @@ def cas_rank(rank, world, counts_list, owner):
     return results, calls
 
 
+@pytest.mark.parametrize("collective", [False, True], ids=["p2p", "collective"])
 @pytest.mark.parametrize("world, owner", [(2, 0), (3, 1), (4, 3)])
-def test_owner_computes_every_ranks_rows_in_one_call(world, owner):
+def test_owner_computes_every_ranks_rows_in_one_call(world, owner, collective):
     """Each rank gets exactly its rows of x @ W back; the owner called the layer once per iteration, on all rows;
     ranks with no rows (idle, IDLE batches) neither send nor receive and add no rows to the owner's call."""
     counts_list = [[3] * world, [0] * world, [5 if r % 2 else 0 for r in range(world)],
                    [1 if r == owner else 0 for r in range(world)], [0 if r == owner else 2 for r in range(world)]]
-    got = spawn(cas_rank, world, counts_list, owner)
+    got = spawn(cas_rank, world, counts_list, owner, collective)
     for r in range(world):
         res, calls = got[r]
         for counts, y in zip(counts_list, (torch.from_numpy(a) for a in res)):

@@ -74,7 +74,7 @@ class HookedModel(torch.nn.Module):
         return x
 
 
-def runtime(rank, world, force, b_th=None, poison=True):
+def runtime(rank, world, force, b_th=None, poison=True, collective=False):
     cfg = SidpConfig.model_validate({"mode": "sidp", "sidp": {"force": force}})
     rt = SiDPRuntime(types.SimpleNamespace(config=cfg, listeners=[]))
     mlps = {lid: ToyMLP(lid) for lid in range(LAYERS)}
@@ -86,7 +86,7 @@ def runtime(rank, world, force, b_th=None, poison=True):
             if lid not in rt.owned:
                 for p in m.parameters():
                     p.data = torch.full_like(p, float("nan"))
-    rt.start_lockstep(Lockstep(None, rt.switch_for(b_th)), RemoteCompute(), b_th, "test")
+    rt.start_lockstep(Lockstep(None, rt.switch_for(b_th)), RemoteCompute(collective=collective), b_th, "test")
     return rt, HookedModel(rt, mlps)
 
 
@@ -105,18 +105,19 @@ def run_iterations(rt, model, rank, plan):
     return out
 
 
-def cas_rank(rank, world, plan):
-    rt, model = runtime(rank, world, "cas")
+def cas_rank(rank, world, plan, collective):
+    rt, model = runtime(rank, world, "cas", collective=collective)
     return run_iterations(rt, model, rank, plan)
 
 
+@pytest.mark.parametrize("collective", [False, True], ids=["p2p", "collective"])
 @pytest.mark.parametrize("world", [2, 3])
-def test_cas_equals_a_model_holding_every_layer(world):
+def test_cas_equals_a_model_holding_every_layer(world, collective):
     """force cas: every rank's output equals the full model's (float64, to 1e-12), though it holds only its own
     layers (the others are NaN); a rank with no batch in an iteration serves its owned layers to the busy ones."""
     plan = [[3] * world, [5 if r == 0 else 0 for r in range(world)], [0] + [2] * (world - 1), [1] * world,
             [0] * world, [7] + [1] * (world - 1)]
-    got = spawn(cas_rank, world, plan)
+    got = spawn(cas_rank, world, plan, collective)
     for r in range(world):
         for it, (mode, y, cas) in enumerate(got[r]):
             assert mode == "cas" and cas

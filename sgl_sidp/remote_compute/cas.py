@@ -25,13 +25,25 @@ class RemoteCompute:
 
     Args:
         group: the process group (None: the default group); its ranks are the DP ranks sharing layers.
+        collective: move rows with collectives (an all-gather of every rank's rows padded to the largest count, a
+            broadcast of the owner's result) instead of point-to-point sends; then every rank must call `run` for
+            every layer, ranks without rows too (`every_rank_every_layer`). Default: on gloo, whose point-to-point
+            ops failed inside SGLang's schedulers folded onto one GPU ("Pair is not connected", 2026-11-23) while its
+            collectives ran. Every rank receives every rank's padded rows and the owner's whole result: a correctness
+            path, not a fast one.
     """
 
-    def __init__(self, group=None):
+    def __init__(self, group=None, collective: bool | None = None):
         self.group = group
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
         self.host_wire = dist.get_backend(group) == "gloo"  # gloo moves host tensors only
+        self.collective = self.host_wire if collective is None else collective
+
+    @property
+    def every_rank_every_layer(self) -> bool:
+        """Whether a rank without rows must still call `run` for each layer (the collective wire)."""
+        return self.collective
 
     def _send(self, t: torch.Tensor, group_rank: int) -> None:
         dist.send(t.contiguous().cpu() if self.host_wire else t.contiguous(), self._peer(group_rank), group=self.group)
@@ -64,6 +76,8 @@ class RemoteCompute:
         """
         if len(counts) != self.world or counts[self.rank] != x.shape[0]:
             raise ValueError(f"counts {list(counts)} do not fit a group of {self.world} with {x.shape[0]} rows here")
+        if self.collective:
+            return self._run_collective(owner, x, counts, fn, out_features)
         mine = counts[self.rank]
         if self.rank != owner:
             if mine == 0:
@@ -88,3 +102,22 @@ class RemoteCompute:
                 self._send(y[start:start + n], r)
             start += n
         return mine_out
+
+    def _run_collective(self, owner, x, counts, fn, out_features):
+        m = max(counts)
+        if m == 0:
+            return x.new_empty((0, out_features))
+        wire = "cpu" if self.host_wire else x.device
+        padded = torch.zeros((m, x.shape[1]), dtype=x.dtype, device=wire)
+        padded[: x.shape[0]] = x.to(wire)
+        parts = [torch.empty_like(padded) for _ in range(self.world)]
+        dist.all_gather(parts, padded, group=self.group)
+        total = sum(counts)
+        if self.rank == owner:
+            rows = torch.cat([p[:n] for p, n in zip(parts, counts) if n]).to(x.device)
+            y = fn(rows).to(wire).contiguous()
+        else:
+            y = torch.empty((total, out_features), dtype=x.dtype, device=wire)
+        dist.broadcast(y, self._peer(owner), group=self.group)
+        start = sum(counts[: self.rank])
+        return y[start:start + counts[self.rank]].to(x.device)

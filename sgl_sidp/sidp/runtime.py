@@ -239,13 +239,15 @@ class SiDPRuntime:
         return it
 
     def serve_owned(self, counts) -> None:
-        """Run each owned layer once, in layer order, over the other ranks' rows (this rank has none)."""
+        """Run each owned layer once, in layer order, over the other ranks' rows (this rank has none); on a
+        collective wire, take part in every layer's exchange."""
         self._direct = True
         try:
-            for lid in self.owned:
+            for lid in (sorted(self.mlps) if self.rc.every_rank_every_layer else self.owned):
                 mlp = self.mlps[lid]
                 w = param_at(mlp, NAMES[0])  # gate_up: [2 * intermediate / tp, hidden]
-                self.rc.run(self.dp_rank, w.new_empty((0, w.shape[1])), counts, mlp, w.shape[1])
+                owner = owner_of(lid, self.d)
+                self.rc.run(owner, w.new_empty((0, w.shape[1])), counts, mlp if owner == self.dp_rank else None, w.shape[1])
         finally:
             self._direct = False
 
