@@ -27,16 +27,16 @@ class RemoteCompute:
         group: the process group (None: the default group); its ranks are the DP ranks sharing layers.
         collective: move rows with collectives (an all-gather of every rank's rows padded to the largest count, a
             broadcast of the owner's result) instead of point-to-point sends; then every rank must call `run` for
-            every layer, ranks without rows too (`every_rank_every_layer`). Default: on gloo, whose point-to-point
-            ops failed inside SGLang's schedulers folded onto one GPU ("Pair is not connected", 2026-11-23) while its
-            collectives ran. Every rank receives every rank's padded rows and the owner's whole result: a correctness
-            path, not a fast one.
+            every layer, ranks without rows too (`every_rank_every_layer`). Default: on gloo (the CPU path). Every rank
+            receives every rank's padded rows and the owner's whole result: a correctness path, not a fast one.
     """
 
     def __init__(self, group=None, collective: bool | None = None):
         self.group = group
-        self.rank = dist.get_rank(group)
-        self.world = dist.get_world_size(group)
+        # a group made outside this process's world (SGLang's init_custom_process_group) knows its own rank;
+        # dist.get_rank(group) would map this process's rank in its *own* world into it
+        self.rank = group.rank() if group is not None else dist.get_rank()
+        self.world = group.size() if group is not None else dist.get_world_size()
         self.host_wire = dist.get_backend(group) == "gloo"  # gloo moves host tensors only
         self.collective = self.host_wire if collective is None else collective
 
@@ -46,15 +46,12 @@ class RemoteCompute:
         return self.collective
 
     def _send(self, t: torch.Tensor, group_rank: int) -> None:
-        dist.send(t.contiguous().cpu() if self.host_wire else t.contiguous(), self._peer(group_rank), group=self.group)
+        dist.send(t.contiguous().cpu() if self.host_wire else t.contiguous(), group=self.group, group_dst=group_rank)
 
     def _recv(self, like: torch.Tensor, rows: int, width: int, group_rank: int) -> torch.Tensor:
         buf = torch.empty((rows, width), dtype=like.dtype, device="cpu" if self.host_wire else like.device)
-        dist.recv(buf, self._peer(group_rank), group=self.group)
+        dist.recv(buf, group=self.group, group_src=group_rank)
         return buf.to(like.device) if self.host_wire else buf
-
-    def _peer(self, group_rank: int) -> int:
-        return dist.get_global_rank(self.group, group_rank) if self.group is not None else group_rank
 
     def run(self, owner: int, x: torch.Tensor, counts: Sequence[int], fn: Callable[[torch.Tensor], torch.Tensor],
             out_features: int) -> torch.Tensor:
@@ -118,6 +115,6 @@ class RemoteCompute:
             y = fn(rows).to(wire).contiguous()
         else:
             y = torch.empty((total, out_features), dtype=x.dtype, device=wire)
-        dist.broadcast(y, self._peer(owner), group=self.group)
+        dist.broadcast(y, group=self.group, group_src=owner)
         start = sum(counts[: self.rank])
         return y[start:start + counts[self.rank]].to(x.device)

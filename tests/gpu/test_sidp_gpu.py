@@ -92,12 +92,10 @@ def logprob_gap(ref, got):
 
 
 @pytest.mark.foldable
-def test_tiny_dense_cas_and_a_switch_mid_generation(log_dir, tiny_dense_reference):
+def test_tiny_dense_cas_exact(log_dir, tiny_dense_reference):
     """CaS (`--sidp-sidp-force cas`): greedy tokens identical to vanilla on both ranks, alone (the other rank serves
     its owned layers from its scheduler) and with both ranks busy at once (the owner's GEMM over both ranks' rows);
-    logprob differences measured (CaS iterations run eagerly, vanilla's decode in CUDA graphs). Auto with B_th 64
-    tokens per rank: a prompt's prefill (>= 128 tokens on one rank) runs WaS, its decode (1 token) CaS, so every
-    generation of a long prompt switches in the middle; tokens identical to vanilla."""
+    logprob differences measured (CaS iterations run eagerly, vanilla's decode in CUDA graphs)."""
     from concurrent.futures import ThreadPoolExecutor
 
     ref = tiny_dense_reference
@@ -117,6 +115,16 @@ def test_tiny_dense_cas_and_a_switch_mid_generation(log_dir, tiny_dense_referenc
                 gaps[f"cas_both_dp{dp}_p{i}"] = logprob_gap(ref[i], got)
         cas_log = srv.log_text()
     assert "DP ranks in lockstep (cas); CaS rows over" in cas_log
+    summary(log_dir, "tiny_dense_sidp_cas", logprob_gaps=gaps, max_gap=max(gaps.values()))
+
+
+@pytest.mark.foldable
+def test_tiny_dense_auto_switches_mid_generation(log_dir, tiny_dense_reference):
+    """Auto with B_th 64 tokens per rank: a prompt's prefill (>= 128 tokens on one rank) runs WaS, its decode
+    (1 token) CaS, so every generation of a long prompt switches in the middle; tokens identical to vanilla."""
+    ref = tiny_dense_reference
+    model = ["--model-path", str(TINY_DENSE)]
+    gaps = {}
     with sidp(log_dir, "tiny_dense_sidp_auto", model, ["--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64"],
               port=33800) as srv:
         for dp in (0, 1):
@@ -127,8 +135,7 @@ def test_tiny_dense_cas_and_a_switch_mid_generation(log_dir, tiny_dense_referenc
         auto_log = srv.log_text()
     switches = re.findall(r"sgl-sidp sidp DP(\d) TP0: (WaS|CaS) from this iteration", auto_log)
     assert {("0", "WaS"), ("0", "CaS"), ("1", "WaS"), ("1", "CaS")} <= set(switches), switches[:8]
-    summary(log_dir, "tiny_dense_sidp_cas_auto", logprob_gaps=gaps, max_gap=max(gaps.values()),
-            switch_lines=len(switches))
+    summary(log_dir, "tiny_dense_sidp_auto", logprob_gaps=gaps, max_gap=max(gaps.values()), switch_lines=len(switches))
 
 
 def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
