@@ -37,6 +37,13 @@ def exact(ref, got, what):
     assert got[1] == ref[1], f"{what}: logprobs differ by up to {max(abs(a - b) for a, b in zip(ref[1], got[1]))}"
 
 
+def each_rank_exact(srv, ref, prompts, n=16):
+    """Greedy answers pinned to DP0 and DP1 of `srv` equal `ref` (tokens and logprobs) on each of `prompts`."""
+    for dp in (0, 1):
+        for i, p in enumerate(prompts):
+            exact(ref[i], greedy(srv.base_url, p, dp_rank=dp, n=n), f"DP{dp} prompt {i} ({len(p)} tokens)")
+
+
 def set_up_lines(log):
     """{dp rank: (owned description, streamed layer count)} from the ranks' set-up lines (TP0)."""
     return {int(m.group(1)): (m.group(2), int(m.group(3)))
@@ -61,9 +68,7 @@ def test_tiny_dense_was_exact_against_vanilla(log_dir, tiny_dense_reference):
     ref = tiny_dense_reference
     model = ["--model-path", str(TINY_DENSE)]
     with sidp(log_dir, "tiny_dense_sidp_was", model) as srv:
-        for dp in (0, 1):
-            for i, p in enumerate(PROMPTS):
-                exact(ref[i], greedy(srv.base_url, p, dp_rank=dp), f"DP{dp} prompt {i} ({len(p)} tokens)")
+        each_rank_exact(srv, ref, PROMPTS)
         log = srv.log_text()
     lines = set_up_lines(log)
     assert sorted(lines) == [0, 1] and all(n == 4 for _, n in lines.values()), lines
@@ -78,9 +83,7 @@ def test_qwen3_8b_was_exact_against_vanilla_tp1(log_dir):
                 log_path=log_dir / "qwen3_8b_vanilla_tp1.log", gpus="0") as srv:
         ref = [greedy(srv.base_url, p, n=8) for p in PROMPTS[:4]]
     with sidp(log_dir, "qwen3_8b_sidp_was", model, port=33600) as srv:
-        for dp in (0, 1):
-            for i, p in enumerate(PROMPTS[:4]):
-                exact(ref[i], greedy(srv.base_url, p, dp_rank=dp, n=8), f"DP{dp} prompt {i}")
+        each_rank_exact(srv, ref, PROMPTS[:4], n=8)
         log = srv.log_text()
     lines = set_up_lines(log)
     assert sorted(lines) == [0, 1] and all(n == 18 for _, n in lines.values()), lines
@@ -146,9 +149,7 @@ def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
         vanilla_log = srv.log_text()
     vanilla_kv = [int(x) for x in re.findall(r"max_total_num_tokens=(\d+)", vanilla_log)]
     with sidp(log_dir, "qwen3_32b_sidp_was", model, port=33300) as srv:
-        for dp in (0, 1):
-            for i, p in enumerate(PROMPTS[:3]):
-                exact(ref[i], greedy(srv.base_url, p, dp_rank=dp, n=8), f"DP{dp} prompt {i}")
+        each_rank_exact(srv, ref, PROMPTS[:3], n=8)
         log = srv.log_text()
     kv = kv_of(log)
     summary(log_dir, "qwen3_32b_sidp_was", set_up=set_up_lines(log), kv=kv, vanilla_kv=vanilla_kv,
