@@ -62,11 +62,13 @@ class Lockstep:
         self.current = Iteration(counts, self.switch.decide(counts))
         return self.current
 
-    def agree(self, value: float, src: int = 0) -> float:
-        """`value` of group rank `src` on every rank (e.g. B_th decided by DP rank 0); a collective."""
-        parts = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size(self.group))]
-        dist.all_gather(parts, torch.tensor([float(value)], dtype=torch.float64), group=self.group)
-        return float(parts[src])
+
+
+def agree(value: float, group, src: int = 0) -> float:
+    """`value` of group rank `src` on every rank of `group` (e.g. B_th decided by DP rank 0); a collective."""
+    parts = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, torch.tensor([float(value)], dtype=torch.float64), group=group)
+    return float(parts[src])
 
 
 def replica_group(name: str, world: int, rank: int, backend: str = "gloo", timeout_s: float = 900.0,

@@ -368,7 +368,7 @@ class SiDPRuntime:
     def _join_lockstep(self, scheduler) -> None:
         import os
 
-        from sgl_sidp.control.lockstep import Lockstep, replica_group
+        from sgl_sidp.control.lockstep import Lockstep, agree, replica_group
         from sgl_sidp.remote_compute.cas import RemoteCompute
 
         sa = scheduler.server_args
@@ -376,11 +376,10 @@ class SiDPRuntime:
         cpu = replica_group(f"lockstep-{tag}", self.d, self.dp_rank, "gloo", self.settings.owner_timeout_s)
         wire = cpu if self.fold_gpus else replica_group(f"cas-{tag}", self.d, self.dp_rank, "nccl",
                                                          self.settings.owner_timeout_s)
-        probe = Lockstep(cpu, ModeSwitch(1.0))
         b_th, source = None, ""
         if self.settings.force == "auto":
             mine = self.settings.b_th or (self._calibrated_b_th(scheduler) if self.dp_rank == 0 else 0.0)
-            b_th = probe.agree(mine)
+            b_th = agree(mine, cpu)
             source = "--sidp-sidp-b-th" if self.settings.b_th else "start-up calibration of DP0"
             if b_th != b_th:  # NaN: DP0 found no forward times
                 raise SiDPError(

@@ -74,6 +74,18 @@ class Server(ServerProcess):
         return self
 
 
+def vanilla_reference(log_dir, model_dir, name, port, env_var):
+    """Greedy answers of vanilla SGLang TP1 on `model_dir` (a `make_tiny_models.py --big` checkpoint) for every prompt
+    of PROMPTS; skips the test with how to make the checkpoint when it is missing ($`env_var` points to it)."""
+    import pytest
+
+    if not (model_dir / "config.json").is_file():
+        pytest.skip(f"{model_dir} missing: python .whl/make_tiny_models.py DIR --big, then {env_var}=DIR/{model_dir.name}")
+    with Server("sglang.launch_server", ["--model-path", str(model_dir), *COMMON], port=port,
+                log_path=log_dir / f"{name}.log", gpus="0") as srv:
+        return [greedy(srv.base_url, p) for p in PROMPTS]
+
+
 def summary(log_dir, name, **facts):
     (log_dir / f"{name}.facts.json").write_text(json.dumps(facts, indent=1))
 

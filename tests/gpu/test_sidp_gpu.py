@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import COMMON, PROMPTS, Server, greedy, model_args, summary
+from servers import COMMON, PROMPTS, Server, greedy, model_args, summary, vanilla_reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 
@@ -56,11 +56,7 @@ def kv_of(log):
 
 @pytest.fixture(scope="module")
 def tiny_dense_reference(log_dir):
-    if not (TINY_DENSE / "config.json").is_file():
-        pytest.skip(f"{TINY_DENSE} missing: python .whl/make_tiny_models.py DIR --big, then SIDP_TINY_DENSE=DIR/qwen3-big")
-    with Server("sglang.launch_server", ["--model-path", str(TINY_DENSE), *COMMON], port=33100,
-                log_path=log_dir / "tiny_dense_vanilla.log", gpus="0") as srv:
-        return [greedy(srv.base_url, p) for p in PROMPTS]
+    return vanilla_reference(log_dir, TINY_DENSE, "tiny_dense_vanilla", 33100, "SIDP_TINY_DENSE")
 
 
 @pytest.mark.foldable

@@ -19,12 +19,11 @@ import re
 import signal
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from servers import COMMON, PROMPTS, Server, greedy, model_args, summary
+from servers import COMMON, PROMPTS, Server, greedy, model_args, summary, vanilla_reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 
@@ -59,11 +58,7 @@ def kv_tokens(log, role):
 # --------------------------------------------------------------------------- tiny, distinct weights
 @pytest.fixture(scope="module")
 def tiny_reference(log_dir):
-    if not (TINY_MOE / "config.json").is_file():
-        pytest.skip(f"{TINY_MOE} missing: python .whl/make_tiny_models.py DIR --big, then SIDP_TINY_MOE=DIR/qwen3-moe-big")
-    with Server("sglang.launch_server", ["--model-path", str(TINY_MOE), *COMMON], port=31900,
-                log_path=log_dir / "tiny_vanilla.log", gpus="0") as srv:
-        return [greedy(srv.base_url, p) for p in PROMPTS]
+    return vanilla_reference(log_dir, TINY_MOE, "tiny_vanilla", 31900, "SIDP_TINY_MOE")
 
 
 @pytest.mark.foldable
