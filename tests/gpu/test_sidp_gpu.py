@@ -90,31 +90,36 @@ def logprob_gap(ref, got):
     return max(abs(a - b) for a, b in zip(ref[1], got[1]))
 
 
+def compare(ref, got, what, gaps, differ):
+    """Record the logprob gap of `got` against `ref` under `what`, and `what` in `differ` if the tokens differ."""
+    gaps[what] = logprob_gap(ref, got)
+    if got[0] != ref[0]:
+        differ.append(what)
+
+
 @pytest.mark.foldable
 def test_tiny_dense_cas_exact(log_dir, tiny_dense_reference):
     """CaS (`--sidp-sidp-force cas`): greedy tokens identical to vanilla on both ranks, alone (the other rank serves
     its owned layers from its scheduler) and with both ranks busy at once (the owner's GEMM over both ranks' rows);
-    logprob differences measured (CaS iterations run eagerly, vanilla's decode in CUDA graphs)."""
+    logprob differences measured (CaS iterations run eagerly, vanilla's decode in CUDA graphs). Every answer is
+    compared and written to the facts file before the test fails on any."""
     from concurrent.futures import ThreadPoolExecutor
 
     ref = tiny_dense_reference
     model = ["--model-path", str(TINY_DENSE)]
-    gaps = {}
+    gaps, differ = {}, []
     with sidp(log_dir, "tiny_dense_sidp_cas", model, ["--sidp-sidp-force", "cas"], port=33700) as srv:
         for dp in (0, 1):
             for i, p in enumerate(PROMPTS):
-                got = greedy(srv.base_url, p, dp_rank=dp)
-                assert got[0] == ref[i][0], f"CaS DP{dp} prompt {i}: tokens differ"
-                gaps[f"cas_alone_dp{dp}_p{i}"] = logprob_gap(ref[i], got)
+                compare(ref[i], greedy(srv.base_url, p, dp_rank=dp), f"cas_alone_dp{dp}_p{i}", gaps, differ)
         with ThreadPoolExecutor(4) as pool:
             jobs = [(i, dp, pool.submit(greedy, srv.base_url, PROMPTS[i], dp)) for i in (1, 2) for dp in (0, 1)]
             for i, dp, job in jobs:
-                got = job.result()
-                assert got[0] == ref[i][0], f"CaS concurrent DP{dp} prompt {i}: tokens differ"
-                gaps[f"cas_both_dp{dp}_p{i}"] = logprob_gap(ref[i], got)
+                compare(ref[i], job.result(), f"cas_both_dp{dp}_p{i}", gaps, differ)
         cas_log = srv.log_text()
+    summary(log_dir, "tiny_dense_sidp_cas", logprob_gaps=gaps, max_gap=max(gaps.values()), tokens_differ=differ)
     assert "DP ranks in lockstep (cas); CaS rows over" in cas_log
-    summary(log_dir, "tiny_dense_sidp_cas", logprob_gaps=gaps, max_gap=max(gaps.values()))
+    assert not differ, f"CaS tokens differ from vanilla in {differ} (gaps {gaps})"
 
 
 @pytest.mark.foldable
@@ -123,18 +128,18 @@ def test_tiny_dense_auto_switches_mid_generation(log_dir, tiny_dense_reference):
     (1 token) CaS, so every generation of a long prompt switches in the middle; tokens identical to vanilla."""
     ref = tiny_dense_reference
     model = ["--model-path", str(TINY_DENSE)]
-    gaps = {}
+    gaps, differ = {}, []
     with sidp(log_dir, "tiny_dense_sidp_auto", model, ["--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64"],
               port=33800) as srv:
         for dp in (0, 1):
             for i, p in enumerate(PROMPTS):
-                got = greedy(srv.base_url, p, dp_rank=dp)
-                assert got[0] == ref[i][0], f"auto DP{dp} prompt {i}: tokens differ"
-                gaps[f"auto_dp{dp}_p{i}"] = logprob_gap(ref[i], got)
+                compare(ref[i], greedy(srv.base_url, p, dp_rank=dp), f"auto_dp{dp}_p{i}", gaps, differ)
         auto_log = srv.log_text()
     switches = re.findall(r"sgl-sidp sidp DP(\d) TP0: (WaS|CaS) from this iteration", auto_log)
+    summary(log_dir, "tiny_dense_sidp_auto", logprob_gaps=gaps, max_gap=max(gaps.values()), tokens_differ=differ,
+            switch_lines=len(switches))
     assert {("0", "WaS"), ("0", "CaS"), ("1", "WaS"), ("1", "CaS")} <= set(switches), switches[:8]
-    summary(log_dir, "tiny_dense_sidp_auto", logprob_gaps=gaps, max_gap=max(gaps.values()), switch_lines=len(switches))
+    assert not differ, f"auto tokens differ from vanilla in {differ} (gaps {gaps})"
 
 
 def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
