@@ -74,16 +74,35 @@ class Server(ServerProcess):
         return self
 
 
-def vanilla_reference(log_dir, model_dir, name, port, env_var):
-    """Greedy answers of vanilla SGLang TP1 on `model_dir` (a `make_tiny_models.py --big` checkpoint) for every prompt
-    of PROMPTS; skips the test with how to make the checkpoint when it is missing ($`env_var` points to it)."""
+def flush_cache(base):
+    """Empty the server's radix cache (SGLang's /flush_cache), so the next prompts are computed in full."""
+    with urllib.request.urlopen(urllib.request.Request(base + "/flush_cache", data=b""), timeout=60) as r:
+        r.read()
+
+
+def at_once(base, requests, n=16):
+    """Greedy answers (as `greedy`) of `requests`, a list of (prompt, dp_rank or None), all submitted at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        jobs = [pool.submit(greedy, base, p, dp, n) for p, dp in requests]
+        return [j.result() for j in jobs]
+
+
+def vanilla_reference(log_dir, model_dir, name, port, env_var, batched=()):
+    """(alone, together) from vanilla SGLang TP1 on `model_dir` (a `make_tiny_models.py --big` checkpoint): `alone`
+    the greedy answer to each prompt of PROMPTS sent by itself, `together` the answers to the prompts of indexes
+    `batched` sent at once (SGLang batches them: a bf16 GEMM over more rows may round differently). Skips the test
+    with how to make the checkpoint when it is missing ($`env_var` points to it)."""
     import pytest
 
     if not (model_dir / "config.json").is_file():
         pytest.skip(f"{model_dir} missing: python .whl/make_tiny_models.py DIR --big, then {env_var}=DIR/{model_dir.name}")
     with Server("sglang.launch_server", ["--model-path", str(model_dir), *COMMON], port=port,
                 log_path=log_dir / f"{name}.log", gpus="0") as srv:
-        return [greedy(srv.base_url, p) for p in PROMPTS]
+        alone = [greedy(srv.base_url, p) for p in PROMPTS]
+        together = at_once(srv.base_url, [(PROMPTS[i], None) for i in batched]) if batched else []
+        return alone, together
 
 
 def summary(log_dir, name, **facts):

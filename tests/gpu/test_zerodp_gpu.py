@@ -58,7 +58,7 @@ def kv_tokens(log, role):
 # --------------------------------------------------------------------------- tiny, distinct weights
 @pytest.fixture(scope="module")
 def tiny_reference(log_dir):
-    return vanilla_reference(log_dir, TINY_MOE, "tiny_vanilla", 31900, "SIDP_TINY_MOE")
+    return vanilla_reference(log_dir, TINY_MOE, "tiny_vanilla", 31900, "SIDP_TINY_MOE")[0]
 
 
 @pytest.mark.foldable
