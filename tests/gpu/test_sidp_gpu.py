@@ -86,15 +86,13 @@ def test_qwen3_8b_was_exact_against_vanilla_tp1(log_dir):
     summary(log_dir, "qwen3_8b_sidp_was", set_up=lines, kv=kv_of(log))
 
 
-def logprob_gap(ref, got):
-    """Largest |logprob difference| over the generated positions of two answers."""
-    return max(abs(a - b) for a, b in zip(ref[1], got[1]))
-
-
 def compare(ref, got, what, facts):
-    """Record in `facts` how `got` differs from `ref`: tokens equal, first differing position, largest logprob gap."""
+    """Record in `facts` how `got` differs from `ref`: tokens equal, first differing position, and the largest
+    |logprob difference| before it (after it the two answers hold different tokens)."""
     first = next((k for k, (a, b) in enumerate(zip(ref[0], got[0])) if a != b), None)
-    facts[what] = {"tokens_equal": first is None, "first_differing_token": first, "logprob_gap": logprob_gap(ref, got)}
+    same = slice(0, len(ref[0]) if first is None else first)
+    gap = max((abs(a - b) for a, b in zip(ref[1][same], got[1][same])), default=0.0)
+    facts[what] = {"tokens_equal": first is None, "first_differing_token": first, "logprob_gap": gap}
 
 
 def assert_alone_exact(facts):
