@@ -6,6 +6,8 @@ Configurations (`--configs`, each started once on GPUs `--gpus`, run, stopped):
   dp_attn   python -m sglang.launch_server  --tp-size 2 --dp-size 2 --enable-dp-attention
   tp2       python -m sglang.launch_server  --tp-size 2
   sidp_was  python -m sgl_sidp.launch_server --dp-size 2 --sidp-mode sidp --sidp-sidp-force was
+  sidp_cas  python -m sgl_sidp.launch_server --dp-size 2 --sidp-mode sidp --sidp-sidp-force cas
+  sidp_auto python -m sgl_sidp.launch_server --dp-size 2 --sidp-mode sidp --sidp-sidp-force auto --sidp-sidp-b-th B_th
   tp1       python -m sglang.launch_server  (one GPU: a baseline, or a dry run of this script with --gpus 0)
 
 all with --model-path M --load-format dummy --attention-backend triton --sampling-backend pytorch --enable-metrics
@@ -19,6 +21,11 @@ all with --model-path M --load-format dummy --attention-backend triton --samplin
    submitted at once and run to completion, N = min(--max-requests, ceil(1.2 x the configuration's KV tokens /
    (P + O))) so that the KV cache is the limit (`--requests N` fixes N for every configuration instead): output
    tokens/s, job completion time, TTFT/TPOT.
+
+B_th of sidp_auto: `--b-th`, else the crossover of this out-dir's sidp_was and sidp_cas step sweeps (the smallest
+batch at which a WaS step is no slower than a CaS step; `crossover_batch`), so run those two first. For the SiDP
+configurations each job also records the share of forwards per mode (SiDP's `sglang:sidp_sidp_forwards` counter,
+paper Fig. 15).
 
 Writes `<out-dir>/<config>.json` (rewritten after each step) and the server log; `--report` merges every
 `<config>.json` in `--out-dir` into one markdown table with ratios against dp2 and tp2 (so the configurations can be
@@ -41,9 +48,53 @@ CONFIGS = {
     "dp_attn": ("sglang.launch_server", ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]),
     "tp2": ("sglang.launch_server", ["--tp-size", "2"]),
     "sidp_was": ("sgl_sidp.launch_server", ["--dp-size", "2", "--sidp-mode", "sidp", "--sidp-sidp-force", "was"]),
+    "sidp_cas": ("sgl_sidp.launch_server", ["--dp-size", "2", "--sidp-mode", "sidp", "--sidp-sidp-force", "cas"]),
+    "sidp_auto": ("sgl_sidp.launch_server", ["--dp-size", "2", "--sidp-mode", "sidp", "--sidp-sidp-force", "auto"]),
     "tp1": ("sglang.launch_server", []),  # one GPU: a baseline, and a dry run of this script (--gpus 0)
 }
-DP_RANKS = {"dp2": 2, "dp_attn": 2, "tp2": 1, "sidp_was": 2, "tp1": 1}
+DP_RANKS = {"dp2": 2, "dp_attn": 2, "tp2": 1, "sidp_was": 2, "sidp_cas": 2, "sidp_auto": 2, "tp1": 1}
+#: SiDP's per-mode forward counter (sgl_sidp.sidp.runtime.SiDPMetrics), as /metrics exposes it
+FORWARDS = "sglang:sidp_sidp_forwards_total"
+
+
+def crossover_batch(was: dict, cas: dict) -> int | None:
+    """The smallest batch B of the `steps` of two result files at which the WaS step is no slower than the CaS step,
+    i.e. B_th in tokens per rank of a decode iteration; None when one sweep is missing or WaS never wins."""
+    both = sorted(int(b) for b in set(was.get("steps", {})) & set(cas.get("steps", {}))
+                  if was["steps"][b].get("step_ms") and cas["steps"][b].get("step_ms"))
+    return next((b for b in both if was["steps"][str(b)]["step_ms"] <= cas["steps"][str(b)]["step_ms"]), None)
+
+
+def auto_b_th(a) -> int:
+    """B_th for sidp_auto: `--b-th`, else the measured crossover in `--out-dir` (see `crossover_batch`).
+
+    Raises:
+        SystemExit: neither is there (one line, before any server starts).
+    """
+    if a.b_th:
+        return a.b_th
+    out = Path(a.out_dir)
+    files = [out / "sidp_was.json", out / "sidp_cas.json"]
+    if not all(f.is_file() for f in files):
+        raise SystemExit(f"sidp_auto needs --b-th or the step sweeps of sidp_was and sidp_cas in {out} (run them first)")
+    b = crossover_batch(*(json.loads(f.read_text()) for f in files))
+    if b is None:
+        raise SystemExit(f"sidp_auto: WaS is never faster than CaS in the step sweeps of {out}: pass --b-th")
+    return b
+
+
+def mode_shares(metrics_before: str, metrics_after: str) -> dict[str, float]:
+    """Share of the SiDP forwards (all DP ranks) run in each mode between two /metrics bodies."""
+    from sgl_sidp.bench.server_stats import counters_by_rank
+
+    before = counters_by_rank(metrics_before, FORWARDS, "mode")
+    delta = {}
+    for (_, mode), v in counters_by_rank(metrics_after, FORWARDS, "mode").items():
+        delta[mode] = delta.get(mode, 0.0) + v
+    for (_, mode), v in before.items():
+        delta[mode] = delta.get(mode, 0.0) - v
+    total = sum(delta.values())
+    return {m: v / total for m, v in sorted(delta.items())} if total else {}
 
 
 def job_requests(kv_tokens: int, prompt: int, output: int, max_requests: int, fixed: int | None = None) -> int:
@@ -85,6 +136,8 @@ def run_config(name: str, a) -> dict:
     from sgl_sidp.bench.server_stats import capacity_from_log
 
     launcher, extra = CONFIGS[name]
+    if name == "sidp_auto":
+        extra = [*extra, "--sidp-sidp-b-th", str(auto_b_th(a))]
     common = ["--model-path", a.model, "--load-format", "dummy", "--attention-backend", "triton",
               "--sampling-backend", "pytorch", "--enable-metrics", "--tokenizer-path", "sgl_sidp/default_model"]
     if a.mem_fraction_static:
@@ -114,13 +167,24 @@ def run_config(name: str, a) -> dict:
             p, o = (int(x) for x in job.split("+"))
             n = job_requests(kv_total, p, o, a.max_requests, a.requests)
             bodies = [(ids, o, r) for ids, r in zip(prompts(n, p, p + o), spread(n, ranks))]
+            before = metrics_text(srv.base_url) if name.startswith("sidp") else ""
             outs, seconds = asyncio.run(run_batch(srv.base_url, bodies))
             m = compute_metrics(outs, seconds)
             result["jobs"][job] = {"requests": n, "seconds": seconds, "output_tok_s": m["output_throughput"],
                                    "mean_ttft_ms": m["mean_ttft_ms"], "mean_tpot_ms": m["mean_tpot_ms"],
                                    "failed": m["failed"]}
+            if before:
+                result["jobs"][job]["mode_share"] = mode_shares(before, metrics_text(srv.base_url))
             path.write_text(json.dumps(result, indent=1))
     return result
+
+
+def metrics_text(base_url: str) -> str:
+    """The server's /metrics body (started with --enable-metrics)."""
+    import urllib.request
+
+    with urllib.request.urlopen(base_url + "/metrics", timeout=30) as r:
+        return r.read().decode()
 
 
 def report(out_dir: Path) -> str:
@@ -141,6 +205,11 @@ def report(out_dir: Path) -> str:
             ratios = ", ".join(f"{t / x:.2f}x" if t and x else "-" for x in ref)
             cells.append(f"{t:,.0f} ({ratios})" if t else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    shares = [(name, j, r["jobs"][j]["mode_share"]) for name, r in res.items() for j in _keys(res, "jobs")
+              if r["jobs"].get(j, {}).get("mode_share")]
+    if shares:
+        lines += ["", "| config | job | forwards in WaS | forwards in CaS |", "|---|---|---|---|"]
+        lines += [f"| {name} | {j} | {sh.get('was', 0):.0%} | {sh.get('cas', 0):.0%} |" for name, j, sh in shares]
     return "\n".join(lines)
 
 
@@ -161,6 +230,7 @@ def main(argv=None) -> None:
     ap.add_argument("--jobs", type=lambda s: [x for x in s.split(",") if x], default=[])
     ap.add_argument("--max-requests", type=int, default=2000)
     ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--b-th", type=int, default=None, help="B_th of sidp_auto (tokens per rank); default: measured")
     ap.add_argument("--report", action="store_true", help="only merge the JSON files in --out-dir into a table")
     a = ap.parse_args(argv)
     out = Path(a.out_dir)
@@ -169,6 +239,8 @@ def main(argv=None) -> None:
         for name in a.configs.split(","):
             if name not in CONFIGS:
                 raise SystemExit(f"unknown configuration {name!r}; choose from {', '.join(CONFIGS)}")
+        if "sidp_auto" in a.configs.split(",") and not {"sidp_was", "sidp_cas"} & set(a.configs.split(",")):
+            auto_b_th(a)  # refuse now, not after the other configurations ran
         for name in a.configs.split(","):
             run_config(name, a)
     table = report(out)

@@ -39,3 +39,35 @@ def test_report_merges_configurations_with_ratios(tmp_path):
 def test_unknown_configuration_is_refused_before_any_server(tmp_path):
     with pytest.raises(SystemExit, match="unknown configuration 'dp3'"):
         MOD["main"](["--out-dir", str(tmp_path), "--configs", "dp2,dp3"])
+
+
+def test_crossover_is_the_smallest_batch_where_was_is_no_slower():
+    def steps(**ms):
+        return {"steps": {k[1:]: {"step_ms": v} for k, v in ms.items()}}
+
+    cross = MOD["crossover_batch"]
+    assert cross(steps(b1=30.0, b64=31.0, b256=40.0), steps(b1=21.0, b64=32.0, b256=60.0)) == 64
+    assert cross(steps(b1=30.0), steps(b1=20.0)) is None and cross({}, steps(b1=1.0)) is None
+
+
+def test_auto_needs_b_th_or_the_two_sweeps_before_any_server(tmp_path):
+    with pytest.raises(SystemExit, match="sidp_auto needs --b-th or the step sweeps"):
+        MOD["main"](["--out-dir", str(tmp_path), "--configs", "dp2,sidp_auto"])
+    for name, ms in (("sidp_was", 30.0), ("sidp_cas", 20.0)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"steps": {"8": {"step_ms": ms}}}))
+    with pytest.raises(SystemExit, match="WaS is never faster than CaS"):
+        MOD["main"](["--out-dir", str(tmp_path), "--configs", "sidp_auto"])
+
+
+def test_mode_shares_count_forwards_between_two_scrapes():
+    def body(was0, cas0, was1, cas1):
+        lines = ["# HELP sglang:sidp_sidp_forwards Forwards of this rank by mode.",
+                 "# TYPE sglang:sidp_sidp_forwards counter"]
+        for dp, was, cas in ((0, was0, cas0), (1, was1, cas1)):
+            lines += [f'sglang:sidp_sidp_forwards_total{{dp_rank="{dp}",mode="was"}} {was}',
+                      f'sglang:sidp_sidp_forwards_total{{dp_rank="{dp}",mode="cas"}} {cas}']
+        return "\n".join(lines) + "\n"
+
+    shares = MOD["mode_shares"](body(1, 1, 1, 1), body(4, 7, 2, 5))
+    assert shares == {"cas": 10 / 14, "was": 4 / 14}
+    assert MOD["mode_shares"](body(1, 1, 1, 1), body(1, 1, 1, 1)) == {}
