@@ -34,6 +34,8 @@ ZERODP = "sgl_sidp.zerodp.runtime:ZeroDPRuntime"
 CALIBRATION = "sgl_sidp.calibration.startup:StartupCalibration"
 SIDP = "sgl_sidp.sidp.runtime:SiDPRuntime"
 FOLD = "sgl_sidp.peer.topology:GpuFold"
+SHIFT = "sgl_sidp.shift.runtime:ShiftRuntime"
+LINEAR = "sglang.srt.layers.linear"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +181,60 @@ HOOKS: tuple[Hook, ...] = (
         target=f"{PREFILL_GRAPHS}.can_run_graph", hook_type="AROUND", runtime=SIDP, method="around_can_run_graph",
         params=("self", "forward_batch"), feature="sidp",
         why="as the decode graph runner's, for SGLang's breakable prefill graphs",
+    ),
+    # ---------------------------------------------------------------- Shift Parallelism
+    Hook(
+        target=f"{MODEL_RUNNER}.init_torch_distributed", hook_type="AFTER", runtime=SHIFT,
+        method="on_init_torch_distributed", params=("self",), feature="shift",
+        why="the SP and TP_b groups of the base configuration, right after SGLang's TP group and before the model "
+        "loads (every rank of the world builds every group)",
+    ),
+    Hook(
+        target=f"{MODEL_RUNNER}.load_model", hook_type="AFTER", runtime=SHIFT, method="on_load_model",
+        params=("self",), feature="shift",
+        why="the base weights gathered from the TP shards over the SP group, the shards re-pointed into them (the "
+        "shift configuration on views), before alloc_memory_pool sizes the KV cache",
+    ),
+    Hook(
+        target=f"{SCHEDULER}.__init__", hook_type="AFTER", runtime=SHIFT, method="on_scheduler_init",
+        params=("self", "server_args", "port_args", "gpu_id", "tp_rank"), feature="shift",
+        why="which decode CUDA graphs run which configuration (fixed by their captured sizes), for the log and the "
+        "per-configuration counts",
+    ),
+    Hook(
+        target="sglang.srt.layers.vocab_parallel_embedding.VocabParallelEmbedding.forward", hook_type="AROUND",
+        runtime=SHIFT, method="around_embedding", params=("self", "input_"), feature="shift",
+        why="every forward starts here, eager or being captured: choose base or shift from its token count; base "
+        "keeps this SP rank's slice of the embedded tokens",
+    ),
+    Hook(
+        target=f"{LINEAR}.QKVParallelLinear.forward", hook_type="AROUND", runtime=SHIFT, method="around_qkv",
+        params=("self", "input_"), feature="shift",
+        why="base: the QKV GEMM on the base weight and the Ulysses all-to-all, so SGLang's attention runs on every "
+        "token for this GPU's heads (and writes the KV cache as in the shift configuration)",
+    ),
+    Hook(
+        target=f"{LINEAR}.RowParallelLinear.forward", hook_type="AROUND", runtime=SHIFT, method="around_row_linear",
+        params=("self", "input_"), feature="shift",
+        why="base: o_proj gets this rank's tokens back with the SP group's heads (all-to-all) and runs the base O GEMM",
+    ),
+    Hook(
+        target="sglang.srt.distributed.communication_op.attention_tensor_model_parallel_all_reduce",
+        hook_type="AROUND", runtime=SHIFT, method="around_attn_all_reduce", params=("input_",), feature="shift",
+        why="base: the post-attention all-reduce (LayerCommunicator.prepare_mlp) over the TP_b group only: the SP "
+        "ranks hold different tokens",
+    ),
+    Hook(
+        target="sglang.srt.models.qwen2.Qwen2MLP.forward", hook_type="AROUND", runtime=SHIFT, method="around_mlp",
+        params=("self", "x", "forward_batch"), feature="shift",
+        why="base: gate|up and down GEMMs on the base weights with SGLang's act_fn per shard, all-reduced over TP_b",
+    ),
+    Hook(
+        target="sglang.srt.layers.logits_processor.LogitsProcessor.forward", hook_type="AROUND", runtime=SHIFT,
+        method="around_logits", params=("self", "input_ids", "hidden_states", "lm_head", "logits_metadata"),
+        feature="shift",
+        why="base: every SP rank's last hidden states gathered in token order before SGLang prunes them to the last "
+        "token of each request and computes the vocab-sharded logits",
     ),
     Hook(
         target=f"{DP_BUDGET}.update_budget", hook_type="AFTER", runtime=ZERODP, method="after_update_budget",
@@ -359,6 +415,28 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol(f"{DP_BUDGET}.total_requests", instance_attr=True),
     UsedSymbol(f"{DP_BUDGET}.dp_size", instance_attr=True),
     UsedSymbol("sglang.srt.managers.load_snapshot.LoadSnapshot.max_total_num_tokens", instance_attr=True),
+    # Shift Parallelism: its groups and the modules its base configuration reads
+    UsedSymbol("sglang.srt.distributed.parallel_state.init_model_parallel_group",
+               ("group_ranks", "local_rank", "backend", "use_pynccl", "use_custom_allreduce")),
+    UsedSymbol("sglang.srt.distributed.parallel_state.get_world_group"),
+    UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.local_rank", instance_attr=True),
+    UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.pynccl_comm", instance_attr=True),
+    UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.all_to_all_single", ("self", "output", "input")),
+    UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.all_gather_into_tensor", ("self", "output", "input")),
+    UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.all_reduce", ("self", "input_")),
+    UsedSymbol("sglang.srt.distributed.device_communicators.pynccl.PyNcclCommunicator.disabled", instance_attr=True),
+    UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.tp_size", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen3.Qwen3Attention.qkv_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen3.Qwen3Attention.o_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen3.Qwen3DecoderLayer.self_attn", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen2.Qwen2Attention.qkv_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen2.Qwen2Attention.o_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen2.Qwen2DecoderLayer.self_attn", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen2.Qwen2MLP.act_fn", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen2.Qwen2Model.embed_tokens", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen3.Qwen3ForCausalLM.logits_processor", instance_attr=True),
+    UsedSymbol("sglang.srt.models.qwen2.Qwen2ForCausalLM.logits_processor", instance_attr=True),
+    UsedSymbol(f"{LINEAR}.RowParallelLinear.reduce_results", instance_attr=True),
 )
 
 

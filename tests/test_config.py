@@ -93,17 +93,54 @@ def test_rejects_unknown_mode_at_parse():
         p.parse_args(["--sidp-mode", "turbo"])
 
 
-def test_rejects_unimplemented_modes(dense_dir):
-    """shift is parsed (documented in --help) but not implemented yet."""
-    ps = problems(parse("--sidp-mode", "shift"), args(dense_dir, tp=2))
-    assert ps == ["--sidp-mode shift is not implemented in this version of sgl-sidp yet"]
+def qwen3(tmp_path, heads=64, kv=8, **extra):
+    d = tmp_path / f"qwen3_{heads}_{kv}_{len(extra)}"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "num_attention_heads": heads,
+                                               "num_key_value_heads": kv, **extra}))
+    return str(d)
+
+
+def test_shift_accepts_a_dense_qwen3_on_enough_gpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    parse("--sidp-mode", "shift").validate_against(args(qwen3(tmp_path), tp=2))
+    parse("--sidp-mode", "shift", "--sidp-shift-sp", "1").validate_against(args(qwen3(tmp_path), tp=1))
+
+
+def test_shift_reports_every_problem_at_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    raw = args(qwen3(tmp_path, heads=40, kv=8, quantization_config={"quant_method": "fp8"}), dp=2, tp=4)
+    raw.quantization, raw.enable_dp_attention = "fp8", True
+    ps = problems(parse("--sidp-mode", "shift", "--sidp-shift-sp", "3"), raw)
+    assert ps[:2] == ["--sidp-shift-sp 3 does not divide --tp-size 4",
+                      "--sidp-mode shift with --tp-size 4 needs GPU 3, but 2 GPU(s) are visible"]
+    assert any("bf16/fp16 weights only" in x for x in ps) and any("--dp-size > 1" in x for x in ps)
+    assert any("--enable-dp-attention" in x for x in ps) and any("--quantization" in x for x in ps)
+    ps = problems(parse("--sidp-mode", "shift"), args(qwen3(tmp_path, heads=40, kv=8), tp=2 * 3))
+    assert any("40 attention heads do not split over SP*TP = 6" in x for x in ps)
+    ps = problems(parse("--sidp-mode", "shift"), args(dense_moe(tmp_path), tp=1))
+    assert ps == [f"--sidp-mode shift supports dense Qwen3ForCausalLM, Qwen2ForCausalLM so far; {dense_moe(tmp_path)} is MoE"]
+
+
+def dense_moe(tmp_path):
+    d = tmp_path / "moe"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8}))
+    return str(d)
+
+
+def test_shift_turns_prefill_graphs_off_unless_set():
+    from sgl_sidp.features import FEATURES
+
+    assert FEATURES["shift"].sglang_defaults(["--tp-size", "2"]) == ["--tp-size", "2", "--disable-prefill-cuda-graph"]
+    assert FEATURES["shift"].sglang_defaults(["--disable-prefill-cuda-graph"]) == ["--disable-prefill-cuda-graph"]
 
 
 def test_features_are_registered_in_one_table():
     """Each registered feature's settings become `SidpConfig.<name>` and its flags `--sidp-<name>-<field>`."""
     from sgl_sidp.features import FEATURES
 
-    assert set(FEATURES) == {"zerodp", "sidp"} and FEATURES["zerodp"].name == "zerodp"
+    assert set(FEATURES) == {"zerodp", "sidp", "shift"} and FEATURES["zerodp"].name == "zerodp"
     p = argparse.ArgumentParser()
     SidpConfig.add_cli_args(p)
     flags = {a for action in p._actions for a in action.option_strings}

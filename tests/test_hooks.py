@@ -55,8 +55,11 @@ def test_hooks_for_config():
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run",
         "ModelRunner.load_model", "ModelRunner.alloc_memory_pool", "Scheduler.__init__", "FusedMoE.run_moe_core",
         "DPBudget.update_budget", "DPBudget.dispatch"]
-    assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.SHIFT))] == [
-        "Scheduler.__init__", "Scheduler.get_next_batch_to_run"]  # ZeroDP's hooks only in zerodp mode
+    assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.SHIFT))] == [  # ZeroDP's hooks only in zerodp mode
+        "Scheduler.__init__", "Scheduler.get_next_batch_to_run",
+        "ModelRunner.init_torch_distributed", "ModelRunner.load_model", "Scheduler.__init__",
+        "VocabParallelEmbedding.forward", "QKVParallelLinear.forward", "RowParallelLinear.forward",
+        "communication_op.attention_tensor_model_parallel_all_reduce", "Qwen2MLP.forward", "LogitsProcessor.forward"]
     calibrate = hooks_for(SidpConfig(calibrate=True))  # --sidp-calibrate alone: the signal and the calibration
     assert [h.runtime.rsplit(":")[-1] for h in calibrate] == ["BatchSignal", "BatchSignal", "StartupCalibration"]
     assert "StartupCalibration" not in {h.runtime.rsplit(":")[-1] for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))}

@@ -1,5 +1,6 @@
-"""Shift Parallelism's CPU-checkable core: the KV-invariant head order, Ulysses attention on gloo against plain
-attention (GQA, KV replication, token padding), and all-gathers over the shift group put back in shift order."""
+"""Shift Parallelism's CPU-checkable core: the KV-invariant head order; on gloo, a decoder layer in the base
+configuration (Ulysses over SP on the shard-major base weights) against the same layer at TP = P (GQA, KV
+replication, token padding, TP_b > 1), the KV each GPU writes, and all-gathers put back in shift order."""
 
 import pytest
 import torch
@@ -7,7 +8,9 @@ import torch.distributed as dist
 
 from sgl_sidp.shift.heads import (HeadLayoutError, base_q_heads, check_layout, gathered_order, kv_heads_of,
                                   shift_group_order, shift_q_heads, shift_rank)
-from sgl_sidp.shift.ulysses import UlyssesLayout, output_all_to_all, pad_to_sp, qkv_all_to_all
+from sgl_sidp.shift.ulysses import (TorchComm, act_per_shard, gather_tokens, heads_all_to_all, local_tokens, pad_to_sp,
+                                    tokens_all_to_all)
+from sgl_sidp.shift.views import COLUMN, ROW, gather_base, shard_view, shares_storage
 from tests.gloo_procs import spawn
 
 
@@ -61,59 +64,109 @@ def test_gathered_order_undoes_ascending_group_ranks():
 
 
 # --------------------------------------------------------------------------- gloo, several processes
-HIDDEN, D = 16, 4
+H, D = 16, 4
 
 
-def plain_attention(q, k, v, n_heads, n_kv):
-    """Causal attention of every query head over all tokens (q [N, h, d], k/v [N, kvh, d]), GQA by repetition."""
-    group = n_heads // n_kv
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    s = torch.einsum("nhd,mhd->hnm", q, k) / D ** 0.5
-    n = q.shape[0]
-    s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
-    return torch.einsum("hnm,mhd->nhd", s.softmax(-1), v)
-
-
-def projections(n_tokens, n_heads, n_kv):
+def weights(n_heads, n_kv, inter):
     g = torch.Generator().manual_seed(5)
-    x = torch.randn(n_tokens, HIDDEN, generator=g, dtype=torch.float64)
-    wq, wk, wv = (torch.randn(HIDDEN, h * D, generator=g, dtype=torch.float64) for h in (n_heads, n_kv, n_kv))
-    return x, wq, wk, wv
+    r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64) / shape[-1] ** 0.5  # noqa: E731
+    return {"q": r(n_heads * D, H), "k": r(n_kv * D, H), "v": r(n_kv * D, H), "o": r(H, n_heads * D),
+            "g": r(inter, H), "u": r(inter, H), "d": r(H, inter)}
 
 
-def _ulysses_rank(rank, world, sp, tp, n_tokens, n_heads, n_kv):
-    s, t = divmod(rank, tp)  # TP fastest, as SGLang numbers GPUs
-    groups = {tt: dist.new_group([ss * tp + tt for ss in range(sp)]) for tt in range(tp)}  # every rank makes every group
-    layout = UlyssesLayout(sp, tp, t, n_heads, n_kv)
-    x, wq, wk, wv = projections(n_tokens, n_heads, n_kv)
-    n_pad = pad_to_sp(n_tokens, sp)
-    n = n_pad // sp
-    xp = torch.cat([x, x.new_zeros(n_pad - n_tokens, HIDDEN)])[s * n:(s + 1) * n]  # this rank's tokens (padded)
-    q = (xp @ wq).view(n, n_heads, D)[:, layout.q_local]
-    k = (xp @ wk).view(n, n_kv, D)[:, layout.kv_local]
-    v = (xp @ wv).view(n, n_kv, D)[:, layout.kv_local]
-    qf, kf, vf = qkv_all_to_all(q, k, v, layout, s, group=groups[t])
-    kv_idx = torch.tensor(layout.q_to_kv[s])
-    o = plain_attention(qf, kf[:, kv_idx], vf[:, kv_idx], qf.shape[1], qf.shape[1])  # each head with its KV head
-    back = output_all_to_all(o, layout, group=groups[t])
-    want = plain_attention((x @ wq).view(-1, n_heads, D), (x @ wk).view(-1, n_kv, D), (x @ wv).view(-1, n_kv, D),
-                           n_heads, n_kv)[:, layout.q_local]
-    real = max(0, min(n, n_tokens - s * n))
-    return (back[:real] - want[s * n:s * n + real]).abs().max().item() if real else 0.0, back.shape[1], real
+def tp_shards(w, g, p, n_heads, n_kv, inter):
+    """GPU g's TP = P shards as SGLang lays them out (QKVParallelLinear: q heads, then k and v heads, KV replicated
+    when P > KV heads; MergedColumnParallelLinear: gate rows then up rows; RowParallelLinear: input columns)."""
+    hq = n_heads // p
+    kv = [g * n_kv // p + i for i in range(n_kv // p)] if n_kv >= p else [g // (p // n_kv)]
+    rows = lambda m, heads: torch.cat([m[h * D:(h + 1) * D] for h in heads])  # noqa: E731
+    ip = inter // p
+    return {"qkv": torch.cat([rows(w["q"], range(g * hq, (g + 1) * hq)), rows(w["k"], kv), rows(w["v"], kv)]),
+            "o": w["o"][:, g * hq * D:(g + 1) * hq * D], "gu": torch.cat([w["g"][g * ip:(g + 1) * ip], w["u"][g * ip:(g + 1) * ip]]),
+            "down": w["d"][:, g * ip:(g + 1) * ip], "q_heads": list(range(g * hq, (g + 1) * hq)), "kv_heads": kv}
 
 
-@pytest.mark.parametrize("sp,tp,n_tokens,n_heads,n_kv", [
-    (2, 1, 7, 8, 2),   # GQA, padding
-    (4, 1, 9, 8, 2),   # fewer KV heads than SP ranks: replicated in the all-to-all
-    (3, 1, 5, 6, 6),   # MHA, SP = 3
-    (2, 2, 6, 8, 2),   # TP = 2 with SP = 2: one KV head per TP rank, shared by both SP parts
+def silu_mul(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.nn.functional.silu(a) * b
+
+
+def attention(q, k, v, q_heads, kv_heads, n_heads, n_kv):
+    """Causal attention of a GPU's query heads over all tokens: q [N, hq*D], k/v [N, len(kv_heads)*D]."""
+    n = q.shape[0]
+    q, k, v = q.view(n, -1, D), k.view(n, -1, D), v.view(n, -1, D)
+    idx = torch.tensor([kv_heads.index(j // (n_heads // n_kv)) for j in q_heads])
+    k, v = k[:, idx], v[:, idx]
+    s = torch.einsum("nhd,mhd->hnm", q, k) / D ** 0.5
+    s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+    return torch.einsum("hnm,mhd->nhd", s.softmax(-1), v).reshape(n, -1)
+
+
+def _layer_rank(rank, world, sp, n_tokens, n_heads, n_kv, inter):
+    """One decoder layer (attention + gated MLP, residuals, no norms) on this GPU, shift (TP = P) and base (SP,
+    TP_b): returns the largest differences of the outputs and of the K, V this GPU writes."""
+    p, tb = world, world // sp
+    s, t = rank % sp, rank // sp
+    sp_groups = [dist.new_group([tt * sp + ss for ss in range(sp)]) for tt in range(tb)]
+    tb_groups = [dist.new_group([tt * sp + ss for tt in range(tb)]) for ss in range(sp)]
+    comm = TorchComm(sp_groups[t])
+    w = weights(n_heads, n_kv, inter)
+    sh = tp_shards(w, rank, p, n_heads, n_kv, inter)
+    x = torch.randn(n_tokens, H, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    nq, nkv = len(sh["q_heads"]) * D, len(sh["kv_heads"]) * D
+    heads = (sh["q_heads"], sh["kv_heads"], n_heads, n_kv)
+
+    # shift configuration: SGLang's TP = P, every GPU all tokens
+    q, k, v = (x @ sh["qkv"].T).split([nq, nkv, nkv], dim=-1)
+    o = attention(q, k, v, *heads) @ sh["o"].T
+    dist.all_reduce(o)
+    h1 = x + o
+    m = silu_mul(h1 @ sh["gu"].T) @ sh["down"].T
+    dist.all_reduce(m)
+    want = h1 + m
+
+    # base configuration: base weights gathered over the SP group, this GPU's tokens only
+    base = {name: gather_base(sh[name], dim, sp, comm)
+            for name, dim in (("qkv", COLUMN), ("gu", COLUMN), ("o", ROW), ("down", ROW))}
+    views_ok = all(torch.equal(shard_view(base[n], dim, sp, s), sh[n]) and shares_storage(shard_view(base[n], dim, sp, s), base[n])
+                   for n, dim in (("qkv", COLUMN), ("gu", COLUMN), ("o", ROW), ("down", ROW)))
+    xl = local_tokens(x, sp, s)
+    qkv = heads_all_to_all(xl @ base["qkv"].T, sp, n_tokens, comm)
+    bq, bk, bv = qkv.split([nq, nkv, nkv], dim=-1)
+    ob = tokens_all_to_all(attention(bq, bk, bv, *heads), sp, comm) @ base["o"].T
+    if tb > 1:
+        dist.all_reduce(ob, group=tb_groups[s])
+    h1b = xl + ob
+    mb = act_per_shard(silu_mul, h1b @ base["gu"].T, sp) @ base["down"].T
+    if tb > 1:
+        dist.all_reduce(mb, group=tb_groups[s])
+    got = gather_tokens(h1b + mb, sp, n_tokens, comm)
+    return ((got - want).abs().max().item(), max((bk - k).abs().max().item(), (bv - v).abs().max().item()),
+            views_ok, xl.shape[0])
+
+
+@pytest.mark.parametrize("p,sp,n_tokens,n_heads,n_kv", [
+    (2, 2, 7, 8, 2),   # GQA, padding (7 tokens over 2 ranks)
+    (4, 4, 9, 8, 2),   # fewer KV heads than GPUs: replicated KV heads
+    (3, 3, 5, 6, 6),   # MHA, SP = 3
+    (4, 2, 6, 8, 2),   # SP = 2, TP_b = 2: all-reduces over the TP_b group
+    (2, 1, 5, 8, 2),   # SP = 1: the base path is TP = P on the same weights (a wiring check)
 ])
-def test_ulysses_attention_equals_plain_attention(sp, tp, n_tokens, n_heads, n_kv):
-    out = spawn(_ulysses_rank, sp * tp, sp, tp, n_tokens, n_heads, n_kv)
-    for rank, (err, heads, real) in out.items():
-        assert err < 1e-12, (rank, err)
-        assert heads == n_heads // tp
-    assert sum(real for _, _, real in out.values()) == n_tokens * tp  # every real token came back once per TP rank
+def test_base_layer_equals_tp_p_layer_and_writes_the_same_kv(p, sp, n_tokens, n_heads, n_kv):
+    out = spawn(_layer_rank, p, sp, n_tokens, n_heads, n_kv, 8 * p)
+    for rank, (err, kv_err, views_ok, n_local) in out.items():
+        assert err < 1e-12 and kv_err < 1e-12, (rank, err, kv_err)
+        assert views_ok, rank
+        assert n_local == pad_to_sp(n_tokens, sp) // sp
+
+
+def test_local_tokens_pad_and_act_per_shard_matches_each_shard():
+    x = torch.arange(7.0).view(7, 1)
+    assert [local_tokens(x, 2, r).flatten().tolist() for r in (0, 1)] == [[0, 1, 2, 3], [4, 5, 6, 0]]
+    assert local_tokens(x, 4, 3).flatten().tolist() == [6, 0]
+    gu = torch.randn(3, 2 * 2 * 5, dtype=torch.float64)
+    want = torch.cat([silu_mul(part) for part in gu.chunk(2, dim=1)], dim=1)
+    assert torch.equal(act_per_shard(silu_mul, gu, 2), want)
 
 
 def _logits_rank(rank, world, sp, tp, vocab):
@@ -137,57 +190,3 @@ def test_gathered_logits_come_back_in_vocab_order():
     out = spawn(_logits_rank, 6, 3, 2, 24)
     assert all(fixed for fixed, _ in out.values())
     assert not any(naive for _, naive in out.values())
-
-
-# --------------------------------------------------------------------------- shift shards as views (no copy)
-@pytest.mark.parametrize("sp,tp,n_heads,n_kv", [(2, 1, 8, 2), (4, 1, 8, 2), (2, 2, 8, 2), (2, 2, 8, 8), (3, 2, 12, 6)])
-def test_shift_shards_are_views_of_base_shards_and_compute_like_tp_p(sp, tp, n_heads, n_kv):
-    """Every GPU's TP = P shard of QKV, gate|up, O and down, taken as views of its base TP shard, reads the base
-    storage (no copy) and holds exactly the rows/columns TP = P sharding of the full weights gives shift rank t*SP+s."""
-    from sgl_sidp.shift.views import column_parts, row_part, shares_storage
-
-    d, hidden, inter = 4, 16, 24 * sp * tp
-    p = sp * tp
-    g = torch.Generator().manual_seed(3)
-    wq, wk, wv = (torch.randn(h * d, hidden, generator=g) for h in (n_heads, n_kv, n_kv))
-    wo = torch.randn(hidden, n_heads * d, generator=g)
-    wg, wu = torch.randn(inter, hidden, generator=g), torch.randn(inter, hidden, generator=g)
-    wd = torch.randn(hidden, inter, generator=g)
-    rows = lambda w, heads: torch.cat([w[h * d:(h + 1) * d] for h in heads])  # noqa: E731
-    for t in range(tp):
-        layout = UlyssesLayout(sp, tp, t, n_heads, n_kv)
-        qkv = torch.cat([rows(wq, layout.q_local), rows(wk, layout.kv_local), rows(wv, layout.kv_local)])
-        it = inter // tp
-        gate_up = torch.cat([wg[t * it:(t + 1) * it], wu[t * it:(t + 1) * it]])
-        o_t, down_t = wo[:, t * len(layout.q_local) * d:(t + 1) * len(layout.q_local) * d], wd[:, t * it:(t + 1) * it]
-        nq, nkv = len(layout.q_local) * d, len(layout.kv_local) * d
-        for s in range(sp):
-            rank = shift_rank(s, t, sp)
-            q_heads = shift_q_heads(rank, p, n_heads)
-            kv_units = layout.kv_part[s]
-            views = column_parts(qkv, [nq, nkv, nkv], s, sp, unit_rows=[d, d, d], units=[None, kv_units, kv_units])
-            gu = column_parts(gate_up, [it, it], s, sp)
-            o, dn = row_part(o_t, s, sp), row_part(down_t, s, sp)
-            assert all(shares_storage(v, qkv) for v in views) and all(shares_storage(v, gate_up) for v in gu)
-            assert shares_storage(o, wo) and shares_storage(dn, wd)
-            kv_heads = kv_heads_of(q_heads, n_heads, n_kv)
-            assert torch.equal(views[0], rows(wq, q_heads))
-            assert torch.equal(views[1], rows(wk, kv_heads)) and torch.equal(views[2], rows(wv, kv_heads))
-            ip = inter // p
-            assert torch.equal(gu[0], wg[rank * ip:(rank + 1) * ip]) and torch.equal(gu[1], wu[rank * ip:(rank + 1) * ip])
-            assert torch.equal(o, wo[:, q_heads[0] * d:(q_heads[-1] + 1) * d])
-            assert torch.equal(dn, wd[:, rank * ip:(rank + 1) * ip])
-            y = torch.randn(5, ip, generator=g)
-            assert torch.equal(y @ dn.T, y @ wd[:, rank * ip:(rank + 1) * ip].contiguous().T)  # the strided view as is
-
-
-def test_views_refuse_what_is_not_a_run():
-    from sgl_sidp.shift.views import column_parts, row_part
-
-    w = torch.zeros(12, 4)
-    with pytest.raises(ValueError, match="block 0 of 6 rows does not split into 4 parts"):
-        column_parts(w, [6, 6], 0, 4)
-    with pytest.raises(ValueError, match="units \\[0, 2\\] are not one contiguous run"):
-        column_parts(w, [6, 6], 0, 2, unit_rows=[2, 2], units=[None, [0, 2]])
-    with pytest.raises(ValueError, match="5 columns do not split into 2 parts"):
-        row_part(torch.zeros(3, 5), 0, 2)

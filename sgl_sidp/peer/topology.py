@@ -52,6 +52,21 @@ def _nvml_p2p_read(visible: Sequence[str] | None) -> Callable[[int, int], bool |
     return ok
 
 
+def visible_gpu_count() -> int | None:
+    """GPUs this process may use (CUDA_VISIBLE_DEVICES' entries, else NVML's count), without initialising CUDA;
+    None when neither can tell (no NVML)."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return len([v for v in vis.split(",") if v.strip()])
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return None
+
+
 def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[int, int], bool | None] | None = None) -> list[str]:
     """One line per (owner, reader) GPU pair where the reader cannot read the owner's memory.
 

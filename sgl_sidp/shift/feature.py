@@ -1,0 +1,96 @@
+"""Shift Parallelism as a feature of the overlay: its checks before any GPU work, its SGLang defaults, its start-up
+line. The hook bodies live in `sgl_sidp.shift.runtime` (entries of `sgl_sidp.hooks.HOOKS` tagged "shift")."""
+
+from __future__ import annotations
+
+import argparse
+
+from sgl_sidp.feature import Feature, flag_given
+from sgl_sidp.model_info import model_is_moe, read_hf_config
+from sgl_sidp.shift.heads import HeadLayoutError, check_layout
+from sgl_sidp.shift.settings import ShiftSettings
+
+#: Architectures whose SGLang layers the base-configuration hooks know (`Qwen3Attention`/`Qwen2Attention` with a
+#: `QKVParallelLinear` and an unreduced `RowParallelLinear` o_proj, the post-attention all-reduce in
+#: `LayerCommunicator.prepare_mlp`, `Qwen2MLP`).
+SUPPORTED = ("Qwen3ForCausalLM", "Qwen2ForCausalLM")
+
+
+def sp_of(cfg, tp_size: int) -> int:
+    """The base configuration's SP: `--sidp-shift-sp`, or P when 0."""
+    return cfg.shift.sp or tp_size
+
+
+def check(cfg, raw: argparse.Namespace) -> list[str]:
+    """Every reason Shift Parallelism cannot run with SGLang's flags `raw` (argparse namespace), one line each."""
+    problems = []
+    p = int(getattr(raw, "tp_size", 1) or 1)
+    sp = sp_of(cfg, p)
+    if p % sp:
+        problems.append(f"--sidp-shift-sp {sp} does not divide --tp-size {p}")
+    from sgl_sidp.peer.topology import visible_gpu_count
+
+    gpus = visible_gpu_count()
+    last = int(getattr(raw, "base_gpu_id", 0) or 0) + (p - 1) * int(getattr(raw, "gpu_id_step", 1) or 1)
+    if gpus is not None and last >= gpus:
+        problems.append(f"--sidp-mode shift with --tp-size {p} needs GPU {last}, but {gpus} GPU(s) are visible")
+    hf = read_hf_config(raw.model_path)
+    if model_is_moe(raw.model_path):
+        problems.append(f"--sidp-mode shift supports dense {', '.join(SUPPORTED)} so far; {raw.model_path} is MoE")
+    elif hf is not None:
+        archs = hf.get("architectures") or []
+        if not any(a in SUPPORTED for a in archs):
+            problems.append(f"--sidp-mode shift supports {', '.join(SUPPORTED)} (whose SGLang layers its base "
+                            f"configuration runs), not {', '.join(archs) or 'an unnamed architecture'}")
+        heads, kv = hf.get("num_attention_heads"), hf.get("num_key_value_heads") or hf.get("num_attention_heads")
+        if heads and not p % sp:
+            try:
+                check_layout(sp, p // sp, int(heads), int(kv))
+            except HeadLayoutError as e:
+                problems.append(f"--sidp-mode shift: {e}")
+        if hf.get("quantization_config"):
+            problems.append("--sidp-mode shift runs bf16/fp16 weights only so far (the base GEMMs call F.linear); "
+                            f"{raw.model_path} is quantized")
+    for flag, attr, why in (
+        ("--dp-size", "dp_size", "DP replicas"), ("--pp-size", "pp_size", "pipeline stages"),
+    ):
+        if int(getattr(raw, attr, 1) or 1) > 1:
+            problems.append(f"--sidp-mode shift does not combine with {flag} > 1 ({why}) yet")
+    for attr, flag in (("enable_dp_attention", "--enable-dp-attention"), ("speculative_algorithm", "--speculative-algorithm"),
+                       ("quantization", "--quantization"), ("enable_torch_compile", "--enable-torch-compile"),
+                       ("flashinfer_allreduce_fusion_backend", "--flashinfer-allreduce-fusion-backend"),
+                       ("enable_two_batch_overlap", "--enable-two-batch-overlap")):
+        if getattr(raw, attr, None):
+            problems.append(f"--sidp-mode shift does not work with {flag} yet (the base configuration replaces the "
+                            "layers' GEMMs and TP all-reduces that it changes)")
+    return problems
+
+
+def sglang_defaults(argv: list[str]) -> list[str]:
+    """SGLang flags Shift changes unless the user set them: prefill CUDA graphs off.
+
+    SGLang 0.5.17 captures prefill in breakable graphs whose attention runs eagerly at replay; the base
+    configuration's all-to-alls sit in the captured parts. Decode graphs (where the shift configuration runs) stay
+    on. Prefill graphs in both configurations are for a later step, measured.
+    """
+    if not flag_given(argv, "--disable-prefill-cuda-graph"):
+        argv = list(argv) + ["--disable-prefill-cuda-graph"]
+    return argv
+
+
+def describe(cfg, server_args) -> str:
+    """Shift's part of the launcher's start-up line."""
+    p = server_args.tp_size
+    sp = sp_of(cfg, p)
+    return (f"shift: base (SP={sp}, TP={p // sp}) above {cfg.shift.threshold} tokens per forward, shift (TP={p}) at "
+            "or below; one KV cache; base weights gathered from the TP shards, shift shards are views of them")
+
+
+FEATURE = Feature(
+    name="shift",
+    summary="Ulysses sequence parallelism for big forwards, TP for small ones, on one KV cache (Shift Parallelism)",
+    settings=ShiftSettings,
+    check=check,
+    sglang_defaults=sglang_defaults,
+    describe=describe,
+)

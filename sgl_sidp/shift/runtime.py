@@ -1,0 +1,271 @@
+"""Shift Parallelism in one SGLang TP process: the base configuration (Ulysses SP) on SGLang's TP = P model.
+
+Source: Hidayetoglu et al., "Shift Parallelism" (Snowflake; ArcticInference). SGLang runs the model at
+`--tp-size P` as it always does: that is the **shift** configuration, untouched (its weights become views, below).
+The **base** configuration (SP, TP_b = P / SP) runs inside the same forward code, chosen per forward by the
+forward's token count (`ShiftRuntime.base_for`), through these hooks (each listed in `sgl_sidp.hooks.HOOKS`):
+
+- AFTER `ModelRunner.init_torch_distributed`: the SP groups {t * SP + s : s} and, when TP_b > 1, the TP_b groups
+  {t * SP + s : t}, as SGLang `GroupCoordinator`s (pynccl, kept enabled so their collectives are captured in CUDA
+  graphs outside SGLang's `graph_capture`, as SGLang does for its PD-multiplexing groups). GPU g = TP rank g is SP
+  rank g % SP: the shift group is SGLang's TP group in its own order, so the head order `tp * SP + sp` of
+  `heads.shift_rank` holds with no permutation.
+- AFTER `ModelRunner.load_model`: per decoder layer, the base weights of `qkv_proj`, `o_proj`, `gate_up_proj` and
+  `down_proj` gathered over the SP group from the TP = P shards (`views.gather_base`, one tensor at a time); each
+  shard parameter then points into its base weight (`views.shard_view`), so the shift configuration adds nothing.
+  SGLang sizes the KV cache afterwards, from what is left.
+- AROUND `VocabParallelEmbedding.forward` (the model's `embed_tokens`), the first op of every forward, eager or being
+  captured: decide base or shift from the token count, then in base keep this SP rank's slice of the embedded tokens
+  (`ulysses.local_tokens`; SGLang's TP = P lookup and all-reduce run for all tokens).
+- base only, AROUND `QKVParallelLinear.forward` (qkv_proj): the base QKV GEMM and one all-to-all
+  (`ulysses.heads_all_to_all`): SGLang's q/k norm, RoPE, `RadixAttention` and KV-cache writes then run on the whole
+  batch for this GPU's heads, exactly as in the shift configuration.
+- base only, AROUND `RowParallelLinear.forward` (o_proj): one all-to-all back (`ulysses.tokens_all_to_all`) and the
+  base O GEMM.
+- base only, AROUND `communication_op.attention_tensor_model_parallel_all_reduce` (SGLang's post-attention TP
+  all-reduce in `LayerCommunicator.prepare_mlp`): over the TP_b group, or nothing when TP_b = 1 (the SP ranks hold
+  different tokens: an all-reduce over all P GPUs would mix them).
+- base only, AROUND `Qwen2MLP.forward`: base gate|up GEMM, SGLang's `act_fn` per shard (`ulysses.act_per_shard`),
+  base down GEMM, TP_b all-reduce.
+- base only, AROUND `LogitsProcessor.forward`: the last hidden states of every SP rank gathered in token order
+  (`ulysses.gather_tokens`) before SGLang prunes them and computes the vocab-sharded logits.
+
+CUDA graphs: the decode graph runner captures `model.forward` per batch size, so a graph is base or shift by its
+captured size (the decision above runs at capture). Prefill graphs are off by default in this mode
+(`shift.feature.sglang_defaults`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from sgl_sidp.shift import ulysses
+from sgl_sidp.shift.views import COLUMN, ROW, gather_base, shard_view
+
+logger = logging.getLogger(__name__)
+
+#: per decoder layer: (module path inside the layer, stacking dimension of its shards, role)
+LINEARS = (("self_attn.qkv_proj", COLUMN, "qkv"), ("self_attn.o_proj", ROW, "o"),
+           ("mlp.gate_up_proj", COLUMN, "gate_up"), ("mlp.down_proj", ROW, "down"))
+
+
+class ShiftError(RuntimeError):
+    """The model cannot run the base configuration (an unknown layer, quantized weights, a row-parallel bias)."""
+
+
+def sub_module(root: torch.nn.Module, path: str) -> torch.nn.Module:
+    for name in path.split("."):
+        root = getattr(root, name)
+    return root
+
+
+class ShiftRuntime:
+    """Shift Parallelism's state in one TP process, and its hook bodies (see the module doc).
+
+    Args:
+        ctx: the plugin's per-process context (`sgl_sidp.plugin.PluginContext`); reads `ctx.config.shift`.
+
+    Attributes:
+        p, sp, tp_b: GPUs, the base configuration's SP and TP; sp_rank, tb_rank: this GPU's place in it.
+        sp_comm, tb_comm: the SP and TP_b groups (`all_to_all_single`, `all_gather_into_tensor`, `all_reduce`);
+            tb_comm is None when TP_b = 1.
+        base: True while the current forward runs the base configuration; n_tokens: its tokens.
+        forwards, tokens: per configuration ("base", "shift"), forwards and tokens the scheduler ran (from the
+            batch signal); switches: changes of configuration between consecutive forwards.
+    """
+
+    def __init__(self, ctx):
+        self.settings = ctx.config.shift
+        self.p = self.sp = self.tp_b = 1
+        self.sp_rank = self.tb_rank = 0
+        self.sp_comm = self.tb_comm = None
+        self.threshold = self.settings.threshold
+        self.embed_id: int | None = None
+        self.roles: dict[int, str] = {}  # id(module) -> "qkv" | "o" | "mlp" | "logits"
+        self.weights: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # id(linear) -> (base weight, bias)
+        self.mlp_parts: dict[int, tuple[int, int]] = {}  # id(mlp) -> (id(gate_up_proj), id(down_proj))
+        self.base = False
+        self.n_tokens = 0
+        self.forwards = {"base": 0, "shift": 0}
+        self.tokens = {"base": 0, "shift": 0}
+        self.switches = 0
+        self._last: str | None = None
+        self.capture_bs: list[int] = []  # the decode CUDA graphs' batch sizes, sorted
+        ctx.listeners.append(self._on_iteration)
+
+    # ------------------------------------------------------------------ decisions (CPU-testable)
+    def base_for(self, n_tokens: int) -> bool:
+        """Whether a forward of `n_tokens` runs the base configuration: above the threshold, and SP > 1 or the
+        SP = 1 wiring check; the same on every GPU, since every TP rank runs the same batch."""
+        return n_tokens > self.threshold and n_tokens >= self.sp
+
+    def configure(self, p: int, sp: int, tp_rank: int, sp_comm, tb_comm=None) -> None:
+        """Set the layout: P GPUs, base SP; GPU `tp_rank` is SP rank tp_rank % SP of TP_b rank tp_rank // SP."""
+        self.p, self.sp, self.tp_b = p, sp, p // sp
+        self.sp_rank, self.tb_rank = tp_rank % sp, tp_rank // sp
+        self.sp_comm, self.tb_comm = sp_comm, tb_comm
+
+    def adopt(self, model: torch.nn.Module) -> float:
+        """Gather the base weights of every decoder layer of `model` and point its TP shards into them; register the
+        modules the hooks act on. Returns the GB the base weights added on this GPU.
+
+        Raises:
+            ShiftError: a decoder layer without the four linears, a quantized linear, or a row-parallel bias.
+        """
+        from sgl_sidp.prefetch.binding import decoder_layers
+
+        added = 0
+        for i, layer in decoder_layers(model):
+            for path, dim, role in LINEARS:
+                try:
+                    lin = sub_module(layer, path)
+                except AttributeError:
+                    raise ShiftError(f"--sidp-mode shift: decoder layer {i} ({type(layer).__name__}) has no {path}") from None
+                method = type(getattr(lin, "quant_method", None)).__name__
+                if method not in ("UnquantizedLinearMethod", "NoneType"):
+                    raise ShiftError(f"--sidp-mode shift: layer {i} {path} is quantized ({method}); bf16/fp16 only")
+                bias = getattr(lin, "bias", None)
+                if dim == ROW and bias is not None:
+                    raise ShiftError(f"--sidp-mode shift: layer {i} {path} has a bias (row-parallel biases not supported)")
+                base_w = gather_base(lin.weight.data, dim, self.sp, self.sp_comm)
+                lin.weight.data = shard_view(base_w, dim, self.sp, self.sp_rank)
+                base_b = None
+                if bias is not None:
+                    base_b = gather_base(bias.data, COLUMN, self.sp, self.sp_comm)
+                    bias.data = shard_view(base_b, COLUMN, self.sp, self.sp_rank)
+                self.weights[id(lin)] = (base_w, base_b)
+                added += (base_w.numel() - lin.weight.numel()) * base_w.element_size()
+                if role in ("qkv", "o"):
+                    self.roles[id(lin)] = role
+            mlp = layer.mlp
+            self.roles[id(mlp)] = "mlp"
+            self.mlp_parts[id(mlp)] = (id(mlp.gate_up_proj), id(mlp.down_proj))
+        decoder = getattr(model, "model", model)
+        self.embed_id = id(decoder.embed_tokens)
+        logits = getattr(model, "logits_processor", None)
+        if logits is not None:
+            self.roles[id(logits)] = "logits"
+        return added / 1e9
+
+    def forward_tokens(self, sig) -> int:
+        """Tokens of the forward an iteration runs: its computed tokens, padded to the captured size when a decode
+        batch replays a CUDA graph (the graph's configuration was fixed by that size)."""
+        import bisect
+
+        n = int(sig.computed_tokens)
+        if n and sig.forward_mode == "DECODE" and self.capture_bs and n <= self.capture_bs[-1]:
+            n = self.capture_bs[bisect.bisect_left(self.capture_bs, n)]
+        return n
+
+    def _on_iteration(self, sig) -> None:
+        """Batch-signal listener: count the forward by the configuration its token count gives."""
+        n = self.forward_tokens(sig)
+        if not n:
+            return
+        mode = "base" if self.base_for(n) else "shift"
+        self.forwards[mode] += 1
+        self.tokens[mode] += n
+        if self._last is not None and mode != self._last:
+            self.switches += 1
+        self._last = mode
+
+    # ------------------------------------------------------------------ SGLang set-up hooks
+    def on_init_torch_distributed(self, result, runner, *args, **kwargs):
+        """AFTER `ModelRunner.init_torch_distributed`: the SP (and TP_b) groups, on every TP rank of the world."""
+        if getattr(runner, "is_draft_worker", False):
+            return result
+        from sglang.srt.distributed.parallel_state import get_world_group, init_model_parallel_group
+
+        p, tp_rank = runner.ps.tp_size, runner.ps.tp_rank
+        sp = self.settings.sp or p
+        local = get_world_group().local_rank
+        backend = torch.distributed.get_backend()
+
+        def groups(lists, name):
+            g = init_model_parallel_group(lists, local, backend, use_custom_allreduce=False, group_name=name)
+            if g.pynccl_comm is not None:
+                g.pynccl_comm.disabled = False  # captured in graphs and used eagerly alike
+            return g
+
+        sp_comm = groups([[t * sp + s for s in range(sp)] for t in range(p // sp)], "sidp_shift_sp")
+        tb_comm = groups([[t * sp + s for t in range(p // sp)] for s in range(sp)], "sidp_shift_tpb") if sp < p else None
+        self.configure(p, sp, tp_rank, sp_comm, tb_comm)
+        return result
+
+    def on_load_model(self, result, runner, *args, **kwargs):
+        """AFTER `ModelRunner.load_model`: base weights and views (`adopt`), before SGLang sizes the KV cache."""
+        if getattr(runner, "is_draft_worker", False) or self.sp_comm is None:
+            return result
+        gb = self.adopt(runner.model)
+        torch.cuda.empty_cache()
+        logger.info("sgl-sidp shift TP%d: base (SP=%d, TP=%d) as SP rank %d, shift (TP=%d) on views of the base "
+                    "weights; the base weights add %.2f GB on this GPU; base above %d tokens per forward",
+                    runner.ps.tp_rank, self.sp, self.tp_b, self.sp_rank, self.p, gb, self.threshold)
+        return result
+
+    # ------------------------------------------------------------------ forward hooks
+    def around_embedding(self, original: Callable, module, input_, *args, **kwargs):
+        """AROUND `VocabParallelEmbedding.forward`: decide the configuration; base: this SP rank's tokens."""
+        out = original(module, input_, *args, **kwargs)
+        if id(module) != self.embed_id:
+            return out
+        self.n_tokens = int(input_.shape[0])
+        self.base = self.base_for(self.n_tokens)
+        return ulysses.local_tokens(out, self.sp, self.sp_rank) if self.base else out
+
+    def around_qkv(self, original: Callable, module, x, *args, **kwargs):
+        """AROUND `QKVParallelLinear.forward`: base: base QKV GEMM, then every token for this GPU's heads."""
+        if not (self.base and self.roles.get(id(module)) == "qkv"):
+            return original(module, x, *args, **kwargs)
+        w, b = self.weights[id(module)]
+        return ulysses.heads_all_to_all(F.linear(x, w, b), self.sp, self.n_tokens, self.sp_comm), None
+
+    def around_row_linear(self, original: Callable, module, x, *args, **kwargs):
+        """AROUND `RowParallelLinear.forward`: base o_proj: this rank's tokens with the SP group's heads, base O GEMM
+        (not reduced: SGLang's post-attention all-reduce follows, see `around_attn_all_reduce`)."""
+        if not (self.base and self.roles.get(id(module)) == "o"):
+            return original(module, x, *args, **kwargs)
+        w, _ = self.weights[id(module)]
+        return F.linear(ulysses.tokens_all_to_all(x, self.sp, self.sp_comm), w), None
+
+    def around_attn_all_reduce(self, original: Callable, x, *args, **kwargs):
+        """AROUND `attention_tensor_model_parallel_all_reduce`: base: over the TP_b group only (none at TP_b = 1)."""
+        if not self.base:
+            return original(x, *args, **kwargs)
+        return self.tb_comm.all_reduce(x) if self.tb_comm is not None else x
+
+    def around_mlp(self, original: Callable, mlp, x, *args, **kwargs):
+        """AROUND `Qwen2MLP.forward`: base: gate|up and down on the base weights, SGLang's act_fn per shard."""
+        if not (self.base and self.roles.get(id(mlp)) == "mlp"):
+            return original(mlp, x, *args, **kwargs)
+        gu_id, down_id = self.mlp_parts[id(mlp)]
+        h = ulysses.act_per_shard(mlp.act_fn, F.linear(x, self.weights[gu_id][0]), self.sp)
+        out = F.linear(h, self.weights[down_id][0])
+        return self.tb_comm.all_reduce(out) if self.tb_comm is not None else out
+
+    def around_logits(self, original: Callable, proc, input_ids, hidden_states, *args, **kwargs):
+        """AROUND `LogitsProcessor.forward`: base: every SP rank's last hidden states, in token order, first."""
+        if self.base and self.roles.get(id(proc)) == "logits":
+            hidden_states = ulysses.gather_tokens(hidden_states, self.sp, self.n_tokens, self.sp_comm)
+            before = kwargs.get("hidden_states_before_norm")
+            if before is not None:
+                kwargs["hidden_states_before_norm"] = ulysses.gather_tokens(before, self.sp, self.n_tokens, self.sp_comm)
+            self.base = False  # the forward's layers are done
+        return original(proc, input_ids, hidden_states, *args, **kwargs)
+
+    def on_scheduler_init(self, result, scheduler, *args, **kwargs):
+        """AFTER `Scheduler.__init__`: one line with the configuration (graphs are captured by now)."""
+        graphs = getattr(scheduler.tp_worker.model_runner, "decode_cuda_graph_runner", None)
+        self.capture_bs = sorted(getattr(graphs, "capture_bs", None) or [])
+        base_graphs = [b for b in self.capture_bs if self.base_for(b)]
+        logger.info("sgl-sidp shift TP%d: decode CUDA graphs in the base configuration: %s; in the shift "
+                    "configuration: %d sizes", getattr(scheduler, "tp_rank", 0), base_graphs or "none",
+                    len(self.capture_bs) - len(base_graphs))
+        logger.info("sgl-sidp shift TP%d: ready; P=%d, base SP=%d TP=%d above %d tokens per forward",
+                    getattr(scheduler, "tp_rank", 0), self.p, self.sp, self.tp_b, self.threshold)
+        return result
+

@@ -1,0 +1,24 @@
+"""Shift Parallelism's flags (`--sidp-shift-*`), as the `shift` part of `sgl_sidp.config.SidpConfig`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ShiftSettings(BaseModel):
+    """Shift Parallelism's settings; each field is the flag `--sidp-shift-<field>`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sp: int = Field(
+        0, ge=0,
+        description="SP of the base configuration (SP, TP = P / SP) over the P = --tp-size GPUs; must divide P. "
+        "0: SP = P. SP = 1 makes the base configuration TP = P on the overlay's own GEMMs (a check of the "
+        "wiring on any GPU count, no sequence parallelism).",
+    )
+    threshold: int = Field(
+        256, ge=0,
+        description="Tokens in a forward (after radix-cache admission; a CUDA graph's captured size) above which "
+        "it runs the base configuration (Ulysses SP); at or below it the shift configuration (TP = P). A first "
+        "guess until start-up calibration picks it (not built yet).",
+    )

@@ -1,0 +1,189 @@
+"""Shift Parallelism's hook bodies (`sgl_sidp.shift.runtime.ShiftRuntime`) driving a small TP model laid out as
+SGLang lays out Qwen3 (vocab-sharded embedding with an all-reduce, fused QKV and gate|up shards, an unreduced o_proj
+followed by the post-attention all-reduce, a reduced down_proj, vocab-sharded logits gathered over TP), in gloo
+processes: the same forward in the base configuration (above the threshold) and in the shift configuration (TP = P)
+gives the same logits and writes the same K, V on every GPU; the base weights are gathered once and the shards
+become views of them."""
+
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from sgl_sidp.shift.runtime import ShiftRuntime
+from sgl_sidp.shift.ulysses import TorchComm
+from sgl_sidp.shift.views import shares_storage
+from tests.gloo_procs import spawn
+
+H, D, V, LAYERS = 16, 4, 32, 2
+
+
+class TPComm(TorchComm):
+    def all_reduce(self, x):
+        dist.all_reduce(x, group=self.group)
+        return x
+
+
+class Linear(torch.nn.Module):
+    """A TP shard whose forward returns (output, None), as SGLang's parallel linears do."""
+
+    quant_method = None
+
+    def __init__(self, w, reduce=False):
+        super().__init__()
+        self.weight = torch.nn.Parameter(w, requires_grad=False)
+        self.bias = None
+        self.reduce = reduce
+
+    def forward(self, x):
+        y = F.linear(x, self.weight)
+        if self.reduce:
+            dist.all_reduce(y)
+        return y, None
+
+
+class QKV(Linear):
+    pass
+
+
+class Row(Linear):
+    pass
+
+
+class Embed(torch.nn.Module):
+    def __init__(self, shard, lo):
+        super().__init__()
+        self.weight, self.lo = shard, lo
+
+    def forward(self, ids):
+        local = ids - self.lo
+        ok = (local >= 0) & (local < self.weight.shape[0])
+        out = self.weight[local.clamp(0, self.weight.shape[0] - 1)] * ok[:, None]
+        dist.all_reduce(out)
+        return out
+
+
+def silu_mul(x):
+    a, b = x.chunk(2, dim=-1)
+    return F.silu(a) * b
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, gu, down):
+        super().__init__()
+        self.gate_up_proj, self.down_proj, self.act_fn = Linear(gu), Row(down, reduce=True), silu_mul
+
+    def forward(self, x, forward_batch=None):
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)[0]))[0]
+
+
+class Logits(torch.nn.Module):
+    def forward(self, input_ids, hidden, lm_head, meta):
+        last = hidden[meta]  # the last token of each request
+        parts = [torch.empty(last.shape[0], lm_head.shape[0], dtype=last.dtype) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, last @ lm_head.T)
+        return torch.cat(parts, dim=1)
+
+
+def build(rank, p, hook):
+    """The TP = P shards of GPU `rank` of a model with distinct random weights per layer (8 heads, 2 KV heads)."""
+    g = torch.Generator().manual_seed(11)
+    r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64) / shape[-1] ** 0.5  # noqa: E731
+    nh, nkv, inter = 8, 2, 8 * p
+    emb, lm = r(V, H), r(V, H)
+    hq, ip = nh // p, inter // p
+    kv = [rank * nkv // p + i for i in range(nkv // p)] if nkv >= p else [rank // (p // nkv)]
+    rows = lambda m, heads: torch.cat([m[h * D:(h + 1) * D] for h in heads])  # noqa: E731
+    model = torch.nn.Module()
+    model.model = torch.nn.Module()
+    vs = V // p
+    model.model.embed_tokens = Embed(emb[rank * vs:(rank + 1) * vs], rank * vs)
+    model.lm_head = lm[rank * vs:(rank + 1) * vs]
+    model.logits_processor = Logits()
+    layers = []
+    for _ in range(LAYERS):
+        wq, wk, wv, wo = r(nh * D, H), r(nkv * D, H), r(nkv * D, H), r(H, nh * D)
+        wg, wu, wd = r(inter, H), r(inter, H), r(H, inter)
+        layer = torch.nn.Module()
+        layer.self_attn = torch.nn.Module()
+        layer.self_attn.qkv_proj = QKV(torch.cat([rows(wq, range(rank * hq, (rank + 1) * hq)), rows(wk, kv), rows(wv, kv)]))
+        layer.self_attn.o_proj = Row(wo[:, rank * hq * D:(rank + 1) * hq * D])
+        layer.mlp = MLP(torch.cat([wg[rank * ip:(rank + 1) * ip], wu[rank * ip:(rank + 1) * ip]]), wd[:, rank * ip:(rank + 1) * ip])
+        layer.q_heads, layer.kv_heads = list(range(rank * hq, (rank + 1) * hq)), kv
+        layers.append(layer)
+    model.model.layers = torch.nn.ModuleList(layers)
+    for cls, name in ((Embed, "around_embedding"), (QKV, "around_qkv"), (Row, "around_row_linear"), (MLP, "around_mlp"),
+                      (Logits, "around_logits")):
+        orig = cls.__dict__.get("_orig_forward") or cls.forward
+        cls._orig_forward = orig
+        cls.forward = (lambda o, n: lambda self, *a, **k: getattr(hook(), n)(o, self, *a, **k))(orig, name)
+    return model
+
+
+def forward(model, rt, ids, last, kv_out):
+    """Qwen3's forward as SGLang runs it, with the post-attention all-reduce routed through the hook."""
+    nh, nkv = 8, 2
+    h = model.model.embed_tokens(ids)
+    for layer in model.model.layers:
+        qkv = layer.self_attn.qkv_proj(h)[0]
+        nq, nk = len(layer.q_heads) * D, len(layer.kv_heads) * D
+        q, k, v = qkv.split([nq, nk, nk], dim=-1)
+        kv_out.append(torch.cat([k, v], dim=1))
+        n = q.shape[0]
+        qh, kh, vh = q.view(n, -1, D), k.view(n, -1, D), v.view(n, -1, D)
+        idx = torch.tensor([layer.kv_heads.index(j // (nh // nkv)) for j in layer.q_heads])
+        s = torch.einsum("nhd,mhd->hnm", qh, kh[:, idx]) / D ** 0.5
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+        o = torch.einsum("hnm,mhd->nhd", s.softmax(-1), vh[:, idx]).reshape(n, -1)
+        o = layer.self_attn.o_proj(o)[0]
+        o = rt.around_attn_all_reduce(lambda x: (dist.all_reduce(x), x)[1], o)
+        h = h + o
+        h = h + layer.mlp(h)
+    return model.logits_processor(ids, h, model.lm_head, last)
+
+
+def _rank(rank, p, sp, n_tokens):
+    ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=sp, threshold=4)),
+                                listeners=[])
+    rt = ShiftRuntime(ctx)
+    model = build(rank, p, lambda: rt)
+    tb = p // sp
+    sp_groups = [dist.new_group([t * sp + s for s in range(sp)]) for t in range(tb)]
+    tb_groups = [dist.new_group([t * sp + s for t in range(tb)]) for s in range(sp)]
+    rt.configure(p, sp, rank, TorchComm(sp_groups[rank // sp]), TPComm(tb_groups[rank % sp]) if tb > 1 else None)
+    shards = {id(l): l.self_attn.qkv_proj.weight.clone() for l in model.model.layers}
+    rt.adopt(model)
+    views = all(torch.equal(l.self_attn.qkv_proj.weight, shards[id(l)]) and
+                shares_storage(l.self_attn.qkv_proj.weight, rt.weights[id(l.self_attn.qkv_proj)][0]) for l in model.model.layers)
+    ids = torch.randint(0, V, (n_tokens,), generator=torch.Generator().manual_seed(2))
+    last = torch.tensor([2, n_tokens - 1])  # two requests: tokens 0..2 and 3..N-1
+    kv_shift, kv_base = [], []
+    rt.threshold = 10 ** 6
+    want = forward(model, rt, ids, last, kv_shift)
+    assert not rt.base
+    rt.threshold = 4
+    got = forward(model, rt, ids, last, kv_base)
+    kv_err = max((a - b).abs().max().item() for a, b in zip(kv_shift, kv_base))
+    return (got - want).abs().max().item(), kv_err, views, rt.base_for(n_tokens)
+
+
+@pytest.mark.parametrize("p,sp,n_tokens", [(2, 2, 7), (4, 4, 9), (4, 2, 6), (2, 1, 5)])
+def test_base_forward_through_the_hooks_equals_the_tp_forward(p, sp, n_tokens):
+    out = spawn(_rank, p, sp, n_tokens)
+    for rank, (err, kv_err, views, base) in out.items():
+        assert base and views, rank
+        assert err < 1e-12 and kv_err < 1e-12, (rank, err, kv_err)
+
+
+def test_forwards_are_counted_by_configuration_with_graph_sizes():
+    ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=2, threshold=64)), listeners=[])
+    rt = ShiftRuntime(ctx)
+    rt.sp, rt.capture_bs = 2, [1, 2, 4, 8, 16, 32, 64, 72, 80]
+    sig = lambda mode, n: types.SimpleNamespace(forward_mode=mode, computed_tokens=n)  # noqa: E731
+    for s in (sig("EXTEND", 500), sig("DECODE", 65), sig("DECODE", 60), sig("DECODE", 100), sig("DECODE", 0)):
+        ctx.listeners[0](s)
+    # 65 decodes replay the 72 graph (base); 60 the 64 graph (shift, not above 64); 100 runs eagerly (base)
+    assert rt.forwards == {"base": 3, "shift": 1} and rt.tokens == {"base": 500 + 72 + 100, "shift": 64}
+    assert rt.switches == 2
