@@ -1,0 +1,100 @@
+"""Shift Parallelism in real SGLang servers (run with `pytest -m gpu`): exactness against vanilla SGLang.
+
+- One GPU, the wiring (`--tp-size 1 --sidp-shift-sp 1`): the base configuration is TP = 1 on the overlay's own GEMMs
+  and hooks, so every hook, the base/shift choice per forward and the decode CUDA graphs of both configurations run
+  in a real server; against vanilla TP1 on the tiny 8-layer Qwen3 with a different random tensor per layer
+  (`make_tiny_models.py --big`, $SIDP_TINY_DENSE): bit-identical (the same GEMMs on the same weights).
+- Two GPUs (`--tp-size 2`, SP = 2): against vanilla `--tp-size 2` on the tiny model and on Qwen3-32B (dummy weights):
+  greedy tokens identical, logprob differences measured (the base O and down GEMMs sum over all heads or columns in
+  one GEMM where TP sums two partial GEMMs with an all-reduce).
+
+Threshold 2 tokens: every prefill of 3 tokens or more and every decode batch of more than 2 runs the base
+configuration (their decode CUDA graphs were captured as base), a decode of 1 or 2 requests the shift configuration:
+a lone request switches in the middle of its generation, on one KV cache.
+"""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from servers import COMMON, PROMPTS, Server, at_once, greedy, model_args, summary, vanilla_reference
+
+pytestmark = [pytest.mark.gpu]
+
+TINY_DENSE = Path(os.environ.get("SIDP_TINY_DENSE", "/tmp/tiny/qwen3-big"))
+
+
+def shift(log_dir, name, model, tp, extra=(), port=34000):
+    gpus = ",".join(str(i) for i in range(tp))
+    return Server("sgl_sidp.launch_server", [*model, *COMMON, "--tp-size", str(tp), "--sidp-mode", "shift",
+                                             "--sidp-shift-threshold", "2", *extra],
+                  port=port, log_path=log_dir / f"{name}.log", gpus=gpus)
+
+
+def compare(ref, got):
+    """(tokens equal, first differing position, largest |logprob difference| before it)."""
+    first = next((k for k, (a, b) in enumerate(zip(ref[0], got[0])) if a != b), None)
+    upto = len(ref[0]) if first is None else first
+    gap = max((abs(a - b) for a, b in zip(ref[1][:upto], got[1][:upto])), default=0.0)
+    return {"tokens_equal": first is None, "first_differing_token": first, "logprob_gap": gap}
+
+
+def graph_lines(log):
+    return re.findall(r"sgl-sidp shift TP\d: decode CUDA graphs in the base configuration: (.*?); in the shift "
+                      r"configuration: (\d+) sizes", log)
+
+
+@pytest.mark.gpus(1)
+def test_tiny_dense_shift_wiring_on_one_gpu_is_bit_identical(log_dir):
+    alone, together = vanilla_reference(log_dir, TINY_DENSE, "tiny_dense_vanilla_tp1", 34100, "SIDP_TINY_DENSE",
+                                        batched=(1, 2, 3))
+    facts = {}
+    with shift(log_dir, "tiny_dense_shift_sp1", ["--model-path", str(TINY_DENSE)], 1, ["--sidp-shift-sp", "1"]) as srv:
+        for i, p in enumerate(PROMPTS):
+            facts[f"alone_p{i}"] = compare(alone[i], greedy(srv.base_url, p))
+        got = at_once(srv.base_url, [(PROMPTS[i], None) for i in (1, 2, 3)])
+        for k, i in enumerate((1, 2, 3)):
+            facts[f"three_at_once_p{i}_vs_vanilla_batched"] = compare(together[k], got[k])
+        log = srv.log_text()
+    summary(log_dir, "tiny_dense_shift_sp1", answers=facts, graphs=graph_lines(log))
+    assert graph_lines(log), "no line on which decode graphs run which configuration"
+    bad = {k: v for k, v in facts.items() if k.startswith("alone") and (not v["tokens_equal"] or v["logprob_gap"])}
+    assert not bad, bad
+
+
+@pytest.mark.gpus(2)
+def test_tiny_dense_shift_tp2_matches_vanilla_tp2(log_dir):
+    if not (TINY_DENSE / "config.json").is_file():
+        pytest.skip(f"{TINY_DENSE} missing: python .whl/make_tiny_models.py DIR --big")
+    model = ["--model-path", str(TINY_DENSE)]
+    with Server("sglang.launch_server", [*model, *COMMON, "--tp-size", "2"], port=34200,
+                log_path=log_dir / "tiny_dense_vanilla_tp2.log", gpus="0,1") as srv:
+        ref = [greedy(srv.base_url, p) for p in PROMPTS]
+    facts = {}
+    with shift(log_dir, "tiny_dense_shift_tp2", model, 2, port=34300) as srv:
+        for i, p in enumerate(PROMPTS):
+            facts[f"alone_p{i}"] = compare(ref[i], greedy(srv.base_url, p))
+        log = srv.log_text()
+    summary(log_dir, "tiny_dense_shift_tp2", answers=facts, graphs=graph_lines(log))
+    assert all(v["tokens_equal"] for v in facts.values()), facts
+
+
+@pytest.mark.gpus(2)
+def test_qwen3_32b_shift_tp2_matches_vanilla_tp2(log_dir):
+    model = model_args("Qwen3-32B")
+    with Server("sglang.launch_server", [*model, *COMMON, "--tp-size", "2"], port=34400,
+                log_path=log_dir / "qwen3_32b_vanilla_tp2.log", gpus="0,1") as srv:
+        ref = [greedy(srv.base_url, p, n=8) for p in PROMPTS[:4]]
+        vanilla_log = srv.log_text()
+    facts = {}
+    with shift(log_dir, "qwen3_32b_shift_tp2", model, 2, port=34500) as srv:
+        for i, p in enumerate(PROMPTS[:4]):
+            facts[f"alone_p{i}"] = compare(ref[i], greedy(srv.base_url, p, n=8))
+        log = srv.log_text()
+    kv = lambda text: [int(x) for x in re.findall(r"max_total_num_tokens=(\d+)", text)]  # noqa: E731
+    added = re.findall(r"the base weights add ([\d.]+) GB on this GPU", log)
+    summary(log_dir, "qwen3_32b_shift_tp2", answers=facts, kv_shift=kv(log), kv_vanilla_tp2=kv(vanilla_log),
+            base_weights_added_gb=added, graphs=graph_lines(log))
+    assert all(v["tokens_equal"] for v in facts.values()), facts
