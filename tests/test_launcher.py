@@ -60,9 +60,11 @@ def test_bad_combination_exits_2_with_one_line_per_problem():
 
 
 @pytest.mark.skipif(not MOE.is_dir(), reason=f"{MOE} not found (the shared model configs)")
-def test_unimplemented_mode_rejected_before_any_gpu_work():
-    out = launch("--sidp-mode", "shift", "--model-path", str(MOE), "--load-format", "dummy", "--tp-size", "2")
-    assert out.returncode == 2 and "--sidp-mode shift is not implemented in this version of sgl-sidp yet" in out.stderr
+def test_shift_on_a_moe_model_rejected_before_any_gpu_work():
+    out = launch("--sidp-mode", "shift", "--model-path", str(MOE), "--load-format", "dummy", "--tp-size", "2",
+                 "--sidp-shift-sp", "3")
+    assert out.returncode == 2 and "invalid sgl-sidp settings:" in out.stderr
+    assert "  - --sidp-shift-sp 3 does not divide --tp-size 2" in out.stderr and "is MoE" in out.stderr
 
 
 def test_help_lists_our_group_and_sglang_flags():
