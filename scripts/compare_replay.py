@@ -23,12 +23,12 @@ import argparse
 import json
 import re
 import shlex
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sgl_sidp.bench.batches import replay
 from sgl_sidp.bench.server import ServerProcess
 
 SIDES = ("vanilla", "ours")
@@ -80,16 +80,7 @@ def start_server(side: str, args, gpu: str, port: int) -> ServerProcess:
 
 def run_job(name: str, replay_args: str, side: str, srv: ServerProcess, out: Path) -> dict:
     """One replay against one server, as a child process (its own event loop and CPU)."""
-    out_dir = out / name / side
-    cmd = [sys.executable, "-m", "sgl_sidp.replay", *shlex.split(replay_args), "--base-url", srv.base_url,
-           "--out-dir", str(out_dir), "--tag", side, "--disable-tqdm"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "replay.log", "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-    summary_file = out_dir / "summary.json"
-    if rc != 0 or not summary_file.exists():
-        raise RuntimeError(f"replay {name}/{side} failed (rc {rc}); see {out_dir / 'replay.log'}")
-    return json.loads(summary_file.read_text())
+    return replay(name, replay_args, srv.base_url, out / name / side, side)
 
 
 def server_facts(srv: ServerProcess, ready_s: float) -> dict:

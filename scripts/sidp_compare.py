@@ -35,13 +35,14 @@ run in separate commands, each within a device call's limit).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import time
 from pathlib import Path
 
 import numpy as np
+
+from sgl_sidp.bench.batches import metrics_text, prompts, run_batch, spread
 
 CONFIGS = {
     "dp2": ("sglang.launch_server", ["--dp-size", "2"]),
@@ -104,32 +105,6 @@ def job_requests(kv_tokens: int, prompt: int, output: int, max_requests: int, fi
     return max(1, min(max_requests, math.ceil(1.2 * kv_tokens / (prompt + output))))
 
 
-def prompts(n: int, length: int, seed: int) -> list[list[int]]:
-    """`n` random token-id prompts (ids 3..4000: the bundled tokenizer's range) of `length` tokens."""
-    rng = np.random.default_rng(seed)
-    return rng.integers(3, 4000, size=(n, length)).tolist()
-
-
-async def run_batch(base_url: str, bodies: list[tuple[list[int], int, int | None]]):
-    """Send every (input ids, output tokens, DP rank or None) at once; returns (outputs, seconds)."""
-    from sgl_sidp.bench.client import ENDPOINTS, make_payload, make_session, stream_request
-
-    url = base_url + ENDPOINTS["sglang"]
-    async with make_session() as session:
-        t0 = time.perf_counter()
-        outs = await asyncio.gather(*[
-            stream_request(session, "sglang", url,
-                           make_payload("sglang", ids, o, extra={"routed_dp_rank": r} if r is not None else None),
-                           len(ids))
-            for ids, o, r in bodies])
-    return outs, time.perf_counter() - t0
-
-
-def spread(n: int, ranks: int) -> list[int | None]:
-    """DP rank of each of `n` requests: round robin over `ranks` (None with one rank)."""
-    return [None if ranks == 1 else i % ranks for i in range(n)]
-
-
 def run_config(name: str, a) -> dict:
     from sgl_sidp.bench.metrics import compute_metrics
     from sgl_sidp.bench.server import ServerProcess
@@ -157,7 +132,7 @@ def run_config(name: str, a) -> dict:
         for b in a.step_batches:
             n = b * 2  # B per rank of a two-GPU configuration; tp2 gets the same total
             bodies = [(ids, 64, r) for ids, r in zip(prompts(n, 256, b), spread(n, ranks))]
-            outs, _ = asyncio.run(run_batch(srv.base_url, bodies))
+            outs, _ = run_batch(srv.base_url, bodies)
             itl = [x for o in outs if o.success for x in o.itl]
             result["steps"][b] = {"step_ms": float(np.median(itl) * 1e3) if itl else None,
                                   "failed": sum(not o.success for o in outs)}
@@ -168,7 +143,7 @@ def run_config(name: str, a) -> dict:
             n = job_requests(kv_total, p, o, a.max_requests, a.requests)
             bodies = [(ids, o, r) for ids, r in zip(prompts(n, p, p + o), spread(n, ranks))]
             before = metrics_text(srv.base_url) if name.startswith("sidp") else ""
-            outs, seconds = asyncio.run(run_batch(srv.base_url, bodies))
+            outs, seconds = run_batch(srv.base_url, bodies)
             m = compute_metrics(outs, seconds)
             result["jobs"][job] = {"requests": n, "seconds": seconds, "output_tok_s": m["output_throughput"],
                                    "mean_ttft_ms": m["mean_ttft_ms"], "mean_tpot_ms": m["mean_tpot_ms"],
@@ -177,14 +152,6 @@ def run_config(name: str, a) -> dict:
                 result["jobs"][job]["mode_share"] = mode_shares(before, metrics_text(srv.base_url))
             path.write_text(json.dumps(result, indent=1))
     return result
-
-
-def metrics_text(base_url: str) -> str:
-    """The server's /metrics body (started with --enable-metrics)."""
-    import urllib.request
-
-    with urllib.request.urlopen(base_url + "/metrics", timeout=30) as r:
-        return r.read().decode()
 
 
 def report(out_dir: Path) -> str:

@@ -187,3 +187,21 @@ def test_forwards_are_counted_by_configuration_with_graph_sizes():
     # 65 decodes replay the 72 graph (base); 60 the 64 graph (shift, not above 64); 100 runs eagerly (base)
     assert rt.forwards == {"base": 3, "shift": 1} and rt.tokens == {"base": 500 + 72 + 100, "shift": 64}
     assert rt.switches == 2
+
+
+def test_metrics_follow_the_counts():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sgl_sidp.shift.runtime import ShiftMetrics
+
+    ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=2, threshold=64)), listeners=[])
+    rt = ShiftRuntime(ctx)
+    rt.sp = 2
+    reg = CollectorRegistry()
+    rt.metrics = ShiftMetrics(rt, {"tp_rank": "0"}, registry=reg)
+    for n in (500, 1, 1, 300):
+        ctx.listeners[0](types.SimpleNamespace(forward_mode="EXTEND", computed_tokens=n))
+    text = generate_latest(reg).decode()
+    assert 'sglang:sidp_shift_forwards_total{config="base",tp_rank="0"} 2.0' in text
+    assert 'sglang:sidp_shift_tokens_total{config="shift",tp_rank="0"} 2.0' in text
+    assert 'sglang:sidp_shift_switches_total{tp_rank="0"} 2.0' in text and "sglang:sidp_shift_threshold" in text

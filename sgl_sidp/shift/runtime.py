@@ -94,6 +94,7 @@ class ShiftRuntime:
         self.tokens = {"base": 0, "shift": 0}
         self.switches = 0
         self._last: str | None = None
+        self.metrics: ShiftMetrics | None = None
         self.capture_bs: list[int] = []  # the decode CUDA graphs' batch sizes, sorted
         ctx.listeners.append(self._on_iteration)
 
@@ -167,11 +168,13 @@ class ShiftRuntime:
         if not n:
             return
         mode = "base" if self.base_for(n) else "shift"
+        switched = self._last is not None and mode != self._last
         self.forwards[mode] += 1
         self.tokens[mode] += n
-        if self._last is not None and mode != self._last:
-            self.switches += 1
+        self.switches += switched
         self._last = mode
+        if self.metrics is not None:
+            self.metrics.on_forward(mode, n, switched)
 
     # ------------------------------------------------------------------ SGLang set-up hooks
     def on_init_torch_distributed(self, result, runner, *args, **kwargs):
@@ -259,6 +262,9 @@ class ShiftRuntime:
 
     def on_scheduler_init(self, result, scheduler, *args, **kwargs):
         """AFTER `Scheduler.__init__`: one line with the configuration (graphs are captured by now)."""
+        collector = getattr(scheduler, "metrics_collector", None)
+        if collector is not None:
+            self.metrics = ShiftMetrics(self, dict(collector.labels))
         graphs = getattr(scheduler.tp_worker.model_runner, "decode_cuda_graph_runner", None)
         self.capture_bs = sorted(getattr(graphs, "capture_bs", None) or [])
         base_graphs = [b for b in self.capture_bs if self.base_for(b)]
@@ -269,3 +275,34 @@ class ShiftRuntime:
                     getattr(scheduler, "tp_rank", 0), self.p, self.sp, self.tp_b, self.threshold)
         return result
 
+
+
+class ShiftMetrics:
+    """Shift Parallelism's Prometheus metrics (with `--enable-metrics`), labelled like SGLang's scheduler metrics.
+
+    - `sglang:sidp_shift_forwards_total{config}`: forwards by configuration ("base", "shift"), counted from the batch
+      signal by the rule the forward ran under (a decode batch by its CUDA graph's captured size).
+    - `sglang:sidp_shift_tokens_total{config}`: their tokens (a replayed graph counts its captured size).
+    - `sglang:sidp_shift_switches_total`: changes of configuration between consecutive forwards.
+    - `sglang:sidp_shift_threshold`: the threshold, tokens per forward.
+    """
+
+    def __init__(self, rt: ShiftRuntime, labels: dict, registry=None):
+        from prometheus_client import REGISTRY, Counter, Gauge
+
+        reg = REGISTRY if registry is None else registry
+        kw = dict(labelnames=list(labels), registry=reg)
+        Gauge("sglang:sidp_shift_threshold", "Tokens per forward above which the base configuration runs.",
+              multiprocess_mode="mostrecent", **kw).labels(**labels).set(rt.threshold)
+        by = dict(labelnames=[*labels, "config"], registry=reg)
+        forwards = Counter("sglang:sidp_shift_forwards", "Forwards by configuration.", **by)
+        tokens = Counter("sglang:sidp_shift_tokens", "Tokens of the forwards by configuration.", **by)
+        self.forwards = {c: forwards.labels(**labels, config=c) for c in ("base", "shift")}
+        self.tokens = {c: tokens.labels(**labels, config=c) for c in ("base", "shift")}
+        self.switches = Counter("sglang:sidp_shift_switches", "Changes of configuration.", **kw).labels(**labels)
+
+    def on_forward(self, config: str, tokens: int, switched: bool) -> None:
+        self.forwards[config].inc()
+        self.tokens[config].inc(tokens)
+        if switched:
+            self.switches.inc()

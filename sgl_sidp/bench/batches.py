@@ -1,0 +1,70 @@
+"""Building blocks of the side-by-side comparison scripts (`scripts/*_compare.py`): random prompts, a batch of
+requests sent at once, one trace replay as a child process, a server's /metrics. No GPU code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+
+def prompts(n: int, length: int, seed: int) -> list[list[int]]:
+    """`n` random token-id prompts (ids 3..4000: the bundled tokenizer's range) of `length` tokens."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(3, 4000, size=(n, length)).tolist()
+
+
+def spread(n: int, ranks: int) -> list[int | None]:
+    """DP rank of each of `n` requests: round robin over `ranks` (None with one rank)."""
+    return [None if ranks == 1 else i % ranks for i in range(n)]
+
+
+async def _send(base_url: str, bodies: list[tuple[list[int], int, int | None]]):
+    from sgl_sidp.bench.client import ENDPOINTS, make_payload, make_session, stream_request
+
+    url = base_url + ENDPOINTS["sglang"]
+    async with make_session() as session:
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*[
+            stream_request(session, "sglang", url,
+                           make_payload("sglang", ids, o, extra={"routed_dp_rank": r} if r is not None else None),
+                           len(ids))
+            for ids, o, r in bodies])
+    return outs, time.perf_counter() - t0
+
+
+def run_batch(base_url: str, bodies: list[tuple[list[int], int, int | None]]):
+    """Send every (input ids, forced output tokens, DP rank or None) at once, streaming; returns
+    (`RequestOutput`s in order, seconds from the first dispatch to the last completion)."""
+    return asyncio.run(_send(base_url, bodies))
+
+
+def replay(name: str, replay_args: str, base_url: str, out_dir: Path, tag: str) -> dict:
+    """One `python -m sgl_sidp.replay REPLAY_ARGS` against `base_url` as a child process (its own event loop and CPU),
+    writing under `out_dir`; returns its summary.json.
+
+    Raises:
+        RuntimeError: the replay failed (its log is `out_dir/replay.log`).
+    """
+    cmd = [sys.executable, "-m", "sgl_sidp.replay", *shlex.split(replay_args), "--base-url", base_url,
+           "--out-dir", str(out_dir), "--tag", tag, "--disable-tqdm"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "replay.log", "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    summary_file = out_dir / "summary.json"
+    if rc != 0 or not summary_file.exists():
+        raise RuntimeError(f"replay {name}/{tag} failed (rc {rc}); see {out_dir / 'replay.log'}")
+    return json.loads(summary_file.read_text())
+
+
+def metrics_text(base_url: str) -> str:
+    """The server's /metrics body (started with --enable-metrics)."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=30) as r:
+        return r.read().decode()
