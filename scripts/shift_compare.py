@@ -89,7 +89,7 @@ def run_config(name: str, a) -> dict:
     out_dir = Path(a.out_dir)
     launcher, flags = command(name, a)
     result = {"config": name, "command": None, "kv_tokens": [], "ttft_ms": {}, "burst": {}, "low_traffic": {},
-              "traces": {}}
+              "traces": {}, "forwards": {}}
     path = out_dir / f"{name}.json"
     srv = ServerProcess(launcher, flags, port=a.port, log_path=out_dir / f"server_{name}.log", gpus=a.gpus)
     result["command"] = " ".join(srv.command)
@@ -100,10 +100,9 @@ def run_config(name: str, a) -> dict:
 
     def measured(key, fn):
         before = metrics_text(srv.base_url) if shift else ""
-        value = fn()
+        result[key] = fn()
         if shift:
-            value["forwards"] = forwards_by_config(before, metrics_text(srv.base_url))
-        result[key] = value
+            result["forwards"][key] = forwards_by_config(before, metrics_text(srv.base_url))
         save()
 
     with srv:
@@ -145,7 +144,7 @@ def run_config(name: str, a) -> dict:
             keep = {k: summary.get(k) for k in ("completed", "failed", "duration", "output_throughput", "median_ttft_ms",
                                                  "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")}
             if shift:
-                keep["forwards"] = forwards_by_config(before, metrics_text(srv.base_url))
+                result["forwards"][tname] = forwards_by_config(before, metrics_text(srv.base_url))
             result["traces"][tname] = keep
             save()
     return result
@@ -164,11 +163,16 @@ def report(out_dir: Path) -> str:
         rows += [(f"{t}: median TTFT ms", lambda r, t=t: r["traces"].get(t, {}).get("median_ttft_ms"), "{:.0f}"),
                  (f"{t}: median TPOT ms", lambda r, t=t: r["traces"].get(t, {}).get("median_tpot_ms"), "{:.2f}")]
     names = list(res)
+    for item in sorted({k for r in res.values() for k in r.get("forwards", {})}):
+        rows.append((f"{item}: forwards base / shift", lambda r, i=item: r.get("forwards", {}).get(i), None))
     lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for label, get, fmt in rows:
         cells = []
         for n in names:
             v = get(res[n])
+            if fmt is None:  # forwards per configuration
+                cells.append("-" if not v else f"{v.get('base', 0):.0f} / {v.get('shift', 0):.0f}")
+                continue
             ratios = [f"{v / get(res[ref]):.2f}x {ref}" for ref in ("tp", "dp")
                       if ref in res and ref != n and v and get(res[ref])]
             cells.append("-" if v is None else fmt.format(v) + (f" ({', '.join(ratios)})" if ratios else ""))

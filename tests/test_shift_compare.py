@@ -47,7 +47,10 @@ def test_report_puts_ratios_against_tp_and_dp(tmp_path):
     write("tp", [770642, 770642], {"4096": 600.0}, 18200.0, 15.0)
     write("dp", [264513, 264513], {"4096": 1100.0}, 20000.0, 20.0)
     write("shift", [700000, 700000], {"4096": 540.0}, 19656.0, 15.3)
+    shift = json.loads((tmp_path / "shift.json").read_text())
+    (tmp_path / "shift.json").write_text(json.dumps({**shift, "forwards": {"burst": {"base": 17.0, "shift": 128.0}}}))
     table = MOD["report"](tmp_path).splitlines()
+    assert "| burst: forwards base / shift | - | 17 / 128 | - |" in table
     assert table[0] == "| metric | dp | shift | tp |"
     assert "| TTFT ms, 4,096-token prompt | 1100 (1.83x tp) | 540 (0.90x tp, 0.49x dp) | 600 (0.55x dp) |" in table
     assert any(line.startswith("| burst tok/s (in+out) |") and "19,656 (1.08x tp, 0.98x dp)" in line for line in table)
