@@ -180,7 +180,7 @@ def test_base_forward_through_the_hooks_equals_the_tp_forward(p, sp, n_tokens):
 def test_forwards_are_counted_by_configuration_with_graph_sizes():
     ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=2, threshold=64)), listeners=[])
     rt = ShiftRuntime(ctx)
-    rt.sp, rt.capture_bs = 2, [1, 2, 4, 8, 16, 32, 64, 72, 80]
+    rt.sp, rt.capture_bs, rt.graph_base = 2, [1, 2, 4, 8, 16, 32, 64, 72, 80], {72, 80}  # captured above 64
     sig = lambda mode, n: types.SimpleNamespace(forward_mode=mode, computed_tokens=n)  # noqa: E731
     for s in (sig("EXTEND", 500), sig("DECODE", 65), sig("DECODE", 60), sig("DECODE", 100), sig("DECODE", 0)):
         ctx.listeners[0](s)
@@ -205,3 +205,40 @@ def test_metrics_follow_the_counts():
     assert 'sglang:sidp_shift_forwards_total{config="base",tp_rank="0"} 2.0' in text
     assert 'sglang:sidp_shift_tokens_total{config="shift",tp_rank="0"} 2.0' in text
     assert 'sglang:sidp_shift_switches_total{tp_rank="0"} 2.0' in text and "sglang:sidp_shift_threshold" in text
+
+
+def test_threshold_from_measured_prefills():
+    import math
+
+    from sgl_sidp.calibration.cost import shift_threshold
+
+    assert shift_threshold({256: (10, 12), 1024: (30, 29), 4096: (110, 95)}) == 256  # base wins from 1024 on
+    assert shift_threshold({256: (10, 12), 1024: (30, 29), 4096: (110, 120)}) == math.inf  # loses at the top: off
+    assert shift_threshold({256: (10, 9), 1024: (30, 29)}) == 0
+    assert shift_threshold({256: (10, 9), 1024: (30, 31), 4096: (110, 95)}) == 1024  # a dip below is ignored
+
+
+def test_calibrating_forces_a_configuration_and_decode_graphs_keep_theirs():
+    ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=2, threshold=0)), listeners=[])
+    rt = ShiftRuntime(ctx)
+    rt.sp = 2
+    assert rt.threshold == float("inf") and not rt.base_for(10 ** 6)  # provisional: everything shift
+    rt.force = "base"
+    assert rt.base_for(1)
+    rt.force = None
+    rt.capture_bs, rt.graph_base, rt.threshold = [1, 8, 64, 128], set(), 32  # graphs captured before calibration
+    sig = lambda mode, n: types.SimpleNamespace(forward_mode=mode, computed_tokens=n)  # noqa: E731
+    assert rt.config_of(sig("DECODE", 100)) == ("shift", 128)  # its graph was captured as shift
+    assert rt.config_of(sig("EXTEND", 100)) == ("base", 100)  # eager forwards follow the measured threshold
+
+
+def test_cache_keeps_a_feature_measurement_per_key(tmp_path):
+    from sgl_sidp.calibration.cache import CalibrationCache, CalibrationKey
+
+    key = CalibrationKey(gpu="NVIDIA H200", model="m", dtype="bf16", quantization="", attention_backend="triton",
+                         sglang="0.5.17")
+    cache = CalibrationCache(tmp_path)
+    assert cache.get_extra(key, "shift-sp2") is None
+    cache.put_extra(key, "shift-sp2", {"threshold": float("inf")})
+    assert cache.get_extra(key, "shift-sp2") == {"threshold": float("inf")}
+    assert cache.get_extra(key, "shift-sp4") is None and cache.get(key) is None

@@ -98,6 +98,24 @@ class CalibrationCache:
         tmp.replace(p)
         return p
 
+    def get_extra(self, key: CalibrationKey, kind: str) -> dict | None:
+        """A feature's own measurement cached under `key` and `kind` (e.g. "shift-sp2"), or None."""
+        p = self.dir / f"{kind}-{key.file_name()}"
+        try:
+            d = json.loads(p.read_text())
+            return d["data"] if d.get("key") == dataclasses.asdict(key) else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def put_extra(self, key: CalibrationKey, kind: str, data: dict) -> Path:
+        """Store a feature's own measurement (JSON-able `data`) under `key` and `kind`; returns the file written."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        p = self.dir / f"{kind}-{key.file_name()}"
+        tmp = p.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"key": dataclasses.asdict(key), "data": data}, indent=1))
+        tmp.replace(p)
+        return p
+
     def wait(self, key: CalibrationKey, timeout_s: float, alive=lambda: True, poll_s: float = 0.5) -> Calibration | None:
         """Wait up to `timeout_s` for another process to `put` `key`; None on timeout or once `alive()` is False."""
         deadline = time.monotonic() + timeout_s

@@ -127,3 +127,28 @@ def crossover_batch(cal: Calibration, copy_ms: float, context: int = 0, kv_bytes
         if margin * cal.decode_step_ms(b, context, kv_bytes_per_token) >= copy_ms:
             return b
     return None
+
+
+def shift_threshold(points: dict[int, tuple[float, float]]) -> float:
+    """Shift Parallelism's threshold from measured forwards: the largest measured token count at which the shift
+    configuration (TP = P) is faster, provided the base configuration (Ulysses SP) is no slower at every larger count.
+
+    Args:
+        points: tokens in a forward -> (shift ms, base ms), at least one point.
+
+    Returns:
+        Tokens per forward above which the base configuration runs: 0 when base wins at every measured count,
+        `math.inf` when shift wins at the largest (the base configuration then never runs: it loses everywhere
+        it was measured, or it does not win to the end).
+    """
+    import math
+
+    counts = sorted(points)
+    if points[counts[-1]][1] > points[counts[-1]][0]:
+        return math.inf
+    threshold = 0
+    for t in counts:
+        shift_ms, base_ms = points[t]
+        if base_ms > shift_ms:
+            threshold = t
+    return threshold

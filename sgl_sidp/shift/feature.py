@@ -82,8 +82,9 @@ def describe(cfg, server_args) -> str:
     """Shift's part of the launcher's start-up line."""
     p = server_args.tp_size
     sp = sp_of(cfg, p)
-    return (f"shift: base (SP={sp}, TP={p // sp}) above {cfg.shift.threshold} tokens per forward, shift (TP={p}) at "
-            "or below; one KV cache; base weights gathered from the TP shards, shift shards are views of them")
+    where = f"{cfg.shift.threshold} tokens per forward" if cfg.shift.threshold else "the calibrated threshold"
+    return (f"shift: base (SP={sp}, TP={p // sp}) above {where}, shift (TP={p}) at or below; one KV cache; base "
+            "weights gathered from the TP shards, shift shards are views of them")
 
 
 FEATURE = Feature(

@@ -33,11 +33,20 @@ forward's token count (`ShiftRuntime.base_for`), through these hooks (each liste
 CUDA graphs: the decode graph runner captures `model.forward` per batch size, so a graph is base or shift by its
 captured size (the decision above runs at capture). Prefill graphs are off by default in this mode
 (`shift.feature.sglang_defaults`).
+
+The threshold (`--sidp-shift-threshold`, 0 = calibrate): AFTER `Scheduler.__init__` (graphs captured, nothing
+served) every TP rank times the same one-request prefills (`calibration.measure.time_prefill`) of `CALIBRATION_TOKENS`
+in both configurations; TP rank 0 picks the threshold (`calibration.cost.shift_threshold`) and hands it to the
+others; it is cached on disk (`CalibrationCache.put_extra`, keyed like every start-up calibration plus the SP), so
+the next start reads it before its decode graphs are captured. A first start captures them in the shift
+configuration (threshold provisionally infinite); its eager forwards follow the measured threshold at once.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 from typing import Callable
 
 import torch
@@ -47,6 +56,9 @@ from sgl_sidp.shift import ulysses
 from sgl_sidp.shift.views import COLUMN, ROW, gather_base, shard_view
 
 logger = logging.getLogger(__name__)
+
+#: Prefill sizes (tokens, one request) timed in both configurations to pick the threshold.
+CALIBRATION_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192)
 
 #: per decoder layer: (module path inside the layer, stacking dimension of its shards, role)
 LINEARS = (("self_attn.qkv_proj", COLUMN, "qkv"), ("self_attn.o_proj", ROW, "o"),
@@ -83,7 +95,10 @@ class ShiftRuntime:
         self.p = self.sp = self.tp_b = 1
         self.sp_rank = self.tb_rank = 0
         self.sp_comm = self.tb_comm = None
-        self.threshold = self.settings.threshold
+        self.threshold: float = self.settings.threshold or math.inf  # inf: provisional, until calibrated
+        self.threshold_source = "--sidp-shift-threshold" if self.settings.threshold else "provisional (all shift)"
+        self.force: str | None = None  # "base" or "shift" while calibrating
+        self.graph_base: set[int] = set()  # decode CUDA graph sizes captured in the base configuration
         self.embed_id: int | None = None
         self.roles: dict[int, str] = {}  # id(module) -> "qkv" | "o" | "mlp" | "logits"
         self.weights: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # id(linear) -> (base weight, bias)
@@ -100,8 +115,10 @@ class ShiftRuntime:
 
     # ------------------------------------------------------------------ decisions (CPU-testable)
     def base_for(self, n_tokens: int) -> bool:
-        """Whether a forward of `n_tokens` runs the base configuration: above the threshold, and SP > 1 or the
-        SP = 1 wiring check; the same on every GPU, since every TP rank runs the same batch."""
+        """Whether a forward of `n_tokens` runs the base configuration: above the threshold (and at least SP
+        tokens), or as forced while calibrating; the same on every GPU, since every TP rank runs the same batch."""
+        if self.force is not None:
+            return self.force == "base"
         return n_tokens > self.threshold and n_tokens >= self.sp
 
     def configure(self, p: int, sp: int, tp_rank: int, sp_comm, tb_comm=None) -> None:
@@ -152,22 +169,20 @@ class ShiftRuntime:
             self.roles[id(logits)] = "logits"
         return added / 1e9
 
-    def forward_tokens(self, sig) -> int:
-        """Tokens of the forward an iteration runs: its computed tokens, padded to the captured size when a decode
-        batch replays a CUDA graph (the graph's configuration was fixed by that size)."""
-        import bisect
-
+    def config_of(self, sig) -> tuple[str, int]:
+        """(configuration, tokens) of the forward an iteration runs: a decode batch that replays a CUDA graph runs
+        the configuration the graph was captured in, with the graph's size; any other forward its token count's."""
         n = int(sig.computed_tokens)
         if n and sig.forward_mode == "DECODE" and self.capture_bs and n <= self.capture_bs[-1]:
             n = self.capture_bs[bisect.bisect_left(self.capture_bs, n)]
-        return n
+            return ("base" if n in self.graph_base else "shift"), n
+        return ("base" if self.base_for(n) else "shift"), n
 
     def _on_iteration(self, sig) -> None:
-        """Batch-signal listener: count the forward by the configuration its token count gives."""
-        n = self.forward_tokens(sig)
+        """Batch-signal listener: count the forward by the configuration it ran."""
+        mode, n = self.config_of(sig)
         if not n:
             return
-        mode = "base" if self.base_for(n) else "shift"
         switched = self._last is not None and mode != self._last
         self.forwards[mode] += 1
         self.tokens[mode] += n
@@ -205,9 +220,19 @@ class ShiftRuntime:
             return result
         gb = self.adopt(runner.model)
         torch.cuda.empty_cache()
+        if not self.settings.threshold:
+            from sgl_sidp.calibration.cache import CalibrationCache
+            from sgl_sidp.calibration.startup import calibration_key
+
+            cache = CalibrationCache()
+            cached = cache.get_extra(calibration_key(runner), f"shift-sp{self.sp}")
+            if cached is not None:
+                self.threshold = float(cached["threshold"])
+                self.threshold_source = f"start-up calibration cached in {cache.dir}"
         logger.info("sgl-sidp shift TP%d: base (SP=%d, TP=%d) as SP rank %d, shift (TP=%d) on views of the base "
-                    "weights; the base weights add %.2f GB on this GPU; base above %d tokens per forward",
-                    runner.ps.tp_rank, self.sp, self.tp_b, self.sp_rank, self.p, gb, self.threshold)
+                    "weights; the base weights add %.2f GB on this GPU; base above %s tokens per forward (%s)",
+                    runner.ps.tp_rank, self.sp, self.tp_b, self.sp_rank, self.p, gb, self.threshold,
+                    self.threshold_source)
         return result
 
     # ------------------------------------------------------------------ forward hooks
@@ -261,19 +286,58 @@ class ShiftRuntime:
         return original(proc, input_ids, hidden_states, *args, **kwargs)
 
     def on_scheduler_init(self, result, scheduler, *args, **kwargs):
-        """AFTER `Scheduler.__init__`: one line with the configuration (graphs are captured by now)."""
-        collector = getattr(scheduler, "metrics_collector", None)
-        if collector is not None:
-            self.metrics = ShiftMetrics(self, dict(collector.labels))
+        """AFTER `Scheduler.__init__` (graphs captured, nothing served): which decode graphs run which configuration,
+        the threshold calibration when it is neither given nor cached, then the metrics."""
         graphs = getattr(scheduler.tp_worker.model_runner, "decode_cuda_graph_runner", None)
         self.capture_bs = sorted(getattr(graphs, "capture_bs", None) or [])
         base_graphs = [b for b in self.capture_bs if self.base_for(b)]
+        self.graph_base = set(base_graphs)
         logger.info("sgl-sidp shift TP%d: decode CUDA graphs in the base configuration: %s; in the shift "
                     "configuration: %d sizes", getattr(scheduler, "tp_rank", 0), base_graphs or "none",
                     len(self.capture_bs) - len(base_graphs))
-        logger.info("sgl-sidp shift TP%d: ready; P=%d, base SP=%d TP=%d above %d tokens per forward",
-                    getattr(scheduler, "tp_rank", 0), self.p, self.sp, self.tp_b, self.threshold)
+        if self.threshold_source.startswith("provisional") and self.sp_comm is not None:
+            self.calibrate(scheduler)
+        collector = getattr(scheduler, "metrics_collector", None)
+        if collector is not None:
+            self.metrics = ShiftMetrics(self, dict(collector.labels))
+        logger.info("sgl-sidp shift TP%d: ready; P=%d, base SP=%d TP=%d above %s tokens per forward (%s)",
+                    getattr(scheduler, "tp_rank", 0), self.p, self.sp, self.tp_b, self.threshold, self.threshold_source)
         return result
+
+    def calibrate(self, scheduler) -> None:
+        """Time one-request prefills of `CALIBRATION_TOKENS` in both configurations (every TP rank alike: the
+        forwards hold TP collectives), let TP rank 0 pick the threshold, share it, and cache it."""
+        import time
+
+        from sgl_sidp.calibration.cache import CalibrationCache
+        from sgl_sidp.calibration.cost import shift_threshold
+        from sgl_sidp.calibration.measure import time_prefill
+        from sgl_sidp.calibration.startup import calibration_key
+
+        runner = scheduler.tp_worker.model_runner
+        room = min(scheduler.model_config.context_len - 1,
+                   scheduler.token_to_kv_pool_allocator.available_size() // 2)
+        t0 = time.perf_counter()
+        points = {}
+        for tokens in (t for t in CALIBRATION_TOKENS if t <= room):
+            ms = {}
+            for config in ("shift", "base"):
+                self.force = config
+                try:
+                    ms[config] = time_prefill(scheduler, tokens)
+                finally:
+                    self.force = None
+            points[tokens] = (ms["shift"], ms["base"])
+        threshold = shift_threshold(points) if points else math.inf
+        if runner.ps.tp_size > 1:
+            threshold = runner.tp_group.broadcast_object(threshold if runner.ps.tp_rank == 0 else None, src=0)
+        self.threshold = threshold
+        self.threshold_source = f"start-up calibration ({time.perf_counter() - t0:.1f} s)"
+        if runner.ps.tp_rank == 0:
+            path = CalibrationCache().put_extra(calibration_key(runner), f"shift-sp{self.sp}",
+                                                {"threshold": threshold, "points": {str(t): v for t, v in points.items()}})
+            logger.info("sgl-sidp shift TP0: prefill ms (shift, base) by tokens: %s; threshold %s tokens (cached in %s)",
+                        ", ".join(f"{t}: {a:.1f}, {b:.1f}" for t, (a, b) in points.items()), threshold, path)
 
 
 

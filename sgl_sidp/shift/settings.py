@@ -17,8 +17,9 @@ class ShiftSettings(BaseModel):
         "wiring on any GPU count, no sequence parallelism).",
     )
     threshold: int = Field(
-        256, ge=0,
+        0, ge=0,
         description="Tokens in a forward (after radix-cache admission; a CUDA graph's captured size) above which "
-        "it runs the base configuration (Ulysses SP); at or below it the shift configuration (TP = P). A first "
-        "guess until start-up calibration picks it (not built yet).",
+        "it runs the base configuration (Ulysses SP); at or below it the shift configuration (TP = P). 0: from "
+        "start-up calibration (prefills timed in both configurations once the server is built, cached on disk for "
+        "the next start; a first start captures its decode CUDA graphs in the shift configuration).",
     )

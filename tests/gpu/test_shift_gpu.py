@@ -46,10 +46,14 @@ def graph_lines(log):
                       r"configuration: (\d+) sizes", log)
 
 
+@pytest.fixture(scope="module")
+def tiny_tp1_reference(log_dir):
+    return vanilla_reference(log_dir, TINY_DENSE, "tiny_dense_vanilla_tp1", 34100, "SIDP_TINY_DENSE", batched=(1, 2, 3))
+
+
 @pytest.mark.gpus(1)
-def test_tiny_dense_shift_wiring_on_one_gpu_is_bit_identical(log_dir):
-    alone, together = vanilla_reference(log_dir, TINY_DENSE, "tiny_dense_vanilla_tp1", 34100, "SIDP_TINY_DENSE",
-                                        batched=(1, 2, 3))
+def test_tiny_dense_shift_wiring_on_one_gpu_is_bit_identical(log_dir, tiny_tp1_reference):
+    alone, together = tiny_tp1_reference
     facts = {}
     with shift(log_dir, "tiny_dense_shift_sp1", ["--model-path", str(TINY_DENSE)], 1, ["--sidp-shift-sp", "1"]) as srv:
         for i, p in enumerate(PROMPTS):
@@ -98,3 +102,25 @@ def test_qwen3_32b_shift_tp2_matches_vanilla_tp2(log_dir):
     summary(log_dir, "qwen3_32b_shift_tp2", answers=facts, kv_shift=kv(log), kv_vanilla_tp2=kv(vanilla_log),
             base_weights_added_gb=added, graphs=graph_lines(log))
     assert all(v["tokens_equal"] for v in facts.values()), facts
+
+
+@pytest.mark.gpus(1)
+def test_tiny_dense_shift_threshold_calibrated_then_cached(log_dir, tiny_tp1_reference, tmp_path):
+    """`--sidp-shift-threshold` left at 0: the first start times prefills in both configurations and caches the
+    threshold; the second reads it before capturing its decode graphs. Answers stay bit-identical (SP = 1)."""
+    alone, _ = tiny_tp1_reference
+    env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
+    model = ["--model-path", str(TINY_DENSE)]
+    logs = []
+    for start in (1, 2):
+        with Server("sgl_sidp.launch_server", [*model, *COMMON, "--sidp-mode", "shift", "--sidp-shift-sp", "1"],
+                    port=34600 + start, log_path=log_dir / f"tiny_dense_shift_calibrate_{start}.log", gpus="0",
+                    env=env) as srv:
+            got = [greedy(srv.base_url, p) for p in PROMPTS[:3]]
+            logs.append(srv.log_text())
+        assert [g[0] for g in got] == [a[0] for a in alone[:3]], f"start {start}: tokens differ"
+    measured = re.findall(r"prefill ms \(shift, base\) by tokens: (.*?); threshold (\S+) tokens", logs[0])
+    summary(log_dir, "tiny_dense_shift_calibrate", measured=measured,
+            second_start=re.findall(r"ready; .*", logs[1]))
+    assert measured, "the first start did not calibrate"
+    assert "start-up calibration cached in" in logs[1] and "prefill ms (shift, base)" not in logs[1]
