@@ -67,7 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a replay: name and the `python -m sgl_sidp.replay` flags (repeatable)")
     p.add_argument("--gpus", default="0,1", help="GPU of vanilla,ours (default 0,1); with --sequential one GPU")
     p.add_argument("--sequential", action="store_true", help="one GPU: run vanilla first, then ours")
-    p.add_argument("--port-base", type=int, default=32000)
+    p.add_argument("--port-base", type=int, default=22000)
     p.add_argument("--ready-timeout-s", type=float, default=420)
     return p.parse_args(argv)
 

@@ -186,7 +186,7 @@ def main(argv=None) -> None:
     ap.add_argument("--configs", default="tp,dp,shift")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--gpus", default="0,1")
-    ap.add_argument("--port", type=int, default=36000)
+    ap.add_argument("--port", type=int, default=26000)
     ap.add_argument("--mem-fraction-static", type=float, default=None)
     ap.add_argument("--threshold", type=int, default=None, help="--sidp-shift-threshold of the shift configurations")
     ap.add_argument("--extra-args", default="", help="more flags for every configuration (one shell-quoted string)")

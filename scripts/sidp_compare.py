@@ -191,7 +191,7 @@ def main(argv=None) -> None:
     ap.add_argument("--configs", default="dp2,dp_attn,tp2,sidp_was")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--gpus", default="0,1")
-    ap.add_argument("--port", type=int, default=35000)
+    ap.add_argument("--port", type=int, default=25000)
     ap.add_argument("--mem-fraction-static", type=float, default=None)
     ap.add_argument("--step-batches", type=lambda s: [int(x) for x in s.split(",") if x], default=[])
     ap.add_argument("--jobs", type=lambda s: [x for x in s.split(",") if x], default=[])

@@ -151,8 +151,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     s.add_argument("--ours-extra", default="", help='more flags for ours only, e.g. "--sidp-zerodp-layers all"')
     s.add_argument("--vanilla-gpus", default="0,1", help="CUDA_VISIBLE_DEVICES of vanilla (default: %(default)s)")
     s.add_argument("--ours-gpus", default="2,3", help="CUDA_VISIBLE_DEVICES of ours (default: %(default)s)")
-    s.add_argument("--vanilla-port", type=int, default=32000, help="(default: %(default)s)")
-    s.add_argument("--ours-port", type=int, default=32100, help="(default: %(default)s)")
+    s.add_argument("--vanilla-port", type=int, default=22000, help="(default: %(default)s)")
+    s.add_argument("--ours-port", type=int, default=22100, help="(default: %(default)s)")
     s.add_argument("--no-metrics", action="store_true",
                    help="do not pass --enable-metrics (loses the Prometheus per-rank counters)")
     s.add_argument("--ready-timeout-s", type=float, default=420.0,

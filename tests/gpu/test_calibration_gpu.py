@@ -26,7 +26,7 @@ def test_qwen3_30b_calibration_next_to_bundled_then_cached(log_dir, tmp_path):
     so the checked band is 0.85-1.10 and the README states which points miss 10 %."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
     args = [*model_args("Qwen3-30B-A3B"), *COMMON, "--sidp-calibrate"]
-    with Server("sgl_sidp.launch_server", args, port=32400, log_path=log_dir / "qwen3_30b_calibrate.log",
+    with Server("sgl_sidp.launch_server", args, port=22400, log_path=log_dir / "qwen3_30b_calibrate.log",
                 env=env, gpus="0") as srv:
         greedy(srv.base_url, PROMPTS[1], n=4)  # it serves after measuring
         log = srv.log_text()
@@ -34,7 +34,7 @@ def test_qwen3_30b_calibration_next_to_bundled_then_cached(log_dir, tmp_path):
     assert took, "no start-up calibration line"
     m = re.search(r"start-up calibration vs bundled \S+ \(.*?\): (.*)", log)
     entry = json.loads(next((tmp_path / "calibration").glob("*.json")).read_text())
-    with Server("sgl_sidp.launch_server", args, port=32400, log_path=log_dir / "qwen3_30b_calibrate_cached.log",
+    with Server("sgl_sidp.launch_server", args, port=22400, log_path=log_dir / "qwen3_30b_calibrate_cached.log",
                 env=env, gpus="0") as srv:
         log2 = srv.log_text()
     ratios = [float(x) for x in re.findall(r"\(([0-9.]+)x\)", m.group(1))] if m else []

@@ -40,7 +40,7 @@ def post(base, path, payload, timeout=120):
 def server(request, log_dir):
     if request.param != "default" and not (MODELS_DIR / "Qwen3-30B-A3B" / "config.json").is_file():
         pytest.skip(f"{MODELS_DIR}/Qwen3-30B-A3B/config.json not found (set SIDP_MODELS_DIR)")
-    srv = ServerProcess("sgl_sidp.launch_server", CASES[request.param] + COMMON, port=31000,
+    srv = ServerProcess("sgl_sidp.launch_server", CASES[request.param] + COMMON, port=21000,
                         log_path=log_dir / f"server_{request.param}.log", gpus="0")
     with srv:
         yield srv
@@ -114,7 +114,7 @@ def test_plugin_log_and_metrics(server):
 
 @pytest.mark.gpus(2)
 def test_dp2_plugin_in_both_schedulers(log_dir):
-    srv = ServerProcess("sgl_sidp.launch_server", ["--dp-size", "2", *COMMON], port=31100,
+    srv = ServerProcess("sgl_sidp.launch_server", ["--dp-size", "2", *COMMON], port=21100,
                         log_path=log_dir / "server_default_dp2.log", gpus="0,1")
     with srv:
         for _ in range(4):  # SGLang's round-robin DP router: both ranks get requests

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.gpu]
 TINY_DENSE = Path(os.environ.get("SIDP_TINY_DENSE", "/tmp/tiny/qwen3-big"))
 
 
-def shift(log_dir, name, model, tp, extra=(), port=34000):
+def shift(log_dir, name, model, tp, extra=(), port=24000):
     gpus = ",".join(str(i) for i in range(tp))
     return Server("sgl_sidp.launch_server", [*model, *COMMON, "--tp-size", str(tp), "--sidp-mode", "shift",
                                              "--sidp-shift-threshold", "2", *extra],
@@ -48,7 +48,7 @@ def graph_lines(log):
 
 @pytest.fixture(scope="module")
 def tiny_tp1_reference(log_dir):
-    return vanilla_reference(log_dir, TINY_DENSE, "tiny_dense_vanilla_tp1", 34100, "SIDP_TINY_DENSE", batched=(1, 2, 3))
+    return vanilla_reference(log_dir, TINY_DENSE, "tiny_dense_vanilla_tp1", 24100, "SIDP_TINY_DENSE", batched=(1, 2, 3))
 
 
 @pytest.mark.gpus(1)
@@ -73,11 +73,11 @@ def test_tiny_dense_shift_tp2_matches_vanilla_tp2(log_dir):
     if not (TINY_DENSE / "config.json").is_file():
         pytest.skip(f"{TINY_DENSE} missing: python .whl/make_tiny_models.py DIR --big")
     model = ["--model-path", str(TINY_DENSE)]
-    with Server("sglang.launch_server", [*model, *COMMON, "--tp-size", "2"], port=34200,
+    with Server("sglang.launch_server", [*model, *COMMON, "--tp-size", "2"], port=24200,
                 log_path=log_dir / "tiny_dense_vanilla_tp2.log", gpus="0,1") as srv:
         ref = [greedy(srv.base_url, p) for p in PROMPTS]
     facts = {}
-    with shift(log_dir, "tiny_dense_shift_tp2", model, 2, port=34300) as srv:
+    with shift(log_dir, "tiny_dense_shift_tp2", model, 2, port=24300) as srv:
         for i, p in enumerate(PROMPTS):
             facts[f"alone_p{i}"] = compare(ref[i], greedy(srv.base_url, p))
         log = srv.log_text()
@@ -88,12 +88,12 @@ def test_tiny_dense_shift_tp2_matches_vanilla_tp2(log_dir):
 @pytest.mark.gpus(2)
 def test_qwen3_32b_shift_tp2_matches_vanilla_tp2(log_dir):
     model = model_args("Qwen3-32B")
-    with Server("sglang.launch_server", [*model, *COMMON, "--tp-size", "2"], port=34400,
+    with Server("sglang.launch_server", [*model, *COMMON, "--tp-size", "2"], port=24400,
                 log_path=log_dir / "qwen3_32b_vanilla_tp2.log", gpus="0,1") as srv:
         ref = [greedy(srv.base_url, p, n=8) for p in PROMPTS[:4]]
         vanilla_log = srv.log_text()
     facts = {}
-    with shift(log_dir, "qwen3_32b_shift_tp2", model, 2, port=34500) as srv:
+    with shift(log_dir, "qwen3_32b_shift_tp2", model, 2, port=24500) as srv:
         for i, p in enumerate(PROMPTS[:4]):
             facts[f"alone_p{i}"] = compare(ref[i], greedy(srv.base_url, p, n=8))
         log = srv.log_text()
@@ -114,7 +114,7 @@ def test_tiny_dense_shift_threshold_calibrated_then_cached(log_dir, tiny_tp1_ref
     logs = []
     for start in (1, 2):
         with Server("sgl_sidp.launch_server", [*model, *COMMON, "--sidp-mode", "shift", "--sidp-shift-sp", "1"],
-                    port=34600 + start, log_path=log_dir / f"tiny_dense_shift_calibrate_{start}.log", gpus="0",
+                    port=24600 + start, log_path=log_dir / f"tiny_dense_shift_calibrate_{start}.log", gpus="0",
                     env=env) as srv:
             got = [greedy(srv.base_url, p) for p in PROMPTS[:3]]
             logs.append(srv.log_text())

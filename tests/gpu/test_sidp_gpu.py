@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 TINY_DENSE = Path(os.environ.get("SIDP_TINY_DENSE", "/tmp/tiny/qwen3-big"))
 
 
-def sidp(log_dir, name, model, extra=(), port=33000):
+def sidp(log_dir, name, model, extra=(), port=23000):
     return Server("sgl_sidp.launch_server", [*model, *COMMON, "--dp-size", "2", "--sidp-mode", "sidp", *extra],
                   port=port, log_path=log_dir / f"{name}.log", gpus="0,1")
 
@@ -56,7 +56,7 @@ def kv_of(log):
 
 @pytest.fixture(scope="module")
 def tiny_dense_reference(log_dir):
-    return vanilla_reference(log_dir, TINY_DENSE, "tiny_dense_vanilla", 33100, "SIDP_TINY_DENSE", batched=(1, 2))
+    return vanilla_reference(log_dir, TINY_DENSE, "tiny_dense_vanilla", 23100, "SIDP_TINY_DENSE", batched=(1, 2))
 
 
 @pytest.mark.foldable
@@ -75,10 +75,10 @@ def test_tiny_dense_was_exact_against_vanilla(log_dir, tiny_dense_reference):
 def test_qwen3_8b_was_exact_against_vanilla_tp1(log_dir):
     """Real shapes (36 layers of 302 MB FFN weights, dummy weights): each rank equals vanilla TP1 bit for bit."""
     model = model_args("Qwen3-8B")
-    with Server("sglang.launch_server", [*model, *COMMON, "--max-total-tokens", "100000"], port=33500,
+    with Server("sglang.launch_server", [*model, *COMMON, "--max-total-tokens", "100000"], port=23500,
                 log_path=log_dir / "qwen3_8b_vanilla_tp1.log", gpus="0") as srv:
         ref = [greedy(srv.base_url, p, n=8) for p in PROMPTS[:4]]
-    with sidp(log_dir, "qwen3_8b_sidp_was", model, port=33600) as srv:
+    with sidp(log_dir, "qwen3_8b_sidp_was", model, port=23600) as srv:
         each_rank_exact(srv, ref, PROMPTS[:4], n=8)
         log = srv.log_text()
     lines = set_up_lines(log)
@@ -121,7 +121,7 @@ def test_tiny_dense_cas_exact(log_dir, tiny_dense_reference):
     alone, together = tiny_dense_reference
     model = ["--model-path", str(TINY_DENSE)]
     facts = {}
-    with sidp(log_dir, "tiny_dense_sidp_cas", model, ["--sidp-sidp-force", "cas"], port=33700) as srv:
+    with sidp(log_dir, "tiny_dense_sidp_cas", model, ["--sidp-sidp-force", "cas"], port=23700) as srv:
         sidp_answers(srv, alone, facts)
         for a, b in ((1, 2), (2, 1), (3, 4)):
             flush_cache(srv.base_url)
@@ -145,7 +145,7 @@ def test_tiny_dense_auto_switches_mid_generation(log_dir, tiny_dense_reference):
     alone, _ = tiny_dense_reference
     facts = {}
     with sidp(log_dir, "tiny_dense_sidp_auto", ["--model-path", str(TINY_DENSE)],
-              ["--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64"], port=33800) as srv:
+              ["--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64"], port=23800) as srv:
         sidp_answers(srv, alone, facts)
         auto_log = srv.log_text()
     switches = re.findall(r"sgl-sidp sidp DP(\d) TP0: (WaS|CaS) from this iteration", auto_log)
@@ -158,12 +158,12 @@ def test_tiny_dense_auto_switches_mid_generation(log_dir, tiny_dense_reference):
 def test_qwen3_8b_auto_exact_against_vanilla_tp1(log_dir):
     """Qwen3-8B shapes (dummy weights), auto with B_th 64: WaS prefill, CaS decode, bit-identical to vanilla TP1."""
     model = model_args("Qwen3-8B")
-    with Server("sglang.launch_server", [*model, *COMMON, "--max-total-tokens", "100000"], port=33500,
+    with Server("sglang.launch_server", [*model, *COMMON, "--max-total-tokens", "100000"], port=23500,
                 log_path=log_dir / "qwen3_8b_vanilla_tp1.log", gpus="0") as srv:
         ref = [greedy(srv.base_url, p, n=8) for p in PROMPTS[:4]]
     facts = {}
     with sidp(log_dir, "qwen3_8b_sidp_auto", model, ["--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64"],
-              port=33900) as srv:
+              port=23900) as srv:
         sidp_answers(srv, ref, facts)
         log = srv.log_text()
     switches = re.findall(r"sgl-sidp sidp DP(\d) TP0: (WaS|CaS) from this iteration", log)
@@ -174,12 +174,12 @@ def test_qwen3_8b_auto_exact_against_vanilla_tp1(log_dir):
 
 def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
     model = model_args("Qwen3-32B")
-    with Server("sglang.launch_server", [*model, *COMMON, "--dp-size", "2"], port=33200,
+    with Server("sglang.launch_server", [*model, *COMMON, "--dp-size", "2"], port=23200,
                 log_path=log_dir / "qwen3_32b_vanilla_dp2.log", gpus="0,1") as srv:
         ref = [greedy(srv.base_url, p, dp_rank=0, n=8) for p in PROMPTS[:3]]
         vanilla_log = srv.log_text()
     vanilla_kv = [int(x) for x in re.findall(r"max_total_num_tokens=(\d+)", vanilla_log)]
-    with sidp(log_dir, "qwen3_32b_sidp_was", model, port=33300) as srv:
+    with sidp(log_dir, "qwen3_32b_sidp_was", model, port=23300) as srv:
         each_rank_exact(srv, ref, PROMPTS[:3], n=8)
         log = srv.log_text()
     kv = kv_of(log)
@@ -189,7 +189,7 @@ def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
 
 
 def test_llama_70b_tp1_dp2_loads_and_serves(log_dir):
-    with sidp(log_dir, "llama_70b_sidp_was", model_args("Llama-3.1-70B"), port=33400) as srv:
+    with sidp(log_dir, "llama_70b_sidp_was", model_args("Llama-3.1-70B"), port=23400) as srv:
         a = [greedy(srv.base_url, p, dp_rank=0, n=4) for p in PROMPTS[:2]]
         b = [greedy(srv.base_url, p, dp_rank=1, n=4) for p in PROMPTS[:2]]
         log = srv.log_text()

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 TINY_MOE = Path(os.environ.get("SIDP_TINY_MOE", "/tmp/tiny/qwen3-moe-big"))
 
 
-def zerodp(log_dir, name, model_args, extra=(), env=None, port=32000):
+def zerodp(log_dir, name, model_args, extra=(), env=None, port=22000):
     return Server("sgl_sidp.launch_server", [*model_args, *COMMON, "--dp-size", "2", "--sidp-mode", "zerodp",
                                              "--enable-metrics", *extra],
                   port=port, log_path=log_dir / f"{name}.log", gpus="0,1", env=env)
@@ -58,7 +58,7 @@ def kv_tokens(log, role):
 # --------------------------------------------------------------------------- tiny, distinct weights
 @pytest.fixture(scope="module")
 def tiny_reference(log_dir):
-    return vanilla_reference(log_dir, TINY_MOE, "tiny_vanilla", 31900, "SIDP_TINY_MOE")[0]
+    return vanilla_reference(log_dir, TINY_MOE, "tiny_vanilla", 21900, "SIDP_TINY_MOE")[0]
 
 
 @pytest.mark.foldable
@@ -99,7 +99,7 @@ def test_tiny_moe_lost_source_stops_the_server(log_dir):
     if not (TINY_MOE / "config.json").is_file():
         pytest.skip(f"{TINY_MOE} missing")
     srv = zerodp(log_dir, "tiny_zerodp_kill_source", ["--model-path", str(TINY_MOE)], ["--sidp-zerodp-layers", "all"],
-                 port=32100)
+                 port=22100)
     with srv:
         out = subprocess.run(["pgrep", "-f", "^sglang::scheduler_DP0"], capture_output=True, text=True).stdout.split()
         assert out, "no source scheduler process found"
@@ -137,7 +137,7 @@ def test_mixtral_starts_with_peak_extra_memory_bounded(log_dir, tmp_path, layers
     (peak extra memory below one expert tensor + 1 GB), the default policy calibrates itself, sink == source."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
     with zerodp(log_dir, f"mixtral_zerodp_{layers}", model_args("Mixtral-8x7B"), ["--sidp-zerodp-layers", layers],
-                env=env, port=32200) as srv:
+                env=env, port=22200) as srv:
         _sink_equals_source(srv, PROMPTS[:3], n=6)
         log = srv.log_text()
     m = re.search(r"peak extra memory ([0-9.]+) GB measured \(plan: ([0-9.]+) GB", log)
