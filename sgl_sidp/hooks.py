@@ -230,6 +230,11 @@ HOOKS: tuple[Hook, ...] = (
         why="base: gate|up and down GEMMs on the base weights with SGLang's act_fn per shard, all-reduced over TP_b",
     ),
     Hook(
+        target="sglang.srt.models.llama.LlamaMLP.forward", hook_type="AROUND", runtime=SHIFT, method="around_mlp",
+        params=("self", "x", "forward_batch"), feature="shift",
+        why="base on Llama: as Qwen2MLP.forward",
+    ),
+    Hook(
         target="sglang.srt.layers.logits_processor.LogitsProcessor.forward", hook_type="AROUND", runtime=SHIFT,
         method="around_logits", params=("self", "input_ids", "hidden_states", "lm_head", "logits_metadata"),
         feature="shift",
@@ -437,6 +442,12 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.models.qwen3.Qwen3ForCausalLM.logits_processor", instance_attr=True),
     UsedSymbol("sglang.srt.models.qwen2.Qwen2ForCausalLM.logits_processor", instance_attr=True),
     UsedSymbol(f"{LINEAR}.RowParallelLinear.reduce_results", instance_attr=True),
+    UsedSymbol("sglang.srt.models.llama.LlamaAttention.qkv_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.models.llama.LlamaAttention.o_proj", instance_attr=True),
+    UsedSymbol("sglang.srt.models.llama.LlamaDecoderLayer.self_attn", instance_attr=True),
+    UsedSymbol("sglang.srt.models.llama.LlamaMLP.act_fn", instance_attr=True),
+    UsedSymbol("sglang.srt.models.llama.LlamaModel.embed_tokens", instance_attr=True),
+    UsedSymbol("sglang.srt.models.llama.LlamaForCausalLM.logits_processor", instance_attr=True),
 )
 
 

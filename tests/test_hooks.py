@@ -59,7 +59,8 @@ def test_hooks_for_config():
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run",
         "ModelRunner.init_torch_distributed", "ModelRunner.load_model", "Scheduler.__init__",
         "VocabParallelEmbedding.forward", "QKVParallelLinear.forward", "RowParallelLinear.forward",
-        "communication_op.attention_tensor_model_parallel_all_reduce", "Qwen2MLP.forward", "LogitsProcessor.forward"]
+        "communication_op.attention_tensor_model_parallel_all_reduce", "Qwen2MLP.forward", "LlamaMLP.forward",
+        "LogitsProcessor.forward"]
     calibrate = hooks_for(SidpConfig(calibrate=True))  # --sidp-calibrate alone: the signal and the calibration
     assert [h.runtime.rsplit(":")[-1] for h in calibrate] == ["BatchSignal", "BatchSignal", "StartupCalibration"]
     assert "StartupCalibration" not in {h.runtime.rsplit(":")[-1] for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))}

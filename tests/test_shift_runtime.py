@@ -87,7 +87,7 @@ class Logits(torch.nn.Module):
         return torch.cat(parts, dim=1)
 
 
-def build(rank, p, hook):
+def build(rank, p, hook, llama=False):
     """The TP = P shards of GPU `rank` of a model with distinct random weights per layer (8 heads, 2 KV heads)."""
     g = torch.Generator().manual_seed(11)
     r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64) / shape[-1] ** 0.5  # noqa: E731
@@ -109,7 +109,8 @@ def build(rank, p, hook):
         layer = torch.nn.Module()
         layer.self_attn = torch.nn.Module()
         layer.self_attn.qkv_proj = QKV(torch.cat([rows(wq, range(rank * hq, (rank + 1) * hq)), rows(wk, kv), rows(wv, kv)]))
-        layer.self_attn.o_proj = Row(wo[:, rank * hq * D:(rank + 1) * hq * D])
+        layer.self_attn.o_proj = Row(wo[:, rank * hq * D:(rank + 1) * hq * D], reduce=llama)
+        layer.self_attn.o_proj.reduce_results = llama
         layer.mlp = MLP(torch.cat([wg[rank * ip:(rank + 1) * ip], wu[rank * ip:(rank + 1) * ip]]), wd[:, rank * ip:(rank + 1) * ip])
         layer.q_heads, layer.kv_heads = list(range(rank * hq, (rank + 1) * hq)), kv
         layers.append(layer)
@@ -122,8 +123,9 @@ def build(rank, p, hook):
     return model
 
 
-def forward(model, rt, ids, last, kv_out):
-    """Qwen3's forward as SGLang runs it, with the post-attention all-reduce routed through the hook."""
+def forward(model, rt, ids, last, kv_out, llama=False):
+    """Qwen3's forward as SGLang runs it, with the post-attention all-reduce routed through the hook (Llama: the
+    all-reduce is o_proj's own)."""
     nh, nkv = 8, 2
     h = model.model.embed_tokens(ids)
     for layer in model.model.layers:
@@ -138,17 +140,18 @@ def forward(model, rt, ids, last, kv_out):
         s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
         o = torch.einsum("hnm,mhd->nhd", s.softmax(-1), vh[:, idx]).reshape(n, -1)
         o = layer.self_attn.o_proj(o)[0]
-        o = rt.around_attn_all_reduce(lambda x: (dist.all_reduce(x), x)[1], o)
+        if not llama:
+            o = rt.around_attn_all_reduce(lambda x: (dist.all_reduce(x), x)[1], o)
         h = h + o
         h = h + layer.mlp(h)
     return model.logits_processor(ids, h, model.lm_head, last)
 
 
-def _rank(rank, p, sp, n_tokens):
+def _rank(rank, p, sp, n_tokens, llama=False):
     ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=sp, threshold=4)),
                                 listeners=[])
     rt = ShiftRuntime(ctx)
-    model = build(rank, p, lambda: rt)
+    model = build(rank, p, lambda: rt, llama)
     tb = p // sp
     sp_groups = [dist.new_group([t * sp + s for s in range(sp)]) for t in range(tb)]
     tb_groups = [dist.new_group([t * sp + s for t in range(tb)]) for s in range(sp)]
@@ -161,17 +164,18 @@ def _rank(rank, p, sp, n_tokens):
     last = torch.tensor([2, n_tokens - 1])  # two requests: tokens 0..2 and 3..N-1
     kv_shift, kv_base = [], []
     rt.threshold = 10 ** 6
-    want = forward(model, rt, ids, last, kv_shift)
+    want = forward(model, rt, ids, last, kv_shift, llama)
     assert not rt.base
     rt.threshold = 4
-    got = forward(model, rt, ids, last, kv_base)
+    got = forward(model, rt, ids, last, kv_base, llama)
     kv_err = max((a - b).abs().max().item() for a, b in zip(kv_shift, kv_base))
     return (got - want).abs().max().item(), kv_err, views, rt.base_for(n_tokens)
 
 
-@pytest.mark.parametrize("p,sp,n_tokens", [(2, 2, 7), (4, 4, 9), (4, 2, 6), (2, 1, 5)])
-def test_base_forward_through_the_hooks_equals_the_tp_forward(p, sp, n_tokens):
-    out = spawn(_rank, p, sp, n_tokens)
+@pytest.mark.parametrize("p,sp,n_tokens,llama", [(2, 2, 7, False), (4, 4, 9, False), (4, 2, 6, False), (2, 1, 5, False),
+                                                  (4, 2, 6, True), (2, 2, 5, True)])
+def test_base_forward_through_the_hooks_equals_the_tp_forward(p, sp, n_tokens, llama):
+    out = spawn(_rank, p, sp, n_tokens, llama)
     for rank, (err, kv_err, views, base) in out.items():
         assert base and views, rank
         assert err < 1e-12 and kv_err < 1e-12, (rank, err, kv_err)

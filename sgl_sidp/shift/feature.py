@@ -10,10 +10,10 @@ from sgl_sidp.model_info import model_is_moe, read_hf_config
 from sgl_sidp.shift.heads import HeadLayoutError, check_layout
 from sgl_sidp.shift.settings import ShiftSettings
 
-#: Architectures whose SGLang layers the base-configuration hooks know (`Qwen3Attention`/`Qwen2Attention` with a
-#: `QKVParallelLinear` and an unreduced `RowParallelLinear` o_proj, the post-attention all-reduce in
-#: `LayerCommunicator.prepare_mlp`, `Qwen2MLP`).
-SUPPORTED = ("Qwen3ForCausalLM", "Qwen2ForCausalLM")
+#: Architectures whose SGLang layers the base-configuration hooks know: a `QKVParallelLinear` qkv_proj and a
+#: `RowParallelLinear` o_proj (Qwen3/Qwen2: unreduced, the all-reduce in `LayerCommunicator.prepare_mlp`; Llama:
+#: reduced in o_proj), `Qwen2MLP` / `LlamaMLP`, `model.embed_tokens`, `logits_processor`.
+SUPPORTED = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
 
 
 def sp_of(cfg, tp_size: int) -> int:

@@ -21,11 +21,11 @@ forward's token count (`ShiftRuntime.base_for`), through these hooks (each liste
   (`ulysses.heads_all_to_all`): SGLang's q/k norm, RoPE, `RadixAttention` and KV-cache writes then run on the whole
   batch for this GPU's heads, exactly as in the shift configuration.
 - base only, AROUND `RowParallelLinear.forward` (o_proj): one all-to-all back (`ulysses.tokens_all_to_all`) and the
-  base O GEMM.
+  base O GEMM (Llama, whose o_proj reduces itself: then over the TP_b group).
 - base only, AROUND `communication_op.attention_tensor_model_parallel_all_reduce` (SGLang's post-attention TP
   all-reduce in `LayerCommunicator.prepare_mlp`): over the TP_b group, or nothing when TP_b = 1 (the SP ranks hold
   different tokens: an all-reduce over all P GPUs would mix them).
-- base only, AROUND `Qwen2MLP.forward`: base gate|up GEMM, SGLang's `act_fn` per shard (`ulysses.act_per_shard`),
+- base only, AROUND `Qwen2MLP.forward` / `LlamaMLP.forward`: base gate|up GEMM, SGLang's `act_fn` per shard (`ulysses.act_per_shard`),
   base down GEMM, TP_b all-reduce.
 - base only, AROUND `LogitsProcessor.forward`: the last hidden states of every SP rank gathered in token order
   (`ulysses.gather_tokens`) before SGLang prunes them and computes the vocab-sharded logits.
@@ -253,12 +253,16 @@ class ShiftRuntime:
         return ulysses.heads_all_to_all(F.linear(x, w, b), self.sp, self.n_tokens, self.sp_comm), None
 
     def around_row_linear(self, original: Callable, module, x, *args, **kwargs):
-        """AROUND `RowParallelLinear.forward`: base o_proj: this rank's tokens with the SP group's heads, base O GEMM
-        (not reduced: SGLang's post-attention all-reduce follows, see `around_attn_all_reduce`)."""
+        """AROUND `RowParallelLinear.forward`: base o_proj: this rank's tokens with the SP group's heads, base O GEMM.
+        Qwen3/Qwen2 build o_proj unreduced (the all-reduce follows in the communicator, `around_attn_all_reduce`);
+        Llama's reduces in o_proj itself: over the TP_b group here."""
         if not (self.base and self.roles.get(id(module)) == "o"):
             return original(module, x, *args, **kwargs)
         w, _ = self.weights[id(module)]
-        return F.linear(ulysses.tokens_all_to_all(x, self.sp, self.sp_comm), w), None
+        out = F.linear(ulysses.tokens_all_to_all(x, self.sp, self.sp_comm), w)
+        if getattr(module, "reduce_results", False) and self.tb_comm is not None:
+            out = self.tb_comm.all_reduce(out)
+        return out, None
 
     def around_attn_all_reduce(self, original: Callable, x, *args, **kwargs):
         """AROUND `attention_tensor_model_parallel_all_reduce`: base: over the TP_b group only (none at TP_b = 1)."""
@@ -267,7 +271,8 @@ class ShiftRuntime:
         return self.tb_comm.all_reduce(x) if self.tb_comm is not None else x
 
     def around_mlp(self, original: Callable, mlp, x, *args, **kwargs):
-        """AROUND `Qwen2MLP.forward`: base: gate|up and down on the base weights, SGLang's act_fn per shard."""
+        """AROUND `Qwen2MLP.forward` / `LlamaMLP.forward`: base: gate|up and down on the base weights, SGLang's
+        act_fn per shard, all-reduced over TP_b."""
         if not (self.base and self.roles.get(id(mlp)) == "mlp"):
             return original(mlp, x, *args, **kwargs)
         gu_id, down_id = self.mlp_parts[id(mlp)]
