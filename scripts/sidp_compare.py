@@ -1,21 +1,24 @@
-"""SiDP against vanilla SGLang on the same two GPUs, one configuration after another (issue 9, items 2-4).
+"""SiDP against vanilla SGLang on the same GPUs, one configuration after another (issue 9 items 2-4; issue 11 with
+`--dp 4`/`--dp 8` and `--tp`).
 
-Configurations (`--configs`, each started once on GPUs `--gpus`, run, stopped):
+Configurations (`--configs`, each started once on GPUs `--gpus`, run, stopped), for D = `--dp` replicas of T = `--tp`
+GPUs (default D = 2, T = 1):
 
-  dp2       python -m sglang.launch_server  --dp-size 2
-  dp_attn   python -m sglang.launch_server  --tp-size 2 --dp-size 2 --enable-dp-attention
-  tp2       python -m sglang.launch_server  --tp-size 2
-  sidp_was  python -m sgl_sidp.launch_server --dp-size 2 --sidp-mode sidp --sidp-sidp-force was
-  sidp_cas  python -m sgl_sidp.launch_server --dp-size 2 --sidp-mode sidp --sidp-sidp-force cas
-  sidp_auto python -m sgl_sidp.launch_server --dp-size 2 --sidp-mode sidp --sidp-sidp-force auto --sidp-sidp-b-th B_th
-  tp1       python -m sglang.launch_server  (one GPU: a baseline, or a dry run of this script with --gpus 0)
+  dp                 python -m sglang.launch_server  --dp-size D --tp-size T
+  dp_attn            python -m sglang.launch_server  --tp-size D*T --dp-size D --enable-dp-attention
+  tp                 python -m sglang.launch_server  --tp-size D*T
+  sidp_was           python -m sgl_sidp.launch_server --dp-size D --tp-size T --sidp-mode sidp --sidp-sidp-force was
+  sidp_was_unshifted the same with --sidp-sidp-fetch-order forward (peak shifting off, paper Fig. 10)
+  sidp_cas           python -m sgl_sidp.launch_server --dp-size D --tp-size T --sidp-mode sidp --sidp-sidp-force cas
+  sidp_auto          ... --sidp-sidp-force auto --sidp-sidp-b-th B_th
+  tp1                python -m sglang.launch_server  (one GPU: a baseline, or a dry run of this script with --gpus 0)
 
 all with --model-path M --load-format dummy --attention-backend triton --sampling-backend pytorch --enable-metrics
 --tokenizer-path sgl_sidp/default_model [--mem-fraction-static X]. For each:
 
 1. KV capacity per DP rank (SGLang's max_total_num_tokens lines).
-2. `--step-batches B,...` (iteration time vs batch, paper Fig. 11): B requests per GPU pair rank (DP configurations:
-   B pinned to each DP rank with routed_dp_rank; tp2: 2B), 256-token random prompts, 64 forced output tokens, all at
+2. `--step-batches B,...` (iteration time vs batch, paper Fig. 11): B requests per DP rank (DP configurations:
+   B pinned to each DP rank with routed_dp_rank; tp: D x B), 256-token random prompts, 64 forced output tokens, all at
    once; the step is the median inter-token latency over every request.
 3. `--jobs P+O,...` (offline jobs, paper §5): N requests of P random prompt tokens and O forced output tokens, all
    submitted at once and run to completion, N = min(--max-requests, ceil(1.2 x the configuration's KV tokens /
@@ -28,7 +31,7 @@ configurations each job also records the share of forwards per mode (SiDP's `sgl
 paper Fig. 15).
 
 Writes `<out-dir>/<config>.json` (rewritten after each step) and the server log; `--report` merges every
-`<config>.json` in `--out-dir` into one markdown table with ratios against dp2 and tp2 (so the configurations can be
+`<config>.json` in `--out-dir` into one markdown table with ratios against dp and tp (so the configurations can be
 run in separate commands, each within a device call's limit).
 """
 
@@ -44,16 +47,25 @@ import numpy as np
 
 from sgl_sidp.bench.batches import metrics_text, prompts, run_batch, spread
 
-CONFIGS = {
-    "dp2": ("sglang.launch_server", ["--dp-size", "2"]),
-    "dp_attn": ("sglang.launch_server", ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]),
-    "tp2": ("sglang.launch_server", ["--tp-size", "2"]),
-    "sidp_was": ("sgl_sidp.launch_server", ["--dp-size", "2", "--sidp-mode", "sidp", "--sidp-sidp-force", "was"]),
-    "sidp_cas": ("sgl_sidp.launch_server", ["--dp-size", "2", "--sidp-mode", "sidp", "--sidp-sidp-force", "cas"]),
-    "sidp_auto": ("sgl_sidp.launch_server", ["--dp-size", "2", "--sidp-mode", "sidp", "--sidp-sidp-force", "auto"]),
-    "tp1": ("sglang.launch_server", []),  # one GPU: a baseline, and a dry run of this script (--gpus 0)
+SIDP = "sgl_sidp.launch_server"
+CONFIGS = {  # name -> (launcher, flags for D replicas of T GPUs)
+    "dp": ("sglang.launch_server", lambda d, t: ["--dp-size", str(d), "--tp-size", str(t)]),
+    "dp_attn": ("sglang.launch_server", lambda d, t: ["--tp-size", str(d * t), "--dp-size", str(d), "--enable-dp-attention"]),
+    "tp": ("sglang.launch_server", lambda d, t: ["--tp-size", str(d * t)]),
+    "sidp_was": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--sidp-mode", "sidp", "--sidp-sidp-force", "was"]),
+    "sidp_was_unshifted": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--sidp-mode", "sidp",
+                                               "--sidp-sidp-force", "was", "--sidp-sidp-fetch-order", "forward"]),
+    "sidp_cas": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--sidp-mode", "sidp", "--sidp-sidp-force", "cas"]),
+    "sidp_auto": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--sidp-mode", "sidp", "--sidp-sidp-force", "auto"]),
+    "tp1": ("sglang.launch_server", lambda d, t: []),  # one GPU: a baseline, and a dry run of this script (--gpus 0)
 }
-DP_RANKS = {"dp2": 2, "dp_attn": 2, "tp2": 1, "sidp_was": 2, "sidp_cas": 2, "sidp_auto": 2, "tp1": 1}
+
+
+def dp_ranks(name: str, d: int) -> int:
+    """DP ranks of configuration `name` (requests are pinned round robin to them; 1: not pinned)."""
+    return 1 if name in ("tp", "tp1") else d
+
+
 #: SiDP's per-mode forward counter (sgl_sidp.sidp.runtime.SiDPMetrics), as /metrics exposes it
 FORWARDS = "sglang:sidp_sidp_forwards_total"
 
@@ -110,7 +122,8 @@ def run_config(name: str, a) -> dict:
     from sgl_sidp.bench.server import ServerProcess
     from sgl_sidp.bench.server_stats import capacity_from_log
 
-    launcher, extra = CONFIGS[name]
+    launcher, flags_of = CONFIGS[name]
+    extra = flags_of(a.dp, a.tp)
     if name == "sidp_auto":
         extra = [*extra, "--sidp-sidp-b-th", str(auto_b_th(a))]
     common = ["--model-path", a.model, "--load-format", "dummy", "--attention-backend", "triton",
@@ -128,9 +141,9 @@ def run_config(name: str, a) -> dict:
             time.sleep(1)
         result["kv_tokens"] = capacity_from_log(srv.log_text())
         path.write_text(json.dumps(result, indent=1))
-        ranks = DP_RANKS[name]
+        ranks = dp_ranks(name, a.dp)
         for b in a.step_batches:
-            n = b * 2  # B per rank of a two-GPU configuration; tp2 gets the same total
+            n = b * a.dp  # B per DP rank; tp gets the same total
             bodies = [(ids, 64, r) for ids, r in zip(prompts(n, 256, b), spread(n, ranks))]
             outs, _ = run_batch(srv.base_url, bodies)
             itl = [x for o in outs if o.success for x in o.itl]
@@ -156,10 +169,10 @@ def run_config(name: str, a) -> dict:
 
 def report(out_dir: Path) -> str:
     """One markdown table from every `<config>.json` in `out_dir`: KV tokens, step ms by batch, job tokens/s with
-    ratios against dp2 and tp2 (where those ran)."""
+    ratios against dp and tp (where those ran)."""
     res = {p.stem: json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json")) if p.stem in CONFIGS}
     lines = ["| config | KV tokens (per rank) | " + " | ".join(
-        [f"step ms @ B={b}" for b in _keys(res, "steps")] + [f"{j} tok/s (vs dp2, vs tp2)" for j in _keys(res, "jobs")]) + " |"]
+        [f"step ms @ B={b}" for b in _keys(res, "steps")] + [f"{j} tok/s (vs dp, vs tp)" for j in _keys(res, "jobs")]) + " |"]
     lines.append("|" + "---|" * (2 + len(_keys(res, "steps")) + len(_keys(res, "jobs"))))
     for name, r in res.items():
         cells = [name, ", ".join(f"{v:,}" for _, v in sorted(r["kv_tokens"].items()))]
@@ -168,7 +181,7 @@ def report(out_dir: Path) -> str:
             cells.append(f"{s:.1f}" if s else "-")
         for j in _keys(res, "jobs"):
             t = r["jobs"].get(j, {}).get("output_tok_s")
-            ref = [res.get(k, {}).get("jobs", {}).get(j, {}).get("output_tok_s") for k in ("dp2", "tp2")]
+            ref = [res.get(k, {}).get("jobs", {}).get(j, {}).get("output_tok_s") for k in ("dp", "tp")]
             ratios = ", ".join(f"{t / x:.2f}x" if t and x else "-" for x in ref)
             cells.append(f"{t:,.0f} ({ratios})" if t else "-")
         lines.append("| " + " | ".join(cells) + " |")
@@ -188,7 +201,9 @@ def _keys(res: dict, field: str) -> list[str]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=".gpu/models/Qwen3-32B")
-    ap.add_argument("--configs", default="dp2,dp_attn,tp2,sidp_was")
+    ap.add_argument("--configs", default="dp,dp_attn,tp,sidp_was")
+    ap.add_argument("--dp", type=int, default=2, help="D: DP replicas of the DP configurations")
+    ap.add_argument("--tp", type=int, default=1, help="T: GPUs per replica (tp and dp_attn use D x T)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--gpus", default="0,1")
     ap.add_argument("--port", type=int, default=25000)

@@ -26,19 +26,19 @@ def test_report_merges_configurations_with_ratios(tmp_path):
     def write(name, kv, steps, jobs):
         (tmp_path / f"{name}.json").write_text(json.dumps({"config": name, "kv_tokens": kv, "steps": steps, "jobs": jobs}))
 
-    write("dp2", {"0": 264513, "1": 264513}, {"1": {"step_ms": 19.0}}, {"768+256": {"output_tok_s": 2000.0}})
-    write("tp2", {"0": 770642}, {"1": {"step_ms": 15.0}}, {"768+256": {"output_tok_s": 2500.0}})
+    write("dp", {"0": 264513, "1": 264513}, {"1": {"step_ms": 19.0}}, {"768+256": {"output_tok_s": 2000.0}})
+    write("tp", {"0": 770642}, {"1": {"step_ms": 15.0}}, {"768+256": {"output_tok_s": 2500.0}})
     write("sidp_was", {"0": 354513, "1": 354513}, {}, {"768+256": {"output_tok_s": 1900.0}})
     (tmp_path / "other.json").write_text("{}")  # not a configuration: ignored
     table = MOD["report"](tmp_path).splitlines()
-    assert table[0] == "| config | KV tokens (per rank) | step ms @ B=1 | 768+256 tok/s (vs dp2, vs tp2) |"
+    assert table[0] == "| config | KV tokens (per rank) | step ms @ B=1 | 768+256 tok/s (vs dp, vs tp) |"
     assert "| sidp_was | 354,513, 354,513 | - | 1,900 (0.95x, 0.76x) |" in table
-    assert "| dp2 | 264,513, 264,513 | 19.0 | 2,000 (1.00x, 0.80x) |" in table
+    assert "| dp | 264,513, 264,513 | 19.0 | 2,000 (1.00x, 0.80x) |" in table
 
 
 def test_unknown_configuration_is_refused_before_any_server(tmp_path):
     with pytest.raises(SystemExit, match="unknown configuration 'dp3'"):
-        MOD["main"](["--out-dir", str(tmp_path), "--configs", "dp2,dp3"])
+        MOD["main"](["--out-dir", str(tmp_path), "--configs", "dp,dp3"])
 
 
 def test_crossover_is_the_smallest_batch_where_was_is_no_slower():
@@ -52,7 +52,7 @@ def test_crossover_is_the_smallest_batch_where_was_is_no_slower():
 
 def test_auto_needs_b_th_or_the_two_sweeps_before_any_server(tmp_path):
     with pytest.raises(SystemExit, match="sidp_auto needs --b-th or the step sweeps"):
-        MOD["main"](["--out-dir", str(tmp_path), "--configs", "dp2,sidp_auto"])
+        MOD["main"](["--out-dir", str(tmp_path), "--configs", "dp,sidp_auto"])
     for name, ms in (("sidp_was", 30.0), ("sidp_cas", 20.0)):
         (tmp_path / f"{name}.json").write_text(json.dumps({"steps": {"8": {"step_ms": ms}}}))
     with pytest.raises(SystemExit, match="WaS is never faster than CaS"):
@@ -71,3 +71,10 @@ def test_mode_shares_count_forwards_between_two_scrapes():
     shares = MOD["mode_shares"](body(1, 1, 1, 1), body(4, 7, 2, 5))
     assert shares == {"cas": 10 / 14, "was": 4 / 14}
     assert MOD["mode_shares"](body(1, 1, 1, 1), body(1, 1, 1, 1)) == {}
+
+
+def test_configurations_scale_with_dp_and_tp():
+    launcher, flags = MOD["CONFIGS"]["dp_attn"]
+    assert flags(4, 2) == ["--tp-size", "8", "--dp-size", "4", "--enable-dp-attention"]
+    assert MOD["CONFIGS"]["sidp_was_unshifted"][1](8, 1)[-2:] == ["--sidp-sidp-fetch-order", "forward"]
+    assert MOD["dp_ranks"]("tp", 4) == 1 and MOD["dp_ranks"]("sidp_cas", 4) == 4

@@ -7,6 +7,8 @@
 - Two GPUs (`--tp-size 2`, SP = 2): against vanilla `--tp-size 2` on the tiny model and on Qwen3-32B (dummy weights):
   greedy tokens identical, logprob differences measured (the base O and down GEMMs sum over all heads or columns in
   one GEMM where TP sums two partial GEMMs with an all-reduce).
+- Four and eight GPUs (issue 12): (SP, TP) = (2, 2), (4, 2), (2, 4), (8, 1) against vanilla `--tp-size SP*TP`, tiny
+  and Qwen3-32B.
 
 Threshold 2 tokens: every prefill of 3 tokens or more and every decode batch of more than 2 runs the base
 configuration (their decode CUDA graphs were captured as base), a decode of 1 or 2 requests the shift configuration:
@@ -124,3 +126,37 @@ def test_tiny_dense_shift_threshold_calibrated_then_cached(log_dir, tiny_tp1_ref
             second_start=re.findall(r"ready; .*", logs[1]))
     assert measured, "the first start did not calibrate"
     assert "start-up calibration cached in" in logs[1] and "prefill ms (shift, base)" not in logs[1]
+
+
+# ---------------------------------------------------------------- issue 12: mixed layouts on 4 and 8 GPUs
+LAYOUTS = [pytest.param(2, 2, marks=pytest.mark.gpus(4), id="sp2-tp2"),
+           pytest.param(4, 2, marks=pytest.mark.gpus(8), id="sp4-tp2"),
+           pytest.param(2, 4, marks=pytest.mark.gpus(8), id="sp2-tp4"),
+           pytest.param(8, 1, marks=pytest.mark.gpus(8), id="sp8-tp1")]
+
+
+@pytest.mark.parametrize("sp,tp_b", LAYOUTS)
+@pytest.mark.parametrize("which", ["tiny", "qwen3_32b"])
+def test_mixed_layouts_match_vanilla_tp(log_dir, sp, tp_b, which):
+    """Shift with (SP, TP) against vanilla `--tp-size SP*TP`: greedy tokens identical, in the base configuration
+    (prefills) and the shift configuration (decode), logprob gaps measured; the head order `tp * SP + sp` and, on the
+    tiny model at 8 GPUs (8 KV heads), one KV head per GPU."""
+    p = sp * tp_b
+    if which == "tiny":
+        if not (TINY_DENSE / "config.json").is_file():
+            pytest.skip(f"{TINY_DENSE} missing: python .whl/make_tiny_models.py DIR --big")
+        model, n, prompts = ["--model-path", str(TINY_DENSE)], 16, PROMPTS
+    else:
+        model, n, prompts = model_args("Qwen3-32B"), 8, PROMPTS[:4]
+    gpus = ",".join(str(i) for i in range(p))
+    with Server("sglang.launch_server", [*model, *COMMON, "--tp-size", str(p)], port=25000 + p,
+                log_path=log_dir / f"{which}_vanilla_tp{p}.log", gpus=gpus) as srv:
+        ref = [greedy(srv.base_url, q, n=n) for q in prompts]
+    name = f"{which}_shift_sp{sp}_tp{tp_b}"
+    facts = {}
+    with shift(log_dir, name, model, p, ["--sidp-shift-sp", str(sp)], port=25100 + p) as srv:
+        for i, q in enumerate(prompts):
+            facts[f"alone_p{i}"] = compare(ref[i], greedy(srv.base_url, q, n=n))
+        log = srv.log_text()
+    summary(log_dir, name, answers=facts, graphs=graph_lines(log))
+    assert all(v["tokens_equal"] for v in facts.values()), facts
