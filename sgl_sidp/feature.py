@@ -54,6 +54,22 @@ def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_atte
     return problems
 
 
+def dense_model_problems(mode: str, model_path: str, supported, why: str, moe_hint: str = "") -> tuple[list[str], dict | None]:
+    """What a dense-model feature refuses in `model_path`'s config.json, one line each: an MoE model (`moe_hint`
+    appended, e.g. where to go instead), or an architecture outside `supported` (`why`: what the feature hooks in
+    those). Returns (problems, the HF config or None when it cannot be read)."""
+    from sgl_sidp.model_info import model_is_moe, read_hf_config
+
+    hf = read_hf_config(model_path)
+    if model_is_moe(model_path):
+        return [f"--sidp-mode {mode} is for dense models; {model_path} is MoE{moe_hint}"], hf
+    archs = (hf or {}).get("architectures") or []
+    if hf is not None and not any(a in supported for a in archs):
+        return [f"--sidp-mode {mode} supports {', '.join(sorted(supported))} ({why}), "
+                f"not {', '.join(archs) or 'an unnamed architecture'}"], hf
+    return [], hf
+
+
 def flag_given(argv: list[str], *flags: str) -> bool:
     """Whether any of `flags` appears in `argv` (as `--flag value` or `--flag=value`)."""
     return any(a == f or a.startswith(f + "=") for a in argv for f in flags)

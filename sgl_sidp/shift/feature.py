@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from sgl_sidp.feature import Feature, flag_given
-from sgl_sidp.model_info import model_is_moe, read_hf_config
+from sgl_sidp.feature import Feature, dense_model_problems, flag_given
 from sgl_sidp.shift.heads import HeadLayoutError, check_layout
 from sgl_sidp.shift.settings import ShiftSettings
 
@@ -34,14 +33,9 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     last = int(getattr(raw, "base_gpu_id", 0) or 0) + (p - 1) * int(getattr(raw, "gpu_id_step", 1) or 1)
     if gpus is not None and last >= gpus:
         problems.append(f"--sidp-mode shift with --tp-size {p} needs GPU {last}, but {gpus} GPU(s) are visible")
-    hf = read_hf_config(raw.model_path)
-    if model_is_moe(raw.model_path):
-        problems.append(f"--sidp-mode shift supports dense {', '.join(SUPPORTED)} so far; {raw.model_path} is MoE")
-    elif hf is not None:
-        archs = hf.get("architectures") or []
-        if not any(a in SUPPORTED for a in archs):
-            problems.append(f"--sidp-mode shift supports {', '.join(SUPPORTED)} (whose SGLang layers its base "
-                            f"configuration runs), not {', '.join(archs) or 'an unnamed architecture'}")
+    bad, hf = dense_model_problems("shift", raw.model_path, SUPPORTED, "whose SGLang layers its base configuration runs")
+    problems += bad
+    if hf is not None:  # every problem at once, even with another architecture
         heads, kv = hf.get("num_attention_heads"), hf.get("num_key_value_heads") or hf.get("num_attention_heads")
         if heads and not p % sp:
             try:

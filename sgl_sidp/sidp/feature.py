@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from sgl_sidp.feature import Feature, replica_problems
-from sgl_sidp.model_info import model_is_moe, read_hf_config
+from sgl_sidp.feature import Feature, dense_model_problems, replica_problems
 from sgl_sidp.sidp.settings import SiDPSettings
 
 #: Architectures whose SGLang MLP the WaS hooks wrap (`Qwen2MLP`, which Qwen3 imports as `Qwen3MLP`, and
@@ -30,16 +29,10 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     dp = int(getattr(raw, "dp_size", 1) or 1)
     if dp < 2:
         problems.append(f"--sidp-mode sidp shares FFN layers across DP ranks: needs --dp-size >= 2, got {dp}")
-    hf = read_hf_config(raw.model_path)
-    if model_is_moe(raw.model_path):
-        problems.append(f"--sidp-mode sidp is for dense models; {raw.model_path} is MoE (use --sidp-mode zerodp)")
-    elif hf is not None:
-        archs = hf.get("architectures") or []
-        if not any(a in SUPPORTED for a in archs):
-            problems.append(
-                f"--sidp-mode sidp supports {', '.join(sorted(SUPPORTED))} (whose SGLang MLP it wraps), "
-                f"not {', '.join(archs) or 'an unnamed architecture'}"
-            )
+    bad, hf = dense_model_problems("sidp", raw.model_path, SUPPORTED, "whose SGLang MLP it wraps",
+                                   " (use --sidp-mode zerodp)")
+    problems += bad
+    if hf is not None:  # every problem at once, even with another architecture
         layers = hf.get("num_hidden_layers")
         if dp >= 2 and layers is not None and int(layers) < dp:
             problems.append(f"--sidp-mode sidp: {layers} layers cannot give each of {dp} DP ranks a layer to own")

@@ -71,13 +71,19 @@ def test_tiny_dense_was_exact_against_vanilla(log_dir, tiny_dense_reference):
     summary(log_dir, "tiny_dense_sidp_was", set_up=lines, kv=kv_of(log), prompts=[len(p) for p in PROMPTS])
 
 
-@pytest.mark.foldable
-def test_qwen3_8b_was_exact_against_vanilla_tp1(log_dir):
-    """Real shapes (36 layers of 302 MB FFN weights, dummy weights): each rank equals vanilla TP1 bit for bit."""
+@pytest.fixture(scope="module")
+def qwen3_8b_reference(log_dir):
+    """Vanilla TP1's greedy answers (8 tokens) on Qwen3-8B shapes (dummy weights) for the first 4 PROMPTS."""
     model = model_args("Qwen3-8B")
     with Server("sglang.launch_server", [*model, *COMMON, "--max-total-tokens", "100000"], port=23500,
                 log_path=log_dir / "qwen3_8b_vanilla_tp1.log", gpus="0") as srv:
-        ref = [greedy(srv.base_url, p, n=8) for p in PROMPTS[:4]]
+        return [greedy(srv.base_url, p, n=8) for p in PROMPTS[:4]]
+
+
+@pytest.mark.foldable
+def test_qwen3_8b_was_exact_against_vanilla_tp1(log_dir, qwen3_8b_reference):
+    """Real shapes (36 layers of 302 MB FFN weights, dummy weights): each rank equals vanilla TP1 bit for bit."""
+    model, ref = model_args("Qwen3-8B"), qwen3_8b_reference
     with sidp(log_dir, "qwen3_8b_sidp_was", model, port=23600) as srv:
         each_rank_exact(srv, ref, PROMPTS[:4], n=8)
         log = srv.log_text()
@@ -155,12 +161,9 @@ def test_tiny_dense_auto_switches_mid_generation(log_dir, tiny_dense_reference):
 
 
 @pytest.mark.foldable
-def test_qwen3_8b_auto_exact_against_vanilla_tp1(log_dir):
+def test_qwen3_8b_auto_exact_against_vanilla_tp1(log_dir, qwen3_8b_reference):
     """Qwen3-8B shapes (dummy weights), auto with B_th 64: WaS prefill, CaS decode, bit-identical to vanilla TP1."""
-    model = model_args("Qwen3-8B")
-    with Server("sglang.launch_server", [*model, *COMMON, "--max-total-tokens", "100000"], port=23500,
-                log_path=log_dir / "qwen3_8b_vanilla_tp1.log", gpus="0") as srv:
-        ref = [greedy(srv.base_url, p, n=8) for p in PROMPTS[:4]]
+    model, ref = model_args("Qwen3-8B"), qwen3_8b_reference
     facts = {}
     with sidp(log_dir, "qwen3_8b_sidp_auto", model, ["--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64"],
               port=23900) as srv:
