@@ -110,12 +110,13 @@ def test_shift_accepts_a_dense_qwen3_on_enough_gpus(tmp_path, monkeypatch):
 def test_shift_reports_every_problem_at_once(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     raw = args(qwen3(tmp_path, heads=40, kv=8, quantization_config={"quant_method": "fp8"}), dp=2, tp=4)
-    raw.quantization, raw.enable_dp_attention = "fp8", True
+    raw.quantization, raw.enable_dp_attention, raw.is_embedding = "fp8", True, True
     ps = problems(parse("--sidp-mode", "shift", "--sidp-shift-sp", "3"), raw)
     assert ps[:2] == ["--sidp-shift-sp 3 does not divide --tp-size 4",
                       "--sidp-mode shift with --tp-size 4 needs GPU 3, but 2 GPU(s) are visible"]
     assert any("bf16/fp16 weights only" in x for x in ps) and any("--dp-size > 1" in x for x in ps)
     assert any("--enable-dp-attention" in x for x in ps) and any("--quantization" in x for x in ps)
+    assert any("--is-embedding" in x for x in ps)
     ps = problems(parse("--sidp-mode", "shift"), args(qwen3(tmp_path, heads=40, kv=8), tp=2 * 3))
     assert any("40 attention heads do not split over SP*TP = 6" in x for x in ps)
     ps = problems(parse("--sidp-mode", "shift"), args(dense_moe(tmp_path), tp=1))

@@ -53,10 +53,13 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     for attr, flag in (("enable_dp_attention", "--enable-dp-attention"), ("speculative_algorithm", "--speculative-algorithm"),
                        ("quantization", "--quantization"), ("enable_torch_compile", "--enable-torch-compile"),
                        ("flashinfer_allreduce_fusion_backend", "--flashinfer-allreduce-fusion-backend"),
-                       ("enable_two_batch_overlap", "--enable-two-batch-overlap")):
+                       ("enable_two_batch_overlap", "--enable-two-batch-overlap"),
+                       ("enable_quant_communications", "--enable-quant-communications"),
+                       ("is_embedding", "--is-embedding")):
         if getattr(raw, attr, None):
             problems.append(f"--sidp-mode shift does not work with {flag} yet (the base configuration replaces the "
-                            "layers' GEMMs and TP all-reduces that it changes)")
+                            "layers' GEMMs and TP all-reduces, and gathers the tokens only for the logits, where that "
+                            "flag changes them)")
     return problems
 
 
