@@ -416,6 +416,7 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.utils.common.init_custom_process_group", ("backend", "init_method", "timeout", "world_size",
                                                                     "rank", "store", "group_name")),
     UsedSymbol("sglang.srt.server_args.ServerArgs.port", instance_attr=True),
+    UsedSymbol("sglang.srt.server_args.ServerArgs.max_total_tokens", instance_attr=True),
     UsedSymbol(f"{DP_BUDGET}.total_tokens", instance_attr=True),
     UsedSymbol(f"{DP_BUDGET}.total_requests", instance_attr=True),
     UsedSymbol(f"{DP_BUDGET}.dp_size", instance_attr=True),

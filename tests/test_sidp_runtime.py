@@ -276,3 +276,12 @@ def test_non_owned_layers_take_no_memory_while_the_model_loads_and_the_result_is
             ops.finish()
     finally:
         close(ranks)
+
+
+def test_vanilla_kv_estimate_gives_back_the_freed_weights_net_of_slots():
+    from sgl_sidp.sidp.runtime import vanilla_kv_estimate
+
+    # Qwen3-32B at d = 2: 32 non-owned layers of 786 MB freed, 2 slots held, 262,144 bytes of KV per token
+    freed, slots, per_token = 32 * 786_000_000, 2 * 786_000_000, 262_144
+    assert vanilla_kv_estimate(330_000, freed, slots, per_token) == 330_000 - (30 * 786_000_000) // per_token
+    assert vanilla_kv_estimate(10, freed, slots, per_token) == 0

@@ -107,6 +107,14 @@ def layer_of_prefix(prefix: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def vanilla_kv_estimate(kv_tokens: int, freed_bytes: int, slot_bytes: int, bytes_per_token: int) -> int:
+    """KV tokens a vanilla replica would hold where a SiDP rank holds `kv_tokens`: SGLang sizes the KV cache from the
+    memory left after the weights, so the non-owned FFN weights a rank does not hold (`freed_bytes`), net of its WaS
+    slots (`slot_bytes`), became KV at `bytes_per_token` (all layers of this TP rank). An estimate, for the log and
+    the metric; the measured comparison is a vanilla server's own `max_total_num_tokens`."""
+    return max(0, kv_tokens - (freed_bytes - slot_bytes) // max(1, bytes_per_token))
+
+
 def spec_of(layer: int, name: str, t: torch.Tensor) -> TensorSpec:
     return TensorSpec(layer, name, tuple(t.shape), str(t.dtype), t.numel() * t.element_size())
 
@@ -141,6 +149,7 @@ class SiDPRuntime:
         self.never_held: set[int] = set()  # non-owned layers whose weights took no memory of their own at load
         self.copy_gbps = 0.0
         self.kv_tokens: int | None = None
+        self.kv_vanilla: int | None = None  # estimated KV tokens of a vanilla replica (vanilla_kv_estimate)
         self.metrics: SiDPMetrics | None = None
         self.fold_gpus = bool(getattr(ctx.config, "fold_gpus", False))
         self.mlps: dict[int, torch.nn.Module] = {}
@@ -347,8 +356,18 @@ class SiDPRuntime:
         """AFTER `ModelRunner.alloc_memory_pool`: log this rank's KV capacity."""
         if getattr(runner, "is_draft_worker", False):
             return result
+        from sgl_sidp.calibration.measure import kv_bytes_per_token
+
         self.kv_tokens = int(runner.max_total_num_tokens)
-        logger.info("sgl-sidp sidp %s: KV cache %d tokens (max_total_num_tokens)", self.who, self.kv_tokens)
+        b = self.binding
+        if runner.server_args.max_total_tokens or b is None:
+            logger.info("sgl-sidp sidp %s: KV cache %d tokens (max_total_num_tokens)", self.who, self.kv_tokens)
+            return result
+        self.kv_vanilla = vanilla_kv_estimate(self.kv_tokens, b.freed_bytes, b.slot_bytes, kv_bytes_per_token(runner))
+        logger.info("sgl-sidp sidp %s: KV cache %d tokens (max_total_num_tokens); a vanilla replica: about %d (%.2fx; "
+                    "estimated: this rank's KV less the %.2f GB of non-owned weights it does not hold net of its slots)",
+                    self.who, self.kv_tokens, self.kv_vanilla, self.kv_tokens / max(1, self.kv_vanilla),
+                    (b.freed_bytes - b.slot_bytes) / 1e9)
         return result
 
     def on_scheduler_init(self, result, scheduler, *args, **kwargs):
@@ -440,6 +459,7 @@ class SiDPMetrics:
     """SiDP's Prometheus metrics (with `--enable-metrics`), labelled like SGLang's scheduler metrics.
 
     - `sglang:sidp_sidp_kv_tokens`: this rank's KV capacity (tokens; SGLang's `max_total_num_tokens`).
+    - `sglang:sidp_sidp_kv_tokens_vanilla_estimate`: what a vanilla replica would hold (`vanilla_kv_estimate`).
     - `sglang:sidp_sidp_streamed_layers`: FFN layers this rank streams from their owners every forward.
     - `sglang:sidp_sidp_bytes_per_forward`: bytes one forward streams (WaS).
     - `sglang:sidp_sidp_forwards_total{mode}`: this rank's forwards by mode ("was", "cas").
@@ -457,6 +477,8 @@ class SiDPMetrics:
         gauge = lambda name, doc: Gauge(name, doc, multiprocess_mode="mostrecent", **kw).labels(**labels)  # noqa: E731
         self.rt = rt
         gauge("sglang:sidp_sidp_kv_tokens", "KV cache capacity of this rank (tokens).").set(rt.kv_tokens or 0)
+        gauge("sglang:sidp_sidp_kv_tokens_vanilla_estimate",
+              "KV tokens a vanilla replica would hold (estimate; 0 when the KV cache is capped).").set(rt.kv_vanilla or 0)
         gauge("sglang:sidp_sidp_streamed_layers", "FFN layers this rank streams every forward.").set(len(rt.streamed))
         gauge("sglang:sidp_sidp_bytes_per_forward", "Bytes a forward streams from the owners.").set(rt.bytes_per_forward)
         gauge("sglang:sidp_sidp_b_th", "B_th, tokens per rank (auto).").set(
