@@ -409,3 +409,29 @@ def test_ring_with_a_shifted_fetch_order_is_exact(policy):
             assert torch.equal(slots[sched.slot_of(lid)]["w"], remote[(lid, "w")]), (policy, lid)
             pf.after_use(lid)
         ops.finish()
+
+
+# --------------------------------------------------------------------------- measured exposed fetch time
+def sampled_sink(policy, every):
+    sink = Sink((1, 2, 4, 5), SimulatedStreams(policy))
+    sink.prefetcher = SlotPrefetcher(sink.schedule, make_stack()[1], sink.slots, sink.ops, sample_every=every)
+    sink.start, sink.before, sink.after = sync_points(sink.prefetcher)
+    return sink
+
+
+def test_stall_sampler_sees_waits_only_when_copies_are_late():
+    """Timing events around the "slot ready" waits of one forward in `every`: with copies that run only when compute
+    waits for them ("latest") every sampled forward shows the waits (one tick per copy: 4 layers x 2 tensors); with
+    copies that finish as soon as they may ("earliest") none. Exactness is unchanged."""
+    late, early = sampled_sink("latest", 2), sampled_sink("earliest", 2)
+    assert matches_reference(late, n_forwards=5) and matches_reference(early, n_forwards=5)
+    for sink in (late, early):
+        sink.forward(inputs(1)[0])  # the next start reads back the last sample
+    assert late.prefetcher.stalls.samples_ms == [8.0, 8.0] and late.prefetcher.stalls.mean_ms() == 8.0
+    assert early.prefetcher.stalls.samples_ms == [0.0, 0.0]
+    assert sampled_sink("latest", 2).prefetcher.stalls.mean_ms() is None  # nothing before the first sample
+
+
+def test_no_sampling_unless_asked():
+    sink = Sink((1, 2), SimulatedStreams("latest"))
+    assert sink.prefetcher.stalls is None and matches_reference(sink)

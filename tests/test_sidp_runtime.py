@@ -225,6 +225,11 @@ def test_metrics_count_was_forwards_and_streamed_bytes_from_the_batch_signal():
         assert s("sglang:sidp_sidp_bytes_fetched_total") == 2 * 2 * per_layer  # layers 0 and 2 each forward
         assert (s("sglang:sidp_sidp_kv_tokens"), s("sglang:sidp_sidp_streamed_layers")) == (1234, 2)
         assert s("sglang:sidp_sidp_bytes_per_forward") == 2 * per_layer
+        assert s("sglang:sidp_sidp_fetch_exposed_ms") == 0 and rt.fetch_exposure() == (None, None)  # not sampled
+        rt.binding.prefetcher.stalls = SimpleNamespace(mean_ms=lambda: 0.25)  # as a StallSampler reads back
+        rt.copy_gbps = 2 * per_layer / 1e6  # the forward's copies take 1 ms at this rate
+        obs.record(IterationSignal("DECODE", 4, 4, 0, 4, 0))
+        assert s("sglang:sidp_sidp_fetch_exposed_ms") == 0.25 and s("sglang:sidp_sidp_fetch_hidden_share") == 0.75
     finally:
         close(ranks)
 

@@ -72,6 +72,7 @@ class SlotBinding:
         wrap: applied to each sync point (`eager_on_graph(True)` inside SGLang; identity in tests).
         release_cached: called once the originals are dropped (`torch.cuda.empty_cache` on CUDA),
             so their memory goes back to the driver before SGLang sizes its KV cache.
+        sample_every: time the slot waits of one eager forward in this many (`StallSampler`; 0: never).
 
     Attributes:
         freed_bytes: bytes of the streamed layers' own parameters dropped.
@@ -85,7 +86,8 @@ class SlotBinding:
 
     def __init__(self, modules: Mapping[int, torch.nn.Module], names: Sequence[str], remote: Mapping,
                  layers: Sequence[int], n_slots: int, ops, wrap: Callable[[Callable], Callable] = lambda f: f,
-                 release_cached: Callable[[], None] = lambda: None, fetch_order: Sequence[int] | None = None):
+                 release_cached: Callable[[], None] = lambda: None, fetch_order: Sequence[int] | None = None,
+                 sample_every: int = 0):
         if not layers:
             raise ValueError("no layers to stream")
         missing = [lid for lid in layers if lid not in modules]
@@ -103,7 +105,7 @@ class SlotBinding:
         self.slot_bytes = sum(t.numel() * t.element_size() for s in slots for t in s.values())
         self.freed_bytes = 0
         remote_used = {(lid, n): remote[(lid, n)] for lid in self.layers for n in names}
-        self.prefetcher = SlotPrefetcher(self.schedule, remote_used, slots, ops)
+        self.prefetcher = SlotPrefetcher(self.schedule, remote_used, slots, ops, sample_every=sample_every)
         for lid in self.layers:
             for n in names:
                 p = param_at(modules[lid], n)

@@ -119,6 +119,67 @@ class StreamOps:
     def capturing(self) -> bool:
         return torch.cuda.is_current_stream_capturing()
 
+    def timing_event(self):
+        return torch.cuda.Event(enable_timing=True)
+
+    def done(self, event) -> bool:
+        return event.query()
+
+    def elapsed_ms(self, start, end) -> float:
+        return start.elapsed_time(end)
+
+
+class StallSampler:
+    """How long the compute stream waits for slots (the part of the fetch not hidden behind compute), measured with
+    timing events around the "slot ready" waits of one eager forward in `every`; never inside a graph capture
+    (replays run no Python, so graph-replayed forwards are not sampled).
+
+    Args:
+        ops: `StreamOps` (with `timing_event`, `done`, `elapsed_ms`).
+        n_waits: waits per forward (the streamed layers).
+        every: sample one forward in `every` (>= 1).
+
+    Attributes:
+        samples_ms: exposed wait per sampled forward (ms), oldest first, read back once its events completed
+            (without blocking: at a later forward's start).
+    """
+
+    def __init__(self, ops, n_waits: int, every: int, keep: int = 64):
+        self.ops, self.every, self.keep = ops, every, keep
+        self.pairs = [(ops.timing_event(), ops.timing_event()) for _ in range(n_waits)]
+        for a, b in self.pairs:  # created lazily on first record: never per forward
+            ops.record(a, ops.current())
+            ops.record(b, ops.current())
+        self.samples_ms: list[float] = []
+        self._forwards = self._used = 0
+        self._active = self._pending = False
+
+    def start(self) -> None:
+        """A forward starts: read back a finished sample; sample this one if it is due and nothing is pending."""
+        if self._pending and all(self.ops.done(b) for _, b in self.pairs[:self._used]):
+            self.samples_ms = (self.samples_ms + [sum(self.ops.elapsed_ms(a, b) for a, b in self.pairs[:self._used])])[-self.keep:]
+            self._pending = False
+        self._forwards += 1
+        self._active = not self._pending and not self.ops.capturing() and self._forwards % self.every == 0
+        if self._active:
+            self._used = 0
+
+    def wait(self, wait: Callable[[], None]) -> None:
+        """Run `wait()` (a compute-stream wait on a slot), timed when this forward is sampled."""
+        if not self._active or self._used >= len(self.pairs) or self.ops.capturing():
+            wait()
+            return
+        a, b = self.pairs[self._used]
+        self._used += 1
+        self.ops.record(a, self.ops.current())
+        wait()
+        self.ops.record(b, self.ops.current())
+        self._pending = True
+
+    def mean_ms(self) -> float | None:
+        """Mean exposed wait per sampled forward (ms), or None before the first sample."""
+        return sum(self.samples_ms) / len(self.samples_ms) if self.samples_ms else None
+
 
 @dataclasses.dataclass
 class _EventSet:
@@ -146,7 +207,7 @@ class SlotPrefetcher:
     forwards, since CUDA forbids waiting eagerly on an event last recorded inside a capture.
     """
 
-    def __init__(self, schedule: PrefetchSchedule, remote: Mapping, slots: list[dict], ops):
+    def __init__(self, schedule: PrefetchSchedule, remote: Mapping, slots: list[dict], ops, sample_every: int = 0):
         if len(slots) != schedule.n_slots:
             raise ValueError(f"{len(slots)} slots for a schedule of {schedule.n_slots}")
         self.schedule = schedule
@@ -172,6 +233,8 @@ class SlotPrefetcher:
                 ops.record(e, ops.current())
         self.bytes_per_forward = sum(self.remote[(lid, nm)].numel() * self.remote[(lid, nm)].element_size() for lid in schedule.layers for nm in self._names)
         self.forwards_started = 0  # eager forwards and graph captures (replays run no Python)
+        # exposed fetch time, measured on one eager forward in `sample_every` (0: not measured)
+        self.stalls = StallSampler(ops, len(schedule.layers), sample_every) if sample_every else None
 
     # ------------------------------------------------------------------ the three points
     def start_forward(self) -> None:
@@ -183,11 +246,17 @@ class SlotPrefetcher:
         for lid in self.schedule.initial:
             self._issue(lid, ev)
         self.forwards_started += 1
+        if self.stalls is not None:
+            self.stalls.start()
 
     def before_use(self, layer_id: int) -> None:
         """Make the compute stream wait until `layer_id`'s slot holds its weights."""
         ev = self._events()
-        self.ops.wait(self.ops.current(), ev.ready[self.schedule.slot_of(layer_id)])
+        ready = ev.ready[self.schedule.slot_of(layer_id)]
+        if self.stalls is None:
+            self.ops.wait(self.ops.current(), ready)
+        else:
+            self.stalls.wait(lambda: self.ops.wait(self.ops.current(), ready))
 
     def after_use(self, layer_id: int) -> None:
         """Release `layer_id`'s slot and start pulling the next layer that uses it."""
@@ -234,6 +303,7 @@ class SimulatedStreams:
         def __init__(self):
             self.side_seq = None  # side-queue position this event marks (recorded on side)
             self.compute_done = False  # recorded on compute (compute reached it)
+            self.t = 0  # the simulated clock when recorded on compute (timing events)
 
     def __init__(self, policy: str):
         if policy not in ("earliest", "latest"):
@@ -244,6 +314,7 @@ class SimulatedStreams:
         self._queue: collections.deque = collections.deque()  # ("wait", ev) | ("copy", dst, src) | ("mark", ev)
         self._seq = 0
         self._done_seq = 0  # the last side mark the side stream has reached
+        self.clock = 0  # one tick per copy run: compute "waits" the ticks of the copies a wait drains
         self.log: list[str] = []
 
     def current(self):
@@ -255,8 +326,18 @@ class SimulatedStreams:
     def capturing(self) -> bool:
         return False
 
+    def timing_event(self):
+        return self._Event()
+
+    def done(self, event) -> bool:
+        return True
+
+    def elapsed_ms(self, start, end) -> float:
+        return float(end.t - start.t)
+
     def record(self, event, stream) -> None:
         if stream is self.compute:
+            event.t = self.clock
             event.compute_done = True
             event.side_seq = None  # a wait now refers to this (compute) record, already reached
             if self.policy == "earliest":
@@ -295,6 +376,7 @@ class SimulatedStreams:
                     return
             elif op[0] == "copy":
                 op[1].copy_(op[2])
+                self.clock += 1
             elif op[0] == "mark":
                 self._done_seq = op[2]
                 if until is not None and op[2] >= until:

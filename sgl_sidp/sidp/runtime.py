@@ -48,6 +48,9 @@ from sgl_sidp.prefetch.schedules import owner_of, peak_shift_order
 
 logger = logging.getLogger(__name__)
 
+#: One eager WaS forward in this many has its slot waits timed (the fetch time not hidden behind compute).
+STALL_SAMPLE_EVERY = 16
+
 #: The parameters of one FFN layer a non-owner streams (names inside SGLang's `Qwen2MLP` / `LlamaMLP`).
 NAMES = ("gate_up_proj.weight", "down_proj.weight")
 
@@ -165,10 +168,21 @@ class SiDPRuntime:
     def who(self) -> str:
         return f"DP{self.dp_rank} TP{self.tp_rank}"
 
+    def fetch_exposure(self) -> tuple[float | None, float | None]:
+        """(measured ms per sampled eager WaS forward that compute waited for slots, share of the fetch hidden behind
+        compute: 1 - that over the copy time per forward at the copy rate measured at load); Nones before a sample."""
+        stalls = self.binding.prefetcher.stalls if self.binding is not None else None
+        exposed = stalls.mean_ms() if stalls is not None else None
+        if exposed is None or not self.copy_gbps:
+            return exposed, None
+        copy_ms = self.bytes_per_forward / (self.copy_gbps * 1e9) * 1e3
+        return exposed, max(0.0, 1.0 - exposed / copy_ms) if copy_ms else None
+
     # ------------------------------------------------------------------ set-up (no SGLang, testable on CPU)
     def setup(self, mlps: Mapping[int, torch.nn.Module], dp_rank: int, tp_rank: int, d: int, device_id: int,
               address_of: Callable[[int], str], ops, wrap: Callable = lambda f: f,
-              release_cached: Callable[[], None] = lambda: None, driver=None, can_access_peer=None) -> None:
+              release_cached: Callable[[], None] = lambda: None, driver=None, can_access_peer=None,
+              sample_every: int = 0) -> None:
         """Share the owned layers, then map the other ranks' and bind the streamed layers to slots.
 
         Args:
@@ -178,6 +192,7 @@ class SiDPRuntime:
             address_of: DP rank -> that rank's socket address for this TP rank.
             ops, wrap, release_cached: as `SlotBinding` takes them.
             driver, can_access_peer: the VMM driver and peer query (defaults: CUDA's).
+            sample_every: measure the slot waits of one eager WaS forward in this many (`StallSampler`; 0: never).
 
         Raises:
             SiDPError: an owner's tensors differ from this rank's (shapes, dtypes, layers).
@@ -213,7 +228,8 @@ class SiDPRuntime:
         if self.streamed:
             self.n_slots, self.fetch_order = ring_plan(self.settings, ids, d, dp_rank)
             self.binding = SlotBinding(mlps, NAMES, remote, self.streamed, self.n_slots, ops, wrap=wrap,
-                                       release_cached=release_cached, fetch_order=self.fetch_order)
+                                       release_cached=release_cached, fetch_order=self.fetch_order,
+                                       sample_every=sample_every)
 
     def start_lockstep(self, lockstep, rc, b_th: float | None = None, b_th_source: str = "") -> None:
         """Run CaS/auto from now on: `lockstep` (its switch built from the settings) decides each iteration's mode,
@@ -326,7 +342,7 @@ class SiDPRuntime:
         self._placeholders.clear()  # the parameters hold them until the slot binding replaces them
         self.setup(mlps, dp, tp, int(runner.server_args.dp_size), device_id,
                    lambda r: socket_address(f"sidp-dp{r}", port, tp), StreamOps(torch.device("cuda", device_id)),
-                   wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache)
+                   wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache, sample_every=STALL_SAMPLE_EVERY)
         b = self.binding
         if b is not None:
             first = b.prefetcher.remote  # (layer, name) -> mapped owner tensor
@@ -467,6 +483,8 @@ class SiDPMetrics:
     - `sglang:sidp_sidp_switches_total`: WaS <-> CaS switches (cas/auto).
     - `sglang:sidp_sidp_b_th`: B_th in tokens per rank (auto; 0 otherwise).
     - `sglang:sidp_sidp_bytes_fetched_total`: bytes streamed so far (bytes per forward times WaS forwards).
+    - `sglang:sidp_sidp_fetch_exposed_ms`: measured ms an eager WaS forward waits for its slots (sampled).
+    - `sglang:sidp_sidp_fetch_hidden_share`: 1 - that over the copy time per forward at the load-time copy rate.
     """
 
     def __init__(self, rt: SiDPRuntime, labels: dict, registry=None):
@@ -488,12 +506,24 @@ class SiDPMetrics:
         self.by_mode = {m: forwards.labels(**labels, mode=m.value) for m in ServeMode}
         self.served = Counter("sglang:sidp_sidp_served", "CaS iterations served without a batch of its own.", **kw).labels(**labels)
         self.switches = Counter("sglang:sidp_sidp_switches", "WaS <-> CaS switches.", **kw).labels(**labels)
+        self.exposed = gauge("sglang:sidp_sidp_fetch_exposed_ms",
+                             "Measured ms an eager WaS forward waits for its slots (sampled; 0 before a sample).")
+        self.hidden = gauge("sglang:sidp_sidp_fetch_hidden_share",
+                            "Share of the fetch hidden behind compute: 1 - exposed / copy time at the load-time rate.")
         self.fetched = Counter("sglang:sidp_sidp_bytes_fetched", "Bytes streamed from the owners so far.", **kw).labels(**labels)
 
     def observe(self, sig) -> None:
         """One busy iteration ran one WaS forward (a batch-signal listener; WaS only, no lockstep)."""
         self.by_mode[ServeMode.WAS].inc()
         self.fetched.inc(self.rt.bytes_per_forward)
+        self._exposure()
+
+    def _exposure(self) -> None:
+        exposed, hidden = self.rt.fetch_exposure()
+        if exposed is not None:
+            self.exposed.set(exposed)
+        if hidden is not None:
+            self.hidden.set(hidden)
 
     def on_step(self, it, tokens: int, switched: bool) -> None:
         """One lockstep iteration (`SiDPRuntime.step`): `tokens` this rank runs, `switched` if the mode changed."""
@@ -503,6 +533,7 @@ class SiDPMetrics:
             self.by_mode[it.mode].inc()
             if it.mode is ServeMode.WAS:
                 self.fetched.inc(self.rt.bytes_per_forward)
+                self._exposure()
         elif it.busy and it.mode is ServeMode.CAS:
             self.served.inc()
 
