@@ -18,7 +18,6 @@ Usage: python scripts/sidp_predict.py CALIBRATION.json --model-config config.jso
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
