@@ -173,6 +173,12 @@ HOOKS: tuple[Hook, ...] = (
         "batch serving its owned layers to the others in a CaS iteration",
     ),
     Hook(
+        target=f"{SCHEDULER}.process_input_requests", hook_type="AFTER", runtime=SIDP, method="on_input_requests",
+        params=("self", "recv_reqs"), feature="sidp",
+        why="cas/auto: a paused engine (pause_generation) skips get_next_batch_to_run; its lockstep step is taken here "
+        "instead, with no tokens, so the other ranks never wait for it",
+    ),
+    Hook(
         target=f"{DECODE_GRAPHS}.can_run_graph", hook_type="AROUND", runtime=SIDP, method="around_can_run_graph",
         params=("self", "forward_batch"), feature="sidp",
         why="a CaS iteration runs eagerly: its MLPs exchange rows whose counts change every iteration",
@@ -336,6 +342,7 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.utils.kill_process_tree", ("parent_pid",)),
     # batch signal: what the hook bodies read
     UsedSymbol(f"{SCHEDULER}.waiting_queue", instance_attr=True),
+    UsedSymbol(f"{SCHEDULER}._engine_paused", instance_attr=True),
     UsedSymbol(f"{SCHEDULER}.ps", instance_attr=True),
     UsedSymbol(f"{SCHEDULER}.metrics_collector", instance_attr=True),
     UsedSymbol(f"{SCHEDULE_BATCH}.NextBatchPlan.batch_to_run", instance_attr=True),

@@ -171,3 +171,29 @@ def test_graphs_only_outside_cas_iterations():
     assert rt.around_can_run_graph(yes, None, None) is False
     rt.lockstep.current = Iteration((400, 300), ServeMode.WAS)
     assert rt.around_can_run_graph(yes, None, None) is True
+
+
+def paused_rank(rank, world):
+    """Rank 1's engine is paused for the first two iterations: its event loop skips get_next_batch_to_run, so its
+    lockstep step comes from the process_input_requests hook (no tokens); rank 0 keeps running CaS batches."""
+    rt, model = runtime(rank, world, "cas")
+    paused, running = types.SimpleNamespace(_engine_paused=True), types.SimpleNamespace(_engine_paused=False)
+    out = []
+    for it in range(3):
+        if rank == 1 and it < 2:
+            with torch.no_grad():
+                assert rt.on_input_requests("result", paused) == "result"
+            continue
+        assert rt.on_input_requests(None, running) is None  # not paused: the step is on_next_batch's
+        with torch.no_grad():
+            rt.step(4)
+            out.append(model(rows(rank, it, 4)).numpy())
+    return out
+
+
+def test_a_paused_rank_keeps_the_lockstep_and_serves_its_layers():
+    got = spawn(paused_rank, 2)
+    assert len(got[0]) == 3 and len(got[1]) == 1
+    for it, y in enumerate(got[0]):
+        assert same(torch.from_numpy(y), reference(rows(0, it, 4))), it
+    assert same(torch.from_numpy(got[1][0]), reference(rows(1, 2, 4)))

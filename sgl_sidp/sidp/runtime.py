@@ -447,6 +447,15 @@ class SiDPRuntime:
             self.step(sig.computed_tokens if sig is not None and sig.forward_mode != "IDLE" else 0)
         return plan
 
+    def on_input_requests(self, result, scheduler, *args, **kwargs):
+        """AFTER `Scheduler.process_input_requests` (cas/auto): a rank whose engine is paused (SGLang's
+        `pause_generation`; its event loop then skips `get_next_batch_to_run`) still takes its lockstep step, with no
+        tokens, serving its owned layers when others run CaS; otherwise a rank that paused one iteration earlier than
+        another would leave it waiting in the all-gather, unable to receive the pause (or a weight update) itself."""
+        if self.lockstep is not None and getattr(scheduler, "_engine_paused", False):
+            self.step(0)
+        return result
+
     def around_can_run_graph(self, original, runner, *args, **kwargs):
         """AROUND the decode/prefill graph runners' `can_run_graph`: a CaS iteration runs eagerly."""
         return False if self.cas_now else original(runner, *args, **kwargs)
