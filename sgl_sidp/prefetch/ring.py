@@ -129,6 +129,10 @@ class StreamOps:
         return start.elapsed_time(end)
 
 
+#: One eager forward in this many has its slot waits timed, by default (`StallSampler`).
+SAMPLE_EVERY = 16
+
+
 class StallSampler:
     """How long the compute stream waits for slots (the part of the fetch not hidden behind compute), measured with
     timing events around the "slot ready" waits of one eager forward in `every`; never inside a graph capture

@@ -48,9 +48,6 @@ from sgl_sidp.prefetch.schedules import owner_of, peak_shift_order
 
 logger = logging.getLogger(__name__)
 
-#: One eager WaS forward in this many has its slot waits timed (the fetch time not hidden behind compute).
-STALL_SAMPLE_EVERY = 16
-
 #: The parameters of one FFN layer a non-owner streams (names inside SGLang's `Qwen2MLP` / `LlamaMLP`).
 NAMES = ("gate_up_proj.weight", "down_proj.weight")
 
@@ -333,7 +330,7 @@ class SiDPRuntime:
 
         from sgl_sidp.peer.vmm import measure_copy_gbps, socket_address
         from sgl_sidp.prefetch.binding import first_decoder_layer
-        from sgl_sidp.prefetch.ring import StreamOps
+        from sgl_sidp.prefetch.ring import SAMPLE_EVERY, StreamOps
 
         dp, tp = int(runner.ps.dp_rank or 0), int(runner.ps.tp_rank)
         device_id = torch.cuda.current_device()
@@ -342,7 +339,7 @@ class SiDPRuntime:
         self._placeholders.clear()  # the parameters hold them until the slot binding replaces them
         self.setup(mlps, dp, tp, int(runner.server_args.dp_size), device_id,
                    lambda r: socket_address(f"sidp-dp{r}", port, tp), StreamOps(torch.device("cuda", device_id)),
-                   wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache, sample_every=STALL_SAMPLE_EVERY)
+                   wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache, sample_every=SAMPLE_EVERY)
         b = self.binding
         if b is not None:
             first = b.prefetcher.remote  # (layer, name) -> mapped owner tensor

@@ -151,7 +151,7 @@ class ZeroDPRuntime:
     def _setup_sink(self, runner, moe_layers, address: str) -> None:
         from sgl_sidp.peer.vmm import TensorImporter, measure_copy_gbps
         from sgl_sidp.prefetch.binding import SlotBinding, first_decoder_layer
-        from sgl_sidp.prefetch.ring import StreamOps
+        from sgl_sidp.prefetch.ring import SAMPLE_EVERY, StreamOps
 
         s = self.settings
         device_id = torch.cuda.current_device()
@@ -204,7 +204,8 @@ class ZeroDPRuntime:
 
             remote = {**first, **imp.map([(lid, n) for lid in plan.layers for n in names if lid != moe_ids[0]])}
             self.binding = SlotBinding(modules, names, remote, plan.layers, N_SLOTS, StreamOps(torch.device("cuda", device_id)),
-                                       wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache)
+                                       wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache,
+                                       sample_every=SAMPLE_EVERY)
             self.binding.install_start(first_decoder_layer(runner.model))
         imp.watch()
         b = self.binding
@@ -382,6 +383,8 @@ class ZeroDPMetrics:
       on an idle GPU (ms). An estimate: inside busy forwards copies run slower (next metric).
     - `sglang:sidp_zerodp_copy_gbps_in_forward`: the copy rate measured at start-up while decode
       forwards ran (GB/s; sinks; 0 if not measured).
+    - `sglang:sidp_zerodp_fetch_exposed_ms`: measured: how long a sampled eager forward waited for its pulled
+      experts (`prefetch.ring.StallSampler`, one eager forward in 16; graph replays are not sampled).
     - `sglang:sidp_zerodp_bytes_pulled_total`: bytes pulled so far, counted as the plan's bytes per
       forward times the busy scheduler iterations (one forward each).
     """
@@ -399,6 +402,8 @@ class ZeroDPMetrics:
         self.per_fwd = gauge("sglang:sidp_zerodp_bytes_per_forward", "Bytes a forward pulls from the source.")
         self.copy_ms = gauge("sglang:sidp_zerodp_copy_ms_per_forward_estimate",
                              "One forward's pulls at the idle copy rate measured at start-up (ms, estimate).")
+        self.exposed = gauge("sglang:sidp_zerodp_fetch_exposed_ms",
+                             "Measured ms a sampled eager forward waits for its pulled experts (0 before a sample).")
         self.in_fwd = gauge("sglang:sidp_zerodp_copy_gbps_in_forward",
                             "Copy rate measured at start-up while decode forwards ran (GB/s).")
         self.pulled = Counter("sglang:sidp_zerodp_bytes_pulled", "Bytes pulled from the source so far.", **kw).labels(**labels)
@@ -413,3 +418,6 @@ class ZeroDPMetrics:
         """One busy iteration ran one forward (a batch-signal listener)."""
         if self.rt.plan is not None:
             self.pulled.inc(self.rt.plan.bytes_per_forward)
+        stalls = self.rt.binding.prefetcher.stalls if self.rt.binding is not None else None
+        if stalls is not None and stalls.mean_ms() is not None:
+            self.exposed.set(stalls.mean_ms())
