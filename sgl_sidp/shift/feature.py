@@ -15,16 +15,16 @@ from sgl_sidp.shift.settings import ShiftSettings
 SUPPORTED = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
 
 
-def sp_of(cfg, tp_size: int) -> int:
-    """The base configuration's SP: `--sidp-shift-sp`, or P when 0."""
-    return cfg.shift.sp or tp_size
+def sp_of(settings, tp_size: int) -> int:
+    """The base configuration's SP: `--sidp-shift-sp` (`settings.sp`), or P when 0."""
+    return settings.sp or tp_size
 
 
 def check(cfg, raw: argparse.Namespace) -> list[str]:
     """Every reason Shift Parallelism cannot run with SGLang's flags `raw` (argparse namespace), one line each."""
     problems = []
     p = int(getattr(raw, "tp_size", 1) or 1)
-    sp = sp_of(cfg, p)
+    sp = sp_of(cfg.shift, p)
     if p % sp:
         problems.append(f"--sidp-shift-sp {sp} does not divide --tp-size {p}")
     from sgl_sidp.peer.topology import visible_gpu_count
@@ -78,7 +78,7 @@ def sglang_defaults(argv: list[str]) -> list[str]:
 def describe(cfg, server_args) -> str:
     """Shift's part of the launcher's start-up line."""
     p = server_args.tp_size
-    sp = sp_of(cfg, p)
+    sp = sp_of(cfg.shift, p)
     where = f"{cfg.shift.threshold} tokens per forward" if cfg.shift.threshold else "the calibrated threshold"
     return (f"shift: base (SP={sp}, TP={p // sp}) above {where}, shift (TP={p}) at or below; one KV cache; base "
             "weights gathered from the TP shards, shift shards are views of them")

@@ -102,7 +102,6 @@ class ShiftRuntime:
         self.embed_id: int | None = None
         self.roles: dict[int, str] = {}  # id(module) -> "qkv" | "o" | "mlp" | "logits"
         self.weights: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # id(linear) -> (base weight, bias)
-        self.mlp_parts: dict[int, tuple[int, int]] = {}  # id(mlp) -> (id(gate_up_proj), id(down_proj))
         self.base = False
         self.n_tokens = 0
         self.forwards = {"base": 0, "shift": 0}
@@ -161,7 +160,6 @@ class ShiftRuntime:
                     self.roles[id(lin)] = role
             mlp = layer.mlp
             self.roles[id(mlp)] = "mlp"
-            self.mlp_parts[id(mlp)] = (id(mlp.gate_up_proj), id(mlp.down_proj))
         decoder = getattr(model, "model", model)
         self.embed_id = id(decoder.embed_tokens)
         logits = getattr(model, "logits_processor", None)
@@ -198,8 +196,10 @@ class ShiftRuntime:
             return result
         from sglang.srt.distributed.parallel_state import get_world_group, init_model_parallel_group
 
+        from sgl_sidp.shift.feature import sp_of
+
         p, tp_rank = runner.ps.tp_size, runner.ps.tp_rank
-        sp = self.settings.sp or p
+        sp = sp_of(self.settings, p)
         local = get_world_group().local_rank
         backend = torch.distributed.get_backend()
 
@@ -275,9 +275,8 @@ class ShiftRuntime:
         act_fn per shard, all-reduced over TP_b."""
         if not (self.base and self.roles.get(id(mlp)) == "mlp"):
             return original(mlp, x, *args, **kwargs)
-        gu_id, down_id = self.mlp_parts[id(mlp)]
-        h = ulysses.act_per_shard(mlp.act_fn, F.linear(x, self.weights[gu_id][0]), self.sp)
-        out = F.linear(h, self.weights[down_id][0])
+        h = ulysses.act_per_shard(mlp.act_fn, F.linear(x, self.weights[id(mlp.gate_up_proj)][0]), self.sp)
+        out = F.linear(h, self.weights[id(mlp.down_proj)][0])
         return self.tb_comm.all_reduce(out) if self.tb_comm is not None else out
 
     def around_logits(self, original: Callable, proc, input_ids, hidden_states, *args, **kwargs):

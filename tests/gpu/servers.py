@@ -105,6 +105,15 @@ def vanilla_reference(log_dir, model_dir, name, port, env_var, batched=()):
         return alone, together
 
 
+def answer_diff(ref, got):
+    """How greedy answer `got` differs from `ref` (both as `greedy` returns them): tokens equal, the first differing
+    position, and the largest |logprob difference| before it (after it the two answers hold different tokens)."""
+    first = next((k for k, (a, b) in enumerate(zip(ref[0], got[0])) if a != b), None)
+    upto = len(ref[0]) if first is None else first
+    gap = max((abs(a - b) for a, b in zip(ref[1][:upto], got[1][:upto])), default=0.0)
+    return {"tokens_equal": first is None, "first_differing_token": first, "logprob_gap": gap}
+
+
 def summary(log_dir, name, **facts):
     (log_dir / f"{name}.facts.json").write_text(json.dumps(facts, indent=1))
 

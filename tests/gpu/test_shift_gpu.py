@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import COMMON, PROMPTS, Server, at_once, greedy, model_args, summary, vanilla_reference
+from servers import COMMON, PROMPTS, Server, answer_diff, at_once, greedy, model_args, summary, vanilla_reference
 
 pytestmark = [pytest.mark.gpu]
 
@@ -33,14 +33,6 @@ def shift(log_dir, name, model, tp, extra=(), port=24000):
     return Server("sgl_sidp.launch_server", [*model, *COMMON, "--tp-size", str(tp), "--sidp-mode", "shift",
                                              "--sidp-shift-threshold", "2", *extra],
                   port=port, log_path=log_dir / f"{name}.log", gpus=gpus)
-
-
-def compare(ref, got):
-    """(tokens equal, first differing position, largest |logprob difference| before it)."""
-    first = next((k for k, (a, b) in enumerate(zip(ref[0], got[0])) if a != b), None)
-    upto = len(ref[0]) if first is None else first
-    gap = max((abs(a - b) for a, b in zip(ref[1][:upto], got[1][:upto])), default=0.0)
-    return {"tokens_equal": first is None, "first_differing_token": first, "logprob_gap": gap}
 
 
 def graph_lines(log):
@@ -59,10 +51,10 @@ def test_tiny_dense_shift_wiring_on_one_gpu_is_bit_identical(log_dir, tiny_tp1_r
     facts = {}
     with shift(log_dir, "tiny_dense_shift_sp1", ["--model-path", str(TINY_DENSE)], 1, ["--sidp-shift-sp", "1"]) as srv:
         for i, p in enumerate(PROMPTS):
-            facts[f"alone_p{i}"] = compare(alone[i], greedy(srv.base_url, p))
+            facts[f"alone_p{i}"] = answer_diff(alone[i], greedy(srv.base_url, p))
         got = at_once(srv.base_url, [(PROMPTS[i], None) for i in (1, 2, 3)])
         for k, i in enumerate((1, 2, 3)):
-            facts[f"three_at_once_p{i}_vs_vanilla_batched"] = compare(together[k], got[k])
+            facts[f"three_at_once_p{i}_vs_vanilla_batched"] = answer_diff(together[k], got[k])
         log = srv.log_text()
     summary(log_dir, "tiny_dense_shift_sp1", answers=facts, graphs=graph_lines(log))
     assert graph_lines(log), "no line on which decode graphs run which configuration"
@@ -81,7 +73,7 @@ def test_tiny_dense_shift_tp2_matches_vanilla_tp2(log_dir):
     facts = {}
     with shift(log_dir, "tiny_dense_shift_tp2", model, 2, port=24300) as srv:
         for i, p in enumerate(PROMPTS):
-            facts[f"alone_p{i}"] = compare(ref[i], greedy(srv.base_url, p))
+            facts[f"alone_p{i}"] = answer_diff(ref[i], greedy(srv.base_url, p))
         log = srv.log_text()
     summary(log_dir, "tiny_dense_shift_tp2", answers=facts, graphs=graph_lines(log))
     assert all(v["tokens_equal"] for v in facts.values()), facts
@@ -97,7 +89,7 @@ def test_qwen3_32b_shift_tp2_matches_vanilla_tp2(log_dir):
     facts = {}
     with shift(log_dir, "qwen3_32b_shift_tp2", model, 2, port=24500) as srv:
         for i, p in enumerate(PROMPTS[:4]):
-            facts[f"alone_p{i}"] = compare(ref[i], greedy(srv.base_url, p, n=8))
+            facts[f"alone_p{i}"] = answer_diff(ref[i], greedy(srv.base_url, p, n=8))
         log = srv.log_text()
     kv = lambda text: [int(x) for x in re.findall(r"max_total_num_tokens=(\d+)", text)]  # noqa: E731
     added = re.findall(r"the base weights add ([\d.]+) GB on this GPU", log)
@@ -156,7 +148,7 @@ def test_mixed_layouts_match_vanilla_tp(log_dir, sp, tp_b, which):
     facts = {}
     with shift(log_dir, name, model, p, ["--sidp-shift-sp", str(sp)], port=25100 + p) as srv:
         for i, q in enumerate(prompts):
-            facts[f"alone_p{i}"] = compare(ref[i], greedy(srv.base_url, q, n=n))
+            facts[f"alone_p{i}"] = answer_diff(ref[i], greedy(srv.base_url, q, n=n))
         log = srv.log_text()
     summary(log_dir, name, answers=facts, graphs=graph_lines(log))
     assert all(v["tokens_equal"] for v in facts.values()), facts

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import COMMON, PROMPTS, Server, at_once, flush_cache, greedy, model_args, summary, vanilla_reference
+from servers import COMMON, PROMPTS, Server, answer_diff, at_once, flush_cache, greedy, model_args, summary, vanilla_reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 
@@ -93,12 +93,8 @@ def test_qwen3_8b_was_exact_against_vanilla_tp1(log_dir, qwen3_8b_reference):
 
 
 def compare(ref, got, what, facts):
-    """Record in `facts` how `got` differs from `ref`: tokens equal, first differing position, and the largest
-    |logprob difference| before it (after it the two answers hold different tokens)."""
-    first = next((k for k, (a, b) in enumerate(zip(ref[0], got[0])) if a != b), None)
-    same = slice(0, len(ref[0]) if first is None else first)
-    gap = max((abs(a - b) for a, b in zip(ref[1][same], got[1][same])), default=0.0)
-    facts[what] = {"tokens_equal": first is None, "first_differing_token": first, "logprob_gap": gap}
+    """Record in `facts` under `what` how `got` differs from `ref` (`servers.answer_diff`)."""
+    facts[what] = answer_diff(ref, got)
 
 
 def assert_alone_exact(facts):
