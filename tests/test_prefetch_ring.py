@@ -435,3 +435,20 @@ def test_stall_sampler_sees_waits_only_when_copies_are_late():
 def test_no_sampling_unless_asked():
     sink = Sink((1, 2), SimulatedStreams("latest"))
     assert sink.prefetcher.stalls is None and matches_reference(sink)
+
+
+def test_stall_sampler_never_touches_events_while_a_graph_is_captured():
+    """SGLang's warm-up forwards are eager, then it captures: a sample pending from a warm-up must not be read back
+    (`event.query()`) in the captured forward, nor may the capture sample (CUDA forbids both during a capture)."""
+    sink = sampled_sink("latest", 1)
+    sink.forward(inputs(1)[0])  # eager: sampled, its events pending
+    stalls = sink.prefetcher.stalls
+    assert stalls._pending and stalls.samples_ms == []
+    touched = []
+    sink.ops.capturing = lambda: True
+    sink.ops.done = lambda e: touched.append(e) or True
+    sink.forward(inputs(1)[0])  # captured
+    assert touched == [] and stalls.samples_ms == [] and stalls._pending
+    del sink.ops.capturing, sink.ops.done
+    sink.forward(inputs(1)[0])  # eager again: the warm-up's sample is read back
+    assert stalls.samples_ms == [8.0]

@@ -159,12 +159,16 @@ class StallSampler:
         self._active = self._pending = False
 
     def start(self) -> None:
-        """A forward starts: read back a finished sample; sample this one if it is due and nothing is pending."""
+        """A forward starts: read back a finished sample; sample this one if it is due and nothing is pending.
+        A forward being captured into a CUDA graph does neither (CUDA forbids querying an event during a capture)."""
+        if self.ops.capturing():
+            self._active = False
+            return
         if self._pending and all(self.ops.done(b) for _, b in self.pairs[:self._used]):
             self.samples_ms = (self.samples_ms + [sum(self.ops.elapsed_ms(a, b) for a, b in self.pairs[:self._used])])[-self.keep:]
             self._pending = False
         self._forwards += 1
-        self._active = not self._pending and not self.ops.capturing() and self._forwards % self.every == 0
+        self._active = not self._pending and self._forwards % self.every == 0
         if self._active:
             self._used = 0
 
