@@ -103,10 +103,17 @@ HOOKS: tuple[Hook, ...] = (
     ),
     # ---------------------------------------------------------------- ZeroDP
     Hook(
-        target=f"{MODEL_RUNNER}.load_model", hook_type="AFTER", runtime=ZERODP, method="on_load_model",
+        target=f"{MODEL_RUNNER}.load_model", hook_type="AROUND", runtime=ZERODP, method="around_load_model",
         params=("self",), feature="zerodp",
-        why="the source shares its experts, a sink drops the offloaded ones, after the weights are loaded "
-        "and before alloc_memory_pool sizes the KV cache from the free memory",
+        why="while a sink's model loads, its experts take no memory (the FusedMoE __init__ hook below); after it, "
+        "the source shares its experts and a sink binds the offloaded ones to slots and copies the kept ones from "
+        "the source, before alloc_memory_pool sizes the KV cache from the free memory",
+    ),
+    Hook(
+        target=f"{FUSED_MOE}.__init__", hook_type="AFTER", runtime=ZERODP, method="after_moe_init",
+        params=("self", "num_experts", "hidden_size", "intermediate_size", "layer_id"), feature="zerodp",
+        why="a sink's freshly allocated expert tensors are pointed at shared placeholders at once, so a model that "
+        "fills the GPU (Mixtral-8x7B: 93 GB) never needs its experts on a sink, not even while loading",
     ),
     Hook(
         target=f"{MODEL_RUNNER}.alloc_memory_pool", hook_type="AFTER", runtime=ZERODP, method="on_alloc_memory_pool",
@@ -370,6 +377,7 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.server_args.ServerArgs.mem_fraction_static", instance_attr=True),
     UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.broadcast_object", ("self", "obj", "src")),
     UsedSymbol(f"{FUSED_MOE}.run_moe_core", ("self", "dispatch_output")),
+    UsedSymbol(f"{FUSED_MOE}.layer_id", instance_attr=True),
     # SiDP: the dense MLPs' parameters it shares and streams
     UsedSymbol("sglang.srt.models.qwen2.Qwen2MLP.gate_up_proj", instance_attr=True),
     UsedSymbol("sglang.srt.layers.linear.MergedColumnParallelLinear.prefix", instance_attr=True),

@@ -53,7 +53,7 @@ def test_hooks_for_config():
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run"]
     assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))] == [  # modes imply the signal
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run",
-        "ModelRunner.load_model", "ModelRunner.alloc_memory_pool", "Scheduler.__init__", "FusedMoE.run_moe_core",
+        "ModelRunner.load_model", "FusedMoE.__init__", "ModelRunner.alloc_memory_pool", "Scheduler.__init__", "FusedMoE.run_moe_core",
         "DPBudget.update_budget", "DPBudget.dispatch"]
     assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.SHIFT))] == [  # ZeroDP's hooks only in zerodp mode
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run",

@@ -134,3 +134,58 @@ def test_kv_bytes_per_token_matches_sglang_for_qwen3_moe(tmp_path):
     assert kv_bytes_per_token(runner("auto", 1)) == 98_304
     assert kv_bytes_per_token(runner("fp8_e4m3", 1)) == 49_152
     assert kv_bytes_per_token(runner("auto", 2)) == 49_152
+
+
+class ScaledExperts(Experts):
+    """Experts with a scale in the w13 group and a resident tensor in none (as SGLang's quantized FusedMoE)."""
+
+    def __init__(self, layer_id, seed):
+        super().__init__(layer_id, seed)
+        self.w13_weight_scale = torch.nn.Parameter(torch.ones(4), requires_grad=False)
+        self.e_score_correction_bias = torch.nn.Parameter(torch.zeros(4), requires_grad=False)
+
+
+@pytest.mark.parametrize("tensors, taken", [("w13,w2", ["w13_weight", "w2_weight", "w13_weight_scale"]),
+                                            ("w13", ["w13_weight", "w13_weight_scale"])])
+def test_a_sinks_experts_take_no_memory_while_its_model_loads(tensors, taken):
+    """AFTER FusedMoE.__init__, while a sink loads (`_placing`, set by around_load_model for DP rank > 0), the
+    layer's tensors of the offloadable groups point at shared placeholders; resident tensors and a source's (or a
+    finished load's) layers are left alone."""
+    rt, _ = runtime()
+    rt.settings = rt.settings.model_copy(update={"tensors": tensors})
+    rt._placing = True
+    a, b = ScaledExperts(0, seed=1), ScaledExperts(1, seed=2)
+    for m in (a, b):
+        assert rt.after_moe_init("result", m) == "result"
+    rt._placing = False
+    c = ScaledExperts(2, seed=3)
+    rt.after_moe_init(None, c)
+    assert rt.placeholders.taken == {0: tuple(taken), 1: tuple(taken)}
+    for n in taken:
+        assert getattr(a, n).untyped_storage().data_ptr() == getattr(b, n).untyped_storage().data_ptr()
+        assert not rt.placeholders.holds(getattr(c, n))
+    assert a.e_score_correction_bias.untyped_storage().data_ptr() != b.e_score_correction_bias.untyped_storage().data_ptr()
+
+
+def test_load_model_places_only_a_sinks_experts():
+    """AROUND ModelRunner.load_model: `_placing` is on while a sink (DP rank > 0) builds its model, off for the
+    source and afterwards, even when loading fails."""
+    rt, _ = runtime()
+    seen = []
+    rt.on_loaded = lambda runner: seen.append(("loaded", runner.ps.dp_rank))
+
+    def load(runner):
+        seen.append(("placing", rt._placing))
+        return "model"
+
+    for dp in (0, 1):
+        runner = types.SimpleNamespace(ps=types.SimpleNamespace(dp_rank=dp))
+        assert rt.around_load_model(load, runner) == "model"
+    assert seen == [("placing", False), ("loaded", 0), ("placing", True), ("loaded", 1)]
+
+    def boom(runner):
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError):
+        rt.around_load_model(boom, types.SimpleNamespace(ps=types.SimpleNamespace(dp_rank=1)))
+    assert rt._placing is False

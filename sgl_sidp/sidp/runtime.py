@@ -15,8 +15,9 @@ Source of the idea: Zhao & He, "SiDP: Memory-Efficient Data Parallelism for Offl
 Big models: a rank never holds the FFN layers it does not own, not even while SGLang loads the model
 (70B dense at TP1 is 141 GB on a 141 GB GPU). While `ModelRunner.load_model` builds the model (AROUND
 it), each non-owned MLP's parameters are pointed, right after `Qwen2MLP.__init__` / `LlamaMLP.__init__`,
-at one placeholder per parameter name shared by all such layers; SGLang's loader (or dummy init)
-then writes their values there, harmlessly, and the slot binding replaces the placeholders.
+at one placeholder per parameter name shared by all such layers (`prefetch.placeholders.LoadPlaceholders`);
+SGLang's loader (or dummy init) then writes their values there, harmlessly, and the slot binding replaces
+the placeholders.
 
 Compute-as-a-Service (§3, for small batches) and the switch: with `--sidp-sidp-force cas|auto` the DP ranks step
 together (`control.lockstep.Lockstep`, AFTER `Scheduler.get_next_batch_to_run`: one all-gather of every rank's
@@ -44,6 +45,7 @@ import torch
 from sgl_sidp.control.mode_switch import ModeSwitch, ServeMode
 from sgl_sidp.peer.manifest import TensorSpec, manifest_mismatches
 from sgl_sidp.prefetch.binding import SlotBinding, decoder_layers, param_at
+from sgl_sidp.prefetch.placeholders import LoadPlaceholders
 from sgl_sidp.prefetch.schedules import owner_of, peak_shift_order
 
 logger = logging.getLogger(__name__)
@@ -145,8 +147,8 @@ class SiDPRuntime:
         self.n_slots = 0
         self.fetch_order: tuple[int, ...] = ()
         self._placing: tuple[int, int] | None = None  # (DP rank, d) while the target model is being built
-        self._placeholders: dict[str, torch.Tensor] = {}
-        self.never_held: set[int] = set()  # non-owned layers whose weights took no memory of their own at load
+        self.placeholders = LoadPlaceholders()  # non-owned layers' weights while the model loads
+        self.held_at_load: list[int] = []  # non-owned layers SGLang gave storage of their own while loading
         self.copy_gbps = 0.0
         self.kv_tokens: int | None = None
         self.kv_vanilla: int | None = None  # estimated KV tokens of a vanilla replica (vanilla_kv_estimate)
@@ -160,6 +162,11 @@ class SiDPRuntime:
         self.b_th_source = ""
         self._direct = False  # an owner serving CaS rows calls SGLang's MLP through the hook
         ctx.listeners.append(self._on_iteration)
+
+    @property
+    def never_held(self) -> set[int]:
+        """Non-owned layers whose weights took no memory of their own while the model loaded."""
+        return set(self.placeholders.taken) - set(self.held_at_load)
 
     @property
     def who(self) -> str:
@@ -316,13 +323,7 @@ class SiDPRuntime:
         lid = layer_of_prefix(getattr(getattr(mlp, "gate_up_proj", None), "prefix", ""))
         if lid is None or owner_of(lid, d) == dp:
             return result
-        for n in NAMES:
-            p = param_at(mlp, n)
-            ph = self._placeholders.get(n)
-            if ph is None or ph.shape != p.shape or ph.dtype != p.dtype or ph.device != p.device:
-                ph = self._placeholders[n] = torch.empty_like(p)
-            p.data = ph
-        self.never_held.add(lid)
+        self.placeholders.take(lid, mlp, NAMES)
         return result
 
     def _on_loaded(self, runner) -> None:
@@ -336,7 +337,8 @@ class SiDPRuntime:
         device_id = torch.cuda.current_device()
         port = runner.server_args.port
         mlps = collect_mlps(runner.model)
-        self._placeholders.clear()  # the parameters hold them until the slot binding replaces them
+        self.held_at_load = self.placeholders.left_placeholder(mlps)
+        self.placeholders.release()  # the parameters hold them until the slot binding replaces them
         self.setup(mlps, dp, tp, int(runner.server_args.dp_size), device_id,
                    lambda r: socket_address(f"sidp-dp{r}", port, tp), StreamOps(torch.device("cuda", device_id)),
                    wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache, sample_every=SAMPLE_EVERY)
@@ -350,8 +352,9 @@ class SiDPRuntime:
         for imp in self.importers.values():
             imp.watch()
         if set(self.streamed) - self.never_held:
-            logger.warning("sgl-sidp sidp %s: FFN layers %s were loaded in full before being dropped (their module prefix "
-                           "names no decoder layer); a model that fills the GPU may not load", self.who,
+            logger.warning("sgl-sidp sidp %s: FFN layers %s were held in full while loading (their module prefix "
+                           "names no decoder layer, or SGLang's post-processing gave them storage of their own); a "
+                           "model that fills the GPU may not load", self.who,
                            sorted(set(self.streamed) - self.never_held))
         per_layer = sum(param_at(mlps[self.streamed[0]], n).nbytes for n in NAMES) if self.streamed else 0
         logger.info(

@@ -2,14 +2,18 @@
 
 `ZeroDPRuntime` is built once per process by the plugin and its methods are registered as hooks:
 
-- `on_load_model` (AFTER `ModelRunner.load_model`, before SGLang sizes the KV cache, so what a
-  sink frees becomes KV cache):
+- `around_load_model` (AROUND `ModelRunner.load_model`, before SGLang sizes the KV cache, so what a
+  sink does not hold becomes KV cache). While the model is built, a sink holds none of its experts
+  (`after_moe_init`, AFTER `FusedMoE.__init__`: they point at shared placeholders,
+  `sgl_sidp.prefetch.placeholders`), so a model that fills the GPU never needs twice its size on a
+  sink's GPU. After loading:
   - source (DP rank 0): moves its expert tensors into shareable VMM memory one at a time
     (`sgl_sidp.peer.vmm.TensorExporter`; peak extra memory logged) and serves them.
   - sink: imports the source's tensors (checked against its own, fail closed), measures the copy
     rate, gets a calibration (`sgl_sidp.calibration.cache.resolve`; on a first start it waits for
     the source to measure one), chooses the offload set (`policy.choose_plan`; TP rank 0 decides
-    for the replica), and binds the offloaded layers to a slot ring (`sgl_sidp.prefetch.binding`).
+    for the replica), binds the offloaded layers to a slot ring (`sgl_sidp.prefetch.binding`) and
+    copies the layers it keeps from the source once (never from the placeholders).
 - `around_run_moe_core` (AROUND `FusedMoE.run_moe_core`): a sink's offloaded layer waits for its
   slot before its experts run and releases it after.
 - `on_alloc_memory_pool`: logs the KV capacity.
@@ -31,6 +35,7 @@ from sgl_sidp.calibration.cost import KVModel, hidden_fraction
 from sgl_sidp.calibration.measure import kv_bytes_per_token
 from sgl_sidp.calibration.table import Calibration, ExpectedBatch
 from sgl_sidp.peer.manifest import manifest_mismatches
+from sgl_sidp.prefetch.placeholders import LoadPlaceholders
 from sgl_sidp.zerodp.policy import GROUPS, N_SLOTS, OffloadPlan, ZeroDPError, choose_plan, group_of, manifest_of, parse_layers
 from sgl_sidp.zerodp.router import pick_rank
 
@@ -100,6 +105,10 @@ class ZeroDPRuntime:
         self.copy_probe: CopyProbe | None = None
         self._probe_src: torch.Tensor | None = None
         self.metrics: ZeroDPMetrics | None = None
+        self._placing = False  # a sink's model is being built
+        self.placeholders = LoadPlaceholders()  # a sink's experts while its model loads
+        self.held_at_load: list[int] = []  # MoE layers SGLang gave expert storage of their own while loading
+        self.kept_copy = (0, 0.0)  # (bytes, seconds) of the kept layers' one copy from the source
         self.capacity: list[int] = []  # DP controller: max_total_num_tokens per DP rank
         ctx.listeners.append(self._on_iteration)
 
@@ -108,8 +117,30 @@ class ZeroDPRuntime:
         return _who(self.dp_rank, self.tp_rank)
 
     # ------------------------------------------------------------------ model runner hooks
-    def on_load_model(self, result, runner, *args, **kwargs):
-        """AFTER `ModelRunner.load_model`: set up the source or the sink.
+    def around_load_model(self, original, runner, *args, **kwargs):
+        """AROUND `ModelRunner.load_model`: a sink's experts take no memory while the model loads
+        (`after_moe_init`); then set up the source or the sink (`on_loaded`)."""
+        if getattr(runner, "is_draft_worker", False):
+            return original(runner, *args, **kwargs)
+        self._placing = int(runner.ps.dp_rank or 0) > 0
+        try:
+            result = original(runner, *args, **kwargs)
+        finally:
+            self._placing = False
+        self.on_loaded(runner)
+        return result
+
+    def after_moe_init(self, result, layer, *args, **kwargs):
+        """AFTER `FusedMoE.__init__`: while a sink's model is built, point the layer's offloadable expert tensors
+        (the `--sidp-zerodp-tensors` groups) at shared placeholders, freeing their fresh storage at once."""
+        if self._placing:
+            groups = self.settings.tensors.split(",")
+            names = [n for n, _ in layer.named_parameters(recurse=False) if group_of(n) in groups]
+            self.placeholders.take(int(layer.layer_id), layer, names)
+        return result
+
+    def on_loaded(self, runner) -> None:
+        """After `ModelRunner.load_model`: set up the source or the sink.
 
         Raises:
             ZeroDPError: no MoE layers or an unsupported MoE layer class; source and sink disagree
@@ -117,8 +148,6 @@ class ZeroDPRuntime:
             sgl_sidp.peer.vmm.PeerError: no shareable memory for a move; the source did not
                 publish in time; the GPUs have no peer access.
         """
-        if getattr(runner, "is_draft_worker", False):
-            return result
         from sgl_sidp.peer.vmm import socket_address
 
         self.dp_rank, self.tp_rank = int(runner.ps.dp_rank or 0), int(runner.ps.tp_rank)
@@ -130,7 +159,6 @@ class ZeroDPRuntime:
             self._setup_source(moe_layers, address)
         else:
             self._setup_sink(runner, moe_layers, address)
-        return result
 
     def _setup_source(self, moe_layers, address: str) -> None:
         from sgl_sidp.peer.vmm import TensorExporter
@@ -155,6 +183,7 @@ class ZeroDPRuntime:
 
         s = self.settings
         device_id = torch.cuda.current_device()
+        load_peak = torch.cuda.max_memory_allocated(device_id)  # this process, while SGLang loaded the model
         source = f"zerodp source {_who(0, self.tp_rank)}"
         self.role = "sink"
         self.importer = imp = TensorImporter(address, device_id, s.source_timeout_s, source)
@@ -170,6 +199,7 @@ class ZeroDPRuntime:
         names = sorted({t.name for t in manifest if group_of(t.name) in groups})
         modules = dict(moe_layers)
         moe_ids = [lid for lid, _ in moe_layers]
+        self.held_at_load = self.placeholders.left_placeholder(modules)
         first = imp.map([(moe_ids[0], n) for n in names])
         scratch = {n: torch.empty_like(getattr(modules[moe_ids[0]], n)) for n in names}
         self.copy_gbps = measure_copy_gbps([(scratch[n], first[(moe_ids[0], n)]) for n in names])
@@ -184,7 +214,7 @@ class ZeroDPRuntime:
             expected = ExpectedBatch.parse(s.expected_batch)
             if expected.kind == "kv":
                 kv = KVModel(
-                    vanilla_kv_bytes=_vanilla_kv_bytes(runner, device_id),
+                    vanilla_kv_bytes=_vanilla_kv_bytes(runner, device_id, self.placeholders.not_held_bytes(self.held_at_load)),
                     kv_bytes_per_token=kv_bytes_per_token(runner),
                     context=expected.size,
                     calibration=self.calibration,
@@ -207,14 +237,28 @@ class ZeroDPRuntime:
                                        wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache,
                                        sample_every=SAMPLE_EVERY)
             self.binding.install_start(first_decoder_layer(runner.model))
+        kept = [lid for lid in moe_ids if lid in self.placeholders.taken and lid not in plan.layers]
+        if kept:  # their values come from the source once, never from the placeholders
+            t0 = time.monotonic()
+            keys = [(lid, n) for lid in kept for n in self.placeholders.taken[lid]]
+            remote = {**first, **imp.map([k for k in keys if k not in first])}
+            nbytes = self.placeholders.materialize(modules, kept, remote)
+            torch.cuda.synchronize(device_id)
+            self.kept_copy = (nbytes, time.monotonic() - t0)
+        self.placeholders.release()
+        torch.cuda.empty_cache()
         imp.watch()
         b = self.binding
         logger.info(
             "sgl-sidp zerodp %s: sink of %s (GPU %d -> GPU %d, %.0f GB/s measured); offloads %s of layers %s: %s. "
-            "Pulls %.2f GB per forward (%.1f ms of copies at that rate); frees %.2f GB, slots take %.2f GB.%s",
+            "Pulls %.2f GB per forward (%.1f ms of copies at that rate); does not hold %.2f GB, slots take %.2f GB. "
+            "While loading, %d of %d MoE layers' experts were never held%s (peak allocation of this process %.2f GB); "
+            "the %d layers kept were copied from the source once (%.2f GB in %.2f s).%s",
             self.who, source, imp.owner_device, device_id, self.copy_gbps, "+".join(plan.groups), list(plan.layers),
             plan.reason, plan.bytes_per_forward / 1e9, plan.copy_ms, (b.freed_bytes if b else 0) / 1e9,
-            (b.slot_bytes if b else 0) / 1e9,
+            (b.slot_bytes if b else 0) / 1e9, len(self.placeholders.taken) - len(self.held_at_load), len(moe_ids),
+            f" (held in full: {self.held_at_load})" if self.held_at_load else "", load_peak / 1e9, len(kept),
+            self.kept_copy[0] / 1e9, self.kept_copy[1],
             f" Calibration: {self.calibration_origin}." if self.calibration_origin else "",
         )
         cal = self.calibration
@@ -359,18 +403,18 @@ class ZeroDPRuntime:
         return out
 
 
-def _vanilla_kv_bytes(runner, device_id: int) -> float:
+def _vanilla_kv_bytes(runner, device_id: int, not_held: int = 0) -> float:
     """Bytes SGLang would give this sink's KV cache without ZeroDP (its own formula, before our changes).
 
     SGLang (`KVCacheConfigurator._profile_available_bytes`) takes the free memory after the weights
-    load less `pre_model_load_memory * (1 - mem_fraction_static)`; the experts are still resident
-    here. CUDA-graph and activation memory that SGLang takes later are not subtracted, so this is
-    a slight overestimate.
+    load less `pre_model_load_memory * (1 - mem_fraction_static)`; `not_held` (bytes) are the experts
+    this sink never held while loading, which a vanilla replica would hold. CUDA-graph and activation
+    memory that SGLang takes later are not subtracted, so this is a slight overestimate.
     """
     free, total = torch.cuda.mem_get_info(device_id)
     pre_gib = getattr(runner, "pre_model_load_memory", None) or total / (1 << 30)
     slack = pre_gib * (1 << 30) * (1 - float(runner.server_args.mem_fraction_static))
-    return max(0.0, free - slack)
+    return max(0.0, free - not_held - slack)
 
 
 class ZeroDPMetrics:

@@ -131,10 +131,35 @@ def test_qwen3_30b_all_layers_exact(log_dir, tmp_path):
     summary(log_dir, "qwen3_30b_zerodp_all", source_kv=kv_tokens(log, "source"), sink_kv=kv_tokens(log, "sink"))
 
 
-@pytest.mark.parametrize("layers", ["auto", "all"])
+def never_held(log):
+    """(MoE layers a sink never held while loading, of how many, its peak allocation in GB) from its set-up line."""
+    m = re.search(r"While loading, (\d+) of (\d+) MoE layers' experts were never held.*?\(peak allocation of this "
+                  r"process ([0-9.]+) GB\); the (\d+) layers kept were copied from the source once", log)
+    assert m, "no never-held line in the log"
+    return int(m.group(1)), int(m.group(2)), float(m.group(3)), int(m.group(4))
+
+
+@pytest.mark.foldable
+def test_tiny_moe_kept_layers_are_copied_from_the_source(log_dir, tiny_reference):
+    """Layers 1 and 3 offloaded: the sink never held any layer's experts while loading, copied layers 0 and 2
+    from the source once, and its answers equal vanilla bit for bit (a layer mix-up in the copy would show)."""
+    with zerodp(log_dir, "tiny_zerodp_kept", ["--model-path", str(TINY_MOE)], ["--sidp-zerodp-layers", "1,3"],
+                port=22300) as srv:
+        for i, p in enumerate(PROMPTS):
+            compare(tiny_reference[i], greedy(srv.base_url, p, dp_rank=1), f"sink, prompt {i}")
+        log = srv.log_text()
+    assert sink_line(log) == [1, 3]
+    held = never_held(log)
+    assert held[:2] == (4, 4) and held[3] == 2, held
+    summary(log_dir, "tiny_zerodp_kept", never_held=held, identical=True)
+
+
+@pytest.mark.parametrize("layers", ["auto", pytest.param("all", marks=pytest.mark.foldable)])
 def test_mixtral_starts_with_peak_extra_memory_bounded(log_dir, tmp_path, layers):
-    """Mixtral-8x7B (87 GB of weights on a 139 GB GPU): the source re-homes its experts one tensor at a time
-    (peak extra memory below one expert tensor + 1 GB), the default policy calibrates itself, sink == source."""
+    """Mixtral-8x7B (93 GB of weights on a 141 GB GPU): the source re-homes its experts one tensor at a time
+    (peak extra memory below one expert tensor + 1 GB), the sink never holds its experts while loading, the default
+    policy calibrates itself, sink == source. `all` folds onto one GPU (a sink then needs ~10 GB beside the source's
+    93 GB); `auto` keeps most layers on the sink, so it needs two GPUs."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
     with zerodp(log_dir, f"mixtral_zerodp_{layers}", model_args("Mixtral-8x7B"), ["--sidp-zerodp-layers", layers],
                 env=env, port=22200) as srv:
@@ -144,9 +169,11 @@ def test_mixtral_starts_with_peak_extra_memory_bounded(log_dir, tmp_path, layers
     assert m, "no peak-memory line"
     peak, plan = float(m.group(1)), float(m.group(2))
     offloaded = sink_line(log)
+    held = never_held(log)
     summary(log_dir, f"mixtral_zerodp_{layers}", peak_extra_gb=peak, largest_tensor_gb=plan, offloaded=offloaded,
-            source_kv=kv_tokens(log, "source"), sink_kv=kv_tokens(log, "sink"))
+            source_kv=kv_tokens(log, "source"), sink_kv=kv_tokens(log, "sink"), sink_never_held=held)
     assert peak <= plan + 1.0
+    assert held[:2] == (32, 32), held
     if layers == "auto":
         assert "Calibration: measured by the source at start-up" in log
         assert "copies from the source while decode forwards" in log

@@ -1,0 +1,106 @@
+"""Layers a process never holds, not even while SGLang loads the model: shared placeholders.
+
+A feature that serves some layers' weights from a peer (a ZeroDP sink: the experts; SiDP: the FFN layers
+another rank owns) must not hold them for a moment when the model fills the GPU: Mixtral-8x7B is 93 GB on a
+141 GB H200 (two of it do not fit one GPU), Llama-3.1-70B at TP1 is 141 GB. SGLang allocates a layer's
+parameters in its module's `__init__` (`UnquantizedFusedMoEMethod.create_weights`, `MergedColumnParallelLinear`)
+and the loader, or `initialize_dummy_weights`, writes them afterwards. Right after the `__init__` (an AFTER
+hook), `LoadPlaceholders.take` points the chosen parameters at one placeholder per (name, shape, dtype,
+device), shared by every such layer, so the layer's own storage is freed at once; the loader's writes into
+the placeholder are harmless. After loading, every taken layer gets its values from the peer, never from the
+placeholder: it is bound to a slot ring (`prefetch.binding.SlotBinding` replaces the placeholder) or given
+storage of its own filled from the peer once (`materialize`).
+
+Peak memory while loading: the placeholders, one layer's taken parameters, beyond what the process keeps.
+If SGLang's post-processing (`process_weights_after_loading`) replaces a parameter with a new tensor, that
+layer was held in full after all; `left_placeholder` names such layers so the feature can say so.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+
+from sgl_sidp.prefetch.binding import param_at
+
+
+class LoadPlaceholders:
+    """Placeholders for the parameters of layers a process must not hold while its model is built.
+
+    Attributes:
+        taken: layer id -> the parameter names pointed at placeholders (in `take` order).
+        layer_bytes: layer id -> bytes those parameters would have held.
+    """
+
+    def __init__(self):
+        self._ph: dict[tuple, torch.Tensor] = {}
+        self.taken: dict[int, tuple[str, ...]] = {}
+        self.layer_bytes: dict[int, int] = {}
+
+    def not_held_bytes(self, held: Sequence[int] = ()) -> int:
+        """Bytes the taken layers, less `held` ones (`left_placeholder`), would hold beyond the placeholders."""
+        return max(0, sum(b for lid, b in self.layer_bytes.items() if lid not in set(held)) - self.placeholder_bytes)
+
+    @property
+    def placeholder_bytes(self) -> int:
+        """Bytes the placeholders take now (one layer's taken parameters; 0 after `release`)."""
+        return sum(t.nbytes for t in self._ph.values())
+
+    def take(self, layer_id: int, module: torch.nn.Module, names: Sequence[str]) -> None:
+        """Point `module`'s parameters `names` (dotted paths, `Module.get_parameter`) at the shared placeholders,
+        freeing their fresh storage; call it right after the module's `__init__`.
+
+        Raises:
+            AttributeError: `module` has no parameter at one of `names`.
+        """
+        nbytes = 0
+        for n in names:
+            p = param_at(module, n)
+            key = (n, tuple(p.shape), p.dtype, p.device)
+            ph = self._ph.get(key)
+            if ph is None:
+                ph = self._ph[key] = torch.empty_like(p)
+            nbytes += p.nbytes
+            p.data = ph
+        self.taken[int(layer_id)] = tuple(names)
+        self.layer_bytes[int(layer_id)] = nbytes
+
+    def holds(self, p: torch.Tensor) -> bool:
+        """Whether `p`'s storage is one of the placeholders."""
+        ptr = p.untyped_storage().data_ptr()
+        return any(ptr == ph.untyped_storage().data_ptr() for ph in self._ph.values())
+
+    def left_placeholder(self, modules: Mapping[int, torch.nn.Module]) -> list[int]:
+        """Taken layers (present in `modules`) whose parameters no longer point at a placeholder before the feature
+        bound them: the loader or SGLang's post-processing gave them storage of their own (held in full)."""
+        return sorted(lid for lid, names in self.taken.items() if lid in modules
+                      and not all(self.holds(param_at(modules[lid], n)) for n in names))
+
+    def materialize(self, modules: Mapping[int, torch.nn.Module], layers: Sequence[int],
+                    remote: Mapping[tuple[int, str], torch.Tensor]) -> int:
+        """Give the taken `layers` their values from `remote` ((layer, name) -> the peer's tensor, same shape
+        and dtype): storage of their own where they still point at a placeholder, then one copy each.
+
+        Returns: the bytes copied.
+
+        Raises:
+            KeyError: a layer that was not taken, or a (layer, name) missing from `remote`.
+            ValueError: a remote tensor whose shape or dtype differs from the parameter's.
+        """
+        copied = 0
+        for lid in layers:
+            for n in self.taken[lid]:
+                p, src = param_at(modules[lid], n), remote[(lid, n)]
+                if src.shape != p.shape or src.dtype != p.dtype:
+                    raise ValueError(f"layer {lid} {n}: the peer's tensor is {tuple(src.shape)} {src.dtype}, "
+                                     f"ours {tuple(p.shape)} {p.dtype}")
+                if self.holds(p):
+                    p.data = torch.empty_like(p)
+                p.data.copy_(src, non_blocking=True)
+                copied += p.nbytes
+        return copied
+
+    def release(self) -> None:
+        """Forget the placeholders (their memory goes once no parameter points at them any more)."""
+        self._ph.clear()

@@ -1,0 +1,74 @@
+"""`sgl_sidp.prefetch.placeholders.LoadPlaceholders`: layers a process never holds while its model loads."""
+
+import pytest
+import torch
+
+from sgl_sidp.prefetch.placeholders import LoadPlaceholders
+
+NAMES = ("up.weight", "down.weight")
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.up = torch.nn.Linear(4, 8, bias=False)
+        self.down = torch.nn.Linear(8, 4, bias=False)
+        self.up.weight.data = torch.randn(8, 4, generator=g)
+        self.down.weight.data = torch.randn(4, 8, generator=g)
+
+    def forward(self, x):
+        return self.down(self.up(x))
+
+
+def storage(p):
+    return p.untyped_storage().data_ptr()
+
+
+def test_taken_layers_share_one_placeholder_per_name_and_get_the_peers_values_back():
+    """Layers 1 and 3 are taken right after their __init__: one storage per name for both, the loader's writes land
+    there harmlessly, and `materialize` gives each its own storage with the peer's values: the model then computes
+    exactly what the peer's model computes."""
+    peer = {i: Layer(seed=i) for i in range(4)}
+    layers, ph = {}, LoadPlaceholders()
+    for i in range(4):
+        layers[i] = Layer(seed=100 + i)  # fresh values, not the checkpoint's
+        if i in (1, 3):
+            ph.take(i, layers[i], NAMES)
+    assert {storage(layers[1].up.weight)} == {storage(layers[3].up.weight)}
+    assert storage(layers[1].up.weight) != storage(layers[1].down.weight)
+    assert ph.taken == {1: NAMES, 3: NAMES}
+    assert ph.layer_bytes == {1: 2 * 32 * 4, 3: 2 * 32 * 4} and ph.placeholder_bytes == 2 * 32 * 4
+    assert ph.not_held_bytes() == 2 * 32 * 4  # two layers' worth, less the placeholders
+    for i in range(4):  # the loader writes every layer, placeholders included
+        layers[i].load_state_dict(peer[i].state_dict())
+    assert ph.left_placeholder(layers) == []
+    remote = {(i, n): peer[i].get_parameter(n).detach() for i in (1, 3) for n in NAMES}
+    assert ph.materialize(layers, [1, 3], remote) == 2 * 2 * 32 * 4
+    ph.release()
+    assert storage(layers[1].up.weight) != storage(layers[3].up.weight)
+    x = torch.randn(3, 4)
+    for i in range(4):
+        assert torch.equal(layers[i](x), peer[i](x))
+
+
+def test_a_parameter_sglang_replaced_while_loading_is_named_and_still_gets_the_peers_values():
+    """Post-processing that swaps a taken parameter for a new tensor (held in full) is reported, not hidden."""
+    peer, layer, ph = Layer(seed=1), Layer(seed=2), LoadPlaceholders()
+    ph.take(5, layer, NAMES)
+    layer.down.weight = torch.nn.Parameter(layer.down.weight.data * 2, requires_grad=False)  # a re-layout
+    assert ph.left_placeholder({5: layer}) == [5]
+    assert ph.not_held_bytes(held=[5]) == 0
+    own = storage(layer.down.weight)
+    ph.materialize({5: layer}, [5], {(5, n): peer.get_parameter(n).detach() for n in NAMES})
+    assert storage(layer.down.weight) == own  # copied in place
+    assert torch.equal(layer.down.weight, peer.down.weight) and torch.equal(layer.up.weight, peer.up.weight)
+
+
+def test_materialize_refuses_a_peer_tensor_of_another_shape():
+    layer, ph = Layer(seed=1), LoadPlaceholders()
+    ph.take(0, layer, NAMES)
+    with pytest.raises(ValueError, match=r"layer 0 up.weight: the peer's tensor is \(4, 4\)"):
+        ph.materialize({0: layer}, [0], {(0, "up.weight"): torch.zeros(4, 4), (0, "down.weight"): torch.zeros(4, 8)})
+    with pytest.raises(KeyError):
+        ph.materialize({0: layer}, [1], {})
