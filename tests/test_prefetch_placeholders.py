@@ -72,3 +72,14 @@ def test_materialize_refuses_a_peer_tensor_of_another_shape():
         ph.materialize({0: layer}, [0], {(0, "up.weight"): torch.zeros(4, 4), (0, "down.weight"): torch.zeros(4, 8)})
     with pytest.raises(KeyError):
         ph.materialize({0: layer}, [1], {})
+
+
+def test_placing_is_on_only_inside_the_block_even_when_loading_fails():
+    ph = LoadPlaceholders()
+    with ph.placing(False):
+        assert not ph.loading
+    with pytest.raises(RuntimeError):
+        with ph.placing():
+            assert ph.loading
+            raise RuntimeError("out of memory while loading")
+    assert not ph.loading

@@ -243,22 +243,27 @@ def test_layer_of_prefix():
 
 
 def test_non_owned_layers_take_no_memory_while_the_model_loads_and_the_result_is_exact():
-    """While the model is built (`_placing` set, as `around_load_model` does), each non-owned MLP's parameters point
-    at one shared placeholder per name right after its __init__; the loader writes into them harmlessly; after
-    set-up every rank computes exactly what the full model computes."""
+    """While the model is built (inside `around_load_model`), each non-owned MLP's parameters point at one shared
+    placeholder per name right after its __init__; the loader writes into them harmlessly; after set-up every rank
+    computes exactly what the full model computes."""
     n_layers, d = 6, 2
     reference = Model(n_layers)
     device, tag = {}, uuid.uuid4().hex
     ranks = []
     for r in range(d):
         rt = runtime()
-        rt._placing = (r, d)
-        model = Model(n_layers, seed=99)  # "freshly allocated": other values than the checkpoint's
-        for i, layer in enumerate(model.model.layers):
-            layer.mlp.gate_up_proj.prefix = f"model.layers.{i}.mlp.gate_up_proj"
-            rt.after_mlp_init(None, layer.mlp)
-        rt.after_mlp_init(None, MLP())  # no prefix: left alone
-        rt._placing = None
+        rt._on_loaded = lambda runner: None  # the CUDA set-up; `setup` runs below
+
+        def build(runner, rt=rt):
+            model = Model(n_layers, seed=99)  # "freshly allocated": other values than the checkpoint's
+            for i, layer in enumerate(model.model.layers):
+                layer.mlp.gate_up_proj.prefix = f"model.layers.{i}.mlp.gate_up_proj"
+                rt.after_mlp_init(None, layer.mlp)
+            rt.after_mlp_init(None, MLP())  # no prefix: left alone
+            return model
+
+        runner = SimpleNamespace(ps=SimpleNamespace(dp_rank=r), server_args=SimpleNamespace(dp_size=d))
+        model = rt.around_load_model(build, runner)
         rt.after_mlp_init(None, model.model.layers[1 - r].mlp)  # not loading: nothing happens
         storages = {n: {layer.mlp.get_parameter(n).untyped_storage().data_ptr() for i, layer in
                         enumerate(model.model.layers) if i % d != r} for n in NAMES}

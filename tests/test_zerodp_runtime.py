@@ -148,16 +148,15 @@ class ScaledExperts(Experts):
 @pytest.mark.parametrize("tensors, taken", [("w13,w2", ["w13_weight", "w2_weight", "w13_weight_scale"]),
                                             ("w13", ["w13_weight", "w13_weight_scale"])])
 def test_a_sinks_experts_take_no_memory_while_its_model_loads(tensors, taken):
-    """AFTER FusedMoE.__init__, while a sink loads (`_placing`, set by around_load_model for DP rank > 0), the
+    """AFTER FusedMoE.__init__, while a sink loads (`placeholders.loading`, set by around_load_model for DP rank > 0), the
     layer's tensors of the offloadable groups point at shared placeholders; resident tensors and a source's (or a
     finished load's) layers are left alone."""
     rt, _ = runtime()
     rt.settings = rt.settings.model_copy(update={"tensors": tensors})
-    rt._placing = True
     a, b = ScaledExperts(0, seed=1), ScaledExperts(1, seed=2)
-    for m in (a, b):
-        assert rt.after_moe_init("result", m) == "result"
-    rt._placing = False
+    with rt.placeholders.placing():
+        for m in (a, b):
+            assert rt.after_moe_init("result", m) == "result"
     c = ScaledExperts(2, seed=3)
     rt.after_moe_init(None, c)
     assert rt.placeholders.taken == {0: tuple(taken), 1: tuple(taken)}
@@ -168,14 +167,14 @@ def test_a_sinks_experts_take_no_memory_while_its_model_loads(tensors, taken):
 
 
 def test_load_model_places_only_a_sinks_experts():
-    """AROUND ModelRunner.load_model: `_placing` is on while a sink (DP rank > 0) builds its model, off for the
+    """AROUND ModelRunner.load_model: `placeholders.loading` is on while a sink (DP rank > 0) builds its model, off for the
     source and afterwards, even when loading fails."""
     rt, _ = runtime()
     seen = []
     rt.on_loaded = lambda runner: seen.append(("loaded", runner.ps.dp_rank))
 
     def load(runner):
-        seen.append(("placing", rt._placing))
+        seen.append(("placing", rt.placeholders.loading))
         return "model"
 
     for dp in (0, 1):
@@ -188,4 +187,4 @@ def test_load_model_places_only_a_sinks_experts():
 
     with pytest.raises(RuntimeError):
         rt.around_load_model(boom, types.SimpleNamespace(ps=types.SimpleNamespace(dp_rank=1)))
-    assert rt._placing is False
+    assert rt.placeholders.loading is False

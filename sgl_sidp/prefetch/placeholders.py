@@ -18,7 +18,8 @@ layer was held in full after all; `left_placeholder` names such layers so the fe
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import contextlib
+from typing import Iterator, Mapping, Sequence
 
 import torch
 
@@ -31,12 +32,24 @@ class LoadPlaceholders:
     Attributes:
         taken: layer id -> the parameter names pointed at placeholders (in `take` order).
         layer_bytes: layer id -> bytes those parameters would have held.
+        loading: inside `placing()` (the model is being built: the features' __init__ hooks take layers only then).
     """
 
     def __init__(self):
         self._ph: dict[tuple, torch.Tensor] = {}
         self.taken: dict[int, tuple[str, ...]] = {}
         self.layer_bytes: dict[int, int] = {}
+        self.loading = False
+
+    @contextlib.contextmanager
+    def placing(self, active: bool = True) -> Iterator[None]:
+        """`loading` is `active` inside the block (around SGLang's `ModelRunner.load_model`), False after it, even
+        when loading fails."""
+        self.loading = active
+        try:
+            yield
+        finally:
+            self.loading = False
 
     def not_held_bytes(self, held: Sequence[int] = ()) -> int:
         """Bytes the taken layers, less `held` ones (`left_placeholder`), would hold beyond the placeholders."""

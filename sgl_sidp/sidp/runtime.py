@@ -146,7 +146,7 @@ class SiDPRuntime:
         self.binding: SlotBinding | None = None
         self.n_slots = 0
         self.fetch_order: tuple[int, ...] = ()
-        self._placing: tuple[int, int] | None = None  # (DP rank, d) while the target model is being built
+        self._placing: tuple[int, int] = (0, 1)  # (DP rank, d) of the model being built
         self.placeholders = LoadPlaceholders()  # non-owned layers' weights while the model loads
         self.held_at_load: list[int] = []  # non-owned layers SGLang gave storage of their own while loading
         self.copy_gbps = 0.0
@@ -307,17 +307,15 @@ class SiDPRuntime:
         if getattr(runner, "is_draft_worker", False):
             return original(runner, *args, **kwargs)
         self._placing = (int(runner.ps.dp_rank or 0), int(runner.server_args.dp_size))
-        try:
+        with self.placeholders.placing():
             result = original(runner, *args, **kwargs)
-        finally:
-            self._placing = None
         self._on_loaded(runner)
         return result
 
     def after_mlp_init(self, result, mlp, *args, **kwargs):
         """AFTER `Qwen2MLP.__init__` / `LlamaMLP.__init__`: while the target model is built, point a non-owned
         layer's parameters at the shared placeholders, so its own (just allocated) storage is freed at once."""
-        if self._placing is None:
+        if not self.placeholders.loading:
             return result
         dp, d = self._placing
         lid = layer_of_prefix(getattr(getattr(mlp, "gate_up_proj", None), "prefix", ""))

@@ -105,7 +105,6 @@ class ZeroDPRuntime:
         self.copy_probe: CopyProbe | None = None
         self._probe_src: torch.Tensor | None = None
         self.metrics: ZeroDPMetrics | None = None
-        self._placing = False  # a sink's model is being built
         self.placeholders = LoadPlaceholders()  # a sink's experts while its model loads
         self.held_at_load: list[int] = []  # MoE layers SGLang gave expert storage of their own while loading
         self.kept_copy = (0, 0.0)  # (bytes, seconds) of the kept layers' one copy from the source
@@ -122,18 +121,15 @@ class ZeroDPRuntime:
         (`after_moe_init`); then set up the source or the sink (`on_loaded`)."""
         if getattr(runner, "is_draft_worker", False):
             return original(runner, *args, **kwargs)
-        self._placing = int(runner.ps.dp_rank or 0) > 0
-        try:
+        with self.placeholders.placing(int(runner.ps.dp_rank or 0) > 0):
             result = original(runner, *args, **kwargs)
-        finally:
-            self._placing = False
         self.on_loaded(runner)
         return result
 
     def after_moe_init(self, result, layer, *args, **kwargs):
         """AFTER `FusedMoE.__init__`: while a sink's model is built, point the layer's offloadable expert tensors
         (the `--sidp-zerodp-tensors` groups) at shared placeholders, freeing their fresh storage at once."""
-        if self._placing:
+        if self.placeholders.loading:
             groups = self.settings.tensors.split(",")
             names = [n for n, _ in layer.named_parameters(recurse=False) if group_of(n) in groups]
             self.placeholders.take(int(layer.layer_id), layer, names)

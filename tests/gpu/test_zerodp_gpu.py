@@ -140,11 +140,12 @@ def never_held(log):
 
 
 @pytest.mark.foldable
-def test_tiny_moe_kept_layers_are_copied_from_the_source(log_dir, tiny_reference):
+def test_tiny_moe_kept_layers_are_copied_from_the_source(log_dir, tmp_path, tiny_reference):
     """Layers 1 and 3 offloaded: the sink never held any layer's experts while loading, copied layers 0 and 2
     from the source once, and its answers equal vanilla bit for bit (a layer mix-up in the copy would show)."""
+    env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}  # the source's calibration stays out of ~/.cache
     with zerodp(log_dir, "tiny_zerodp_kept", ["--model-path", str(TINY_MOE)], ["--sidp-zerodp-layers", "1,3"],
-                port=22300) as srv:
+                env=env, port=22300) as srv:
         for i, p in enumerate(PROMPTS):
             compare(tiny_reference[i], greedy(srv.base_url, p, dp_rank=1), f"sink, prompt {i}")
         log = srv.log_text()
