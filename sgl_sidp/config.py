@@ -119,6 +119,10 @@ class _CoreConfig(BaseModel):
                            help=f"{fields['signal_log_interval'].description} Default: 40.")
         for feature in FEATURES.values():
             for name, field in feature.settings.model_fields.items():
+                if field.annotation is bool:  # a switch, off unless given
+                    group.add_argument(_flag(feature.name, name), action="store_true", default=None,
+                                       help=f"[{feature.name}] {field.description}")
+                    continue
                 kind = field.annotation if field.annotation in (int, float) else str
                 default = "" if field.default is None else f" Default: {field.default}."
                 group.add_argument(_flag(feature.name, name), type=kind, default=None,

@@ -11,6 +11,7 @@ instead of silently disabling the overlay.
   SGLang's objects. `feature` None means the core (the batch signal); otherwise the hook is
   installed only in that feature's `--sidp-mode`.
 - `TORCH_HOOKS`: torch module hooks a mechanism installs at run time on SGLang's modules.
+- `OVERRIDES`: SGLang classes we subclass for instances of our own (not hooks: SGLang's own instances are untouched).
 - `USED_SYMBOLS`: SGLang symbols our hook bodies and launcher read or call.
 """
 
@@ -320,6 +321,17 @@ TORCH_HOOKS: dict[str, TorchHook] = {
 }
 
 
+#: SGLang classes subclassed for instances we build ourselves: name -> (our factory, what it changes and why).
+OVERRIDES: dict[str, tuple[str, str]] = {
+    "cas_decode_graph_runner": (
+        "sgl_sidp.sidp.runtime:bucket_runner_class",
+        "subclass of ModelRunner._decode_cuda_graph_runner_cls() (SGLang's DecodeCudaGraphRunner) whose "
+        "_pad_to_bucket rounds up to the graph size every DP rank agreed on; only the second, CaS decode graph set "
+        "of --sidp-sidp-cas-graphs is built from it (SGLang's own runner keeps its behaviour)",
+    ),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class UsedSymbol:
     """An SGLang symbol we call or read without hooking it.
@@ -372,12 +384,28 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.dp_rank", instance_attr=True),
     UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.tp_rank", instance_attr=True),
     UsedSymbol(f"{FUSED_MOE}.layer_id", instance_attr=True),
+    # SiDP --sidp-sidp-cas-graphs: a second decode graph set, swapped in per iteration, over our own NCCL communicator
+    UsedSymbol(f"{MODEL_RUNNER}._decode_cuda_graph_runner_cls", ("self",)),
+    UsedSymbol(f"{MODEL_RUNNER}._get_attention_backend", ("self", "init_new_workspace")),
+    UsedSymbol(f"{MODEL_RUNNER}.init_new_workspace", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.attn_backend", instance_attr=True),
+    UsedSymbol("sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__",
+               ("self", "model_runner", "attn_backend")),
+    UsedSymbol("sglang.srt.model_executor.runner.base_cuda_graph_runner.BaseCudaGraphRunner._pad_to_bucket",
+               ("raw_size", "buckets")),
+    UsedSymbol("sglang.srt.distributed.device_communicators.pynccl.PyNcclCommunicator", ("group", "device")),
+    UsedSymbol("sglang.srt.distributed.device_communicators.pynccl.PyNcclCommunicator.all_gather",
+               ("self", "output_tensor", "input_tensor")),
+    UsedSymbol("sglang.srt.distributed.device_communicators.pynccl.PyNcclCommunicator.broadcast",
+               ("self", "tensor", "src")),
+    UsedSymbol("sglang.srt.distributed.device_communicators.pynccl.PyNcclCommunicator.disabled", instance_attr=True),
+    UsedSymbol("sglang.srt.distributed.device_communicators.pynccl.PyNcclCommunicator.available", instance_attr=True),
+    UsedSymbol("sglang.srt.distributed.utils.StatelessProcessGroup", ("rank", "world_size", "store")),
     UsedSymbol(f"{MODEL_RUNNER}.tp_group", instance_attr=True),
     UsedSymbol(f"{MODEL_RUNNER}.pre_model_load_memory", instance_attr=True),
     UsedSymbol("sglang.srt.server_args.ServerArgs.mem_fraction_static", instance_attr=True),
     UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.broadcast_object", ("self", "obj", "src")),
     UsedSymbol(f"{FUSED_MOE}.run_moe_core", ("self", "dispatch_output")),
-    UsedSymbol(f"{FUSED_MOE}.layer_id", instance_attr=True),
     # SiDP: the dense MLPs' parameters it shares and streams
     UsedSymbol("sglang.srt.models.qwen2.Qwen2MLP.gate_up_proj", instance_attr=True),
     UsedSymbol("sglang.srt.layers.linear.MergedColumnParallelLinear.prefix", instance_attr=True),

@@ -314,3 +314,15 @@ def test_model_is_moe_on_shared_configs():
 def test_fold_gpus_flag_turns_the_overlay_on():
     cfg = parse("--sidp-fold-gpus")
     assert cfg.fold_gpus and cfg.active and cfg.mode == SidpMode.OFF
+
+
+def test_sidp_cas_graphs_needs_cas_graphs_and_one_gpu_per_rank(tmp_path):
+    """--sidp-sidp-cas-graphs: refused with WaS only, without CUDA graphs, and on replicas folded onto one GPU (NCCL);
+    accepted with cas or auto."""
+    raw = args(dense(tmp_path, "Qwen3ForCausalLM"), dp=2)
+    parse("--sidp-mode", "sidp", "--sidp-sidp-force", "cas", "--sidp-sidp-cas-graphs").validate_against(raw)
+    raw.disable_cuda_graph = True
+    ps = problems(parse("--sidp-mode", "sidp", "--sidp-sidp-cas-graphs", "--sidp-fold-gpus"), raw)
+    assert [p.split(":")[0] for p in ps[:3]] == ["--sidp-sidp-cas-graphs needs CaS",
+                                                 "--sidp-sidp-cas-graphs captures decode CUDA graphs",
+                                                 "--sidp-sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU"]

@@ -77,3 +77,12 @@ def test_fold_gpus_hook_only_when_asked_and_folds_gpu_id():
     assert body("self", "sa", "pa", 1, 0, x=2) == (("self", "sa", "pa", 0, 0), {"x": 2})  # SGLang passes it by position
     assert body("self", "sa", "pa", gpu_id=3, tp_rank=0) == (("self", "sa", "pa"), {"gpu_id": 0, "tp_rank": 0})
     assert GpuFold(device_count=lambda: 2).before_scheduler_init("s", "a", "p", 3)[0][3] == 1
+
+
+def test_overrides_name_factories_that_exist():
+    import pkgutil
+
+    from sgl_sidp.hooks import OVERRIDES
+
+    for name, (factory, why) in OVERRIDES.items():
+        assert callable(pkgutil.resolve_name(factory)) and why, name

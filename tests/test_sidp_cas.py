@@ -197,3 +197,66 @@ def test_a_paused_rank_keeps_the_lockstep_and_serves_its_layers():
     for it, y in enumerate(got[0]):
         assert same(torch.from_numpy(y), reference(rows(0, it, 4))), it
     assert same(torch.from_numpy(got[1][0]), reference(rows(1, 2, 4)))
+
+
+# --------------------------------------------------------------------------- --sidp-sidp-cas-graphs (static shapes)
+class FakeGraphs:
+    """Stands in for `CasGraphs` (no SGLang, no GPU): the captured sizes and the size each iteration selected."""
+
+    capture_bs = [1, 2, 4, 8]
+
+    def __init__(self):
+        self.selected = []
+
+    def select(self, bucket):
+        self.selected.append(bucket)
+
+
+def graph_rank(rank, world, plan):
+    """`plan`: per iteration, every rank's (tokens, decode batch size or -1)."""
+    from sgl_sidp.remote_compute.cas import BucketWire, TorchCollectives
+
+    rt, model = runtime(rank, world, "cas")
+    rt.wire, rt.graphs = BucketWire(TorchCollectives(), rank, world), FakeGraphs()
+    out = []
+    for it, ranks in enumerate(plan):
+        tokens, decode = ranks[rank]
+        with torch.no_grad():
+            rt.step(tokens, decode)
+            y = model(rows(rank, it, tokens)).numpy() if tokens else None
+        out.append(y)
+    return out, rt.graphs.selected
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_cas_graph_iterations_pad_every_rank_to_one_size_and_stay_exact(world):
+    """Decode iterations in CaS get one graph size on every rank (the largest batch's captured size), every layer
+    goes through the static-shape exchange (an idle rank serves with zero rows), and every rank's output still
+    equals the full model's; a prefill iteration runs the exact-count exchange (no size)."""
+    plan = [[(3, 3)] * world, [(5, 5)] + [(0, 0)] * (world - 1), [(0, 0)] + [(2, 2)] * (world - 1),
+            [(40, -1)] + [(1, 1)] * (world - 1), [(1, 1)] * world]
+    got = spawn(graph_rank, world, plan)
+    for r in range(world):
+        outs, selected = got[r]
+        assert selected == [4, 8, 2, None, 1]
+        for it, y in enumerate(outs):
+            tokens = plan[it][r][0]
+            assert (y is None) == (tokens == 0)
+            if tokens:
+                assert same(torch.from_numpy(y), reference(rows(r, it, tokens))), (r, it)
+
+
+def test_the_cas_graph_runner_replays_the_agreed_size():
+    """`bucket_runner_class`: SGLang's runner class with `_pad_to_bucket` rounding up to at least `forced_bs`."""
+    from sgl_sidp.sidp.runtime import bucket_runner_class
+
+    class Base:
+        @staticmethod
+        def _pad_to_bucket(raw_size, buckets):
+            return next(b for b in buckets if b >= raw_size)
+
+    runner = bucket_runner_class(Base)()
+    assert runner._pad_to_bucket(3, [1, 2, 4, 8]) == 4  # forced_bs 0: SGLang's choice
+    runner.forced_bs = 8
+    assert runner._pad_to_bucket(3, [1, 2, 4, 8]) == 8
+    assert isinstance(runner, Base)

@@ -6,19 +6,23 @@ iteration in the same mode (a rank in WaS whose owner is in CaS would wait forev
 attention (`managers/scheduler_components/dp_attn.py`: an all-gather of `MLPSyncBatchInfo` per iteration on the TP
 group's CPU group); with plain `--dp-size` each replica is its own `torch.distributed` world. `Lockstep` is the same
 all-gather on a gloo group of the replicas' schedulers with the same TP rank (`replica_group`), followed by
-`ModeSwitch.decide` on the gathered counts: the same list on every rank, so the same decision.
+`ModeSwitch.decide` on the gathered counts: the same list on every rank, so the same decision. With CaS decode
+CUDA graphs each rank also shares its decode batch size, so that all ranks replay graphs of one size (`Iteration.bucket`:
+SGLang's DP attention pads every rank to the largest batch the same way, through `global_num_tokens`).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 from datetime import timedelta
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
 
-from sgl_sidp.control.mode_switch import ModeSwitch, ServeMode, gather_counts
+from sgl_sidp.control.mode_switch import ModeSwitch, ServeMode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,15 +33,31 @@ class Iteration:
         counts: tokens (rows of each FFN layer's input) of every rank's forward, in group-rank order; 0 for a rank
             that runs nothing.
         mode: how non-owned layers run in this iteration, identical on every rank.
+        decode_bs: every rank's batch size where its forward is a decode (one token per request), -1 where it is not
+            (a prefill or a mixed batch), 0 where it runs nothing.
     """
 
     counts: tuple[int, ...]
     mode: ServeMode
+    decode_bs: tuple[int, ...] = ()
 
     @property
     def busy(self) -> bool:
         """Some rank runs a forward this iteration."""
         return any(self.counts)
+
+    def bucket(self, capture_bs: Sequence[int]) -> int | None:
+        """The decode CUDA-graph size every rank replays in this CaS iteration: the smallest captured size (sorted
+        `capture_bs`) holding the largest rank's batch; None (CaS without graphs) unless the iteration is CaS, some
+        rank is busy, every busy rank decodes and the largest batch fits a captured size."""
+        if self.mode is not ServeMode.CAS or not self.busy or not capture_bs or len(self.decode_bs) != len(self.counts):
+            return None
+        if any(c and b <= 0 for c, b in zip(self.counts, self.decode_bs)):
+            return None
+        largest = max(self.decode_bs)
+        if largest > capture_bs[-1]:
+            return None
+        return capture_bs[bisect.bisect_left(capture_bs, largest)]
 
 
 class Lockstep:
@@ -55,12 +75,23 @@ class Lockstep:
         self.group, self.switch = group, switch
         self.current: Iteration | None = None
 
-    def step(self, tokens: int) -> Iteration:
-        """Share this rank's `tokens` for the coming forward (0: none) and decide the mode. Every rank of the group
-        must call it once per scheduler iteration, idle ones too (it is a collective)."""
-        counts = tuple(gather_counts(tokens, self.group))
-        self.current = Iteration(counts, self.switch.decide(counts))
+    def step(self, tokens: int, decode_bs: int = -1) -> Iteration:
+        """Share this rank's `tokens` for the coming forward (0: none) and its `decode_bs` (batch size if the forward
+        is a decode, else -1) and decide the mode. Every rank of the group must call it once per scheduler iteration,
+        idle ones too (it is a collective: one all-gather of two int64 per rank)."""
+        rows = gather_ints((tokens, decode_bs if tokens else 0), self.group)
+        counts = tuple(r[0] for r in rows)
+        self.current = Iteration(counts, self.switch.decide(counts), tuple(r[1] for r in rows))
         return self.current
+
+
+def gather_ints(values: Sequence[int], group=None) -> list[tuple[int, ...]]:
+    """Every rank's `values` (the same number of ints on every rank), in group-rank order: the same list on every
+    rank. One all-gather on `group` (a CPU/gloo group; None: the default group)."""
+    mine = torch.tensor([int(v) for v in values], dtype=torch.int64)
+    parts = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, mine, group=group)
+    return [tuple(int(v) for v in p) for p in parts]
 
 
 

@@ -58,18 +58,3 @@ class ModeSwitch:
         if new != self.mode:
             self.mode, self.switches = new, self.switches + 1
         return self.mode
-
-
-def gather_counts(tokens: int, group=None) -> list[int]:
-    """Every rank's tokens this iteration, in group-rank order: the same list on every rank.
-
-    One all-gather of a single int64 on `group` (a CPU/gloo group, as SGLang's DP attention gathers
-    its `MLPSyncBatchInfo` on the TP group's `cpu_group`). Every rank must call it every iteration,
-    idle ones with 0.
-    """
-    import torch
-    import torch.distributed as dist
-
-    parts = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, torch.tensor([int(tokens)], dtype=torch.int64), group=group)
-    return [int(p) for p in parts]

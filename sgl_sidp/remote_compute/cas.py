@@ -118,3 +118,70 @@ class RemoteCompute:
         dist.broadcast(y, group=self.group, group_src=owner)
         start = sum(counts[: self.rank])
         return y[start:start + counts[self.rank]].to(x.device)
+
+
+class TorchCollectives:
+    """`all_gather(out, inp)` and `broadcast(t, src)` of `torch.distributed` on `group` (the CPU/gloo stand-in for
+    SGLang's `PyNcclCommunicator` in `BucketWire`; group ranks)."""
+
+    def __init__(self, group=None):
+        self.group = group
+        self.world = group.size() if group is not None else dist.get_world_size()
+
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        dist.all_gather(list(out.chunk(self.world)), inp, group=self.group)
+
+    def broadcast(self, t: torch.Tensor, src: int) -> None:
+        dist.broadcast(t, group=self.group, group_src=src)
+
+
+class BucketWire:
+    """CaS with static shapes, so that a decode step runs inside a CUDA graph: every rank sends exactly `bucket` rows
+    (its own, zero-padded), the owner runs the layer once over all `world * bucket` rows, and one broadcast returns
+    them; each rank keeps its own slice. SGLang's DP attention pads every rank to the largest captured batch the same
+    way (`global_num_tokens`). Every rank must call `run` for every layer in layer order, ranks without rows too (an
+    idle rank serves its owned layers with `bucket` rows of zeros, eagerly: NCCL matches an eager call with a
+    replayed one).
+
+    Args:
+        comm: `all_gather(out [world * bucket, h], inp [bucket, h])` and `broadcast(t, src)` over the DP ranks of
+            this TP rank, in group-rank order: SGLang's `PyNcclCommunicator` (graph-capturable) on GPU,
+            `TorchCollectives` on CPU.
+        rank, world: this rank and the group's size.
+    """
+
+    def __init__(self, comm, rank: int, world: int):
+        self.comm, self.rank, self.world = comm, rank, world
+
+    def run(self, owner: int, x: torch.Tensor, bucket: int, fn: Callable[[torch.Tensor], torch.Tensor] | None,
+            out_features: int) -> torch.Tensor:
+        """This rank's rows of `fn` applied on `owner` to `bucket` rows of every rank.
+
+        Args:
+            owner: group rank that runs `fn`.
+            x: this rank's rows, [n, in_features], n <= bucket (n == bucket inside a captured graph: no padding op).
+            bucket: rows every rank sends (the iteration's agreed graph size).
+            fn: the layer, [world * bucket, in_features] -> [world * bucket, out_features]; called on the owner only.
+            out_features: width of `fn`'s output.
+
+        Returns:
+            [n, out_features], dtype of `x`: a view of the broadcast result.
+
+        Raises:
+            ValueError: more rows than `bucket`, or no `fn` on the owner.
+        """
+        n = x.shape[0]
+        if n > bucket:
+            raise ValueError(f"{n} rows do not fit a bucket of {bucket}")
+        if self.rank == owner and fn is None:
+            raise ValueError("the owner needs the layer to run")
+        if n < bucket:
+            x = torch.cat([x, x.new_zeros((bucket - n, x.shape[1]))])
+        gathered = x.new_empty((self.world * bucket, x.shape[1]))
+        self.comm.all_gather(gathered, x.contiguous())
+        if self.rank == owner:
+            y = fn(gathered).contiguous()
+        else:
+            y = x.new_empty((self.world * bucket, out_features))
+        self.comm.broadcast(y, owner)
+        return y[self.rank * bucket: self.rank * bucket + n]

@@ -26,6 +26,14 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     if s.force != "was" and getattr(raw, "speculative_algorithm", None):
         problems.append(f"--sidp-sidp-force {s.force} does not work with speculative decoding (a CaS iteration runs "
                         "one forward per rank, in step with the others); use --sidp-sidp-force was")
+    if s.cas_graphs:
+        if s.force == "was":
+            problems.append("--sidp-sidp-cas-graphs needs CaS: add --sidp-sidp-force cas or auto")
+        if getattr(raw, "disable_cuda_graph", False):
+            problems.append("--sidp-sidp-cas-graphs captures decode CUDA graphs: drop --disable-cuda-graph")
+        if cfg.fold_gpus:
+            problems.append("--sidp-sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU: "
+                            "drop --sidp-fold-gpus")
     dp = int(getattr(raw, "dp_size", 1) or 1)
     if dp < 2:
         problems.append(f"--sidp-mode sidp shares FFN layers across DP ranks: needs --dp-size >= 2, got {dp}")
@@ -60,7 +68,9 @@ def describe(cfg, server_args) -> str:
     how = {"was": "WaS", "cas": "CaS (DP ranks in lockstep)",
            "auto": f"WaS at >= B_th tokens per rank, else CaS (B_th {s.b_th:g}" + (" from the calibration" if not s.b_th else "")
            + f", hysteresis {s.hysteresis:g}; DP ranks in lockstep)"}[s.force]
-    return f"sidp: FFN layer l owned by DP rank l mod {d}; non-owned layers {how}; {slots} WaS slots, {s.fetch_order} fetch order"
+    graphs = "; CaS decodes in CUDA graphs" if s.cas_graphs else ""
+    return (f"sidp: FFN layer l owned by DP rank l mod {d}; non-owned layers {how}{graphs}; {slots} WaS slots, "
+            f"{s.fetch_order} fetch order")
 
 
 FEATURE = Feature(

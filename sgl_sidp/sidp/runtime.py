@@ -26,7 +26,11 @@ sends its input rows to the owner and gets its output rows back; the owner runs 
 rows (`remote_compute.cas.RemoteCompute`, over NCCL, or gloo when replicas share a GPU); a rank with no batch while
 others run serves its owned layers in layer order straight from the scheduler hook (no IDLE forward: the MLPs are
 the only collectives). CaS iterations run eagerly (AROUND the decode/prefill graph runners' `can_run_graph`: the
-row counts change every iteration) and do not run the WaS ring.
+row counts change every iteration) and do not run the WaS ring. With `--sidp-sidp-cas-graphs` (experimental, not yet
+run on GPU) a CaS iteration in which every busy rank decodes replays CUDA graphs instead: every rank captured a
+second decode graph set with the static-shape exchange inside (`remote_compute.cas.BucketWire` over SGLang's
+`PyNcclCommunicator`), all ranks replay the captured size of the largest rank's batch (`Iteration.bucket`), and an
+idle rank serves its layers eagerly with that many zero rows; prefill and mixed iterations stay eager.
 
 The failure domain is the group: a rank whose owner's process is gone stops the server (the
 importer's watcher, `peer.vmm.stop_server`). The ring fetches in the peak-shifted order (SiDP §3.3,
@@ -161,6 +165,11 @@ class SiDPRuntime:
         self.b_th: float | None = None
         self.b_th_source = ""
         self._direct = False  # an owner serving CaS rows calls SGLang's MLP through the hook
+        # --sidp-sidp-cas-graphs: the CaS decode graph set, its exchange and the size every rank replays now
+        self.wire = None  # remote_compute.cas.BucketWire
+        self.graphs = None  # CasGraphs, once captured
+        self._capturing_cas = False
+        self._bucket: int | None = None
         ctx.listeners.append(self._on_iteration)
 
     @property
@@ -249,14 +258,20 @@ class SiDPRuntime:
     def cas_now(self) -> bool:
         """This iteration runs CaS (False before the first lockstep iteration: start-up forwards and graph capture
         run WaS, each rank alone)."""
+        if self._capturing_cas:
+            return True
         it = self.lockstep.current if self.lockstep is not None else None
         return it is not None and it.mode is ServeMode.CAS
 
-    def step(self, tokens: int):
-        """One scheduler iteration (a collective of the DP ranks): gather the tokens, decide the mode, and serve the
-        owned layers when this rank runs nothing while others run CaS. Returns the `Iteration`."""
+    def step(self, tokens: int, decode_bs: int = -1):
+        """One scheduler iteration (a collective of the DP ranks): gather the tokens (and `decode_bs`, the batch size
+        if this rank's forward is a decode, else -1), decide the mode and, with CaS graphs, the graph size every rank
+        replays; serve the owned layers when this rank runs nothing while others run CaS. Returns the `Iteration`."""
         before = self.lockstep.switch.switches
-        it = self.lockstep.step(tokens)
+        it = self.lockstep.step(tokens, decode_bs)
+        if self.graphs is not None:
+            self._bucket = it.bucket(self.graphs.capture_bs)
+            self.graphs.select(self._bucket)
         if self.lockstep.switch.switches != before:
             logger.info("sgl-sidp sidp %s: %s from this iteration (%.1f tokens per rank; B_th %g, %s)", self.who,
                         "WaS" if it.mode is ServeMode.WAS else "CaS", ModeSwitch.signal(it.counts), self.b_th or 0,
@@ -272,6 +287,14 @@ class SiDPRuntime:
         collective wire, take part in every layer's exchange."""
         self._direct = True
         try:
+            if self._bucket is not None:  # every rank takes part in every layer's exchange, with `bucket` rows
+                for lid in sorted(self.mlps):
+                    mlp = self.mlps[lid]
+                    w = param_at(mlp, NAMES[0])
+                    owner = owner_of(lid, self.d)
+                    self.wire.run(owner, w.new_empty((0, w.shape[1])), self._bucket,
+                                  mlp if owner == self.dp_rank else None, w.shape[1])
+                return
             for lid in (sorted(self.mlps) if self.rc.every_rank_every_layer else self.owned):
                 mlp = self.mlps[lid]
                 w = param_at(mlp, NAMES[0])  # gate_up: [2 * intermediate / tp, hidden]
@@ -287,6 +310,11 @@ class SiDPRuntime:
             SiDPError: the rows differ from what this rank announced for the iteration (a forward SiDP does not know).
         """
         lid = self._layer_of[id(mlp)]
+        bucket = x.shape[0] if self._capturing_cas else self._bucket
+        if bucket is not None:  # CaS decode graphs: static shapes (captured, replayed, or an eager fallback)
+            owner = owner_of(lid, self.d)
+            fn = (lambda rows: original(mlp, rows, *args, **kwargs)) if owner == self.dp_rank else None
+            return self.wire.run(owner, x, bucket, fn, x.shape[-1])
         counts = self.lockstep.current.counts
         if x.shape[0] != counts[self.dp_rank]:
             raise SiDPError(f"sidp {self.who}: layer {lid} got {x.shape[0]} rows in a CaS iteration announced with "
@@ -419,9 +447,46 @@ class SiDPRuntime:
                     "--sidp-sidp-force auto needs B_th: pass --sidp-sidp-b-th TOKENS, or first run this model once "
                     "with --sidp-calibrate (and no --sidp-mode) on this GPU kind so its forward times are cached")
         self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
+        if self.settings.cas_graphs:
+            self._capture_cas_graphs(scheduler.tp_worker.model_runner, tag)
         logger.info("sgl-sidp sidp %s: DP ranks in lockstep (%s); CaS rows over %s%s", self.who, self.settings.force,
                     "gloo (replicas share a GPU)" if self.fold_gpus else "NCCL",
                     f"; B_th {b_th:g} tokens per rank ({source})" if b_th is not None else "")
+
+    def _capture_cas_graphs(self, runner, tag: str) -> None:
+        """Every rank at once (the capture runs the exchange): an NCCL communicator of the DP ranks (SGLang's
+        `PyNcclCommunicator`, graph-capturable) and a second decode graph set captured in CaS (`CasGraphs`).
+
+        Raises:
+            SiDPError: SGLang captured no decode graphs, or NCCL is not available.
+        """
+        import os
+        import time
+
+        import torch.distributed as dist
+        from sglang.srt.distributed.device_communicators.pynccl import PyNcclCommunicator
+        from sglang.srt.distributed.utils import StatelessProcessGroup
+
+        from sgl_sidp.remote_compute.cas import BucketWire
+
+        if getattr(runner, "decode_cuda_graph_runner", None) is None:
+            raise SiDPError("--sidp-sidp-cas-graphs: SGLang captured no decode CUDA graphs on this server")
+        store = dist.FileStore(os.path.join("/tmp", f"sgl-sidp-casgraph-{tag}.store"), self.d)
+        comm = PyNcclCommunicator(StatelessProcessGroup(rank=self.dp_rank, world_size=self.d, store=store),
+                                  device=torch.cuda.current_device())
+        if not comm.available:
+            raise SiDPError("--sidp-sidp-cas-graphs: NCCL is not available to SGLang's PyNcclCommunicator")
+        comm.disabled = False  # ours alone: SGLang's graph_capture() enables only its own groups' communicators
+        self.wire = BucketWire(comm, self.dp_rank, self.d)
+        t0 = time.monotonic()
+        self._capturing_cas = True
+        try:
+            self.graphs = CasGraphs.capture(runner)
+        finally:
+            self._capturing_cas = False
+        logger.info("sgl-sidp sidp %s: CaS decode CUDA graphs captured for %d sizes (%s..%s) in %.1f s", self.who,
+                    len(self.graphs.capture_bs), self.graphs.capture_bs[0], self.graphs.capture_bs[-1],
+                    time.monotonic() - t0)
 
     def _calibrated_b_th(self, scheduler) -> float:
         """B_th from this model's cached forward times: the smallest decode batch whose forward hides one
@@ -442,7 +507,8 @@ class SiDPRuntime:
             from sgl_sidp.control.batch_signal import IterationSignal
 
             sig = IterationSignal.from_plan(plan)
-            self.step(sig.computed_tokens if sig is not None and sig.forward_mode != "IDLE" else 0)
+            busy = sig is not None and sig.forward_mode != "IDLE"
+            self.step(sig.computed_tokens if busy else 0, sig.batch_size if busy and sig.forward_mode == "DECODE" else -1)
         return plan
 
     def on_input_requests(self, result, scheduler, *args, **kwargs):
@@ -455,8 +521,14 @@ class SiDPRuntime:
         return result
 
     def around_can_run_graph(self, original, runner, *args, **kwargs):
-        """AROUND the decode/prefill graph runners' `can_run_graph`: a CaS iteration runs eagerly."""
-        return False if self.cas_now else original(runner, *args, **kwargs)
+        """AROUND the decode/prefill graph runners' `can_run_graph`: a CaS iteration runs eagerly, unless it has a
+        graph size (`--sidp-sidp-cas-graphs`) and this is the CaS graph runner (if that says no, the forward runs
+        eagerly on the same static-shape exchange, so the other ranks' replays still match)."""
+        if not self.cas_now:
+            return original(runner, *args, **kwargs)
+        if self._bucket is not None and self.graphs is not None and runner is self.graphs.cas_runner:
+            return original(runner, *args, **kwargs)
+        return False
 
     def _on_iteration(self, sig) -> None:
         if self.metrics is not None and self.lockstep is None:
@@ -476,6 +548,55 @@ class SiDPRuntime:
         if self.binding is None:
             return original(mlp, *args, **kwargs)
         return self.binding.around(original, mlp, *args, **kwargs)
+
+
+class CasGraphs:
+    """SGLang's decode graph runner (WaS) and a second one captured in CaS, with its own attention backend, swapped
+    into the `ModelRunner` per iteration (SGLang's adaptive speculative decoding swaps `decode_cuda_graph_runner` and
+    `attn_backend` the same way: `speculative/eagle_worker_v2.py` `apply_runtime_state`).
+
+    The CaS runner is a subclass of `ModelRunner._decode_cuda_graph_runner_cls()` whose `_pad_to_bucket` rounds up to
+    at least `forced_bs`, the size all ranks agreed on (`sgl_sidp.hooks.OVERRIDES["cas_decode_graph_runner"]`).
+    """
+
+    def __init__(self, runner, was_runner, was_backend, cas_runner, cas_backend):
+        self.runner, self.was_runner, self.was_backend = runner, was_runner, was_backend
+        self.cas_runner, self.cas_backend = cas_runner, cas_backend
+        self.capture_bs = sorted(cas_runner.capture_bs)
+
+    @classmethod
+    def capture(cls, runner) -> "CasGraphs":
+        """Capture the CaS set on `runner` (SGLang's `ModelRunner`, its WaS graphs already captured); the caller puts
+        the MLPs in CaS for the capture."""
+        was_runner, was_backend = runner.decode_cuda_graph_runner, runner.attn_backend
+        keep = runner.init_new_workspace  # as eagle_worker_v2.build_adaptive_runtime_state does
+        try:
+            cas_backend = runner._get_attention_backend(init_new_workspace=True)
+        finally:
+            runner.init_new_workspace = keep
+        cas_runner = bucket_runner_class(runner._decode_cuda_graph_runner_cls())(runner, attn_backend=cas_backend)
+        return cls(runner, was_runner, was_backend, cas_runner, cas_backend)
+
+    def select(self, bucket: int | None) -> None:
+        """The CaS set replaying `bucket` for this iteration, else SGLang's own."""
+        if bucket is not None:
+            self.cas_runner.forced_bs = bucket
+            self.runner.decode_cuda_graph_runner, self.runner.attn_backend = self.cas_runner, self.cas_backend
+        else:
+            self.runner.decode_cuda_graph_runner, self.runner.attn_backend = self.was_runner, self.was_backend
+
+
+def bucket_runner_class(base: type) -> type:
+    """A subclass of SGLang's decode graph runner class `base` that replays at least `forced_bs` (every rank the
+    same size), however small its own batch; `forced_bs` 0 (the default, and during capture) changes nothing."""
+
+    class CasDecodeGraphRunner(base):
+        forced_bs = 0
+
+        def _pad_to_bucket(self, raw_size, buckets):
+            return base._pad_to_bucket(max(raw_size, self.forced_bs), buckets)
+
+    return CasDecodeGraphRunner
 
 
 class SiDPMetrics:

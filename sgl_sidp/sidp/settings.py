@@ -17,7 +17,15 @@ class SiDPSettings(BaseModel):
         "weights into a slot ring, a few layers ahead; the ranks run independently), 'cas' (Compute-as-a-Service: "
         "send the layer's input rows to the owner, which runs the layer once over every rank's rows) or 'auto' "
         "(WaS at or above B_th tokens per rank, CaS below). 'cas' and 'auto' run the DP ranks in lockstep (one "
-        "all-gather of token counts per scheduler iteration) and run CaS iterations without CUDA graphs.",
+        "all-gather of token counts per scheduler iteration); their CaS iterations run without CUDA graphs unless "
+        "--sidp-sidp-cas-graphs.",
+    )
+    cas_graphs: bool = Field(
+        False,
+        description="[cas, auto; experimental: not yet run on GPU] Decode iterations in CaS replay CUDA graphs: after "
+        "SGLang captured its decode graphs, every rank captures a second set with the CaS exchange inside (NCCL "
+        "all-gather of every rank's rows padded to the graph size, the owner's one GEMM, a broadcast back) and all "
+        "ranks replay the size of the largest rank's batch. Prefill and mixed iterations stay eager.",
     )
     b_th: float = Field(
         0.0, ge=0,

@@ -140,6 +140,28 @@ def test_tiny_dense_cas_exact(log_dir, tiny_dense_reference):
     assert_alone_exact(facts)
 
 
+def test_tiny_dense_cas_graphs(log_dir, tiny_dense_reference):
+    """`--sidp-sidp-cas-graphs` (two GPUs: NCCL): CaS decodes replay the CaS graph set, every rank at one size.
+
+    Alone, the idle rank sends one zero row per decode, so the owner's GEMM has M = 2 where vanilla's has M = 1: the
+    bf16 results may round differently (as CaS with both ranks busy). Measured, not asserted; asserted: the set was
+    captured, and every answer's first token (computed by an eager prefill) is vanilla's.
+    """
+    alone, _ = tiny_dense_reference
+    facts = {}
+    with sidp(log_dir, "tiny_dense_sidp_cas_graphs", ["--model-path", str(TINY_DENSE)],
+              ["--sidp-sidp-force", "cas", "--sidp-sidp-cas-graphs"], port=23750) as srv:
+        sidp_answers(srv, alone, facts)
+        flush_cache(srv.base_url)
+        got = at_once(srv.base_url, [(PROMPTS[1], 0), (PROMPTS[2], 1)])
+        compare(alone[1], got[0], "one_per_rank_dp0_p1_with_dp1_p2", facts)
+        compare(alone[2], got[1], "one_per_rank_dp1_p2_with_dp0_p1", facts)
+        log = srv.log_text()
+    summary(log_dir, "tiny_dense_sidp_cas_graphs", answers=facts)
+    assert re.search(r"CaS decode CUDA graphs captured for \d+ sizes", log), "no CaS graph set captured"
+    assert all(v["first_differing_token"] != 0 for v in facts.values()), facts
+
+
 @pytest.mark.foldable
 def test_tiny_dense_auto_switches_mid_generation(log_dir, tiny_dense_reference):
     """Auto with B_th 64 tokens per rank: a prompt's prefill (>= 128 tokens on one rank) runs WaS, its decode
