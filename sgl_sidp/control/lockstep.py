@@ -119,7 +119,12 @@ def replica_group(name: str, world: int, rank: int, backend: str = "gloo", timeo
     """
     from sglang.srt.utils.common import init_custom_process_group
 
-    path = os.path.join(directory, f"sgl-sidp-{name}.store")
-    store = dist.FileStore(path, world)
+    store = replica_store(name, world, directory)
     return init_custom_process_group(backend=backend, store=store, world_size=world, rank=rank,
                                      group_name=f"sgl-sidp-{name}", timeout=timedelta(seconds=timeout_s))
+
+
+def replica_store(name: str, world: int, directory: str = "/tmp") -> "dist.FileStore":
+    """The `FileStore` at `directory/sgl-sidp-<name>.store` that `world` processes meet through (`replica_group`; the
+    NCCL communicator of `--sidp-sidp-cas-graphs`)."""
+    return dist.FileStore(os.path.join(directory, f"sgl-sidp-{name}.store"), world)

@@ -287,19 +287,11 @@ class SiDPRuntime:
         collective wire, take part in every layer's exchange."""
         self._direct = True
         try:
-            if self._bucket is not None:  # every rank takes part in every layer's exchange, with `bucket` rows
-                for lid in sorted(self.mlps):
-                    mlp = self.mlps[lid]
-                    w = param_at(mlp, NAMES[0])
-                    owner = owner_of(lid, self.d)
-                    self.wire.run(owner, w.new_empty((0, w.shape[1])), self._bucket,
-                                  mlp if owner == self.dp_rank else None, w.shape[1])
-                return
-            for lid in (sorted(self.mlps) if self.rc.every_rank_every_layer else self.owned):
+            every = self._bucket is not None or self.rc.every_rank_every_layer  # a collective per layer
+            for lid in (sorted(self.mlps) if every else self.owned):
                 mlp = self.mlps[lid]
                 w = param_at(mlp, NAMES[0])  # gate_up: [2 * intermediate / tp, hidden]
-                owner = owner_of(lid, self.d)
-                self.rc.run(owner, w.new_empty((0, w.shape[1])), counts, mlp if owner == self.dp_rank else None, w.shape[1])
+                self._exchange(lid, w.new_empty((0, w.shape[1])), mlp, counts)
         finally:
             self._direct = False
 
@@ -310,18 +302,24 @@ class SiDPRuntime:
             SiDPError: the rows differ from what this rank announced for the iteration (a forward SiDP does not know).
         """
         lid = self._layer_of[id(mlp)]
+        counts = None  # the static-shape wire needs none
+        if not self._capturing_cas and self._bucket is None:
+            counts = self.lockstep.current.counts
+            if x.shape[0] != counts[self.dp_rank]:
+                raise SiDPError(f"sidp {self.who}: layer {lid} got {x.shape[0]} rows in a CaS iteration announced "
+                                f"with {counts[self.dp_rank]} tokens (counts {list(counts)}); this forward is not one "
+                                "SiDP can run in lockstep")
+        return self._exchange(lid, x, lambda rows: original(mlp, rows, *args, **kwargs), counts)
+
+    def _exchange(self, lid: int, x: torch.Tensor, fn, counts) -> torch.Tensor:
+        """Layer `lid` on its owner for this rank's rows `x` (`fn` runs there, over every rank's rows): with CaS
+        graphs on the static-shape wire (the captured size during capture, else the iteration's), else the exact
+        counts of the iteration."""
+        owner = owner_of(lid, self.d)
+        fn = fn if owner == self.dp_rank else None
         bucket = x.shape[0] if self._capturing_cas else self._bucket
         if bucket is not None:  # CaS decode graphs: static shapes (captured, replayed, or an eager fallback)
-            owner = owner_of(lid, self.d)
-            fn = (lambda rows: original(mlp, rows, *args, **kwargs)) if owner == self.dp_rank else None
             return self.wire.run(owner, x, bucket, fn, x.shape[-1])
-        counts = self.lockstep.current.counts
-        if x.shape[0] != counts[self.dp_rank]:
-            raise SiDPError(f"sidp {self.who}: layer {lid} got {x.shape[0]} rows in a CaS iteration announced with "
-                            f"{counts[self.dp_rank]} tokens (counts {list(counts)}); this forward is not one SiDP "
-                            "can run in lockstep")
-        owner = owner_of(lid, self.d)
-        fn = (lambda rows: original(mlp, rows, *args, **kwargs)) if owner == self.dp_rank else None
         return self.rc.run(owner, x, counts, fn, x.shape[-1])
 
     # ------------------------------------------------------------------ SGLang hooks
@@ -460,18 +458,17 @@ class SiDPRuntime:
         Raises:
             SiDPError: SGLang captured no decode graphs, or NCCL is not available.
         """
-        import os
         import time
 
-        import torch.distributed as dist
         from sglang.srt.distributed.device_communicators.pynccl import PyNcclCommunicator
         from sglang.srt.distributed.utils import StatelessProcessGroup
 
+        from sgl_sidp.control.lockstep import replica_store
         from sgl_sidp.remote_compute.cas import BucketWire
 
         if getattr(runner, "decode_cuda_graph_runner", None) is None:
             raise SiDPError("--sidp-sidp-cas-graphs: SGLang captured no decode CUDA graphs on this server")
-        store = dist.FileStore(os.path.join("/tmp", f"sgl-sidp-casgraph-{tag}.store"), self.d)
+        store = replica_store(f"casgraph-{tag}", self.d)
         comm = PyNcclCommunicator(StatelessProcessGroup(rank=self.dp_rank, world_size=self.d, store=store),
                                   device=torch.cuda.current_device())
         if not comm.available:

@@ -107,13 +107,17 @@ class ZeroDPRuntime:
         self.metrics: ZeroDPMetrics | None = None
         self.placeholders = LoadPlaceholders()  # a sink's experts while its model loads
         self.held_at_load: list[int] = []  # MoE layers SGLang gave expert storage of their own while loading
-        self.kept_copy = (0, 0.0)  # (bytes, seconds) of the kept layers' one copy from the source
         self.capacity: list[int] = []  # DP controller: max_total_num_tokens per DP rank
         ctx.listeners.append(self._on_iteration)
 
     @property
     def who(self) -> str:
         return _who(self.dp_rank, self.tp_rank)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The expert groups a sink may pull (`--sidp-zerodp-tensors`), in `GROUPS` order."""
+        return tuple(g for g in GROUPS if g in self.settings.tensors.split(","))
 
     # ------------------------------------------------------------------ model runner hooks
     def around_load_model(self, original, runner, *args, **kwargs):
@@ -130,7 +134,7 @@ class ZeroDPRuntime:
         """AFTER `FusedMoE.__init__`: while a sink's model is built, point the layer's offloadable expert tensors
         (the `--sidp-zerodp-tensors` groups) at shared placeholders, freeing their fresh storage at once."""
         if self.placeholders.loading:
-            groups = self.settings.tensors.split(",")
+            groups = self.groups
             names = [n for n, _ in layer.named_parameters(recurse=False) if group_of(n) in groups]
             self.placeholders.take(int(layer.layer_id), layer, names)
         return result
@@ -191,7 +195,7 @@ class ZeroDPRuntime:
                 "(same --model-path, --tp-size, --dtype and quantization on both are required):\n  "
                 + "\n  ".join(problems[:20])
             )
-        groups = tuple(g for g in GROUPS if g in s.tensors.split(","))
+        groups = self.groups
         names = sorted({t.name for t in manifest if group_of(t.name) in groups})
         modules = dict(moe_layers)
         moe_ids = [lid for lid, _ in moe_layers]
@@ -234,13 +238,14 @@ class ZeroDPRuntime:
                                        sample_every=SAMPLE_EVERY)
             self.binding.install_start(first_decoder_layer(runner.model))
         kept = [lid for lid in moe_ids if lid in self.placeholders.taken and lid not in plan.layers]
+        kept_bytes, kept_s = 0, 0.0
         if kept:  # their values come from the source once, never from the placeholders
             t0 = time.monotonic()
             keys = [(lid, n) for lid in kept for n in self.placeholders.taken[lid]]
             remote = {**first, **imp.map([k for k in keys if k not in first])}
-            nbytes = self.placeholders.materialize(modules, kept, remote)
+            kept_bytes = self.placeholders.materialize(modules, kept, remote)
             torch.cuda.synchronize(device_id)
-            self.kept_copy = (nbytes, time.monotonic() - t0)
+            kept_s = time.monotonic() - t0
         self.placeholders.release()
         torch.cuda.empty_cache()
         imp.watch()
@@ -254,7 +259,7 @@ class ZeroDPRuntime:
             plan.reason, plan.bytes_per_forward / 1e9, plan.copy_ms, (b.freed_bytes if b else 0) / 1e9,
             (b.slot_bytes if b else 0) / 1e9, len(self.placeholders.taken) - len(self.held_at_load), len(moe_ids),
             f" (held in full: {self.held_at_load})" if self.held_at_load else "", load_peak / 1e9, len(kept),
-            self.kept_copy[0] / 1e9, self.kept_copy[1],
+            kept_bytes / 1e9, kept_s,
             f" Calibration: {self.calibration_origin}." if self.calibration_origin else "",
         )
         cal = self.calibration
