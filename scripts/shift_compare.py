@@ -6,6 +6,8 @@ Configurations (`--configs`, each started once on `--gpus`, measured, stopped):
   dp        python -m sglang.launch_server  --dp-size P
   shift     python -m sgl_sidp.launch_server --tp-size P --sidp-mode shift [--sidp-shift-threshold T]
   shift_sp1 python -m sgl_sidp.launch_server --tp-size P --sidp-mode shift --sidp-shift-sp 1 (the wiring; any P)
+  tp_eager_prefill, shift_eager_prefill: tp and shift with --disable-prefill-cuda-graph (what SGLang's breakable
+            prefill graphs are worth, in either)
 
 with P = the number of `--gpus`, all with --model-path M --load-format dummy --attention-backend triton
 --sampling-backend pytorch --enable-metrics --tokenizer-path sgl_sidp/default_model. For each:
@@ -44,6 +46,9 @@ CONFIGS = {
     "dp": ("sglang.launch_server", lambda p: ["--dp-size", str(p)]),
     "shift": ("sgl_sidp.launch_server", lambda p: ["--tp-size", str(p), "--sidp-mode", "shift"]),
     "shift_sp1": ("sgl_sidp.launch_server", lambda p: ["--tp-size", str(p), "--sidp-mode", "shift", "--sidp-shift-sp", "1"]),
+    "tp_eager_prefill": ("sglang.launch_server", lambda p: ["--tp-size", str(p), "--disable-prefill-cuda-graph"]),
+    "shift_eager_prefill": ("sgl_sidp.launch_server",
+                            lambda p: ["--tp-size", str(p), "--sidp-mode", "shift", "--disable-prefill-cuda-graph"]),
 }
 FORWARDS = "sglang:sidp_shift_forwards_total"
 

@@ -212,8 +212,21 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         target=f"{SCHEDULER}.__init__", hook_type="AFTER", runtime=SHIFT, method="on_scheduler_init",
         params=("self", "server_args", "port_args", "gpu_id", "tp_rank"), feature="shift",
-        why="which decode CUDA graphs run which configuration (fixed by their captured sizes), for the log and the "
-        "per-configuration counts",
+        why="which decode and prefill CUDA graphs run which configuration (fixed by their captured sizes), for the "
+        "log and the per-configuration counts; the threshold calibration when prefill graphs are off",
+    ),
+    Hook(
+        target=f"{PREFILL_GRAPHS}.capture", hook_type="AROUND", runtime=SHIFT, method="around_prefill_capture",
+        params=("self",), feature="shift",
+        why="the threshold calibration (neither given nor cached) on SGLang's dummy prefill bodies before the first "
+        "CUDA graph is captured (prefill before decode), so every graph is captured with it",
+    ),
+    Hook(
+        target=f"{PREFILL_GRAPHS}._execute_body_capture", hook_type="AROUND", runtime=SHIFT,
+        method="around_prefill_replay",
+        params=("self", "forward_batch", "static_forward_batch", "static_num_tokens"), feature="shift",
+        why="a breakable prefill graph replays the decoder layers only and runs the logits tail eagerly: set the "
+        "replayed bucket's configuration so the logits hook gathers the base configuration's tokens",
     ),
     Hook(
         target="sglang.srt.layers.vocab_parallel_embedding.VocabParallelEmbedding.forward", hook_type="AROUND",

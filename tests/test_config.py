@@ -130,11 +130,31 @@ def dense_moe(tmp_path):
     return str(d)
 
 
-def test_shift_turns_prefill_graphs_off_unless_set():
+def test_shift_keeps_breakable_prefill_graphs_and_refuses_the_others(tmp_path, monkeypatch):
+    """Shift changes no SGLang default; SGLang's own parser reads the prefill backend (JSON over the per-phase flag
+    over the legacy aliases) and the full / tc_piecewise backends are refused."""
+    from sgl_sidp import launch_server as ls
     from sgl_sidp.features import FEATURES
+    from sgl_sidp.shift.feature import prefill_graph_backend
 
-    assert FEATURES["shift"].sglang_defaults(["--tp-size", "2"]) == ["--tp-size", "2", "--disable-prefill-cuda-graph"]
-    assert FEATURES["shift"].sglang_defaults(["--disable-prefill-cuda-graph"]) == ["--disable-prefill-cuda-graph"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert FEATURES["shift"].sglang_defaults(["--tp-size", "2"]) == ["--tp-size", "2"]
+    model = ["--model-path", qwen3(tmp_path), "--tp-size", "2"]
+    cases = {(): None, ("--disable-prefill-cuda-graph",): None, ("--cuda-graph-backend-prefill", "breakable"): "breakable",
+             ("--enforce-piecewise-cuda-graph",): "tc_piecewise", ("--cuda-graph-backend-prefill", "full"): "full",
+             ("--cuda-graph-config", '{"prefill": {"backend": "tc_piecewise"}}',
+              "--cuda-graph-backend-prefill", "breakable"): "tc_piecewise"}
+    for flags, backend in cases.items():
+        raw = ls.sglang_raw_args([*model, *flags])
+        assert prefill_graph_backend(raw) == backend, flags
+        if backend in (None, "breakable"):
+            parse("--sidp-mode", "shift").validate_against(raw)
+        else:
+            assert problems(parse("--sidp-mode", "shift"), raw) == [
+                f"--sidp-mode shift runs SGLang's breakable prefill CUDA graphs (the default) or none, not '{backend}' "
+                + ("(it slices the captured body's rows to the batch's tokens, which in the base configuration are "
+                   "this SP rank's share)" if backend == "full" else "(it compiles the forward with torch.compile, "
+                   "which would trace the per-forward choice of configuration)")]
 
 
 def test_features_are_registered_in_one_table():

@@ -58,6 +58,7 @@ def test_hooks_for_config():
     assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.SHIFT))] == [  # ZeroDP's hooks only in zerodp mode
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run",
         "ModelRunner.init_torch_distributed", "ModelRunner.load_model", "Scheduler.__init__",
+        "PrefillCudaGraphRunner.capture", "PrefillCudaGraphRunner._execute_body_capture",
         "VocabParallelEmbedding.forward", "QKVParallelLinear.forward", "RowParallelLinear.forward",
         "communication_op.attention_tensor_model_parallel_all_reduce", "Qwen2MLP.forward", "LlamaMLP.forward",
         "LogitsProcessor.forward"]

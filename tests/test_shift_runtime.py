@@ -124,8 +124,13 @@ def build(rank, p, hook, llama=False):
 
 
 def forward(model, rt, ids, last, kv_out, llama=False):
-    """Qwen3's forward as SGLang runs it, with the post-attention all-reduce routed through the hook (Llama: the
-    all-reduce is o_proj's own)."""
+    """Qwen3's forward as SGLang runs it: the decoder body, then the logits."""
+    return model.logits_processor(ids, body(model, rt, ids, kv_out, llama), model.lm_head, last)
+
+
+def body(model, rt, ids, kv_out, llama=False):
+    """Qwen3's decoder layers as SGLang runs them (what a breakable prefill graph captures), with the post-attention
+    all-reduce routed through the hook (Llama: the all-reduce is o_proj's own)."""
     nh, nkv = 8, 2
     h = model.model.embed_tokens(ids)
     for layer in model.model.layers:
@@ -144,7 +149,7 @@ def forward(model, rt, ids, last, kv_out, llama=False):
             o = rt.around_attn_all_reduce(lambda x: (dist.all_reduce(x), x)[1], o)
         h = h + o
         h = h + layer.mlp(h)
-    return model.logits_processor(ids, h, model.lm_head, last)
+    return h
 
 
 def _rank(rank, p, sp, n_tokens, llama=False):
@@ -169,16 +174,23 @@ def _rank(rank, p, sp, n_tokens, llama=False):
     rt.threshold = 4
     got = forward(model, rt, ids, last, kv_base, llama)
     kv_err = max((a - b).abs().max().item() for a, b in zip(kv_shift, kv_base))
-    return (got - want).abs().max().item(), kv_err, views, rt.base_for(n_tokens)
+    # a breakable prefill graph of the bucket: the body captured in the base configuration, replayed after other
+    # forwards left the runtime in the shift configuration; the eager logits tail runs inside the replay hook
+    hidden = body(model, rt, ids, [], llama)
+    rt.threshold, rt.base, rt.n_tokens = 4, False, 1
+    replayed = rt.around_prefill_replay(lambda runner, fb, sfb, n: model.logits_processor(ids, hidden, model.lm_head, last),
+                                        None, None, None, n_tokens)
+    replay_err = (replayed - want).abs().max().item()
+    return (got - want).abs().max().item(), kv_err, views, rt.base_for(n_tokens), replay_err
 
 
 @pytest.mark.parametrize("p,sp,n_tokens,llama", [(2, 2, 7, False), (4, 4, 9, False), (4, 2, 6, False), (2, 1, 5, False),
                                                   (4, 2, 6, True), (2, 2, 5, True)])
 def test_base_forward_through_the_hooks_equals_the_tp_forward(p, sp, n_tokens, llama):
     out = spawn(_rank, p, sp, n_tokens, llama)
-    for rank, (err, kv_err, views, base) in out.items():
+    for rank, (err, kv_err, views, base, replay_err) in out.items():
         assert base and views, rank
-        assert err < 1e-12 and kv_err < 1e-12, (rank, err, kv_err)
+        assert err < 1e-12 and kv_err < 1e-12 and replay_err < 1e-12, (rank, err, kv_err, replay_err)
 
 
 def test_forwards_are_counted_by_configuration_with_graph_sizes():
@@ -234,6 +246,67 @@ def test_calibrating_forces_a_configuration_and_decode_graphs_keep_theirs():
     sig = lambda mode, n: types.SimpleNamespace(forward_mode=mode, computed_tokens=n)  # noqa: E731
     assert rt.config_of(sig("DECODE", 100)) == ("shift", 128)  # its graph was captured as shift
     assert rt.config_of(sig("EXTEND", 100)) == ("base", 100)  # eager forwards follow the measured threshold
+
+
+def test_prefill_buckets_are_counted_by_their_captured_configuration():
+    ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=2, threshold=1000)), listeners=[])
+    rt = ShiftRuntime(ctx)
+    rt.sp, rt.prefill_bs = 2, [4, 8, 512, 1024, 1280, 8192]
+    sig = lambda mode, n: types.SimpleNamespace(forward_mode=mode, computed_tokens=n)  # noqa: E731
+    assert rt.config_of(sig("EXTEND", 1025)) == ("base", 1280)  # padded to its bucket
+    assert rt.config_of(sig("EXTEND", 900)) == ("base", 1024)  # 900 tokens run the 1024-token graph: base
+    assert rt.config_of(sig("MIXED", 600)) == ("base", 1024)
+    assert rt.config_of(sig("EXTEND", 500)) == ("shift", 512)
+    assert rt.config_of(sig("EXTEND", 9000)) == ("base", 9000)  # beyond the graphs: eager
+
+
+def calibration_runtime(monkeypatch, tmp_path, threshold=0):
+    """A runtime with SP = 2 whose prefills time as a model where the base configuration wins from 1024 tokens on;
+    the calibration key and the cache directory faked on CPU."""
+    import sgl_sidp.calibration.measure as measure
+    import sgl_sidp.calibration.startup as startup
+    from sgl_sidp.calibration.cache import CalibrationKey
+
+    monkeypatch.setenv("SIDP_CALIBRATION_DIR", str(tmp_path))
+    key = CalibrationKey("H200", "qwen3-tiny", "bf16", "", "triton", "0.5.17")
+    monkeypatch.setattr(startup, "calibration_key", lambda runner: key)
+    ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=2, threshold=threshold)),
+                                listeners=[])
+    rt = ShiftRuntime(ctx)
+    rt.sp, rt.sp_comm = 2, object()
+    timed = []
+
+    def fake_time(graph_runner, tokens):
+        timed.append((tokens, rt.force))
+        return tokens / 100 * (1.0 if rt.force == "shift" else 0.9 if tokens >= 1024 else 1.1)
+
+    monkeypatch.setattr(measure, "time_dummy_prefill", fake_time)
+    mr = types.SimpleNamespace(ps=types.SimpleNamespace(tp_size=1, tp_rank=0))
+    graph_runner = types.SimpleNamespace(model_runner=mr, max_num_tokens=2048, prefill_backend_name="breakable")
+    return rt, graph_runner, timed, key
+
+
+def test_prefill_graphs_are_captured_with_the_threshold_calibrated_before_them(monkeypatch, tmp_path):
+    from sgl_sidp.calibration.cache import CalibrationCache
+    from sgl_sidp.shift.runtime import ShiftError
+
+    rt, graph_runner, timed, key = calibration_runtime(monkeypatch, tmp_path)
+    seen = []
+    rt.around_prefill_capture(lambda runner: seen.append((rt.threshold, rt.force)), graph_runner)
+    # every calibration size up to the largest bucket, both configurations, before the capture
+    assert timed == [(t, c) for t in (128, 256, 512, 1024, 2048) for c in ("shift", "base")]
+    assert seen == [(512, None)] and rt.threshold_source.startswith("start-up calibration")
+    cached = CalibrationCache().get_extra(key, "shift-sp2")
+    assert cached["threshold"] == 512 and cached["points"]["2048"] == [20.48, 20.48 * 0.9]
+    assert cached["points"]["512"] == [5.12, 5.12 * 1.1]
+
+    given, graph_runner, timed, _ = calibration_runtime(monkeypatch, tmp_path, threshold=300)
+    given.around_prefill_capture(lambda runner: None, graph_runner)
+    assert not timed and given.threshold == 300  # given: nothing timed
+
+    graph_runner.prefill_backend_name = "tc_piecewise"
+    with pytest.raises(ShiftError, match="SGLang chose the 'tc_piecewise' prefill CUDA graphs"):
+        given.around_prefill_capture(lambda runner: None, graph_runner)
 
 
 def test_cache_keeps_a_feature_measurement_per_key(tmp_path):

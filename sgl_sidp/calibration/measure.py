@@ -17,6 +17,8 @@ every TP rank of a replica, each rank running the same forwards (the graphs hold
   (`Scheduler.profile_and_init_predictor`) times prefill; its KV is freed afterwards.
 - Copies while a forward runs: a decode forward replayed with and without reader copies on a
   side stream (`time_copy_during_forward`).
+- Before the prefill graphs are captured (no scheduler yet): SGLang's own dummy prefill body
+  (`time_dummy_prefill`), for a calibration whose result the graphs must be captured with.
 
 Every step frees what it allocates; the time spent is bounded by `budget_s`.
 """
@@ -153,6 +155,17 @@ def time_prefill(scheduler, tokens: int, iters: int = 2) -> float:
                 scheduler.req_to_token_pool.req_to_token[req.req_pool_idx, : req.extend_range.end])
             scheduler.req_to_token_pool.free(req)
     return statistics.median(times)
+
+
+def time_dummy_prefill(graph_runner, tokens: int, iters: int = 2) -> float:
+    """Median ms of an eager prefill body of `tokens` tokens, before any prefill graph exists.
+
+    Runs SGLang's `PrefillCudaGraphRunner._run_dummy_forward` (the capture-shaped dummy batch its torch.compile
+    warm-up runs: the decoder layers only, no logits; K/V written to SGLang's padding slot 0), once to warm up and
+    `iters` times timed with CUDA events. For calibrations that must finish before the prefill graphs are captured,
+    when no scheduler exists yet. `tokens` must not exceed the runner's largest capture size (`max_num_tokens`).
+    """
+    return median_ms(lambda: graph_runner._run_dummy_forward(tokens), iters, warmup=1)
 
 
 def feasible_points(scheduler, batches: Sequence[int] = DECODE_BATCHES, contexts: Sequence[int] = DECODE_CONTEXTS,

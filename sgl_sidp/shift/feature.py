@@ -1,11 +1,12 @@
-"""Shift Parallelism as a feature of the overlay: its checks before any GPU work, its SGLang defaults, its start-up
-line. The hook bodies live in `sgl_sidp.shift.runtime` (entries of `sgl_sidp.hooks.HOOKS` tagged "shift")."""
+"""Shift Parallelism as a feature of the overlay: its checks before any GPU work and its start-up line. It changes
+no SGLang default (decode and prefill CUDA graphs run in both configurations). The hook bodies live in
+`sgl_sidp.shift.runtime` (entries of `sgl_sidp.hooks.HOOKS` tagged "shift")."""
 
 from __future__ import annotations
 
 import argparse
 
-from sgl_sidp.feature import Feature, dense_model_problems, flag_given
+from sgl_sidp.feature import Feature, dense_model_problems
 from sgl_sidp.shift.heads import HeadLayoutError, check_layout
 from sgl_sidp.shift.settings import ShiftSettings
 
@@ -60,19 +61,30 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
             problems.append(f"--sidp-mode shift does not work with {flag} yet (the base configuration replaces the "
                             "layers' GEMMs and TP all-reduces, and gathers the tokens only for the logits, where that "
                             "flag changes them)")
+    backend = prefill_graph_backend(raw)
+    if backend in UNSUPPORTED_PREFILL_GRAPHS:
+        problems.append(f"--sidp-mode shift runs SGLang's breakable prefill CUDA graphs (the default) or none, not "
+                        f"'{backend}' ({UNSUPPORTED_PREFILL_GRAPHS[backend]})")
     return problems
 
 
-def sglang_defaults(argv: list[str]) -> list[str]:
-    """SGLang flags Shift changes unless the user set them: prefill CUDA graphs off.
+#: prefill CUDA-graph backends of SGLang 0.5.17 the base configuration cannot run in, and why
+UNSUPPORTED_PREFILL_GRAPHS = {
+    "full": "it slices the captured body's rows to the batch's tokens, which in the base configuration are this SP "
+            "rank's share",
+    "tc_piecewise": "it compiles the forward with torch.compile, which would trace the per-forward choice of "
+                    "configuration",
+}
 
-    SGLang 0.5.17 captures prefill in breakable graphs whose attention runs eagerly at replay; the base
-    configuration's all-to-alls sit in the captured parts. Decode graphs (where the shift configuration runs) stay
-    on. Prefill graphs in both configurations are for a later step, measured.
-    """
-    if not flag_given(argv, "--disable-prefill-cuda-graph"):
-        argv = list(argv) + ["--disable-prefill-cuda-graph"]
-    return argv
+
+def prefill_graph_backend(raw: argparse.Namespace) -> str | None:
+    """The prefill CUDA-graph backend the user asked for (`--cuda-graph-config` JSON over
+    `--cuda-graph-backend-prefill` and its legacy aliases, as SGLang's `ServerArgs._parse_cuda_graph_config` ranks
+    them), or None when left to SGLang."""
+    cfg = getattr(raw, "cuda_graph_config", None)
+    prefill = cfg.get("prefill") if isinstance(cfg, dict) else getattr(cfg, "prefill", None)
+    backend = prefill.get("backend") if isinstance(prefill, dict) else getattr(prefill, "backend", None)
+    return str(backend or getattr(raw, "cuda_graph_backend_prefill", None) or "") or None
 
 
 def describe(cfg, server_args) -> str:
@@ -89,6 +101,5 @@ FEATURE = Feature(
     summary="Ulysses sequence parallelism for big forwards, TP for small ones, on one KV cache (Shift Parallelism)",
     settings=ShiftSettings,
     check=check,
-    sglang_defaults=sglang_defaults,
     describe=describe,
 )

@@ -30,16 +30,24 @@ forward's token count (`ShiftRuntime.base_for`), through these hooks (each liste
 - base only, AROUND `LogitsProcessor.forward`: the last hidden states of every SP rank gathered in token order
   (`ulysses.gather_tokens`) before SGLang prunes them and computes the vocab-sharded logits.
 
-CUDA graphs: the decode graph runner captures `model.forward` per batch size, so a graph is base or shift by its
-captured size (the decision above runs at capture). Prefill graphs are off by default in this mode
-(`shift.feature.sglang_defaults`).
+CUDA graphs: a graph is base or shift by its captured size (the decision above runs at capture).
+- Decode: SGLang's graph runner captures `model.forward` per batch size, logits included.
+- Prefill (SGLang 0.5.17's default breakable graphs, one per token bucket up to the chunked-prefill size): the
+  decoder layers are captured in segments, attention runs eagerly between them on the live batch's metadata (the
+  same in both configurations), and the logits tail runs eagerly after the replay. AROUND
+  `PrefillCudaGraphRunner._execute_body_capture` (the replay) sets the configuration of the replayed bucket, so the
+  eager logits hook gathers the base configuration's tokens. The `full` and `tc_piecewise` prefill backends are
+  refused (`shift.feature.check`): one slices the body's rows, the other traces the hooks with torch.compile.
 
-The threshold (`--sidp-shift-threshold`, 0 = calibrate): AFTER `Scheduler.__init__` (graphs captured, nothing
-served) every TP rank times the same one-request prefills (`calibration.measure.time_prefill`) of `CALIBRATION_TOKENS`
-in both configurations; TP rank 0 picks the threshold (`calibration.cost.shift_threshold`) and hands it to the
-others; it is cached on disk (`CalibrationCache.put_extra`, keyed like every start-up calibration plus the SP), so
-the next start reads it before its decode graphs are captured. A first start captures them in the shift
-configuration (threshold provisionally infinite); its eager forwards follow the measured threshold at once.
+The threshold (`--sidp-shift-threshold`, 0 = calibrate): every TP rank times the same prefills of
+`CALIBRATION_TOKENS` in both configurations; TP rank 0 picks the threshold (`calibration.cost.shift_threshold`) and
+hands it to the others; it is cached on disk (`CalibrationCache.put_extra`, keyed like every start-up calibration
+plus the SP), so the next start reads it before anything is captured. Where:
+- with prefill graphs, AROUND `PrefillCudaGraphRunner.capture`, before the first graph exists, on SGLang's dummy
+  prefill bodies (`calibration.measure.time_dummy_prefill`): every graph, prefill and decode, is captured with it;
+- without (`--disable-prefill-cuda-graph`), AFTER `Scheduler.__init__`, on one-request prefills through the
+  scheduler's pools (`calibration.measure.time_prefill`, logits included): the decode graphs of that first start
+  stay in the shift configuration (threshold provisionally infinite); eager forwards follow the threshold at once.
 """
 
 from __future__ import annotations
@@ -110,6 +118,7 @@ class ShiftRuntime:
         self._last: str | None = None
         self.metrics: ShiftMetrics | None = None
         self.capture_bs: list[int] = []  # the decode CUDA graphs' batch sizes, sorted
+        self.prefill_bs: list[int] = []  # the prefill CUDA graphs' token buckets, sorted (none when disabled)
         ctx.listeners.append(self._on_iteration)
 
     # ------------------------------------------------------------------ decisions (CPU-testable)
@@ -168,12 +177,16 @@ class ShiftRuntime:
         return added / 1e9
 
     def config_of(self, sig) -> tuple[str, int]:
-        """(configuration, tokens) of the forward an iteration runs: a decode batch that replays a CUDA graph runs
-        the configuration the graph was captured in, with the graph's size; any other forward its token count's."""
+        """(configuration, tokens) of the forward an iteration runs: a batch within the CUDA graphs' sizes runs the
+        configuration its graph was captured in, with the graph's size (a decode batch by its batch size, a prefill
+        by its tokens; SGLang may still run such a prefill eagerly, e.g. one asking for input logprobs, counted
+        here as its bucket); any other forward its token count's."""
         n = int(sig.computed_tokens)
         if n and sig.forward_mode == "DECODE" and self.capture_bs and n <= self.capture_bs[-1]:
             n = self.capture_bs[bisect.bisect_left(self.capture_bs, n)]
             return ("base" if n in self.graph_base else "shift"), n
+        if n and sig.forward_mode != "DECODE" and self.prefill_bs and n <= self.prefill_bs[-1]:
+            n = self.prefill_bs[bisect.bisect_left(self.prefill_bs, n)]
         return ("base" if self.base_for(n) else "shift"), n
 
     def _on_iteration(self, sig) -> None:
@@ -289,18 +302,58 @@ class ShiftRuntime:
             self.base = False  # the forward's layers are done
         return original(proc, input_ids, hidden_states, *args, **kwargs)
 
+    def around_prefill_capture(self, original: Callable, graph_runner, *args, **kwargs):
+        """AROUND `PrefillCudaGraphRunner.capture`: calibrate the threshold (neither given nor cached) on SGLang's
+        dummy prefill bodies before the first graph is captured, so every graph is captured with it.
+
+        Raises:
+            ShiftError: SGLang chose a prefill backend other than breakable graphs by itself (`shift.feature.check`
+                refuses the user's choice of one before any GPU work).
+        """
+        backend = str(getattr(graph_runner, "prefill_backend_name", "breakable"))
+        if backend != "breakable":
+            raise ShiftError(f"--sidp-mode shift: SGLang chose the '{backend}' prefill CUDA graphs, which the base "
+                             "configuration cannot run in; add --cuda-graph-backend-prefill breakable (or disabled)")
+        if self.threshold_source.startswith("provisional") and self.sp_comm is not None:
+            from sgl_sidp.calibration.measure import time_dummy_prefill
+
+            mr = graph_runner.model_runner
+            self.calibrate(mr, lambda tokens: time_dummy_prefill(graph_runner, tokens), graph_runner.max_num_tokens,
+                           "dummy prefill bodies, before the prefill graphs")
+            torch.cuda.empty_cache()
+        return original(graph_runner, *args, **kwargs)
+
+    def around_prefill_replay(self, original: Callable, graph_runner, forward_batch, static_forward_batch,
+                              static_num_tokens: int, *args, **kwargs):
+        """AROUND `PrefillCudaGraphRunner._execute_body_capture`: the replayed bucket ran the configuration it was
+        captured in (the threshold is fixed before the prefill graphs exist); tell the eager logits tail."""
+        self.n_tokens = int(static_num_tokens)
+        self.base = self.base_for(self.n_tokens)
+        return original(graph_runner, forward_batch, static_forward_batch, static_num_tokens, *args, **kwargs)
+
     def on_scheduler_init(self, result, scheduler, *args, **kwargs):
-        """AFTER `Scheduler.__init__` (graphs captured, nothing served): which decode graphs run which configuration,
-        the threshold calibration when it is neither given nor cached, then the metrics."""
-        graphs = getattr(scheduler.tp_worker.model_runner, "decode_cuda_graph_runner", None)
+        """AFTER `Scheduler.__init__` (graphs captured, nothing served): which graphs run which configuration, the
+        threshold calibration when it is neither given, cached nor measured before the prefill graphs, then the
+        metrics."""
+        mr = scheduler.tp_worker.model_runner
+        graphs = getattr(mr, "decode_cuda_graph_runner", None)
         self.capture_bs = sorted(getattr(graphs, "capture_bs", None) or [])
+        self.prefill_bs = sorted(getattr(getattr(mr, "prefill_cuda_graph_runner", None), "capture_num_tokens", None) or [])
         base_graphs = [b for b in self.capture_bs if self.base_for(b)]
         self.graph_base = set(base_graphs)
+        base_prefill = [n for n in self.prefill_bs if self.base_for(n)]
+        tp_rank = getattr(scheduler, "tp_rank", 0)
         logger.info("sgl-sidp shift TP%d: decode CUDA graphs in the base configuration: %s; in the shift "
-                    "configuration: %d sizes", getattr(scheduler, "tp_rank", 0), base_graphs or "none",
-                    len(self.capture_bs) - len(base_graphs))
+                    "configuration: %d sizes", tp_rank, base_graphs or "none", len(self.capture_bs) - len(base_graphs))
+        logger.info("sgl-sidp shift TP%d: prefill CUDA graphs: %d token buckets in the base configuration (%s), %d in "
+                    "the shift configuration", tp_rank, len(base_prefill),
+                    f"{base_prefill[0]}-{base_prefill[-1]}" if base_prefill else "none",
+                    len(self.prefill_bs) - len(base_prefill))
         if self.threshold_source.startswith("provisional") and self.sp_comm is not None:
-            self.calibrate(scheduler)
+            room = min(scheduler.model_config.context_len - 1, scheduler.token_to_kv_pool_allocator.available_size() // 2)
+            from sgl_sidp.calibration.measure import time_prefill
+
+            self.calibrate(mr, lambda tokens: time_prefill(scheduler, tokens), room, "one-request prefills")
         collector = getattr(scheduler, "metrics_collector", None)
         if collector is not None:
             self.metrics = ShiftMetrics(self, dict(collector.labels))
@@ -308,19 +361,16 @@ class ShiftRuntime:
                     getattr(scheduler, "tp_rank", 0), self.p, self.sp, self.tp_b, self.threshold, self.threshold_source)
         return result
 
-    def calibrate(self, scheduler) -> None:
-        """Time one-request prefills of `CALIBRATION_TOKENS` in both configurations (every TP rank alike: the
-        forwards hold TP collectives), let TP rank 0 pick the threshold, share it, and cache it."""
+    def calibrate(self, runner, time_ms: Callable[[int], float], room: int, what: str) -> None:
+        """Time prefills of the `CALIBRATION_TOKENS` up to `room` tokens in both configurations with `time_ms(tokens)`
+        (every TP rank alike: the forwards hold TP collectives), let TP rank 0 pick the threshold, share it, and
+        cache it. `runner`: SGLang's `ModelRunner`; `what`: the forwards timed, for the log."""
         import time
 
         from sgl_sidp.calibration.cache import CalibrationCache
         from sgl_sidp.calibration.cost import shift_threshold
-        from sgl_sidp.calibration.measure import time_prefill
         from sgl_sidp.calibration.startup import calibration_key
 
-        runner = scheduler.tp_worker.model_runner
-        room = min(scheduler.model_config.context_len - 1,
-                   scheduler.token_to_kv_pool_allocator.available_size() // 2)
         t0 = time.perf_counter()
         points = {}
         for tokens in (t for t in CALIBRATION_TOKENS if t <= room):
@@ -328,7 +378,7 @@ class ShiftRuntime:
             for config in ("shift", "base"):
                 self.force = config
                 try:
-                    ms[config] = time_prefill(scheduler, tokens)
+                    ms[config] = time_ms(tokens)
                 finally:
                     self.force = None
             points[tokens] = (ms["shift"], ms["base"])
@@ -336,12 +386,13 @@ class ShiftRuntime:
         if runner.ps.tp_size > 1:
             threshold = runner.tp_group.broadcast_object(threshold if runner.ps.tp_rank == 0 else None, src=0)
         self.threshold = threshold
-        self.threshold_source = f"start-up calibration ({time.perf_counter() - t0:.1f} s)"
+        self.threshold_source = f"start-up calibration ({time.perf_counter() - t0:.1f} s, {what})"
         if runner.ps.tp_rank == 0:
             path = CalibrationCache().put_extra(calibration_key(runner), f"shift-sp{self.sp}",
                                                 {"threshold": threshold, "points": {str(t): v for t, v in points.items()}})
-            logger.info("sgl-sidp shift TP0: prefill ms (shift, base) by tokens: %s; threshold %s tokens (cached in %s)",
-                        ", ".join(f"{t}: {a:.1f}, {b:.1f}" for t, (a, b) in points.items()), threshold, path)
+            logger.info("sgl-sidp shift TP0: prefill ms (shift, base) by tokens (%s): %s; threshold %s tokens (cached "
+                        "in %s)", what, ", ".join(f"{t}: {a:.1f}, {b:.1f}" for t, (a, b) in points.items()),
+                        threshold, path)
 
 
 

@@ -1,8 +1,8 @@
 """Shift Parallelism in real SGLang servers (run with `pytest -m gpu`): exactness against vanilla SGLang.
 
 - One GPU, the wiring (`--tp-size 1 --sidp-shift-sp 1`): the base configuration is TP = 1 on the overlay's own GEMMs
-  and hooks, so every hook, the base/shift choice per forward and the decode CUDA graphs of both configurations run
-  in a real server; against vanilla TP1 on the tiny 8-layer Qwen3 with a different random tensor per layer
+  and hooks, so every hook, the base/shift choice per forward and the decode and (breakable) prefill CUDA graphs of
+  both configurations run in a real server; against vanilla TP1 on the tiny 8-layer Qwen3 with a different random tensor per layer
   (`make_tiny_models.py --big`, $SIDP_TINY_DENSE): bit-identical (the same GEMMs on the same weights).
 - Two GPUs (`--tp-size 2`, SP = 2): against vanilla `--tp-size 2` on the tiny model and on Qwen3-32B (dummy weights):
   greedy tokens identical, logprob differences measured (the base O and down GEMMs sum over all heads or columns in
@@ -40,6 +40,16 @@ def graph_lines(log):
                       r"configuration: (\d+) sizes", log)
 
 
+def prefill_graph_lines(log):
+    """(base buckets, their range, shift buckets) per TP rank, and how many prefill batches replayed a graph / ran
+    eagerly (SGLang's "Prefill batch ... cuda graph: True|False" lines)."""
+    lines = re.findall(r"prefill CUDA graphs: (\d+) token buckets in the base configuration \((.*?)\), (\d+) in the "
+                       r"shift configuration", log)
+    replays = re.findall(r"Prefill batch.*?cuda graph: (True|False)", log)
+    return {"buckets": lines, "prefill_batches_replayed": replays.count("True"),
+            "prefill_batches_eager": replays.count("False")}
+
+
 @pytest.fixture(scope="module")
 def tiny_tp1_reference(log_dir):
     return vanilla_reference(log_dir, TINY_DENSE, "tiny_dense_vanilla_tp1", 24100, "SIDP_TINY_DENSE", batched=(1, 2, 3))
@@ -56,8 +66,11 @@ def test_tiny_dense_shift_wiring_on_one_gpu_is_bit_identical(log_dir, tiny_tp1_r
         for k, i in enumerate((1, 2, 3)):
             facts[f"three_at_once_p{i}_vs_vanilla_batched"] = answer_diff(together[k], got[k])
         log = srv.log_text()
-    summary(log_dir, "tiny_dense_shift_sp1", answers=facts, graphs=graph_lines(log))
+    prefill = prefill_graph_lines(log)
+    summary(log_dir, "tiny_dense_shift_sp1", answers=facts, graphs=graph_lines(log), prefill_graphs=prefill)
     assert graph_lines(log), "no line on which decode graphs run which configuration"
+    assert prefill["buckets"] and int(prefill["buckets"][0][0]) > 0, "no prefill graph captured as base"
+    assert prefill["prefill_batches_replayed"] >= len(PROMPTS), prefill
     bad = {k: v for k, v in facts.items() if k.startswith("alone") and (not v["tokens_equal"] or v["logprob_gap"])}
     assert not bad, bad
 
@@ -100,8 +113,8 @@ def test_qwen3_32b_shift_tp2_matches_vanilla_tp2(log_dir):
 
 @pytest.mark.gpus(1)
 def test_tiny_dense_shift_threshold_calibrated_then_cached(log_dir, tiny_tp1_reference, tmp_path):
-    """`--sidp-shift-threshold` left at 0: the first start times prefills in both configurations and caches the
-    threshold; the second reads it before capturing its decode graphs. Answers stay bit-identical (SP = 1)."""
+    """`--sidp-shift-threshold` left at 0: the first start times prefills in both configurations before it captures
+    any graph and caches the threshold; the second reads it. Answers stay bit-identical (SP = 1)."""
     alone, _ = tiny_tp1_reference
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
     model = ["--model-path", str(TINY_DENSE)]
@@ -113,10 +126,11 @@ def test_tiny_dense_shift_threshold_calibrated_then_cached(log_dir, tiny_tp1_ref
             got = [greedy(srv.base_url, p) for p in PROMPTS[:3]]
             logs.append(srv.log_text())
         assert [g[0] for g in got] == [a[0] for a in alone[:3]], f"start {start}: tokens differ"
-    measured = re.findall(r"prefill ms \(shift, base\) by tokens: (.*?); threshold (\S+) tokens", logs[0])
-    summary(log_dir, "tiny_dense_shift_calibrate", measured=measured,
+    measured = re.findall(r"prefill ms \(shift, base\) by tokens \((.*?)\): (.*?); threshold (\S+) tokens", logs[0])
+    summary(log_dir, "tiny_dense_shift_calibrate", measured=measured, first_start=prefill_graph_lines(logs[0]),
             second_start=re.findall(r"ready; .*", logs[1]))
     assert measured, "the first start did not calibrate"
+    assert measured[0][0].endswith("before the prefill graphs"), measured  # so they are captured with its threshold
     assert "start-up calibration cached in" in logs[1] and "prefill ms (shift, base)" not in logs[1]
 
 
