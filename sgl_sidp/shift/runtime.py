@@ -44,7 +44,9 @@ The threshold (`--sidp-shift-threshold`, 0 = calibrate): every TP rank times the
 hands it to the others; it is cached on disk (`CalibrationCache.put_extra`, keyed like every start-up calibration
 plus the SP), so the next start reads it before anything is captured. Where:
 - with prefill graphs, AROUND `PrefillCudaGraphRunner.capture`, before the first graph exists, on SGLang's dummy
-  prefill bodies (`calibration.measure.time_dummy_prefill`): every graph, prefill and decode, is captured with it;
+  prefill bodies (`calibration.measure.time_dummy_prefill`): every graph, prefill and decode, is captured with it
+  (timed eagerly, as no graph exists yet: kernel launches count in both configurations, where the graphs later
+  hide them, so at small sizes the threshold errs towards the shift configuration);
 - without (`--disable-prefill-cuda-graph`), AFTER `Scheduler.__init__`, on one-request prefills through the
   scheduler's pools (`calibration.measure.time_prefill`, logits included): the decode graphs of that first start
   stay in the shift configuration (threshold provisionally infinite); eager forwards follow the threshold at once.
