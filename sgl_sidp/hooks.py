@@ -444,6 +444,13 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol(f"{MODEL_RUNNER}.spec_algorithm", instance_attr=True),
     UsedSymbol(f"{MODEL_RUNNER}.forward", ("self", "forward_batch")),
     UsedSymbol("sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.capture_bs", instance_attr=True),
+    # ... and before the prefill graphs exist (Shift's threshold), on the prefill graph runner
+    UsedSymbol(f"{MODEL_RUNNER}.prefill_cuda_graph_runner", instance_attr=True),
+    UsedSymbol(f"{PREFILL_GRAPHS}._run_dummy_forward", ("self", "num_tokens")),
+    UsedSymbol(f"{PREFILL_GRAPHS}.model_runner", instance_attr=True),
+    UsedSymbol(f"{PREFILL_GRAPHS}.capture_num_tokens", instance_attr=True),
+    UsedSymbol(f"{PREFILL_GRAPHS}.max_num_tokens", instance_attr=True),
+    UsedSymbol(f"{PREFILL_GRAPHS}.prefill_backend_name", instance_attr=True),
     UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardBatch", ("forward_mode", "batch_size", "input_ids",
                "req_pool_indices", "seq_lens", "out_cache_loc", "seq_lens_sum")),
     UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new", ("batch", "model_runner")),
