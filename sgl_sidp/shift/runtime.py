@@ -312,7 +312,7 @@ class ShiftRuntime:
             ShiftError: SGLang chose a prefill backend other than breakable graphs by itself (`shift.feature.check`
                 refuses the user's choice of one before any GPU work).
         """
-        backend = str(getattr(graph_runner, "prefill_backend_name", "breakable"))
+        backend = str(graph_runner.prefill_backend_name)
         if backend != "breakable":
             raise ShiftError(f"--sidp-mode shift: SGLang chose the '{backend}' prefill CUDA graphs, which the base "
                              "configuration cannot run in; add --cuda-graph-backend-prefill breakable (or disabled)")
