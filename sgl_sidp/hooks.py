@@ -474,6 +474,7 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.distributed.device_communicators.vmm_utils.check_drv", ("result_tuple", "label")),
     UsedSymbol("sglang.srt.distributed.device_communicators.vmm_utils.import_peer_handle", ("fabric_handle", "fd")),
     UsedSymbol("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.eager_on_graph", ("enable",)),
+    UsedSymbol("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.get_current_stream", ("device",)),
     UsedSymbol("sglang.srt.managers.data_parallel_controller.LoadBalanceMethod.TOTAL_TOKENS"),
     # SiDP cas/auto: the DP ranks' lockstep and CaS groups, outside each replica's own world
     UsedSymbol("sglang.srt.utils.common.init_custom_process_group", ("backend", "init_method", "timeout", "world_size",

@@ -452,3 +452,56 @@ def test_stall_sampler_never_touches_events_while_a_graph_is_captured():
     del sink.ops.capturing, sink.ops.done
     sink.forward(inputs(1)[0])  # eager again: the warm-up's sample is read back
     assert stalls.samples_ms == [8.0]
+
+
+# --------------------------------------------------------------------------- graph breaks on a side stream
+class _Stream:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def wait_stream(self, other):
+        self.log.append(f"{self.name} waits {other.name}")
+
+
+def _graph_break_case(on_side: bool):
+    from contextlib import contextmanager
+
+    from sgl_sidp.prefetch.ring import graph_break
+
+    log = []
+    main, side = _Stream("main", log), _Stream("side", log)
+    where = [side if on_side else main]
+
+    @contextmanager
+    def on_stream(s):
+        before, where[0] = where[0], s
+        log.append(f"enter {s.name}")
+        yield
+        where[0] = before
+        log.append(f"leave {s.name}")
+
+    def sglang_break(fn):  # SGLang's eager_on_graph(True): the segment ends on the stream current at the break
+        def broken(*args):
+            log.append(f"segment ends on {where[0].name}")
+            return fn(*args)
+        return broken
+
+    def sync(layer):
+        log.append(f"sync {layer} on {where[0].name}")
+        return layer
+
+    run = graph_break(sync, sglang_break=sglang_break, capture_stream=lambda: main, current_stream=lambda: where[0],
+                      on_stream=on_stream)
+    assert run(3) == 3
+    return log
+
+
+def test_graph_break_on_the_capture_stream_runs_in_place():
+    assert _graph_break_case(on_side=False) == ["segment ends on main", "sync 3 on main"]
+
+
+def test_graph_break_on_a_side_stream_moves_to_the_capture_stream_and_forks_back():
+    """Qwen2-MoE's experts run on an alternate stream while SGLang captures: the break must end the segment on the
+    capture stream (after joining the side stream's work), and the side stream resumes after the sync."""
+    assert _graph_break_case(on_side=True) == [
+        "main waits side", "enter main", "segment ends on main", "sync 3 on main", "leave main", "side waits main"]

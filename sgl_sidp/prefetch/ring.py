@@ -403,11 +403,11 @@ def sync_points(
 ) -> tuple[Callable, Callable, Callable]:
     """The three sync points as plain functions, each passed through `wrap`.
 
-    On CUDA, `wrap` is SGLang's `eager_on_graph(True)`
-    (`sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph`), so inside a
-    breakable prefill graph each point runs eagerly between graph segments and the copies
-    overlap across segments; in a full decode graph (or eagerly) the call runs inline and is
-    captured as graph nodes.
+    On CUDA, `wrap` is `graph_break` (SGLang's `eager_on_graph(True)` of
+    `sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph`, taken on the capture's
+    stream), so inside a breakable prefill graph each point runs eagerly between graph segments and
+    the copies overlap across segments; in a full decode graph (or eagerly) the call runs inline and
+    is captured as graph nodes.
     """
 
     def prefetch_start_forward():
@@ -420,3 +420,51 @@ def sync_points(
         prefetcher.after_use(layer_id)
 
     return wrap(prefetch_start_forward), wrap(prefetch_before_use), wrap(prefetch_after_use)
+
+
+def graph_break(fn: Callable, *, sglang_break: Callable[[Callable], Callable] | None = None,
+                capture_stream: Callable[[], object] | None = None, current_stream: Callable[[], object] | None = None,
+                on_stream: Callable[[object], object] | None = None) -> Callable:
+    """`fn` as a break point of SGLang's breakable CUDA graphs, taken on the capture's own stream: the `wrap` of
+    `sync_points` on CUDA.
+
+    SGLang's `eager_on_graph(True)` ends the current graph segment where it is called, and a CUDA graph capture must
+    end on the stream it began on. Models that run their experts on a second stream while capturing (Qwen2-MoE's
+    `forward_normal_dual_stream`: the routed experts under `torch.cuda.stream(alt_stream)`) reach a sync point on
+    that side stream, where the plain break fails ("Capture must end on the same stream it began on"). Here the side
+    stream's work joins the capture stream first, the break (and `fn`) runs on the capture stream, and the side stream
+    then waits for it, so it takes part in the next segment (SGLang's `wait_stream` hook records that fork). Eagerly,
+    in a full (decode) graph capture and in a breakable graph's replay (which calls `fn` itself, on the replay stream)
+    the two streams are the same and `fn` runs where it is called.
+
+    Args:
+        fn: the sync point.
+        sglang_break, capture_stream, current_stream, on_stream: SGLang's `eager_on_graph(True)`, its
+            `get_current_stream` (the breakable capture's stream, else the current one), `torch.cuda.current_stream`
+            and `torch.cuda.stream` by default; tests pass stand-ins.
+
+    Source: SGLang `sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph` (`eager_on_graph`,
+    `_end_current_segment`, `_hooked_wait_stream`).
+    """
+    if sglang_break is None:
+        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
+            eager_on_graph,
+            get_current_stream,
+        )
+
+        sglang_break, capture_stream = eager_on_graph(True), get_current_stream
+        current_stream, on_stream = torch.cuda.current_stream, torch.cuda.stream
+    broken = sglang_break(fn)
+
+    def run(*args):
+        main, here = capture_stream(), current_stream()
+        if main == here:
+            return broken(*args)
+        main.wait_stream(here)  # what the side stream did so far ends with this segment
+        with on_stream(main):
+            out = broken(*args)
+        here.wait_stream(main)  # the side stream goes on after the break, inside the next segment
+        return out
+
+    run.__name__ = getattr(fn, "__name__", "graph_break")
+    return run

@@ -351,11 +351,9 @@ class SiDPRuntime:
         return result
 
     def _on_loaded(self, runner) -> None:
-        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import eager_on_graph
-
         from sgl_sidp.peer.vmm import measure_copy_gbps, socket_address
         from sgl_sidp.prefetch.binding import first_decoder_layer
-        from sgl_sidp.prefetch.ring import SAMPLE_EVERY, StreamOps
+        from sgl_sidp.prefetch.ring import SAMPLE_EVERY, StreamOps, graph_break
 
         dp, tp = int(runner.ps.dp_rank or 0), int(runner.ps.tp_rank)
         device_id = torch.cuda.current_device()
@@ -365,7 +363,7 @@ class SiDPRuntime:
         self.placeholders.release()  # the parameters hold them until the slot binding replaces them
         self.setup(mlps, dp, tp, int(runner.server_args.dp_size), device_id,
                    lambda r: socket_address(f"sidp-dp{r}", port, tp), StreamOps(torch.device("cuda", device_id)),
-                   wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache, sample_every=SAMPLE_EVERY)
+                   wrap=graph_break, release_cached=torch.cuda.empty_cache, sample_every=SAMPLE_EVERY)
         b = self.binding
         if b is not None:
             first = b.prefetcher.remote  # (layer, name) -> mapped owner tensor

@@ -179,7 +179,7 @@ class ZeroDPRuntime:
     def _setup_sink(self, runner, moe_layers, address: str) -> None:
         from sgl_sidp.peer.vmm import TensorImporter, measure_copy_gbps
         from sgl_sidp.prefetch.binding import SlotBinding, first_decoder_layer
-        from sgl_sidp.prefetch.ring import SAMPLE_EVERY, StreamOps
+        from sgl_sidp.prefetch.ring import SAMPLE_EVERY, StreamOps, graph_break
 
         s = self.settings
         device_id = torch.cuda.current_device()
@@ -230,11 +230,9 @@ class ZeroDPRuntime:
             plan = runner.tp_group.broadcast_object(plan if self.tp_rank == 0 else None, src=0)
         self.plan = plan
         if plan.layers:
-            from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import eager_on_graph
-
             remote = {**first, **imp.map([(lid, n) for lid in plan.layers for n in names if lid != moe_ids[0]])}
             self.binding = SlotBinding(modules, names, remote, plan.layers, N_SLOTS, StreamOps(torch.device("cuda", device_id)),
-                                       wrap=eager_on_graph(True), release_cached=torch.cuda.empty_cache,
+                                       wrap=graph_break, release_cached=torch.cuda.empty_cache,
                                        sample_every=SAMPLE_EVERY)
             self.binding.install_start(first_decoder_layer(runner.model))
         kept = [lid for lid in moe_ids if lid in self.placeholders.taken and lid not in plan.layers]
