@@ -36,6 +36,7 @@ CALIBRATION = "sgl_sidp.calibration.startup:StartupCalibration"
 SIDP = "sgl_sidp.sidp.runtime:SiDPRuntime"
 FOLD = "sgl_sidp.peer.topology:GpuFold"
 SHIFT = "sgl_sidp.shift.runtime:ShiftRuntime"
+FAIL_CLOSED = "sgl_sidp.process:FailClosed"
 LINEAR = "sglang.srt.layers.linear"
 
 
@@ -278,6 +279,20 @@ HOOKS: tuple[Hook, ...] = (
         params=("self", "method", "estimated_tokens"), feature="zerodp",
         why="routing: --load-balance-method total_tokens compares fractions of each replica's KV capacity, "
         "so sinks get the share their larger cache can hold",
+    ),
+    # ---------------------------------------------------------------- core: fail closed (registered last, so these
+    # wrap every hook above on the same target and also catch what those raise)
+    Hook(
+        target=f"{SCHEDULER}.__init__", hook_type="AROUND", runtime=FAIL_CLOSED, method="around_scheduler",
+        params=("self", "server_args", "port_args", "gpu_id", "tp_rank"),
+        why="a scheduler whose start-up raises (model load, CUDA graph capture, a feature's set-up) stops the whole "
+        "server with one line naming it (SGLang signals only its parent, the DP controller when --dp-size > 1, and a "
+        "peer's watcher would then blame the peer)",
+    ),
+    Hook(
+        target=f"{SCHEDULER}.run_event_loop", hook_type="AROUND", runtime=FAIL_CLOSED, method="around_scheduler",
+        params=("self",),
+        why="as Scheduler.__init__, for a scheduler that raises while serving",
     ),
 )
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError
 from sgl_sidp.feature import flag_given
-from sgl_sidp.peer.vmm import LAUNCHER_PID_ENV
+from sgl_sidp.process import LAUNCHER_PID_ENV
 
 #: Folder of the embedded default model (config.json + tokenizer files).
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
@@ -136,6 +136,10 @@ def describe(cfg: SidpConfig, server_args) -> str:
         f"load_format={server_args.load_format}, dp={server_args.dp_size}, tp={server_args.tp_size}"
     )
     extra = cfg.feature.describe(cfg, server_args) if cfg.feature is not None else ""
+    if cfg.active:
+        from sgl_sidp.plugin import installed_hooks
+
+        extra += ("; " if extra else "") + f"{len(installed_hooks())} hooks applied in the launcher (each scheduler logs its own)"
     return line + (f"; {extra}" if extra else "")
 
 

@@ -146,7 +146,7 @@ def test_zerodp_auto_needs_no_calibration_file(monkeypatch, moe_dir):
     import sglang.srt.plugins
     import sglang.srt.server_args
     from sgl_sidp.peer import topology
-    from sgl_sidp.peer.vmm import LAUNCHER_PID_ENV
+    from sgl_sidp.process import LAUNCHER_PID_ENV
 
     monkeypatch.setenv(ENV_VAR, "")
     monkeypatch.setenv(LAUNCHER_PID_ENV, "")

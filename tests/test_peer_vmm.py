@@ -15,7 +15,7 @@ import torch
 from sgl_sidp.peer import vmm
 from sgl_sidp.peer.manifest import TensorSpec
 from sgl_sidp.peer.moves import plan_moves
-from sgl_sidp.peer.vmm import PeerError, TensorExporter, TensorImporter, VmmDriver, socket_address, stop_server
+from sgl_sidp.peer.vmm import PeerError, TensorExporter, TensorImporter, VmmDriver, socket_address
 
 GRAN = 4096  # the fake's allocation granularity
 CAP = 80_000_000_000  # the fake GPU's memory
@@ -290,28 +290,3 @@ def test_watch_reports_owner_gone_once(owner):
     assert not thread.is_alive() and len(calls) == 1
     assert f"zerodp source DP0 TP0 (pid {os.getpid()}, GPU 0) is gone" in calls[0]
     imp.close()
-
-
-def test_stop_server_signals_launcher_then_exits(monkeypatch, caplog):
-    """stop_server logs at ERROR, sends SIGQUIT to $SIDP_LAUNCHER_PID (else the parent), and always exits 1."""
-    kills, exits = [], []
-    monkeypatch.setattr(os, "kill", lambda pid, sig: kills.append((pid, sig)))
-    monkeypatch.setattr(os, "_exit", exits.append)
-    monkeypatch.setenv("SIDP_LAUNCHER_PID", "424242")
-    with caplog.at_level(logging.ERROR, logger=vmm.__name__):
-        stop_server("owner X is gone")
-    assert kills == [(424242, signal.SIGQUIT)] and exits == [1]
-    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.ERROR, "owner X is gone")]
-
-    monkeypatch.delenv("SIDP_LAUNCHER_PID")
-    stop_server("again")
-    assert kills[-1] == (os.getppid(), signal.SIGQUIT) and exits == [1, 1]
-
-    def gone(pid, sig):
-        raise ProcessLookupError(pid)
-
-    monkeypatch.setattr(os, "kill", gone)
-    monkeypatch.setenv("SIDP_LAUNCHER_PID", "424242")
-    with pytest.raises(ProcessLookupError):
-        stop_server("launcher already dead")
-    assert exits == [1, 1, 1]

@@ -233,7 +233,7 @@ class BatchSignal:
                                             listeners=self.ctx.listeners)
         logger.info(
             "sgl-sidp plugin active in scheduler %s (pid %d): mode=%s, batch signal every %d iters, "
-            "prometheus=%s, hooks: %s",
+            "prometheus=%s, hooks applied here: %s",
             rank_name, os.getpid(), cfg.mode.value, cfg.signal_log_interval,
             "on" if labels is not None else "off", ", ".join(self.ctx.installed),
         )

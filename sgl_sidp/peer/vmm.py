@@ -15,7 +15,7 @@ and `sglang.srt.distributed.device_communicators.vmm_utils`, plus unmap/release 
 rendezvous, since owner and readers can be separate DP replicas with no process group in common.
 
 The socket also tells a reader that its owner died: the kernel closes it, the reader's watcher
-thread sees EOF and stops the whole server with a message naming the owner (`stop_server`).
+thread sees EOF and stops the whole server with a message naming the owner (`sgl_sidp.process.stop_server`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import statistics
 import struct
@@ -35,12 +34,9 @@ import torch
 
 from sgl_sidp.peer.manifest import TensorSpec
 from sgl_sidp.peer.moves import plan_moves
+from sgl_sidp.process import stop_server
 
 logger = logging.getLogger(__name__)
-
-#: Environment variable with the pid of the process that launched the server (the HTTP server,
-#: where SGLang installs its SIGQUIT handler); set by `sgl_sidp.launch_server`.
-LAUNCHER_PID_ENV = "SIDP_LAUNCHER_PID"
 
 _FDS_PER_MESSAGE = 64  # well under the kernel's SCM_MAX_FD (253)
 
@@ -52,26 +48,6 @@ class PeerError(RuntimeError):
 def socket_address(feature: str, port: int, tp_rank: int) -> str:
     """Abstract-namespace Unix socket of an owner: `feature` (e.g. "zerodp"), server `port`, TP rank."""
     return f"\0sgl-sidp-{feature}.{port}.tp{tp_rank}"
-
-
-def stop_server(message: str) -> None:
-    """Log `message` and stop the whole server, SGLang's way, then exit this process.
-
-    SGLang's launcher process handles SIGQUIT by killing its process tree (HTTP server, DP
-    controller, every scheduler). A scheduler's own exception path signals only its parent, which
-    with `--dp-size > 1` is the DP controller (no handler: it dies silently). So the launcher is
-    signalled directly: its pid from `$SIDP_LAUNCHER_PID`, else the scheduler's parent.
-    """
-    logger.error(message)
-    try:
-        pid = int(os.environ.get(LAUNCHER_PID_ENV) or 0)
-        if pid <= 0:
-            import psutil
-
-            pid = psutil.Process().parent().pid
-        os.kill(pid, signal.SIGQUIT)
-    finally:
-        os._exit(1)
 
 
 # --------------------------------------------------------------------------- driver

@@ -33,7 +33,7 @@ second decode graph set with the static-shape exchange inside (`remote_compute.c
 idle rank serves its layers eagerly with that many zero rows; prefill and mixed iterations stay eager.
 
 The failure domain is the group: a rank whose owner's process is gone stops the server (the
-importer's watcher, `peer.vmm.stop_server`). The ring fetches in the peak-shifted order (SiDP §3.3,
+importer's watcher, `process.stop_server`). The ring fetches in the peak-shifted order (SiDP §3.3,
 `prefetch.schedules.peak_shift_order`: in each cycle of d layers rank r starts after its own layer,
 so ranks read different owners at once) when it has d - 1 slots; with d = 2 that is forward order.
 """

@@ -1,0 +1,118 @@
+"""Which SGLang process this is, and how any of them stops the whole server (fail closed).
+
+SGLang runs a server as a tree of processes: the launcher (HTTP server and tokenizer manager), a DP controller
+when `--dp-size > 1`, one scheduler per (DP, TP) rank and a detokenizer, each spawned by `multiprocessing`. The
+overlay's plugin loads in every one of them. When anything of ours fails in one process, the whole server stops,
+with one line that names the process (`process_name`) and the cause (`stop_server`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import multiprocessing
+import os
+import signal
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable with the pid of the process that launched the server (the HTTP server, where SGLang installs
+#: its SIGQUIT handler); set by `sgl_sidp.launch_server`.
+LAUNCHER_PID_ENV = "SIDP_LAUNCHER_PID"
+
+#: The prefix of the titles SGLang gives its child processes (`setproctitle("sglang::scheduler_DP0_TP0")`).
+SGLANG_CHILD_TITLE = "sglang::"
+
+
+def in_launcher() -> bool:
+    """Whether this is the process that launched the server: `$SIDP_LAUNCHER_PID` (our launcher), else a process
+    that `multiprocessing` did not start and is not starting (`python -m sglang.launch_server` itself)."""
+    pid = os.environ.get(LAUNCHER_PID_ENV)
+    if pid:
+        return int(pid) == os.getpid()
+    return multiprocessing.parent_process() is None and not getattr(multiprocessing.current_process(), "_inheriting", False)
+
+
+def _title(pid: int) -> str:
+    import psutil
+
+    try:
+        return " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
+    except psutil.Error:
+        return ""
+
+
+def launcher_pid() -> int:
+    """The launcher's pid: `$SIDP_LAUNCHER_PID`, else the nearest ancestor that is not one of SGLang's titled child
+    processes (a scheduler's parent is the DP controller when `--dp-size > 1`)."""
+    pid = int(os.environ.get(LAUNCHER_PID_ENV) or 0)
+    if pid > 0:
+        return pid
+    import psutil
+
+    proc = psutil.Process().parent()
+    while proc is not None and _title(proc.pid).startswith(SGLANG_CHILD_TITLE) and proc.parent() is not None:
+        proc = proc.parent()
+    return proc.pid if proc is not None else os.getppid()
+
+
+def process_name() -> str:
+    """This process for an error line: "scheduler DP1 TP0 (GPU 1, pid 4242)", "DP controller (pid 4240)", "the
+    launcher (pid 4200)"; a child caught before `multiprocessing` handed it its target is named by its pid and parent.
+
+    The ranks come from the arguments SGLang spawned the process with (`run_scheduler_process(server_args, port_args,
+    gpu_id, tp_rank, ..., dp_rank)`), read from `multiprocessing.current_process()`.
+    """
+    pid = os.getpid()
+    if in_launcher():
+        return f"the launcher (pid {pid})"
+    proc = multiprocessing.current_process()
+    target = getattr(proc, "_target", None)
+    name = getattr(target, "__name__", "")
+    if name == "run_scheduler_process":
+        try:
+            a = inspect.signature(target).bind_partial(*proc._args, **proc._kwargs).arguments
+            return f"scheduler DP{a.get('dp_rank') or 0} TP{a.get('tp_rank')} (GPU {a.get('gpu_id')}, pid {pid})"
+        except (TypeError, AttributeError):
+            return f"a scheduler (pid {pid})"
+    if name == "run_data_parallel_controller_process":
+        return f"DP controller (pid {pid})"
+    if name.startswith("run_"):
+        return f"{name[4:].removesuffix('_process').replace('_', ' ')} (pid {pid})"
+    parent = os.getppid()
+    return f"an SGLang child process (pid {pid}, parent {parent} {_title(parent)!r})"
+
+
+def stop_server(message: str) -> None:
+    """Log `message` and stop the whole server, SGLang's way, then exit this process.
+
+    SGLang's launcher process handles SIGQUIT by killing its process tree (HTTP server, DP controller, every
+    scheduler). A scheduler's own exception path signals only its parent, which with `--dp-size > 1` is the DP
+    controller (no handler: it dies silently). So the launcher is signalled directly (`launcher_pid`).
+    """
+    logger.error(message)
+    try:
+        os.kill(launcher_pid(), signal.SIGQUIT)
+    finally:
+        os._exit(1)
+
+
+class FailClosed:
+    """The core's AROUND hooks on the scheduler (`sgl_sidp.hooks.HOOKS`): a scheduler that raises stops the server.
+
+    SGLang's `run_scheduler_process` logs the traceback and signals only the scheduler's parent; with `--dp-size > 1`
+    that is the DP controller, whose death takes the other replicas down with it, and their peers' watchers then
+    report the wrong process. Here the traceback is logged, then `stop_server` names this scheduler and the cause.
+    """
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def around_scheduler(self, original, *args, **kwargs):
+        """Run `original` (`Scheduler.__init__` or `Scheduler.run_event_loop`); on an exception, stop the server."""
+        try:
+            return original(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any failure of a scheduler stops the server
+            logger.exception("sgl-sidp: %s raised", process_name())
+            stop_server(f"sgl-sidp: {process_name()} failed ({type(e).__name__}: {e}); stopping the server")
+            raise  # only reached where stop_server is stubbed (tests)
