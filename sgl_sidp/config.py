@@ -57,7 +57,7 @@ def _flag(*loc: Any) -> str:
 class _CoreConfig(BaseModel):
     """The settings every mode shares; `SidpConfig` adds one field per feature."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False)
 
     mode: SidpMode = Field(SidpMode.OFF, description="Weight-sharing technique: off, zerodp, sidp or shift.")
     batch_signal: bool = Field(
@@ -161,13 +161,24 @@ class _CoreConfig(BaseModel):
         try:
             return SidpConfig.model_validate(dict(values))
         except ValidationError as e:
-            raise SidpConfigError([f"{_flag(*err['loc'])}: {err['msg']}" for err in e.errors()]) from None
+            raise SidpConfigError([f"{_flag(*err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
+                                   for err in e.errors()]) from None
 
     # ------------------------------------------------------------------ env round trip
     def to_env(self, environ: dict | None = None) -> dict:
-        """Store this config in `environ` (default `os.environ`) for child processes; returns it."""
+        """Store this config in `environ` (default `os.environ`) for child processes; returns it.
+
+        Raises:
+            SidpConfigError: the JSON would not read back as these settings in a child process (checked here, so
+                such a value stops the launcher instead of a child's plugin).
+        """
         environ = os.environ if environ is None else environ
-        environ[ENV_VAR] = self.model_dump_json()
+        text = self.model_dump_json()
+        back = type(self).from_env({ENV_VAR: text})
+        if back.model_dump() != self.model_dump():
+            changed = [k for k, v in self.model_dump().items() if back.model_dump().get(k) != v]
+            raise SidpConfigError([f"settings {changed} would not reach SGLang's processes intact ({text})"])
+        environ[ENV_VAR] = text
         return environ
 
     @classmethod
@@ -194,7 +205,8 @@ class _CoreConfig(BaseModel):
         return FEATURES.get(self.mode.value)
 
     def validate_against(self, server_args: Any) -> None:
-        """Check this config against SGLang's flags; CPU only (reads at most a config.json and NVML).
+        """Check this config against SGLang's flags, and refuse flags it would leave unused (`unused_flags`); CPU only
+        (reads at most a config.json and NVML).
 
         Args:
             server_args: SGLang's flags: its argparse namespace (the launcher checks before
@@ -203,13 +215,31 @@ class _CoreConfig(BaseModel):
         Raises:
             SidpConfigError: every problem found, one line each.
         """
-        if self.mode == SidpMode.OFF:
-            return
-        if self.feature is None:
-            raise SidpConfigError([f"--sidp-mode {self.mode.value} is not implemented in this version of sgl-sidp yet"])
-        problems = self.feature.check(self, server_args)
+        problems = self.unused_flags()
+        if self.mode != SidpMode.OFF and self.feature is None:
+            problems.append(f"--sidp-mode {self.mode.value} is not implemented in this version of sgl-sidp yet")
+        elif self.feature is not None:
+            problems += self.feature.check(self, server_args)
         if problems:
             raise SidpConfigError(problems)
+
+    def unused_flags(self) -> list[str]:
+        """One line per flag given on the command line that these settings would leave unused: a flag of another
+        mode, one of a sub-mode this one is not (`Feature.ignored`), or the signal's interval with the overlay off.
+        Only flags actually given count (pydantic's `model_fields_set`), so defaults never trip it."""
+        problems = []
+        if "signal_log_interval" in self.model_fields_set and not self.active:
+            problems.append("--sidp-signal-log-interval is unused with the overlay off: add --sidp-batch-signal or a "
+                            "--sidp-mode")
+        for name, feature in FEATURES.items():
+            given = getattr(self, name).model_fields_set
+            if name != self.mode.value:
+                problems += [f"{_flag(name, f)} is a flag of --sidp-mode {name}, but the mode is {self.mode.value}"
+                             for f in sorted(given)]
+                continue
+            ignored = feature.ignored(getattr(self, name))
+            problems += [f"{_flag(name, f)} is unused here: it applies {ignored[f]}" for f in sorted(given & ignored.keys())]
+        return problems
 
 
 #: The overlay's settings (immutable): the core fields above plus one sub-model per feature

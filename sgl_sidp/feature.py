@@ -29,6 +29,8 @@ class Feature:
         sglang_defaults: `(sglang_argv) -> sglang_argv` with the SGLang flags the feature changes
             unless the user set them.
         describe: `(config, server_args) -> str`, appended to the launcher's start-up line.
+        ignored: `(settings) -> {field: the sub-mode that reads it}` for the fields these settings leave unused
+            (e.g. SiDP's B_th outside `auto`); `SidpConfig.validate_against` refuses them when given.
     """
 
     name: str
@@ -37,6 +39,7 @@ class Feature:
     check: Callable[[Any, argparse.Namespace], list[str]]
     sglang_defaults: Callable[[list[str]], list[str]] = lambda argv: list(argv)
     describe: Callable[[Any, Any], str] = lambda cfg, server_args: ""
+    ignored: Callable[[Any], dict[str, str]] = lambda settings: {}
 
 
 def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_attention_why: str) -> list[str]:

@@ -36,6 +36,24 @@ def model_is_moe(model_path: str) -> bool | None:
     return any("moe" in a.lower() for a in cfg.get("architectures", []))
 
 
+def moe_layer_ids(hf_config: Mapping) -> list[int] | None:
+    """The decoder layers that hold routed experts, by the rules SGLang's model classes build them with; None for a
+    dense model.
+
+    - `first_k_dense_replace` and `moe_layer_freq` (DeepSeek-V2/V3: `DeepseekV2DecoderLayer`): i >= k and
+      i % freq == 0;
+    - otherwise every layer: Mixtral, and Qwen2-MoE / Qwen3-MoE, whose SGLang decoder layers are all sparse
+      (`is_layer_sparse = True`; SGLang 0.5.17 ignores `mlp_only_layers` and `decoder_sparse_step`).
+    """
+    cfg = hf_config.get("text_config", hf_config)
+    if not any(int(cfg.get(k) or 0) > 1 for k in EXPERT_KEYS):
+        return None
+    n = int(cfg.get("num_hidden_layers") or 0)
+    first_dense = int(cfg.get("first_k_dense_replace") or 0)
+    freq = int(cfg.get("moe_layer_freq") or 1)
+    return [i for i in range(n) if i >= first_dense and i % freq == 0]
+
+
 def model_signature(hf_config: Mapping, tp_size: int) -> str:
     """The shapes that set a forward's bytes and FLOPs, as one string (keys calibration tables).
 

@@ -227,6 +227,8 @@ def test_zerodp_flags_accept_good_values():
         ("--sidp-zerodp-tensors", "w14"),
         ("--sidp-zerodp-tensors", "w13,"),
         ("--sidp-zerodp-tensors", "w13,w2,w13"),
+        ("--sidp-zerodp-tensors", "w13,w13"),
+        ("--sidp-zerodp-layers", "3,7,3"),
         ("--sidp-zerodp-tensors", ""),
         ("--sidp-zerodp-layers", "every:0"),
         ("--sidp-zerodp-layers", "every:"),
@@ -292,8 +294,8 @@ def test_sidp_passes_on_supported_dense_models(tmp_path, arch):
     parse("--sidp-mode", "sidp").validate_against(args(dense(tmp_path, arch), dp=2))
     eight = dense(tmp_path, arch, 8)
     parse("--sidp-mode", "sidp", "--sidp-sidp-slots", "3").validate_against(args(eight, dp=8, tp=2))
-    for force in ("cas", "auto"):
-        parse("--sidp-mode", "sidp", "--sidp-sidp-force", force, "--sidp-sidp-b-th", "64").validate_against(args(eight, dp=2))
+    parse("--sidp-mode", "sidp", "--sidp-sidp-force", "cas").validate_against(args(eight, dp=2))
+    parse("--sidp-mode", "sidp", "--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64").validate_against(args(eight, dp=2))
 
 
 def test_sidp_reports_every_problem_at_once(tmp_path):
@@ -343,6 +345,89 @@ def test_sidp_cas_graphs_needs_cas_graphs_and_one_gpu_per_rank(tmp_path):
     parse("--sidp-mode", "sidp", "--sidp-sidp-force", "cas", "--sidp-sidp-cas-graphs").validate_against(raw)
     raw.disable_cuda_graph = True
     ps = problems(parse("--sidp-mode", "sidp", "--sidp-sidp-cas-graphs", "--sidp-fold-gpus"), raw)
-    assert [p.split(":")[0] for p in ps[:3]] == ["--sidp-sidp-cas-graphs needs CaS",
+    assert [p.split(":")[0] for p in ps[:3]] == ["--sidp-sidp-cas-graphs is unused here",
                                                  "--sidp-sidp-cas-graphs captures decode CUDA graphs",
                                                  "--sidp-sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU"]
+
+
+# --------------------------------------------------------------------------- values reach every process intact
+#: every --sidp-* flag with values the launcher accepts, edge values included (floats in exponent form, big ints)
+ACCEPTED = {
+    "--sidp-signal-log-interval": ["1", "1000000"],
+    "--sidp-zerodp-layers": ["all", "every:3", "0,5,47"],
+    "--sidp-zerodp-tensors": ["w2,w13"],
+    "--sidp-zerodp-expected-batch": ["kv:131072"],
+    "--sidp-zerodp-calibration": ["/a b/c.json"],
+    "--sidp-zerodp-source-timeout-s": ["1e-3", "86400", "0.25"],
+    "--sidp-sidp-b-th": ["0", "1e3", "63.5"],
+    "--sidp-sidp-hysteresis": ["0", "0.999"],
+    "--sidp-sidp-slots": ["0", "16"],
+    "--sidp-sidp-force": ["cas"],
+    "--sidp-sidp-fetch-order": ["forward"],
+    "--sidp-sidp-owner-timeout-s": ["1e-3", "1e6"],
+    "--sidp-shift-sp": ["0", "8"],
+    "--sidp-shift-threshold": ["0", "1048576"],
+}
+
+
+def test_every_flag_is_covered_by_the_round_trip_cases():
+    p = argparse.ArgumentParser()
+    group = SidpConfig.add_cli_args(p)
+    valued = {a.option_strings[0] for a in group._group_actions if a.nargs != 0 and a.option_strings[0] != "--sidp-mode"}
+    assert valued == set(ACCEPTED), valued ^ set(ACCEPTED)
+
+
+@pytest.mark.parametrize("flag, value", [(f, v) for f, vs in ACCEPTED.items() for v in vs])
+def test_accepted_values_reach_child_processes_intact(flag, value):
+    """What the launcher accepts is what every SGLang process reads back from $SIDP_CONFIG, to the last bit."""
+    cfg = parse(flag, value)
+    back = SidpConfig.from_env(cfg.to_env({}))
+    assert back.model_dump() == cfg.model_dump()
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "1e999"])
+@pytest.mark.parametrize("flag", ["--sidp-sidp-b-th", "--sidp-sidp-owner-timeout-s", "--sidp-sidp-hysteresis",
+                                  "--sidp-zerodp-source-timeout-s"])
+def test_non_finite_numbers_are_refused_at_launch(flag, value):
+    """JSON has no inf or nan: such a value used to reach the plugin as null and fail there, after SGLang started."""
+    with pytest.raises(SidpConfigError) as e:
+        parse(f"{flag}={value}")
+    assert len(e.value.problems) == 1 and e.value.problems[0].startswith(flag + ": "), e.value.problems
+
+
+def moe_model(tmp_path, **extra):
+    d = tmp_path / "moe_layers"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps({"architectures": ["MixtralForCausalLM"], "num_local_experts": 8,
+                                               "num_hidden_layers": 4, **extra}))
+    return str(d)
+
+
+def test_zerodp_layers_must_exist_in_the_model(tmp_path):
+    model = moe_model(tmp_path)
+    parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "0,3").validate_against(args(model, dp=2))
+    ps = problems(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "1,4,9"), args(model, dp=2))
+    assert ps == ["--sidp-zerodp-layers names layers the model has no MoE experts in: [4, 9] (its MoE layers: 0-3)"]
+    ps = problems(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "every:5"), args(model, dp=2))
+    assert ps == ["--sidp-zerodp-layers every:5 offloads nothing: the model has 4 MoE layers"]
+    deepseek = moe_model(tmp_path, first_k_dense_replace=1, n_routed_experts=8, num_local_experts=None)
+    ps = problems(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "0,2"), args(deepseek, dp=2))
+    assert ps == ["--sidp-zerodp-layers names layers the model has no MoE experts in: [0] (its MoE layers: 1-3)"]
+
+
+def test_flags_of_another_mode_or_an_unused_sub_mode_are_refused(tmp_path, dense_dir):
+    """Flags that the chosen settings would silently leave unused, each one line."""
+    model = moe_model(tmp_path)
+    ps = problems(parse("--sidp-mode", "zerodp", "--sidp-sidp-force", "cas", "--sidp-shift-sp", "2",
+                        "--sidp-zerodp-layers", "all", "--sidp-zerodp-expected-batch", "decode:8"), args(model, dp=2))
+    assert ps == ["--sidp-zerodp-expected-batch is unused here: it applies with --sidp-zerodp-layers auto",
+                  "--sidp-sidp-force is a flag of --sidp-mode sidp, but the mode is zerodp",
+                  "--sidp-shift-sp is a flag of --sidp-mode shift, but the mode is zerodp"]
+    ps = problems(parse("--sidp-zerodp-layers", "all", "--sidp-signal-log-interval", "5"), args(model))
+    assert ps == ["--sidp-signal-log-interval is unused with the overlay off: add --sidp-batch-signal or a --sidp-mode",
+                  "--sidp-zerodp-layers is a flag of --sidp-mode zerodp, but the mode is off"]
+    d = dense(tmp_path, "Qwen3ForCausalLM", 8)
+    ps = problems(parse("--sidp-mode", "sidp", "--sidp-sidp-b-th", "64", "--sidp-sidp-hysteresis", "0.1"), args(d, dp=2))
+    assert ps == ["--sidp-sidp-b-th is unused here: it applies with --sidp-sidp-force auto",
+                  "--sidp-sidp-hysteresis is unused here: it applies with --sidp-sidp-force auto"]
+    parse("--sidp-mode", "sidp", "--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64").validate_against(args(d, dp=2))

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class ShiftSettings(BaseModel):
     """Shift Parallelism's settings; each field is the flag `--sidp-shift-<field>`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # inf/nan: refused
 
     sp: int = Field(
         0, ge=0,

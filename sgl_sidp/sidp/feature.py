@@ -27,8 +27,6 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
         problems.append(f"--sidp-sidp-force {s.force} does not work with speculative decoding (a CaS iteration runs "
                         "one forward per rank, in step with the others); use --sidp-sidp-force was")
     if s.cas_graphs:
-        if s.force == "was":
-            problems.append("--sidp-sidp-cas-graphs needs CaS: add --sidp-sidp-force cas or auto")
         if getattr(raw, "disable_cuda_graph", False):
             problems.append("--sidp-sidp-cas-graphs captures decode CUDA graphs: drop --disable-cuda-graph")
         if cfg.fold_gpus:
@@ -60,6 +58,16 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     return problems
 
 
+def ignored(s: SiDPSettings) -> dict[str, str]:
+    """The settings `s.force` leaves unused, each with the sub-mode that reads it (`Feature.ignored`)."""
+    out = {}
+    if s.force != "auto":
+        out |= {"b_th": "with --sidp-sidp-force auto", "hysteresis": "with --sidp-sidp-force auto"}
+    if s.force == "was":
+        out["cas_graphs"] = "with --sidp-sidp-force cas or auto (it captures CaS decodes)"
+    return out
+
+
 def describe(cfg, server_args) -> str:
     """SiDP's part of the launcher's start-up line."""
     s = cfg.sidp
@@ -79,4 +87,5 @@ FEATURE = Feature(
     settings=SiDPSettings,
     check=check,
     describe=describe,
+    ignored=ignored,
 )

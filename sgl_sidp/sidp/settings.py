@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class SiDPSettings(BaseModel):
     """SiDP's settings; each field is the flag `--sidp-sidp-<field>`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # inf/nan: refused
 
     force: str = Field(
         "was",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from sgl_sidp.feature import Feature, flag_given, replica_problems
-from sgl_sidp.model_info import model_is_moe
+from sgl_sidp.model_info import model_is_moe, moe_layer_ids, read_hf_config
 from sgl_sidp.zerodp.settings import ZeroDPSettings
 
 #: SGLang MoE all-to-all backends (`--moe-a2a-backend`) other than "none": SGLang builds `DeepEPMoE`
@@ -30,6 +30,10 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
             f"--sidp-mode zerodp offloads MoE expert weights, but {raw.model_path} has no MoE layers "
             "(use --sidp-mode sidp for dense models)"
         )
+    hf = read_hf_config(raw.model_path)
+    moe_ids = moe_layer_ids(hf) if hf is not None else None
+    if moe_ids:
+        problems += _layer_problems(cfg.zerodp.layers, moe_ids)
     problems += replica_problems("zerodp", raw, pp_why="each replica holds all its layers",
                                  dp_attention_why="pairs independent DP replicas")
     if int(getattr(raw, "dwdp_size", 1) or 1) > 1:
@@ -48,6 +52,20 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
         )
     problems += _launch_problems(cfg, raw) if dp >= 2 else []
     return problems
+
+
+def _layer_problems(spec: str, moe_ids: list[int]) -> list[str]:
+    """`--sidp-zerodp-layers` against the model's MoE layers (`model_info.moe_layer_ids`): a listed layer it does not
+    have, or an `every:K` that picks none."""
+    if spec.startswith("every:") and int(spec[6:]) > len(moe_ids):
+        return [f"--sidp-zerodp-layers {spec} offloads nothing: the model has {len(moe_ids)} MoE layers"]
+    if spec in ("auto", "all") or spec.startswith("every:"):
+        return []
+    bad = [x for x in (int(v) for v in spec.split(",")) if x not in set(moe_ids)]
+    if bad:
+        span = f"{moe_ids[0]}-{moe_ids[-1]}" if moe_ids == list(range(moe_ids[0], moe_ids[-1] + 1)) else str(moe_ids)
+        return [f"--sidp-zerodp-layers names layers the model has no MoE experts in: {bad} (its MoE layers: {span})"]
+    return []
 
 
 def _launch_problems(cfg, raw: argparse.Namespace) -> list[str]:
@@ -78,6 +96,14 @@ def sglang_defaults(argv: list[str]) -> list[str]:
     return argv
 
 
+def ignored(z: ZeroDPSettings) -> dict[str, str]:
+    """The settings `z.layers` leaves unused, each with the sub-mode that reads it (`Feature.ignored`): a forced
+    layer set needs neither the load it is sized for nor a calibration."""
+    if z.layers == "auto":
+        return {}
+    return {"expected_batch": "with --sidp-zerodp-layers auto", "calibration": "with --sidp-zerodp-layers auto"}
+
+
 def describe(cfg, server_args) -> str:
     """ZeroDP's part of the launcher's start-up line."""
     z = cfg.zerodp
@@ -94,4 +120,5 @@ FEATURE = Feature(
     check=check,
     sglang_defaults=sglang_defaults,
     describe=describe,
+    ignored=ignored,
 )

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class ZeroDPSettings(BaseModel):
     """ZeroDP's settings; each field is the flag `--sidp-zerodp-<field>`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # inf/nan: refused
 
     tensors: str = Field(
         "w13,w2",
@@ -41,3 +41,12 @@ class ZeroDPSettings(BaseModel):
         900.0, gt=0, description="Seconds a sink waits for its source to publish its expert weights (and, on a "
         "first start, its calibration)."
     )
+
+    @field_validator("tensors", "layers")
+    @classmethod
+    def _no_repeats(cls, value: str) -> str:
+        items = value.split(",")
+        repeated = sorted({x for x in items if items.count(x) > 1})
+        if repeated:
+            raise ValueError(f"names {', '.join(repeated)} more than once")
+        return value
