@@ -22,6 +22,8 @@ class Feature:
         name: the `--sidp-mode` value; also the prefix of its flags (`--sidp-<name>-<field>`) and
             the attribute of `SidpConfig` that holds its settings.
         summary: one line for `--help`.
+        architectures: the allowlist: model architecture -> the SGLang classes the feature's hooks act through for it
+            (`architecture_problems`).
         settings: pydantic model of its flags (field descriptions become the `--help` texts).
         check: `(config, sglang_args) -> problems`: every reason it cannot run with these SGLang
             flags, one line each. CPU only (may read the model's config.json and NVML); runs on
@@ -35,6 +37,7 @@ class Feature:
 
     name: str
     summary: str
+    architectures: dict[str, tuple[str, ...]]
     settings: type[BaseModel]
     check: Callable[[Any, argparse.Namespace], list[str]]
     sglang_defaults: Callable[[list[str]], list[str]] = lambda argv: list(argv)
@@ -57,20 +60,31 @@ def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_atte
     return problems
 
 
-def dense_model_problems(mode: str, model_path: str, supported, why: str, moe_hint: str = "") -> tuple[list[str], dict | None]:
+def architecture_problems(mode: str, hf: dict | None, architectures: dict[str, tuple[str, ...]], covers: str) -> list[str]:
+    """The architecture check every feature makes: the model's (from its config.json, `hf`; None when unreadable)
+    must be a key of `architectures`, the feature's allowlist: architecture -> the SGLang classes its hooks act
+    through for it (`tests/test_families.py` derives each entry from the pinned SGLang's model classes). One line
+    naming what is missing, else none. `covers` says what those classes give the feature."""
+    archs = (hf or {}).get("architectures") or []
+    if hf is None or any(a in architectures for a in archs):
+        return []
+    hooked = sorted({c.rsplit(".", 1)[-1] for classes in architectures.values() for c in classes})
+    return [f"--sidp-mode {mode} supports {', '.join(sorted(architectures))}, not {', '.join(archs) or 'an unnamed '
+            f'architecture'}: its SGLang layers are not among the classes the {mode} hooks act on "
+            f"({', '.join(hooked)}: {covers})"]
+
+
+def dense_model_problems(mode: str, model_path: str, architectures: dict[str, tuple[str, ...]], covers: str,
+                         moe_hint: str = "") -> tuple[list[str], dict | None]:
     """What a dense-model feature refuses in `model_path`'s config.json, one line each: an MoE model (`moe_hint`
-    appended, e.g. where to go instead), or an architecture outside `supported` (`why`: what the feature hooks in
-    those). Returns (problems, the HF config or None when it cannot be read)."""
+    appended, e.g. where to go instead), or an architecture outside `architectures` (`architecture_problems`).
+    Returns (problems, the HF config or None when it cannot be read)."""
     from sgl_sidp.model_info import model_is_moe, read_hf_config
 
     hf = read_hf_config(model_path)
     if model_is_moe(model_path):
         return [f"--sidp-mode {mode} is for dense models; {model_path} is MoE{moe_hint}"], hf
-    archs = (hf or {}).get("architectures") or []
-    if hf is not None and not any(a in supported for a in archs):
-        return [f"--sidp-mode {mode} supports {', '.join(sorted(supported))} ({why}), "
-                f"not {', '.join(archs) or 'an unnamed architecture'}"], hf
-    return [], hf
+    return architecture_problems(mode, hf, architectures, covers), hf
 
 
 def flag_given(argv: list[str], *flags: str) -> bool:

@@ -49,21 +49,23 @@ def test_check_symbol_fails_loudly():
 
 def test_hooks_for_config():
     assert hooks_for(SidpConfig()) == []
+    fail_closed = ["Scheduler.__init__", "Scheduler.run_event_loop"]  # the core's last two, in every active mode
     assert [h.short_name for h in hooks_for(SidpConfig(batch_signal=True))] == [
-        "Scheduler.__init__", "Scheduler.get_next_batch_to_run"]
+        "Scheduler.__init__", "Scheduler.get_next_batch_to_run", *fail_closed]
     assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))] == [  # modes imply the signal
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run",
         "ModelRunner.load_model", "FusedMoE.__init__", "ModelRunner.alloc_memory_pool", "Scheduler.__init__", "FusedMoE.run_moe_core",
-        "DPBudget.update_budget", "DPBudget.dispatch"]
+        "DPBudget.update_budget", "DPBudget.dispatch", *fail_closed]
     assert [h.short_name for h in hooks_for(SidpConfig(mode=SidpMode.SHIFT))] == [  # ZeroDP's hooks only in zerodp mode
         "Scheduler.__init__", "Scheduler.get_next_batch_to_run",
         "ModelRunner.init_torch_distributed", "ModelRunner.load_model", "Scheduler.__init__",
         "PrefillCudaGraphRunner.capture", "PrefillCudaGraphRunner._execute_body_capture",
         "VocabParallelEmbedding.forward", "QKVParallelLinear.forward", "RowParallelLinear.forward",
         "communication_op.attention_tensor_model_parallel_all_reduce", "Qwen2MLP.forward", "LlamaMLP.forward",
-        "LogitsProcessor.forward"]
+        "LogitsProcessor.forward", *fail_closed]
     calibrate = hooks_for(SidpConfig(calibrate=True))  # --sidp-calibrate alone: the signal and the calibration
-    assert [h.runtime.rsplit(":")[-1] for h in calibrate] == ["BatchSignal", "BatchSignal", "StartupCalibration"]
+    assert [h.runtime.rsplit(":")[-1] for h in calibrate] == ["BatchSignal", "BatchSignal", "StartupCalibration",
+                                                              "FailClosed", "FailClosed"]
     assert "StartupCalibration" not in {h.runtime.rsplit(":")[-1] for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))}
 
 

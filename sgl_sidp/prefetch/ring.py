@@ -447,7 +447,7 @@ def graph_break(fn: Callable, *, sglang_break: Callable[[Callable], Callable] | 
     `_end_current_segment`, `_hooked_wait_stream`).
     """
     if sglang_break is None:
-        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
+        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph import (
             eager_on_graph,
             get_current_stream,
         )

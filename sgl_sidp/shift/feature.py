@@ -10,10 +10,19 @@ from sgl_sidp.feature import Feature, dense_model_problems
 from sgl_sidp.shift.heads import HeadLayoutError, check_layout
 from sgl_sidp.shift.settings import ShiftSettings
 
-#: Architectures whose SGLang layers the base-configuration hooks know: a `QKVParallelLinear` qkv_proj and a
-#: `RowParallelLinear` o_proj (Qwen3/Qwen2: unreduced, the all-reduce in `LayerCommunicator.prepare_mlp`; Llama:
-#: reduced in o_proj), `Qwen2MLP` / `LlamaMLP`, `model.embed_tokens`, `logits_processor`.
-SUPPORTED = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
+#: Architecture -> the SGLang classes the base configuration's hooks act through in it: the attention (a
+#: `QKVParallelLinear` qkv_proj and a `RowParallelLinear` o_proj: Qwen3/Qwen2 unreduced, the all-reduce in
+#: `LayerCommunicator.prepare_mlp`; Llama reduced in o_proj) and the MLP (`Qwen2MLP` / `LlamaMLP`), besides the model's
+#: `embed_tokens` and `logits_processor`. Each entry is exact at SP = 1 on a distinct-weight checkpoint
+#: (`tests/gpu/test_family_matrix.py`); SGLang's Mistral is a Llama.
+_QWEN2_MLP, _LLAMA = "sglang.srt.models.qwen2.Qwen2MLP", ("sglang.srt.models.llama.LlamaAttention",
+                                                           "sglang.srt.models.llama.LlamaMLP")
+ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "Qwen3ForCausalLM": ("sglang.srt.models.qwen3.Qwen3Attention", _QWEN2_MLP),
+    "Qwen2ForCausalLM": ("sglang.srt.models.qwen2.Qwen2Attention", _QWEN2_MLP),
+    "LlamaForCausalLM": _LLAMA,
+    "MistralForCausalLM": _LLAMA,
+}
 
 
 def sp_of(settings, tp_size: int) -> int:
@@ -34,7 +43,7 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     last = int(getattr(raw, "base_gpu_id", 0) or 0) + (p - 1) * int(getattr(raw, "gpu_id_step", 1) or 1)
     if gpus is not None and last >= gpus:
         problems.append(f"--sidp-mode shift with --tp-size {p} needs GPU {last}, but {gpus} GPU(s) are visible")
-    bad, hf = dense_model_problems("shift", raw.model_path, SUPPORTED, "whose SGLang layers its base configuration runs")
+    bad, hf = dense_model_problems("shift", raw.model_path, ARCHITECTURES, "the layers its base configuration runs")
     problems += bad
     if hf is not None:  # every problem at once, even with another architecture
         heads, kv = hf.get("num_attention_heads"), hf.get("num_key_value_heads") or hf.get("num_attention_heads")
@@ -100,6 +109,7 @@ FEATURE = Feature(
     name="shift",
     summary="Ulysses sequence parallelism for big forwards, TP for small ones, on one KV cache (Shift Parallelism)",
     settings=ShiftSettings,
+    architectures=ARCHITECTURES,
     check=check,
     describe=describe,
 )

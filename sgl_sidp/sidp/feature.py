@@ -10,12 +10,16 @@ import argparse
 from sgl_sidp.feature import Feature, dense_model_problems, replica_problems
 from sgl_sidp.sidp.settings import SiDPSettings
 
-#: Architectures whose SGLang MLP the WaS hooks wrap (`Qwen2MLP`, which Qwen3 imports as `Qwen3MLP`, and
-#: `LlamaMLP`; each holds `gate_up_proj.weight` and `down_proj.weight`).
-SUPPORTED = {
-    "Qwen3ForCausalLM": "sglang.srt.models.qwen2.Qwen2MLP",
-    "Qwen2ForCausalLM": "sglang.srt.models.qwen2.Qwen2MLP",
-    "LlamaForCausalLM": "sglang.srt.models.llama.LlamaMLP",
+QWEN2_MLP, LLAMA_MLP = "sglang.srt.models.qwen2.Qwen2MLP", "sglang.srt.models.llama.LlamaMLP"
+
+#: Architecture -> the SGLang MLP class the SiDP hooks wrap in it (`Qwen2MLP`, which Qwen3 imports as `Qwen3MLP`, and
+#: `LlamaMLP`, which SGLang's Mistral inherits; each holds `gate_up_proj.weight` and `down_proj.weight`). Each entry is
+#: exact on a distinct-weight checkpoint (`tests/gpu/test_family_matrix.py`).
+ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "Qwen3ForCausalLM": (QWEN2_MLP,),
+    "Qwen2ForCausalLM": (QWEN2_MLP,),
+    "LlamaForCausalLM": (LLAMA_MLP,),
+    "MistralForCausalLM": (LLAMA_MLP,),
 }
 
 
@@ -35,7 +39,7 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     dp = int(getattr(raw, "dp_size", 1) or 1)
     if dp < 2:
         problems.append(f"--sidp-mode sidp shares FFN layers across DP ranks: needs --dp-size >= 2, got {dp}")
-    bad, hf = dense_model_problems("sidp", raw.model_path, SUPPORTED, "whose SGLang MLP it wraps",
+    bad, hf = dense_model_problems("sidp", raw.model_path, ARCHITECTURES, "the FFN layers it shares",
                                    " (use --sidp-mode zerodp)")
     problems += bad
     if hf is not None:  # every problem at once, even with another architecture
@@ -85,6 +89,7 @@ FEATURE = Feature(
     name="sidp",
     summary="dense FFN layers owned per DP rank; the others stream them from the owner (WaS) or send it their rows (CaS)",
     settings=SiDPSettings,
+    architectures=ARCHITECTURES,
     check=check,
     describe=describe,
     ignored=ignored,

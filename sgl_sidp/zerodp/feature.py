@@ -7,13 +7,26 @@ from __future__ import annotations
 
 import argparse
 
-from sgl_sidp.feature import Feature, flag_given, replica_problems
+from sgl_sidp.feature import Feature, architecture_problems, flag_given, replica_problems
+from sgl_sidp.hooks import FUSED_MOE
 from sgl_sidp.model_info import model_is_moe, moe_layer_ids, read_hf_config
 from sgl_sidp.zerodp.settings import ZeroDPSettings
 
 #: SGLang MoE all-to-all backends (`--moe-a2a-backend`) other than "none": SGLang builds `DeepEPMoE`
 #: layers for them, whose `run_moe_core` is its own, so our slot sync points would never run.
 A2A_OK = ("none",)
+
+
+#: Architecture -> the SGLang classes the ZeroDP hooks act through in it: `FusedMoE` (built by SGLang's
+#: `get_moe_impl_class` with `--moe-a2a-backend none`; its `__init__` and `run_moe_core` are hooked) in decoder layers
+#: at `model.model.layers` (where the slot ring's forward pre-hook goes). Each entry is exact on a distinct-weight
+#: checkpoint with `all` and the default policy (`tests/gpu/test_family_matrix.py`).
+ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "Qwen3MoeForCausalLM": (FUSED_MOE,),
+    "Qwen2MoeForCausalLM": (FUSED_MOE,),
+    "MixtralForCausalLM": (FUSED_MOE,),
+    "DeepseekV2ForCausalLM": (FUSED_MOE,),
+}
 
 
 def check(cfg, raw: argparse.Namespace) -> list[str]:
@@ -33,6 +46,7 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     hf = read_hf_config(raw.model_path)
     moe_ids = moe_layer_ids(hf) if hf is not None else None
     if moe_ids:
+        problems += architecture_problems("zerodp", hf, ARCHITECTURES, "the expert layers a sink pulls")
         problems += _layer_problems(cfg.zerodp.layers, moe_ids)
     problems += replica_problems("zerodp", raw, pp_why="each replica holds all its layers",
                                  dp_attention_why="pairs independent DP replicas")
@@ -117,6 +131,7 @@ FEATURE = Feature(
     name="zerodp",
     summary="MoE experts pulled just in time from a source DP replica over NVLink",
     settings=ZeroDPSettings,
+    architectures=ARCHITECTURES,
     check=check,
     sglang_defaults=sglang_defaults,
     describe=describe,

@@ -1,0 +1,111 @@
+"""Small random-weight checkpoints of the model families the overlay's modes accept or refuse (the family matrix).
+
+Each family is built with Hugging Face's own config and model classes, then every parameter gets its own random
+values (a different tensor in every layer; biases and norm weights too, which Hugging Face's init leaves at 0 and 1,
+so a mode that drops a bias or mixes up two layers changes the answers). Vocabulary: the bundled 4,096-id tokenizer
+(`sgl_sidp/default_model`). `tests/gpu/test_family_matrix.py` serves them with vanilla SGLang and with each mode.
+
+usage: python scripts/make_family_models.py OUT_DIR [--family NAME ...] [--config-only]
+  --config-only: write config.json alone (what the launch-time checks read; no torch work)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+TOKENIZER = Path(__file__).resolve().parents[1] / "sgl_sidp" / "default_model"
+COMMON = dict(vocab_size=4096, max_position_embeddings=8192, rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=2,
+              pad_token_id=0, torch_dtype="bfloat16")
+DENSE = dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+             num_key_value_heads=4)
+
+#: family -> (Hugging Face config class, model class, config arguments, what it covers)
+FAMILIES: dict[str, tuple[str, str, dict, str]] = {
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(DENSE, head_dim=64, tie_word_embeddings=True),
+              "dense, no attention bias, QK norm"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(DENSE, tie_word_embeddings=False),
+              "dense, attention (QKV) biases"),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(DENSE, tie_word_embeddings=False, attention_bias=False),
+              "dense, Llama layers (o_proj reduces itself)"),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(DENSE, tie_word_embeddings=False, sliding_window=None),
+                "dense, SGLang's MistralForCausalLM (a LlamaForCausalLM)"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(DENSE, head_dim=64, tie_word_embeddings=True),
+              "dense, an MLP class no hook knows (GemmaMLP)"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  dict(DENSE, head_dim=64, num_experts=16, num_experts_per_tok=4, moe_intermediate_size=256,
+                       norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=True),
+                  "MoE, no shared expert"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                  dict(DENSE, num_experts=16, num_experts_per_tok=4, moe_intermediate_size=256,
+                       shared_expert_intermediate_size=512, norm_topk_prob=False, decoder_sparse_step=1,
+                       mlp_only_layers=[], tie_word_embeddings=False),
+                  "MoE with a gated shared expert (SGLang runs the experts on a second CUDA stream while capturing)"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(DENSE, num_local_experts=8, num_experts_per_tok=2, tie_word_embeddings=False),
+                "MoE, 8 experts top-2, no shared expert"),
+    "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM",
+                    dict(DENSE, num_key_value_heads=8, q_lora_rank=None, kv_lora_rank=128, qk_nope_head_dim=64,
+                         qk_rope_head_dim=32, v_head_dim=64, n_routed_experts=16, num_experts_per_tok=4,
+                         n_shared_experts=1, moe_intermediate_size=256, first_k_dense_replace=1, moe_layer_freq=1,
+                         topk_method="greedy", n_group=1, topk_group=1, routed_scaling_factor=1.0,
+                         norm_topk_prob=False, tie_word_embeddings=False, rope_scaling=None),
+                    "MoE with shared experts, MLA attention, a dense first layer"),
+}
+
+
+def hf_config(family: str):
+    """The Hugging Face config object of `family`."""
+    import transformers
+
+    cfg_cls, _, kwargs, _ = FAMILIES[family]
+    return getattr(transformers, cfg_cls)(**COMMON, **kwargs)
+
+
+def randomize(model, seed: int) -> None:
+    """Give every parameter its own random values: weights N(0, 0.02), biases N(0, 0.02), norm weights 1 + N(0, 0.1)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            p.copy_((1 + 0.1 * noise) if "norm" in name.split(".")[-2] else 0.02 * noise)
+
+
+def make(family: str, out: Path, config_only: bool = False, seed: int = 0) -> Path:
+    """Write `family`'s checkpoint (or its config.json alone) to `out/family`; returns that folder."""
+    d = out / family
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = hf_config(family)
+    cfg.architectures = [FAMILIES[family][1]]
+    if config_only:
+        cfg.to_json_file(d / "config.json")
+        return d
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    model = getattr(transformers, FAMILIES[family][1])(cfg)
+    randomize(model, seed)
+    model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(TOKENIZER / f, d)
+    return d
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path, help="folder to write one sub-folder per family into")
+    ap.add_argument("--family", action="append", choices=sorted(FAMILIES), help="only these families (repeatable)")
+    ap.add_argument("--config-only", action="store_true", help="write config.json alone")
+    a = ap.parse_args(argv)
+    for i, family in enumerate(a.family or FAMILIES):
+        d = make(family, a.out, a.config_only, seed=i)
+        print(f"{d}: {FAMILIES[family][1]} ({FAMILIES[family][3]})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
