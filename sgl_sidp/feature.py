@@ -33,6 +33,9 @@ class Feature:
         describe: `(config, server_args) -> str`, appended to the launcher's start-up line.
         ignored: `(settings) -> {field: the sub-mode that reads it}` for the fields these settings leave unused
             (e.g. SiDP's B_th outside `auto`); `SidpConfig.validate_against` refuses them when given.
+        resolve: `(config, server_args) -> (config, problems)`, once SGLang resolved its settings (`ServerArgs`,
+            still before any model or KV memory is taken): checks that need SGLang's resolved values, and the
+            feature's defaults that depend on them (the returned config is what SGLang's processes get).
     """
 
     name: str
@@ -43,6 +46,7 @@ class Feature:
     sglang_defaults: Callable[[list[str]], list[str]] = lambda argv: list(argv)
     describe: Callable[[Any, Any], str] = lambda cfg, server_args: ""
     ignored: Callable[[Any], dict[str, str]] = lambda settings: {}
+    resolve: Callable[[Any, Any], tuple[Any, list[str]]] = lambda cfg, server_args: (cfg, [])
 
 
 def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_attention_why: str) -> list[str]:

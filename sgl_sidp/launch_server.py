@@ -97,7 +97,8 @@ def parse(argv: list[str]):
 
     Our settings are checked against SGLang's raw flags before `ServerArgs` is built
     (which queries the GPU), so a bad combination never touches a device. The mode's feature
-    (`SidpConfig.feature`) brings its own checks and its SGLang defaults.
+    (`SidpConfig.feature`) brings its own checks and its SGLang defaults, and checks SGLang's resolved
+    `ServerArgs` too (`Feature.resolve`), still before any model or KV memory is taken.
 
     Raises:
         SidpConfigError: one line per problem.
@@ -124,7 +125,13 @@ def parse(argv: list[str]):
     from sglang.srt.server_args import prepare_server_args
 
     load_plugins()
-    return cfg, prepare_server_args(rest)
+    server_args = prepare_server_args(rest)
+    if cfg.feature is not None:  # what needs SGLang's resolved settings; the children get the resolved config
+        cfg, problems = cfg.feature.resolve(cfg, server_args)
+        if problems:
+            raise SidpConfigError(problems)
+        cfg.to_env()
+    return cfg, server_args
 
 
 def describe(cfg: SidpConfig, server_args) -> str:

@@ -116,3 +116,92 @@ class FailClosed:
             logger.exception("sgl-sidp: %s raised", process_name())
             stop_server(f"sgl-sidp: {process_name()} failed ({type(e).__name__}: {e}); stopping the server")
             raise  # only reached where stop_server is stubbed (tests)
+
+
+def scheduler_title(dp_rank: int, tp_rank: int) -> str:
+    """The title SGLang's `configure_scheduler_process` gives the scheduler of (DP, TP) rank when `--dp-size > 1`."""
+    return f"{SGLANG_CHILD_TITLE}scheduler_DP{dp_rank}_TP{tp_rank}"
+
+
+class PeerWatch:
+    """Stop the whole server as soon as a peer process this one waits on exits or is stopped (SIGSTOP).
+
+    Processes that run in step (SiDP's cas/auto ranks: every iteration is a collective) would otherwise wait for a
+    dead or frozen peer until a timeout (`--sidp-sidp-owner-timeout-s`, 900 s by default). A daemon thread looks the
+    peers up by the titles SGLang gives its processes, among the launcher's descendants, every `interval_s`; once a
+    peer was seen, its disappearance (or a zombie) means it exited, and a `stopped` state that lasts `stopped_s`
+    means it was frozen. A peer under a debugger ("tracing-stop") is left alone.
+
+    Args:
+        peers: how each peer is named in messages -> its process title (`scheduler_title`).
+        why: what this process needs the peers for, for the message.
+        on_lost: called once with the message (default `stop_server`).
+        find: `title -> psutil.Process | None` (default: the launcher's descendant with that title); tests pass one.
+    """
+
+    def __init__(self, peers: dict[str, str], why: str, on_lost=None, find=None, interval_s: float = 0.5,
+                 stopped_s: float = 2.0):
+        self.peers, self.why, self.interval_s, self.stopped_s = dict(peers), why, interval_s, stopped_s
+        self.on_lost = on_lost or stop_server
+        self.find = find or self._find
+        self.seen: dict[str, int] = {}
+        self._stopped_since: dict[str, float] = {}
+        self._done = False
+
+    @staticmethod
+    def _find(title: str):
+        import psutil
+
+        try:
+            for proc in psutil.Process(launcher_pid()).children(recursive=True):
+                cmd = " ".join(proc.cmdline()).split()
+                if cmd and cmd[0] == title:
+                    return proc
+        except psutil.Error:
+            pass
+        return None
+
+    def check(self, now: float) -> str | None:
+        """One look at every peer: the message for a lost one, else None."""
+        import psutil
+
+        for name, title in self.peers.items():
+            proc = self.find(title)
+            try:
+                status = proc.status() if proc is not None else None
+            except psutil.Error:
+                status = None
+            if status is None or status == psutil.STATUS_ZOMBIE:
+                if name in self.seen:
+                    return f"sgl-sidp: {name} (pid {self.seen[name]}) exited; {self.why}"
+                continue
+            self.seen[name] = proc.pid
+            if status == psutil.STATUS_STOPPED:
+                since = self._stopped_since.setdefault(name, now)
+                if now - since >= self.stopped_s:
+                    return (f"sgl-sidp: {name} (pid {proc.pid}) is stopped (SIGSTOP) for {now - since:.0f} s; "
+                            f"{self.why}")
+            else:
+                self._stopped_since.pop(name, None)
+        return None
+
+    def start(self):
+        """Start the watching thread; returns it."""
+        import threading
+        import time
+
+        def run():
+            while not self._done:
+                message = self.check(time.monotonic())
+                if message is not None:
+                    self._done = True
+                    self.on_lost(message + "; stopping the server")
+                    return
+                time.sleep(self.interval_s)
+
+        thread = threading.Thread(target=run, name="sgl-sidp-peer-watch", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._done = True

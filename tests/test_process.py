@@ -83,3 +83,58 @@ def test_a_scheduler_that_raises_stops_the_server_naming_itself(monkeypatch, cap
     assert stopped == ["sgl-sidp: scheduler DP1 TP0 (GPU 0, pid 7) failed (RuntimeError: Capture must end on the same "
                        "stream it began on.); stopping the server"]
     assert caplog.records[0].exc_info is not None  # the traceback is logged before the one line
+
+
+class _Proc:
+    def __init__(self, pid, status):
+        self.pid, self._status = pid, status
+
+    def status(self):
+        return self._status
+
+
+def test_peer_watch_names_a_peer_that_exits_or_is_stopped():
+    import psutil
+
+    table = {}
+    watch = process.PeerWatch({"sidp rank DP1 TP0": "sglang::scheduler_DP1_TP0"}, "the ranks run in lockstep",
+                              find=lambda title: table.get(title))
+    assert watch.check(0.0) is None  # not started yet: wait
+    table["sglang::scheduler_DP1_TP0"] = _Proc(42, psutil.STATUS_RUNNING)
+    assert watch.check(1.0) is None
+    table["sglang::scheduler_DP1_TP0"] = _Proc(42, psutil.STATUS_STOPPED)
+    assert watch.check(2.0) is None and watch.check(3.5) is None  # stopped for 1.5 s: not yet
+    assert watch.check(4.0) == ("sgl-sidp: sidp rank DP1 TP0 (pid 42) is stopped (SIGSTOP) for 2 s; the ranks run "
+                                "in lockstep")
+    table["sglang::scheduler_DP1_TP0"] = _Proc(42, psutil.STATUS_TRACING_STOP)  # a debugger: left alone
+    assert watch.check(9.0) is None
+    del table["sglang::scheduler_DP1_TP0"]
+    assert watch.check(10.0) == "sgl-sidp: sidp rank DP1 TP0 (pid 42) exited; the ranks run in lockstep"
+
+
+def test_peer_watch_finds_a_real_process_by_its_title_and_sees_it_stop(monkeypatch):
+    """A real child titled like an SGLang scheduler, under this process as the launcher: SIGSTOP, then SIGKILL."""
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setenv(process.LAUNCHER_PID_ENV, str(os.getpid()))
+    child = subprocess.Popen([sys.executable, "-c", "import setproctitle, time; "
+                              "setproctitle.setproctitle('sglang::scheduler_DP1_TP0'); time.sleep(60)"])
+    lost = []
+    watch = process.PeerWatch({"DP1": process.scheduler_title(1, 0)}, "why", on_lost=lost.append, interval_s=0.1,
+                              stopped_s=0.3)
+    try:
+        deadline = time.monotonic() + 20
+        while "DP1" not in watch.seen and time.monotonic() < deadline:
+            assert watch.check(time.monotonic()) is None
+            time.sleep(0.1)
+        assert watch.seen == {"DP1": child.pid}
+        watch.start()
+        os.kill(child.pid, signal.SIGSTOP)
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert lost and lost[0].startswith(f"sgl-sidp: DP1 (pid {child.pid}) is stopped (SIGSTOP)"), lost
+    finally:
+        child.kill()
+        child.wait()

@@ -67,6 +67,21 @@ def visible_gpu_count() -> int | None:
         return None
 
 
+def gpu_memory_bytes(index: int) -> int | None:
+    """Total memory of visible GPU `index` (CUDA_VISIBLE_DEVICES applied) from NVML, without initialising CUDA; None
+    when NVML cannot tell."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        vis = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        v = vis[index] if index < len(vis) else str(index)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(int(v)) if v.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(v)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+    except Exception:
+        return None
+
+
 def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[int, int], bool | None] | None = None) -> list[str]:
     """One line per (owner, reader) GPU pair where the reader cannot read the owner's memory.
 

@@ -26,7 +26,8 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
 
 
 def sp_of(settings, tp_size: int) -> int:
-    """The base configuration's SP: `--sidp-shift-sp` (`settings.sp`), or P when 0."""
+    """The base configuration's SP: `--sidp-shift-sp` (`settings.sp`), or P when 0 (the launcher replaces 0 by the
+    largest SP whose base weights fit, `resolve`, before SGLang's processes read the settings)."""
     return settings.sp or tp_size
 
 
@@ -96,6 +97,73 @@ def prefill_graph_backend(raw: argparse.Namespace) -> str | None:
     return str(backend or getattr(raw, "cuda_graph_backend_prefill", None) or "") or None
 
 
+def fused_all_reduce_problems(server_args) -> list[str]:
+    """SGLang's resolved settings that fuse the TP all-reduce into another kernel (FlashInfer's all-reduce + RMSNorm
+    fusion, also reached through the deprecated --enable-flashinfer-allreduce-fusion or SGLang's own per-model
+    auto-enabling; AITER's): that path bypasses the hooked all-reduce, and the base configuration's SP ranks would
+    have their different tokens summed."""
+    problems = []
+    backend = getattr(server_args, "flashinfer_allreduce_fusion_backend", None)
+    if backend is not None:
+        problems.append(f"--sidp-mode shift cannot run with SGLang's FlashInfer all-reduce fusion (resolved backend "
+                        f"'{backend}'): the fused kernel bypasses the all-reduce the base configuration limits to its "
+                        "TP group; drop --enable-flashinfer-allreduce-fusion / --flashinfer-allreduce-fusion-backend, "
+                        "or add --enforce-disable-flashinfer-allreduce-fusion")
+    if getattr(server_args, "enable_aiter_allreduce_fusion", False):
+        problems.append("--sidp-mode shift cannot run with --enable-aiter-allreduce-fusion (the fused kernel bypasses "
+                        "the all-reduce the base configuration limits to its TP group)")
+    return problems
+
+
+def base_kv_tokens(hf: dict, p: int, sp: int, gpu_bytes: int, mem_fraction_static: float, dtype_flag: str = "auto") -> int:
+    """KV tokens per GPU with the base configuration (SP, TP = P / SP) holding its weights: every layer's linears
+    split P / SP ways, the vocabulary P ways (the shift configuration's shards are views of them), the KV cache laid
+    out as in TP = P (`calibration.memory`)."""
+    from sgl_sidp.calibration.memory import DenseShapes, dtype_bytes, kv_tokens
+
+    shapes, elt = DenseShapes.of(hf), dtype_bytes(hf, dtype_flag)
+    return kv_tokens(gpu_bytes, mem_fraction_static, shapes.weight_bytes(p // sp, p, elt), shapes.kv_bytes_per_token(p, elt))
+
+
+def resolve(cfg, server_args):
+    """After SGLang resolved its settings, before any GPU memory is taken: refuse a fused all-reduce
+    (`fused_all_reduce_problems`), and choose SP by memory. At SP = P the base configuration holds every linear
+    weight on every GPU; the SP whose base weights leave room for at least one chunked prefill of KV tokens
+    (`--chunked-prefill-size`, SGLang's resolved value) fits. `--sidp-shift-sp 0` becomes the largest SP that fits
+    (and whose heads lay out, `check_layout`); a given SP that does not fit is refused, naming the one that would.
+    Needs the GPU's size (NVML) and the model's config.json; without them SP stays as given."""
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.peer.topology import gpu_memory_bytes
+
+    problems = fused_all_reduce_problems(server_args)
+    p, s = int(server_args.tp_size), cfg.shift
+    hf, gpu = read_hf_config(server_args.model_path), gpu_memory_bytes(int(server_args.base_gpu_id or 0))
+    if hf is None or gpu is None or problems:
+        return cfg, problems
+    need = max(1, int(server_args.chunked_prefill_size or 0))
+    heads, kv = int(hf["num_attention_heads"]), int(hf.get("num_key_value_heads") or hf["num_attention_heads"])
+    fits = {}
+    for sp in (d for d in range(p, 0, -1) if p % d == 0):
+        try:
+            check_layout(sp, p // sp, heads, kv)
+        except HeadLayoutError:
+            continue
+        fits[sp] = base_kv_tokens(hf, p, sp, gpu, float(server_args.mem_fraction_static), server_args.dtype)
+    ok = [sp for sp, tokens in fits.items() if tokens >= need]
+    where = (f"{gpu / 2**30:.0f} GiB GPUs at --mem-fraction-static {float(server_args.mem_fraction_static):g}, "
+             f"room for one chunked prefill of {need} KV tokens")
+    if s.sp and s.sp not in ok:
+        problems.append(f"--sidp-shift-sp {s.sp}: the base configuration's weights (linears split {p // s.sp} ways) "
+                        f"leave {fits.get(s.sp, 0)} KV tokens per GPU on {where} needed; "
+                        + (f"--sidp-shift-sp {max(ok)} fits" if ok else "no SP of --tp-size " + str(p) + " fits"))
+    elif not s.sp and not ok:
+        problems.append(f"--sidp-mode shift: no SP of --tp-size {p} leaves KV room on {where} (SP 1, the linears split "
+                        f"{p} ways, leaves {fits.get(1, 0)} tokens); use more GPUs")
+    elif not s.sp:
+        cfg = cfg.model_copy(update={"shift": s.model_copy(update={"sp": max(ok)})})
+    return cfg, problems
+
+
 def describe(cfg, server_args) -> str:
     """Shift's part of the launcher's start-up line."""
     p = server_args.tp_size
@@ -112,4 +180,5 @@ FEATURE = Feature(
     architectures=ARCHITECTURES,
     check=check,
     describe=describe,
+    resolve=resolve,
 )

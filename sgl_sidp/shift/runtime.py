@@ -211,8 +211,11 @@ class ShiftRuntime:
             return result
         from sglang.srt.distributed.parallel_state import get_world_group, init_model_parallel_group
 
-        from sgl_sidp.shift.feature import sp_of
+        from sgl_sidp.shift.feature import fused_all_reduce_problems, sp_of
 
+        fused = fused_all_reduce_problems(runner.server_args)  # the launcher refuses it; a vanilla launch may not
+        if fused:
+            raise ShiftError(fused[0])
         p, tp_rank = runner.ps.tp_size, runner.ps.tp_rank
         sp = sp_of(self.settings, p)
         local = get_world_group().local_rank

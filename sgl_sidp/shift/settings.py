@@ -13,8 +13,10 @@ class ShiftSettings(BaseModel):
     sp: int = Field(
         0, ge=0,
         description="SP of the base configuration (SP, TP = P / SP) over the P = --tp-size GPUs; must divide P. "
-        "0: SP = P. SP = 1 makes the base configuration TP = P on the overlay's own GEMMs (a check of the "
-        "wiring on any GPU count, no sequence parallelism).",
+        "0: the largest SP whose base weights (the linears split P / SP ways) leave KV room for one chunked prefill "
+        "on these GPUs (SP = P where the model fits; a given SP that does not fit is refused). SP = 1 makes the "
+        "base configuration TP = P on the overlay's own GEMMs (a check of the wiring on any GPU count, no sequence "
+        "parallelism).",
     )
     threshold: int = Field(
         0, ge=0,

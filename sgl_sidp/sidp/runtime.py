@@ -157,6 +157,7 @@ class SiDPRuntime:
         self.kv_tokens: int | None = None
         self.kv_vanilla: int | None = None  # estimated KV tokens of a vanilla replica (vanilla_kv_estimate)
         self.metrics: SiDPMetrics | None = None
+        self.peer_watch = None  # process.PeerWatch of the other DP ranks, with cas/auto
         self.fold_gpus = bool(getattr(ctx.config, "fold_gpus", False))
         self.mlps: dict[int, torch.nn.Module] = {}
         self._layer_of: dict[int, int] = {}  # id(mlp) -> layer
@@ -333,10 +334,22 @@ class SiDPRuntime:
         if getattr(runner, "is_draft_worker", False):
             return original(runner, *args, **kwargs)
         self._placing = (int(runner.ps.dp_rank or 0), int(runner.server_args.dp_size))
+        if self.settings.force != "was":  # in lockstep from start-up on: a dead or frozen rank stops the group at once
+            self._watch_peers(*self._placing, int(runner.ps.tp_rank))
         with self.placeholders.placing():
             result = original(runner, *args, **kwargs)
         self._on_loaded(runner)
         return result
+
+    def _watch_peers(self, dp: int, d: int, tp: int) -> None:
+        """cas/auto: watch the other DP ranks of this TP rank (`process.PeerWatch`) from the start of loading on, so a
+        rank that dies or is stopped while the group loads, meets or serves stops the server in seconds, named."""
+        from sgl_sidp.process import PeerWatch, scheduler_title
+
+        peers = {f"sidp rank DP{r} TP{tp}": scheduler_title(r, tp) for r in range(d) if r != dp}
+        self.peer_watch = PeerWatch(peers, f"the DP ranks of --sidp-sidp-force {self.settings.force} run in lockstep "
+                                           "and this one cannot go on without it")
+        self.peer_watch.start()
 
     def after_mlp_init(self, result, mlp, *args, **kwargs):
         """AFTER `Qwen2MLP.__init__` / `LlamaMLP.__init__`: while the target model is built, point a non-owned
