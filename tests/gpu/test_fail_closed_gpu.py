@@ -98,7 +98,7 @@ def test_zerodp_sink_that_fails_to_start_names_itself(log_dir, models, tmp_path)
     import re
 
     first = next((ln for ln in log.splitlines() if re.search(r"sgl-sidp: .*( failed \(| is gone| exited)", ln)), "")
-    assert "sgl-sidp: scheduler DP1 TP0 (GPU 0, pid " in first and " failed (" in first, srv.log_tail()
+    assert "sgl-sidp: scheduler DP1 TP0 (GPU " in first and " failed (" in first, srv.log_tail()
     lines = [first]
     summary(log_dir, name, stopped_after_s=round(after, 1), line=lines[0][-400:], exit_code=srv.proc.returncode)
 
@@ -115,3 +115,30 @@ def test_vanilla_launcher_with_unreadable_overlay_settings_exits_with_one_line(l
     assert lines[0].startswith("sgl-sidp: the overlay could not load in the launcher (pid ")
     summary(log_dir, "vanilla_launcher_bad_settings", exit_code=out.returncode, seconds=round(time.time() - t0, 1),
             line=lines[0])
+
+
+def launcher_refusal(args, log_path):
+    """Our launcher on `args` (no server may start): its exit code and the lines it printed that start with sgl-sidp."""
+    env = {**os.environ, **GPU_SAFE_ENV, "CUDA_VISIBLE_DEVICES": "0"}
+    out = subprocess.run([sys.executable, "-m", "sgl_sidp.launch_server", *args, *COMMON, "--port", "25500"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    log_path.write_text(out.stdout + out.stderr)
+    return out.returncode, [ln.strip() for ln in out.stderr.splitlines() if "sgl-sidp" in ln or ln.startswith("  - ")]
+
+
+def test_shift_refuses_the_deprecated_fused_all_reduce_flag(log_dir, models):
+    """--enable-flashinfer-allreduce-fusion passes the raw-flag check; SGLang resolves it to a fused all-reduce +
+    RMSNorm backend, which the launcher reads and refuses before any model memory is taken."""
+    rc, lines = launcher_refusal(["--model-path", str(models["qwen3"]), "--sidp-mode", "shift",
+                                  "--enable-flashinfer-allreduce-fusion"], log_dir / "shift_fused_all_reduce.log")
+    assert rc == 2 and any("bypasses the all-reduce" in ln for ln in lines), lines
+    summary(log_dir, "shift_fused_all_reduce", exit_code=rc, lines=lines)
+
+
+def test_shift_refuses_a_model_whose_base_weights_leave_no_kv_room(log_dir):
+    """Llama-3.1-70B (141 GB of bf16 weights) at --tp-size 1: no SP leaves KV room on this GPU; refused at launch."""
+    from servers import model_args
+
+    rc, lines = launcher_refusal([*model_args("Llama-3.1-70B"), "--sidp-mode", "shift"], log_dir / "shift_70b_tp1.log")
+    assert rc == 2 and any("no SP of --tp-size 1 leaves KV room" in ln for ln in lines), lines
+    summary(log_dir, "shift_70b_tp1", exit_code=rc, lines=lines)

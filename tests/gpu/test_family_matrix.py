@@ -25,13 +25,14 @@ import pytest
 from servers import COMMON, FOLD_KV_TOKENS, PROMPTS, Server, answer_diff, greedy
 from sgl_sidp.features import FEATURES
 
-pytestmark = [pytest.mark.gpu]
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1800)]  # the matrix fixture runs every server
 
 MAKER = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts/make_family_models.py"))
 ALL = MAKER["FAMILIES"]
 SELECTED = [f for f in (os.environ.get("SIDP_FAMILIES") or ",".join(ALL)).split(",") if f]
 PARALLEL = int(os.environ.get("SIDP_MATRIX_PARALLEL", "6"))
-FOLD = ["--dp-size", "2", "--sidp-fold-gpus", "--max-total-tokens", str(FOLD_KV_TOKENS)]
+CAP = ["--max-total-tokens", str(FOLD_KV_TOKENS)]  # every server shares GPU 0 with the others running at once
+FOLD = ["--dp-size", "2", "--sidp-fold-gpus", *CAP]
 
 #: mode -> [(case name, flags)]; a family runs a mode's cases when its architecture is in the mode's allowlist
 VARIANTS = {
@@ -40,7 +41,7 @@ VARIANTS = {
     "sidp": [("sidp_was", ["--sidp-mode", "sidp", *FOLD]),
              ("sidp_cas", ["--sidp-mode", "sidp", "--sidp-sidp-force", "cas", *FOLD]),
              ("sidp_auto", ["--sidp-mode", "sidp", "--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64", *FOLD])],
-    "shift": [("shift_sp1", ["--sidp-mode", "shift"])],
+    "shift": [("shift_sp1", ["--sidp-mode", "shift", *CAP])],
 }
 
 
@@ -95,7 +96,7 @@ def matrix(log_dir, tmp_path_factory):
     models, calib = tmp_path_factory.mktemp("families"), tmp_path_factory.mktemp("calibration")
     for i, family in enumerate(SELECTED):
         MAKER["make"](family, models, seed=i)
-    refs = run_all(log_dir, models, calib, [(f, "vanilla", []) for f in SELECTED if cases_of(f)])
+    refs = run_all(log_dir, models, calib, [(f, "vanilla", CAP) for f in SELECTED if cases_of(f)])
     results = run_all(log_dir, models, calib, [(f, n, fl) for f in SELECTED for n, fl in cases_of(f)])
     table = {f: {n: verdict(refs[(f, "vanilla")], results[(f, n)]) for n, _ in cases_of(f)} for f in SELECTED}
     (log_dir / "family_matrix.json").write_text(json.dumps(
