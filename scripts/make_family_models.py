@@ -51,6 +51,7 @@ FAMILIES: dict[str, tuple[str, str, dict, str]] = {
                          qk_rope_head_dim=32, v_head_dim=64, n_routed_experts=16, num_experts_per_tok=4,
                          n_shared_experts=1, moe_intermediate_size=256, first_k_dense_replace=1, moe_layer_freq=1,
                          topk_method="greedy", n_group=1, topk_group=1, routed_scaling_factor=1.0,
+                         scoring_func="softmax",  # DeepSeek-V2's own config has it; SGLang reads it
                          norm_topk_prob=False, tie_word_embeddings=False, rope_scaling=None),
                     "MoE with shared experts, MLA attention, a dense first layer"),
 }

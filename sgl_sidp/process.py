@@ -118,9 +118,10 @@ class FailClosed:
             raise  # only reached where stop_server is stubbed (tests)
 
 
-def scheduler_title(dp_rank: int, tp_rank: int) -> str:
-    """The title SGLang's `configure_scheduler_process` gives the scheduler of (DP, TP) rank when `--dp-size > 1`."""
-    return f"{SGLANG_CHILD_TITLE}scheduler_DP{dp_rank}_TP{tp_rank}"
+def scheduler_title(dp_rank: int, tp_rank: int, tp_size: int) -> str:
+    """The title SGLang's `configure_scheduler_process` gives the scheduler of (DP, TP) rank when `--dp-size > 1`
+    (the TP rank only where `--tp-size > 1`; no PP, context or expert parallelism)."""
+    return f"{SGLANG_CHILD_TITLE}scheduler_DP{dp_rank}" + (f"_TP{tp_rank}" if tp_size > 1 else "")
 
 
 class PeerWatch:

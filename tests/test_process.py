@@ -119,10 +119,12 @@ def test_peer_watch_finds_a_real_process_by_its_title_and_sees_it_stop(monkeypat
     import time
 
     monkeypatch.setenv(process.LAUNCHER_PID_ENV, str(os.getpid()))
+    assert process.scheduler_title(1, 0, 1) == "sglang::scheduler_DP1"  # SGLang names TP ranks only with TP > 1
+    assert process.scheduler_title(1, 3, 4) == "sglang::scheduler_DP1_TP3"
     child = subprocess.Popen([sys.executable, "-c", "import setproctitle, time; "
-                              "setproctitle.setproctitle('sglang::scheduler_DP1_TP0'); time.sleep(60)"])
+                              "setproctitle.setproctitle('sglang::scheduler_DP1'); time.sleep(60)"])
     lost = []
-    watch = process.PeerWatch({"DP1": process.scheduler_title(1, 0)}, "why", on_lost=lost.append, interval_s=0.1,
+    watch = process.PeerWatch({"DP1": process.scheduler_title(1, 0, 1)}, "why", on_lost=lost.append, interval_s=0.1,
                               stopped_s=0.3)
     try:
         deadline = time.monotonic() + 20

@@ -335,18 +335,18 @@ class SiDPRuntime:
             return original(runner, *args, **kwargs)
         self._placing = (int(runner.ps.dp_rank or 0), int(runner.server_args.dp_size))
         if self.settings.force != "was":  # in lockstep from start-up on: a dead or frozen rank stops the group at once
-            self._watch_peers(*self._placing, int(runner.ps.tp_rank))
+            self._watch_peers(*self._placing, int(runner.ps.tp_rank), int(runner.ps.tp_size))
         with self.placeholders.placing():
             result = original(runner, *args, **kwargs)
         self._on_loaded(runner)
         return result
 
-    def _watch_peers(self, dp: int, d: int, tp: int) -> None:
+    def _watch_peers(self, dp: int, d: int, tp: int, tp_size: int) -> None:
         """cas/auto: watch the other DP ranks of this TP rank (`process.PeerWatch`) from the start of loading on, so a
         rank that dies or is stopped while the group loads, meets or serves stops the server in seconds, named."""
         from sgl_sidp.process import PeerWatch, scheduler_title
 
-        peers = {f"sidp rank DP{r} TP{tp}": scheduler_title(r, tp) for r in range(d) if r != dp}
+        peers = {f"sidp rank DP{r} TP{tp}": scheduler_title(r, tp, tp_size) for r in range(d) if r != dp}
         self.peer_watch = PeerWatch(peers, f"the DP ranks of --sidp-sidp-force {self.settings.force} run in lockstep "
                                            "and this one cannot go on without it")
         self.peer_watch.start()

@@ -24,6 +24,7 @@ import pytest
 
 from servers import COMMON, FOLD_KV_TOKENS, summary
 from sgl_sidp.bench.server import GPU_SAFE_ENV, ServerProcess
+from sgl_sidp.process import scheduler_title
 
 pytestmark = [pytest.mark.gpu]
 
@@ -39,7 +40,7 @@ def models(tmp_path_factory):
 
 def scheduler_pid(title, deadline):
     while time.time() < deadline:
-        out = subprocess.run(["pgrep", "-f", f"^{title}"], capture_output=True, text=True).stdout.split()
+        out = subprocess.run(["pgrep", "-f", f"^{title}( |$)"], capture_output=True, text=True).stdout.split()
         if out:
             return int(out[0])
         time.sleep(0.2)
@@ -62,7 +63,7 @@ def test_sidp_cas_rank_lost_while_loading_stops_the_group(log_dir, models, sig):
     srv.start()
     victim = None
     try:
-        victim = scheduler_pid("sglang::scheduler_DP1_TP0", time.time() + 120)
+        victim = scheduler_pid(scheduler_title(1, 0, 1), time.time() + 120)
         time.sleep(3)  # loading: SGLang's model load, the overlay's set-up, CUDA graph capture
         assert srv.proc.poll() is None, srv.log_tail()
         os.kill(victim, sig)
