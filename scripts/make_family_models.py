@@ -47,13 +47,14 @@ FAMILIES: dict[str, tuple[str, str, dict, str]] = {
                 dict(DENSE, num_local_experts=8, num_experts_per_tok=2, tie_word_embeddings=False),
                 "MoE, 8 experts top-2, no shared expert"),
     "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM",
-                    dict(DENSE, num_key_value_heads=8, q_lora_rank=None, kv_lora_rank=128, qk_nope_head_dim=64,
-                         qk_rope_head_dim=32, v_head_dim=64, n_routed_experts=16, num_experts_per_tok=4,
+                    dict(DENSE, num_key_value_heads=8, q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=128,
+                         qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=16, num_experts_per_tok=4,
                          n_shared_experts=1, moe_intermediate_size=256, first_k_dense_replace=1, moe_layer_freq=1,
                          topk_method="greedy", n_group=1, topk_group=1, routed_scaling_factor=1.0,
                          scoring_func="softmax",  # DeepSeek-V2's own config has it; SGLang reads it
                          norm_topk_prob=False, tie_word_embeddings=False, rope_scaling=None),
-                    "MoE with shared experts, MLA attention, a dense first layer"),
+                    "MoE with shared experts, MLA attention (DeepSeek-V2-Lite's head sizes, which SGLang's Triton MLA "
+                    "kernels need), a dense first layer"),
 }
 
 

@@ -77,8 +77,10 @@ def test_sidp_cas_rank_lost_while_loading_stops_the_group(log_dir, models, sig):
                 pass
         srv.stop()
     assert stopped, f"server still running 60 s after DP1 got {sig.name}:\n{srv.log_tail()}"
-    state = "exited" if sig == signal.SIGKILL else "is stopped (SIGSTOP)"
-    lines = [ln for ln in log.splitlines() if f"sidp rank DP1 TP0 (pid {victim}) {state}" in ln]
+    # a killed rank: whichever notices first, the peer watch or the socket watcher of the layers DP1 owns
+    named = ([f"sidp rank DP1 TP0 (pid {victim}) exited", f"sidp owner DP1 TP0 (pid {victim}, GPU 0) is gone"]
+             if sig == signal.SIGKILL else [f"sidp rank DP1 TP0 (pid {victim}) is stopped (SIGSTOP)"])
+    lines = [ln for ln in log.splitlines() if any(n in ln for n in named)]
     assert lines, srv.log_tail()
     summary(log_dir, name, signal=sig.name, stopped_after_s=round(after, 1), line=lines[0][-300:])
 
