@@ -1,8 +1,6 @@
 """Owner/reader hand-over (`sgl_sidp.peer.vmm`) and its move plan, on CPU with a fake VMM driver and real Unix sockets."""
 
-import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -12,7 +10,6 @@ import weakref
 import pytest
 import torch
 
-from sgl_sidp.peer import vmm
 from sgl_sidp.peer.manifest import TensorSpec
 from sgl_sidp.peer.moves import plan_moves
 from sgl_sidp.peer.vmm import PeerError, TensorExporter, TensorImporter, VmmDriver, socket_address

@@ -126,3 +126,21 @@ def model_args(name):
     if not (path / "config.json").is_file():
         pytest.skip(f"{path} missing: set SIDP_MODELS_DIR")
     return ["--model-path", str(path), "--load-format", "dummy"]
+
+
+def child_pid(srv, title, timeout_s=120):
+    """The pid of the process titled `title` (e.g. "sglang::scheduler_DP1") among `srv`'s own descendants (another
+    server running at the same time has processes of the same titles)."""
+    import psutil
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        for proc in psutil.Process(srv.proc.pid).children(recursive=True):
+            try:
+                cmd = " ".join(proc.cmdline()).split()
+            except psutil.Error:
+                continue
+            if cmd and cmd[0] == title:
+                return proc.pid
+        time.sleep(0.2)
+    raise AssertionError(f"no process titled {title} under the server (pid {srv.proc.pid})")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import COMMON, FOLD_KV_TOKENS, summary
+from servers import COMMON, FOLD_KV_TOKENS, child_pid, summary
 from sgl_sidp.bench.server import GPU_SAFE_ENV, ServerProcess
 from sgl_sidp.process import scheduler_title
 
@@ -36,15 +36,6 @@ FOLD = ["--dp-size", "2", "--sidp-fold-gpus", "--max-total-tokens", str(FOLD_KV_
 def models(tmp_path_factory):
     out = tmp_path_factory.mktemp("families")
     return {f: MAKER["make"](f, out) for f in ("qwen3", "qwen3_moe")}
-
-
-def scheduler_pid(title, deadline):
-    while time.time() < deadline:
-        out = subprocess.run(["pgrep", "-f", f"^{title}( |$)"], capture_output=True, text=True).stdout.split()
-        if out:
-            return int(out[0])
-        time.sleep(0.2)
-    raise AssertionError(f"no process titled {title}")
 
 
 def stopped_within(srv, seconds):
@@ -63,7 +54,7 @@ def test_sidp_cas_rank_lost_while_loading_stops_the_group(log_dir, models, sig):
     srv.start()
     victim = None
     try:
-        victim = scheduler_pid(scheduler_title(1, 0, 1), time.time() + 120)
+        victim = child_pid(srv, scheduler_title(1, 0, 1))
         time.sleep(3)  # loading: SGLang's model load, the overlay's set-up, CUDA graph capture
         assert srv.proc.poll() is None, srv.log_tail()
         os.kill(victim, sig)

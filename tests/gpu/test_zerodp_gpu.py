@@ -17,13 +17,12 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from servers import COMMON, PROMPTS, Server, greedy, model_args, summary, vanilla_reference
+from servers import COMMON, PROMPTS, Server, child_pid, greedy, model_args, summary, vanilla_reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 
@@ -101,9 +100,7 @@ def test_tiny_moe_lost_source_stops_the_server(log_dir):
     srv = zerodp(log_dir, "tiny_zerodp_kill_source", ["--model-path", str(TINY_MOE)], ["--sidp-zerodp-layers", "all"],
                  port=22100)
     with srv:
-        out = subprocess.run(["pgrep", "-f", "^sglang::scheduler_DP0"], capture_output=True, text=True).stdout.split()
-        assert out, "no source scheduler process found"
-        os.kill(int(out[0]), signal.SIGKILL)
+        os.kill(child_pid(srv, "sglang::scheduler_DP0"), signal.SIGKILL)
         t0 = time.time()
         while srv.proc.poll() is None and time.time() - t0 < 60:
             time.sleep(0.2)
