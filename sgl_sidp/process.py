@@ -118,6 +118,24 @@ class FailClosed:
             raise  # only reached where stop_server is stubbed (tests)
 
 
+def siblings_starting() -> bool:
+    """Whether a sibling of this process (another child of its parent) is still starting: it runs
+    `multiprocessing`'s `spawn_main` and SGLang has not titled it yet."""
+    import psutil
+
+    try:
+        siblings = psutil.Process().parent().children()
+    except (psutil.Error, AttributeError):
+        return True
+    for proc in siblings:
+        try:
+            if proc.pid != os.getpid() and "spawn_main" in " ".join(proc.cmdline()):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 def scheduler_title(dp_rank: int, tp_rank: int, tp_size: int) -> str:
     """The title SGLang's `configure_scheduler_process` gives the scheduler of (DP, TP) rank when `--dp-size > 1`
     (the TP rank only where `--tp-size > 1`; no PP, context or expert parallelism)."""
@@ -133,18 +151,24 @@ class PeerWatch:
     peer was seen, its disappearance (or a zombie) means it exited, and a `stopped` state that lasts `stopped_s`
     means it was frozen. A peer under a debugger ("tracing-stop") is left alone.
 
+    A peer that died before this process started watching was never seen: it counts as gone once no sibling process
+    (a child of this process's parent, the DP controller) is still starting, i.e. still runs `multiprocessing`'s
+    `spawn_main` under no SGLang title yet.
+
     Args:
         peers: how each peer is named in messages -> its process title (`scheduler_title`).
         why: what this process needs the peers for, for the message.
         on_lost: called once with the message (default `stop_server`).
         find: `title -> psutil.Process | None` (default: the launcher's descendant with that title); tests pass one.
+        starting: `() -> bool`, whether a sibling is still starting (default `siblings_starting`); tests pass one.
     """
 
-    def __init__(self, peers: dict[str, str], why: str, on_lost=None, find=None, interval_s: float = 0.5,
+    def __init__(self, peers: dict[str, str], why: str, on_lost=None, find=None, starting=None, interval_s: float = 0.5,
                  stopped_s: float = 2.0):
         self.peers, self.why, self.interval_s, self.stopped_s = dict(peers), why, interval_s, stopped_s
         self.on_lost = on_lost or stop_server
         self.find = find or self._find
+        self.starting = starting or siblings_starting
         self.seen: dict[str, int] = {}
         self._stopped_since: dict[str, float] = {}
         self._done = False
@@ -175,6 +199,8 @@ class PeerWatch:
             if status is None or status == psutil.STATUS_ZOMBIE:
                 if name in self.seen:
                     return f"sgl-sidp: {name} (pid {self.seen[name]}) exited; {self.why}"
+                if not self.starting():
+                    return f"sgl-sidp: {name} is not running (it exited before this process looked); {self.why}"
                 continue
             self.seen[name] = proc.pid
             if status == psutil.STATUS_STOPPED:

@@ -98,7 +98,7 @@ def test_peer_watch_names_a_peer_that_exits_or_is_stopped():
 
     table = {}
     watch = process.PeerWatch({"sidp rank DP1 TP0": "sglang::scheduler_DP1_TP0"}, "the ranks run in lockstep",
-                              find=lambda title: table.get(title))
+                              find=lambda title: table.get(title), starting=lambda: True)
     assert watch.check(0.0) is None  # not started yet: wait
     table["sglang::scheduler_DP1_TP0"] = _Proc(42, psutil.STATUS_RUNNING)
     assert watch.check(1.0) is None
@@ -125,7 +125,7 @@ def test_peer_watch_finds_a_real_process_by_its_title_and_sees_it_stop(monkeypat
                               "setproctitle.setproctitle('sglang::scheduler_DP1'); time.sleep(60)"])
     lost = []
     watch = process.PeerWatch({"DP1": process.scheduler_title(1, 0, 1)}, "why", on_lost=lost.append, interval_s=0.1,
-                              stopped_s=0.3)
+                              stopped_s=0.3, starting=lambda: True)
     try:
         deadline = time.monotonic() + 20
         while "DP1" not in watch.seen and time.monotonic() < deadline:
@@ -140,3 +140,46 @@ def test_peer_watch_finds_a_real_process_by_its_title_and_sees_it_stop(monkeypat
     finally:
         child.kill()
         child.wait()
+
+
+def test_peer_watch_names_a_peer_that_died_before_it_looked():
+    """Never seen, and no sibling is still starting: the peer is gone (it died before this process loaded)."""
+    starting = [True]
+    watch = process.PeerWatch({"sidp rank DP1 TP0": "sglang::scheduler_DP1"}, "lockstep", find=lambda title: None,
+                              starting=lambda: starting[0])
+    assert watch.check(0.0) is None
+    starting[0] = False
+    assert watch.check(1.0) == "sgl-sidp: sidp rank DP1 TP0 is not running (it exited before this process looked); lockstep"
+
+
+def test_siblings_starting_sees_a_spawned_child_before_its_title(tmp_path):
+    """A `multiprocessing` spawn child under the same parent counts as starting until SGLang titles it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "probe.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing as mp, time, setproctitle
+        from sgl_sidp.process import siblings_starting
+
+        def titled(q, title):
+            if title:
+                setproctitle.setproctitle(title)
+            q.put(1)
+            time.sleep(30)
+
+        def ask(q):
+            q.put(siblings_starting())
+            time.sleep(30)
+
+        if __name__ == "__main__":
+            ctx = mp.get_context("spawn")
+            q = ctx.Queue()
+            for title in ("sglang::scheduler_DP1", None):
+                a = ctx.Process(target=titled, args=(q, title), daemon=True); a.start(); q.get(timeout=60)
+                b = ctx.Process(target=ask, args=(q,), daemon=True); b.start(); print("answer", q.get(timeout=60), flush=True)
+                a.kill(); b.kill(); a.join(); b.join()
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert out.stdout.split() == ["answer", "False", "answer", "True"], (out.stdout, out.stderr[-2000:])
