@@ -22,6 +22,6 @@ class ShiftSettings(BaseModel):
         0, ge=0,
         description="Tokens in a forward (after radix-cache admission; a CUDA graph's captured size) above which "
         "it runs the base configuration (Ulysses SP); at or below it the shift configuration (TP = P). 0: from "
-        "start-up calibration (prefills timed in both configurations once the server is built, cached on disk for "
-        "the next start; a first start captures its decode CUDA graphs in the shift configuration).",
+        "start-up calibration (SGLang's dummy prefill bodies timed in both configurations before any CUDA graph is "
+        "captured, so every graph is captured with it; cached on disk for the next start).",
     )
