@@ -174,9 +174,9 @@ class _CoreConfig(BaseModel):
         """
         environ = os.environ if environ is None else environ
         text = self.model_dump_json()
-        back = type(self).from_env({ENV_VAR: text})
-        if back.model_dump() != self.model_dump():
-            changed = [k for k, v in self.model_dump().items() if back.model_dump().get(k) != v]
+        mine, back = self.model_dump(), type(self).from_env({ENV_VAR: text}).model_dump()
+        if back != mine:
+            changed = [k for k, v in mine.items() if back.get(k) != v]
             raise SidpConfigError([f"settings {changed} would not reach SGLang's processes intact ({text})"])
         environ[ENV_VAR] = text
         return environ
