@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sgl_sidp.calibration.memory import DenseShapes, kv_tokens
+from sgl_sidp.calibration.memory import ModelShapes, kv_tokens
 from sgl_sidp.config import SidpConfig
 from sgl_sidp.shift import feature
 
@@ -30,7 +30,7 @@ def llama70b(tmp_path, monkeypatch):
 
 
 def test_dense_shapes_count_llama_70b_parameters():
-    s = DenseShapes.of(LLAMA_70B)
+    s = ModelShapes.of(LLAMA_70B)
     assert round(s.weight_bytes(1, 1) / 1e9, 1) == 141.1  # 70.55 B parameters in bf16
     assert s.kv_bytes_per_token(4) == 2 * 80 * 2 * 128 * 2 and s.kv_bytes_per_token(16) == 2 * 80 * 1 * 128 * 2
     assert kv_tokens(100, 0.5, 60, 1) == 0 and kv_tokens(100, 0.9, 60, 2) == 15

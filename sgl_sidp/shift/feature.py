@@ -119,10 +119,11 @@ def base_kv_tokens(hf: dict, p: int, sp: int, gpu_bytes: int, mem_fraction_stati
     """KV tokens per GPU with the base configuration (SP, TP = P / SP) holding its weights: every layer's linears
     split P / SP ways, the vocabulary P ways (the shift configuration's shards are views of them), the KV cache laid
     out as in TP = P (`calibration.memory`)."""
-    from sgl_sidp.calibration.memory import DenseShapes, dtype_bytes, kv_tokens
+    from sgl_sidp.calibration.memory import ModelShapes, dtype_bytes, free_before_load, kv_tokens
 
-    shapes, elt = DenseShapes.of(hf), dtype_bytes(hf, dtype_flag)
-    return kv_tokens(gpu_bytes, mem_fraction_static, shapes.weight_bytes(p // sp, p, elt), shapes.kv_bytes_per_token(p, elt))
+    shapes, elt = ModelShapes.of(hf), dtype_bytes(hf, dtype_flag)
+    weights = shapes.weight_bytes(attn_tp=p // sp, mlp_tp=p // sp, vocab_tp=p, elt=elt)
+    return kv_tokens(free_before_load(gpu_bytes), mem_fraction_static, weights, shapes.kv_bytes_per_token(p, elt))
 
 
 def resolve(cfg, server_args):
