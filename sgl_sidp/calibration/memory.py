@@ -112,16 +112,20 @@ class ModelShapes:
             return (self.expert_params() * experts_held + self.moe_other_params()) // tp
         return self.dense_mlp_params() // tp
 
-    def vocab_params(self, tp: int) -> int:
-        """Embedding and lm_head parameters on one GPU of vocabulary TP `tp`."""
-        return self.vocab * self.hidden * (1 if self.tied else 2) // tp
+    def vocab_params(self, tp: int, head_tp: int | None = None) -> int:
+        """Embedding parameters on one GPU of vocabulary TP `tp`, plus the lm_head's at TP `head_tp` (default `tp`;
+        none when tied)."""
+        head = 0 if self.tied else self.vocab * self.hidden // (head_tp or tp)
+        return self.vocab * self.hidden // tp + head
 
     def weight_bytes(self, attn_tp: int = 1, mlp_tp: int = 1, vocab_tp: int = 1, elt: int = 2,
-                     mlp_layers: tuple[int, ...] | None = None, expertless: tuple[int, ...] = ()) -> int:
+                     mlp_layers: tuple[int, ...] | None = None, expertless: tuple[int, ...] = (),
+                     head_tp: int | None = None) -> int:
         """Weights on one GPU: every layer's attention at TP `attn_tp`, the FFN of `mlp_layers` (default all) at TP
-        `mlp_tp` (the routed experts of `expertless` layers left out), the vocabulary at TP `vocab_tp`; norms ignored."""
+        `mlp_tp` (the routed experts of `expertless` layers left out), the vocabulary at TP `vocab_tp` (lm_head at
+        `head_tp`, default the same); norms ignored."""
         mlp = range(self.layers) if mlp_layers is None else mlp_layers
-        params = self.layers * self.attention_params(attn_tp) + self.vocab_params(vocab_tp)
+        params = self.layers * self.attention_params(attn_tp) + self.vocab_params(vocab_tp, head_tp)
         params += sum(self.mlp_params(i, mlp_tp, i not in expertless) for i in mlp)
         return elt * params
 

@@ -1,0 +1,173 @@
+"""The configurations a model can run in on N GPUs of one node, with what each GPU holds and computes.
+
+A configuration's **shard** is what one of its GPUs computes in a forward: attention heads, KV heads, FFN and expert
+intermediate sizes and vocabulary after its splits. One GPU can time it: SGLang runs the model with the shard's sizes
+(`Shard.override_args` as `--json-model-override-args`, dummy weights) at TP1, and the communication a configuration
+adds comes from the interconnect table. Its **memory** (weights per GPU, KV tokens) follows SGLang's own accounting
+(`sgl_sidp.calibration.memory`).
+
+Names (the planner's JSON keeps them): `tp{t}` (one replica), `dp{d}` (replicas of TP1), `tp{t}_dp{d}`, `dp{d}_attn`
+(SGLang's DP attention: attention data-parallel, the FFN TP over all GPUs), `zerodp_dp{d}` (MoE), `sidp_dp{d}_{was,
+cas,auto}` (dense), `shift_sp{sp}_tp{tp}` (dense; base (SP, TP), shift TP = SP x TP).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sgl_sidp.calibration.memory import ModelShapes, kv_tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """What one GPU of a configuration computes (`ModelShapes` sizes after the splits).
+
+    Attributes:
+        heads, kv_heads: attention heads and KV heads on the GPU.
+        intermediate, expert_intermediate, shared_intermediate: FFN sizes on the GPU (dense layers, each routed expert,
+            the shared expert(s)).
+        vocab: vocabulary rows of the embedding and lm_head on the GPU.
+        tokens_share: the fraction of a forward's tokens its linear layers see (Shift's base configuration: 1/SP).
+    """
+
+    heads: int
+    kv_heads: int
+    intermediate: int
+    expert_intermediate: int
+    shared_intermediate: int
+    vocab: int
+    tokens_share: float = 1.0
+
+    def override_args(self, shapes: ModelShapes) -> dict:
+        """SGLang's `--json-model-override-args` that make a TP1 server compute this shard (head_dim pinned, since
+        some models derive it from hidden / heads)."""
+        args = {"num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads, "head_dim": shapes.head_dim,
+                "vocab_size": self.vocab}
+        if shapes.intermediate:
+            args["intermediate_size"] = self.intermediate
+        if shapes.experts:
+            args["moe_intermediate_size"] = self.expert_intermediate
+        if shapes.shared_intermediate and shapes.shared_intermediate != shapes.expert_intermediate:
+            args["shared_expert_intermediate_size"] = self.shared_intermediate
+        return args
+
+
+def shard_of(shapes: ModelShapes, attn_tp: int, mlp_tp: int, vocab_tp: int, tokens_share: float = 1.0) -> Shard:
+    """The shard of attention TP `attn_tp`, FFN TP `mlp_tp` and vocabulary TP `vocab_tp` (KV heads replicated where
+    `attn_tp` exceeds them, as SGLang does).
+
+    Raises:
+        ValueError: a size that does not split evenly (heads, intermediate sizes, vocabulary).
+    """
+    odd = [f"{what} {n} over {tp}" for what, n, tp in (
+        ("attention heads", shapes.heads, attn_tp), ("intermediate size", shapes.intermediate, mlp_tp),
+        ("expert intermediate size", shapes.expert_intermediate, mlp_tp),
+        ("shared expert intermediate size", shapes.shared_intermediate, mlp_tp)) if n % tp]
+    if shapes.kv_heads > attn_tp and shapes.kv_heads % attn_tp:
+        odd.append(f"KV heads {shapes.kv_heads} over {attn_tp}")
+    if odd:
+        raise ValueError("does not shard: " + ", ".join(odd))
+    return Shard(heads=shapes.heads // attn_tp, kv_heads=shapes.kv_heads_per_gpu(attn_tp),
+                 intermediate=shapes.intermediate // mlp_tp, expert_intermediate=shapes.expert_intermediate // mlp_tp,
+                 shared_intermediate=shapes.shared_intermediate // mlp_tp, vocab=-(-shapes.vocab // vocab_tp),
+                 tokens_share=tokens_share)
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+    """One way to run a model on `dp * tp * sp` GPUs.
+
+    Attributes:
+        name: e.g. "tp2", "dp2_attn", "zerodp_dp2", "sidp_dp2_auto", "shift_sp2_tp1".
+        technique: "vanilla", "dp_attention", "zerodp", "sidp" or "shift".
+        dp, tp, sp: DP replicas, TP per replica (Shift: TP of the base configuration), SP (Shift's base only).
+        variant: SiDP's service ("was", "cas", "auto"); "" otherwise.
+    """
+
+    name: str
+    technique: str
+    dp: int
+    tp: int
+    sp: int = 1
+    variant: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.sp
+
+    def shards(self, shapes: ModelShapes) -> dict[str, Shard]:
+        """What one GPU computes, by role: "forward" for most; Shift has "shift" (TP = P) and "base": the TP_b model
+        on 1/SP of the tokens, whose linears are the base configuration's and whose decode attention does the same
+        work (tokens x heads: T/SP x H/TP_b = T x H/P; a prefill's attention, quadratic in a request's length, does
+        SP times more in the base configuration than this shard). DP attention's attention is whole and its FFN split
+        over all GPUs."""
+        if self.technique == "shift":
+            p = self.sp * self.tp
+            return {"shift": shard_of(shapes, p, p, p), "base": shard_of(shapes, self.tp, self.tp, p, 1 / self.sp)}
+        if self.technique == "dp_attention":
+            return {"forward": shard_of(shapes, 1, self.gpus, self.gpus)}
+        return {"forward": shard_of(shapes, self.tp, self.tp, self.tp)}
+
+    def weight_bytes_per_gpu(self, shapes: ModelShapes, elt: int = 2, sink_offload: tuple[int, ...] = (),
+                             slots: int = 2) -> dict[str, int]:
+        """Weights on one GPU, by role ("gpu"; ZeroDP: "source" and "sink", whose `sink_offload` layers' experts
+        it pulls into `slots` slots; SiDP: a rank owning its share of the FFN layers, with `slots` slots)."""
+        if self.technique == "shift":
+            p = self.sp * self.tp
+            return {"gpu": shapes.weight_bytes(attn_tp=self.tp, mlp_tp=self.tp, vocab_tp=p, elt=elt)}
+        if self.technique == "dp_attention":  # the embedding whole, the lm_head TP over all GPUs (no --enable-dp-lm-head)
+            return {"gpu": shapes.weight_bytes(attn_tp=1, mlp_tp=self.gpus, vocab_tp=1, elt=elt, head_tp=self.gpus)}
+        full = shapes.weight_bytes(self.tp, self.tp, self.tp, elt)
+        if self.technique == "zerodp":
+            slot = elt * shapes.expert_params() // self.tp
+            sink = shapes.weight_bytes(self.tp, self.tp, self.tp, elt, expertless=sink_offload)
+            return {"source": full, "sink": sink + (slots * slot if sink_offload else 0)}
+        if self.technique == "sidp":
+            owned = tuple(i for i in range(shapes.layers) if i % self.dp == 0)  # rank 0's share; every rank alike
+            layer = elt * shapes.dense_mlp_params() // self.tp
+            return {"gpu": shapes.weight_bytes(self.tp, self.tp, self.tp, elt, mlp_layers=owned) + slots * layer}
+        return {"gpu": full}
+
+    def kv_tokens(self, shapes: ModelShapes, free_before_load: int, mem_fraction_static: float, elt: int = 2,
+                  **memory) -> dict[str, int]:
+        """KV tokens of one replica's pool by role (as `weight_bytes_per_gpu`; a TP group's GPUs each hold their
+        heads of every token), and "total": summed over the DP replicas (ZeroDP: one source, the rest sinks)."""
+        attn_tp = 1 if self.technique == "dp_attention" else self.tp * (self.sp if self.technique == "shift" else 1)
+        per_token = shapes.kv_bytes_per_token(attn_tp, elt)
+        out = {role: kv_tokens(free_before_load, mem_fraction_static, w, per_token)
+               for role, w in self.weight_bytes_per_gpu(shapes, elt, **memory).items()}
+        if self.technique == "zerodp":
+            out["total"] = out["source"] + (self.dp - 1) * out["sink"]
+        else:
+            out["total"] = out["gpu"] * (self.gpus if self.technique == "dp_attention" else self.dp)
+        return out
+
+
+def configurations(shapes: ModelShapes, n_gpus: int) -> list[Configuration]:
+    """Every configuration of the model on `n_gpus` GPUs that the model's shapes allow (heads and intermediate sizes
+    that split evenly; ZeroDP for MoE models, SiDP and Shift for dense ones)."""
+    out = []
+    for tp in (d for d in range(1, n_gpus + 1) if n_gpus % d == 0):
+        dp = n_gpus // tp
+        name = f"tp{tp}" if dp == 1 else f"dp{dp}" if tp == 1 else f"tp{tp}_dp{dp}"
+        out.append(Configuration(name, "vanilla", dp, tp))
+        if dp > 1:
+            out.append(Configuration(f"zerodp_dp{dp}" + (f"_tp{tp}" if tp > 1 else ""), "zerodp", dp, tp)
+                       if shapes.moe_layers else None)
+            for variant in ("was", "cas", "auto"):
+                out.append(None if shapes.moe_layers or shapes.layers < dp else
+                           Configuration(f"sidp_dp{dp}" + (f"_tp{tp}" if tp > 1 else "") + f"_{variant}", "sidp", dp, tp,
+                                         variant=variant))
+    if n_gpus > 1:
+        out.append(Configuration(f"dp{n_gpus}_attn", "dp_attention", n_gpus, 1))
+        if not shapes.moe_layers:
+            out += [Configuration(f"shift_sp{sp}_tp{n_gpus // sp}", "shift", 1, n_gpus // sp, sp)
+                    for sp in range(2, n_gpus + 1) if n_gpus % sp == 0]
+    fits = []
+    for c in filter(None, out):
+        try:
+            c.shards(shapes)
+        except ValueError:
+            continue
+        fits.append(c)
+    return fits
