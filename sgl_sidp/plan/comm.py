@@ -1,0 +1,147 @@
+"""The interconnect: how long a collective or a peer copy takes, latency + bytes / bandwidth, by GPU count.
+
+A table per GPU kind (`interconnect/<kind>.json`, bundled) gives, for each operation and GPU count, a latency (us), a
+bus bandwidth (GB/s, nccl-tests' `busbw`) and where the numbers come from; every entry says whether it was measured
+(where) or assumed. `plan measure-comm` on a multi-GPU node times SGLang-sized collectives with `torch.distributed`
+(NCCL there; gloo in the CPU tests) and writes such a table (`measure`, `fit`).
+
+Bus bandwidth is converted to what one call moves (algorithm bandwidth) with nccl-tests' factors (`BUS_FACTOR`, see
+NVIDIA/nccl-tests doc/PERFORMANCE.md): all-reduce 2(n-1)/n, all-gather, reduce-scatter and all-to-all (n-1)/n,
+broadcast and a peer copy 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+TABLE_DIR = Path(__file__).resolve().parent / "interconnect"
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "peer_copy")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw / algbw factor of `op` over `n` GPUs."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+class InterconnectError(ValueError):
+    """The table lacks an operation or GPU count, or cannot be read."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """One operation over one GPU count: `latency_us` + bytes / algorithm bandwidth; `source` says where from."""
+
+    latency_us: float
+    busbw_gbps: float
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Interconnect:
+    """The interconnect table of one GPU kind.
+
+    Attributes:
+        gpu: the GPU kind, as NVML names it (e.g. "NVIDIA H200").
+        links: operation -> GPU count -> `Link`.
+    """
+
+    gpu: str
+    links: dict[str, dict[int, Link]]
+
+    def time_us(self, op: str, n: int, nbytes: float) -> float:
+        """Microseconds one call of `op` over `n` GPUs takes for a buffer of `nbytes` per GPU (0 on one GPU).
+
+        Raises:
+            InterconnectError: the table has no `op` over `n` GPUs.
+        """
+        if n <= 1 and op != "peer_copy":
+            return 0.0
+        link = self.links.get(op, {}).get(n)
+        if link is None:
+            raise InterconnectError(f"the {self.gpu} interconnect table has no {op} over {n} GPUs "
+                                    f"(has {sorted(self.links.get(op, {}))}); run `python -m sgl_sidp.plan measure-comm`")
+        return link.latency_us + nbytes / (link.busbw_gbps / bus_factor(op, n) * 1e3)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Interconnect":
+        return cls(data["gpu"], {op: {int(n): Link(**v) for n, v in by_n.items()} for op, by_n in data["links"].items()})
+
+    def to_json(self) -> dict:
+        return {"gpu": self.gpu, "links": {op: {str(n): dataclasses.asdict(v) for n, v in sorted(by_n.items())}
+                                           for op, by_n in self.links.items()}}
+
+    @classmethod
+    def load(cls, gpu: str, directory: Path = TABLE_DIR) -> "Interconnect":
+        """The table of GPU kind `gpu` ("NVIDIA H200", "H100"...): `directory/<h200>.json`.
+
+        Raises:
+            InterconnectError: no table for that GPU kind.
+        """
+        kind = gpu.lower().replace("nvidia", "").strip().split()[0] if gpu.strip() else ""
+        path = directory / f"{kind}.json"
+        if not kind or not path.is_file():
+            have = sorted(p.stem for p in directory.glob("*.json"))
+            raise InterconnectError(f"no interconnect table for GPU '{gpu}' (have: {', '.join(have)}); run "
+                                    "`python -m sgl_sidp.plan measure-comm` on a node of that kind")
+        return cls.from_json(json.loads(path.read_text()))
+
+
+def fit(points: Sequence[tuple[float, float]], op: str, n: int) -> tuple[float, float]:
+    """Least-squares latency (us) and bus bandwidth (GB/s) of `op` over `n` GPUs from (bytes, us) points."""
+    xs, ys = [b for b, _ in points], [t for _, t in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / max(1e-30, sum((x - mx) ** 2 for x in xs))
+    slope = max(slope, 1e-12)
+    latency = max(0.0, my - slope * mx)
+    return latency, bus_factor(op, n) / slope / 1e3
+
+
+def measure(op: str, group, sizes: Sequence[int], make: Callable[[int], object], iters: int = 20,
+            sync: Callable[[], None] = lambda: None) -> list[tuple[float, float]]:
+    """(bytes, median us) of `op` on `group` (a `torch.distributed` group of every rank calling this) for each buffer
+    size in `sizes` (bytes per rank); `make(nbytes)` gives a tensor of that size on the right device, `sync` waits
+    for the device. All ranks must call it with the same arguments."""
+    import torch
+    import torch.distributed as dist
+
+    n = dist.get_world_size(group)
+    out = []
+    for size in sizes:
+        x = make(size)
+        if op == "all_reduce":
+            def call(): dist.all_reduce(x, group=group)
+        elif op == "all_gather":
+            y = x.new_empty((n * x.numel(),))
+            def call(): dist.all_gather_into_tensor(y, x, group=group)
+        elif op == "reduce_scatter":
+            y = x.new_empty((x.numel() // n,))
+            def call(): dist.reduce_scatter_tensor(y, x, group=group)
+        elif op == "all_to_all":
+            y = torch.empty_like(x)
+            def call(): dist.all_to_all_single(y, x, group=group)
+        elif op == "broadcast":
+            def call(): dist.broadcast(x, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+        else:
+            raise InterconnectError(f"measure: unknown collective {op}")
+        for _ in range(3):
+            call()
+        sync()
+        times = []
+        for _ in range(iters):
+            dist.barrier(group=group)
+            sync()
+            t0 = time.perf_counter()
+            call()
+            sync()
+            times.append((time.perf_counter() - t0) * 1e6)
+        out.append((float(size), statistics.median(times)))
+    return out

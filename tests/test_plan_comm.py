@@ -1,0 +1,58 @@
+"""The planner's interconnect table (`sgl_sidp.plan.comm`): times, the bundled tables, and `measure-comm`'s measuring
+and fitting path on gloo."""
+
+import pytest
+
+from sgl_sidp.plan.comm import OPS, Interconnect, InterconnectError, bus_factor, fit
+from tests.gloo_procs import spawn
+
+
+def test_times_follow_latency_plus_bytes_over_algorithm_bandwidth():
+    ic = Interconnect.load("NVIDIA H200")
+    link = ic.links["all_reduce"][2]
+    assert ic.time_us("all_reduce", 2, 1e6) == pytest.approx(link.latency_us + 1e6 / (link.busbw_gbps * 1e3))  # 2(n-1)/n = 1
+    assert ic.time_us("all_gather", 8, 7e6) == pytest.approx(ic.links["all_gather"][8].latency_us
+                                                             + 7e6 / (ic.links["all_gather"][8].busbw_gbps / (7 / 8) * 1e3))
+    assert ic.time_us("all_reduce", 1, 1e9) == 0.0
+    with pytest.raises(InterconnectError, match="no all_reduce over 16 GPUs"):
+        ic.time_us("all_reduce", 16, 1.0)
+
+
+def test_bundled_tables_say_where_each_number_comes_from():
+    for gpu in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "H100"):
+        ic = Interconnect.load(gpu)
+        assert set(ic.links) == set(OPS)
+        for by_n in ic.links.values():
+            for link in by_n.values():
+                assert ("measured" in link.source or "public" in link.source) and "assumed" in link.source
+    with pytest.raises(InterconnectError, match="no interconnect table for GPU 'NVIDIA A10'"):
+        Interconnect.load("NVIDIA A10")
+    assert Interconnect.from_json(Interconnect.load("H200").to_json()) == Interconnect.load("H200")
+
+
+def test_fit_recovers_latency_and_bus_bandwidth():
+    lat, busbw = 9.0, 400.0
+    pts = [(b, lat + b / (busbw / bus_factor("all_reduce", 4) * 1e3)) for b in (1e3, 1e5, 1e6, 1e7)]
+    got = fit(pts, "all_reduce", 4)
+    assert got == pytest.approx((lat, busbw), rel=1e-6)
+
+
+def _measure(rank, world):
+    import torch
+
+    from sgl_sidp.plan.comm import measure
+
+    out = {}
+    for op in ("all_reduce", "broadcast", "all_to_all"):
+        pts = measure(op, None, [4096, 65536], lambda nbytes: torch.ones(nbytes // 4), iters=3)
+        out[op] = fit(pts, op, world)
+    return out
+
+
+def test_measure_comm_times_collectives_on_a_process_group():
+    """The measuring path `plan measure-comm` runs on GPUs (NCCL), here on 2 CPU processes (gloo): every rank gets
+    a fit per collective; the numbers themselves mean nothing on CPU."""
+    res = spawn(_measure, 2)
+    for rank in (0, 1):
+        assert set(res[rank]) == {"all_reduce", "broadcast", "all_to_all"}
+        assert all(lat >= 0 and bw > 0 for lat, bw in res[rank].values())
