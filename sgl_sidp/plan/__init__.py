@@ -1,9 +1,16 @@
-"""The planner (`python -m sgl_sidp.plan`): every configuration of a model on N GPUs, predicted from measurements on
-one GPU (issue 21; being built).
+"""The planner (`python -m sgl_sidp.plan`, issue 21; being built): every configuration of a model on N GPUs, predicted
+from measurements on one GPU. Every figure it gives is a prediction and is labelled so.
+
+Built so far (CPU-tested):
 
 - `configs`: the configurations (vanilla TP x DP, DP attention, ZeroDP, SiDP, Shift), each one's per-GPU shard shapes
   (what one GPU computes, as SGLang's `--json-model-override-args` for a one-GPU calibration run), weights and KV
-  tokens per GPU (`sgl_sidp.calibration.memory`).
+  tokens per GPU (`sgl_sidp.calibration.memory`, checked against SGLang's logs);
+- `comm`: the interconnect table (latency + bytes / bandwidth per collective and GPU count) and `measure-comm`'s
+  measuring path;
+- `sim`: a discrete-event simulation of SGLang's scheduler for one DP replica (continuous batching, chunked prefill,
+  KV admission and retraction, the radix cache).
 
-Every figure it gives is a prediction and is labelled so.
+Not yet: the one-GPU calibration of every shard, step times from it plus the interconnect, workloads, the CLI, the
+PNG and `--sidp-mode auto`.
 """
