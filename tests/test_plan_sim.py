@@ -5,7 +5,7 @@ import pytest
 from sgl_sidp.plan.sim import ReplicaLimits, ReplicaSim, SimRequest, StepTimes, simulate, summarize
 
 #: prefill: 1 us per new token; decode: 1 ms + 0.1 ms per sequence
-TIMES = StepTimes(decode_ms=lambda b, ctx: 1.0 + 0.1 * b, prefill_ms=lambda new, cached: new / 1000)
+TIMES = StepTimes(decode_ms=lambda b, ctx: 1.0 + 0.1 * b, prefill_ms=lambda parts: sum(n for n, _ in parts) / 1000)
 
 
 def replica(kv=100_000, **kw):

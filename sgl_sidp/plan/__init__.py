@@ -9,8 +9,11 @@ Built so far (CPU-tested):
 - `comm`: the interconnect table (latency + bytes / bandwidth per collective and GPU count) and `measure-comm`'s
   measuring path;
 - `sim`: a discrete-event simulation of SGLang's scheduler for one DP replica (continuous batching, chunked prefill,
-  KV admission and retraction, the radix cache).
+  KV admission and retraction, the radix cache);
+- `steps`: step times of vanilla TP x DP from a shard's calibration plus its all-reduces;
+- `__main__`: the command (table, `--json`, `--png`), predicting what is modelled and calibrated and saying why the
+  rest is not (validated for TP1 on one H200: `benchmarks/results/plan/`).
 
-Not yet: the one-GPU calibration of every shard, step times from it plus the interconnect, workloads, the CLI, the
-PNG and `--sidp-mode auto`.
+Not yet: `plan calibrate` (the one-GPU calibration of every shard) and `plan measure-comm` as commands, the step times
+of DP attention, ZeroDP, SiDP and Shift, a per-request overhead term, and `--sidp-mode auto`.
 """

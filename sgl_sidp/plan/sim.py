@@ -75,9 +75,11 @@ class ReplicaLimits:
 
 
 class StepTimes:
-    """A replica's forward times: `decode_ms(batch, mean context)` and `prefill_ms(new tokens, cached tokens)`."""
+    """A replica's forward times: `decode_ms(batch, mean context)` and `prefill_ms(parts)`, `parts` being each
+    request's (new tokens, tokens already in its KV) in the prefill batch."""
 
-    def __init__(self, decode_ms: Callable[[int, float], float], prefill_ms: Callable[[int, int], float]):
+    def __init__(self, decode_ms: Callable[[int, float], float],
+                 prefill_ms: Callable[[Sequence[tuple[int, int]]], float]):
         self.decode_ms, self.prefill_ms = decode_ms, prefill_ms
 
 
@@ -176,8 +178,7 @@ class ReplicaSim:
             self.waiting.popleft().rejected = True  # it can never fit, even alone
             return True
         if batch:
-            new = sum(t for _, t in batch)
-            self.clock += self.times.prefill_ms(new, sum(r.prefilled for r, _ in batch)) / 1e3
+            self.clock += self.times.prefill_ms([(t, r.prefilled) for r, t in batch]) / 1e3
             self.iterations["prefill"] += 1
             self.chunked = None
             for req, take in batch:

@@ -1,0 +1,62 @@
+"""`python -m sgl_sidp.plan`: the JSON keys scripts rely on, the table, the PNG, and one line with exit code 2 for
+bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sgl_sidp.plan.__main__ import main, plan
+
+MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+KEYS = {"name", "technique", "dp", "tp", "sp", "weights_gb_per_gpu", "kv_tokens_total", "decode_step_ms", "prefill_ms",
+        "total_tok_s", "output_tok_s", "ttft_ms_p50", "tpot_ms_p50", "ttft_ms_p99", "tpot_ms_p99"}
+
+
+@pytest.fixture
+def qwen3_8b():
+    path = MODELS / "Qwen3-8B"
+    if not (path / "config.json").is_file():
+        pytest.skip(f"{path} missing (../shared/models)")
+    return str(path)
+
+
+def test_json_keeps_the_keys_scripts_rely_on(qwen3_8b):
+    r = plan(qwen3_8b, 2, "H200", "offline:32:1024:64")
+    assert r["predicted"] is True and r["winner"] == "dp2"
+    by = {c["name"]: c for c in r["configurations"]}
+    assert KEYS <= set(by["dp2"]) and set(by["dp2"]["decode_step_ms"]) >= {"256", "2048"}
+    assert all("not_predicted" in c for n, c in by.items() if n != "dp2")  # no shard calibrations bundled yet
+    assert all({"name", "technique", "dp", "tp", "sp", "weights_gb_per_gpu", "kv_tokens_total"} <= set(c) for c in by.values())
+
+
+def test_table_and_png_label_every_number_predicted(qwen3_8b, tmp_path, capsys):
+    main(["--model-path", qwen3_8b, "--gpus", "2", "--workload", "latency:512:16", "--png", str(tmp_path / "p.png")])
+    out = capsys.readouterr().out
+    assert out.startswith("Predicted for ") and "(every number below is a prediction)" in out and "Winner (predicted)" in out
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--model-path", "/nonexistent", "--gpus", "2"], "no config.json there"),
+    (["--gpus", "2", "--gpu", "A10"], "known kinds are"),
+    (["--gpus", "2", "--workload", "burst:3"], "expected offline:S:IN:OUT"),
+    (["--gpus", "2", "--workload", "trace:/nonexistent.csv"], "--workload trace:/nonexistent.csv"),
+    (["--gpus", "0"], "at least 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(qwen3_8b, args, says):
+    argv = args if "--model-path" in args else ["--model-path", qwen3_8b, *args]
+    out = subprocess.run([sys.executable, "-m", "sgl_sidp.plan", *argv], capture_output=True, text=True, timeout=120)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("sgl-sidp plan: error: ") and says in lines[0], out.stderr
+
+
+def test_no_calibration_of_any_shard_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024,
+        "intermediate_size": 3072, "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 64, "vocab_size": 4096}))
+    with pytest.raises(SystemExit) as e:
+        main(["--model-path", str(tmp_path), "--gpus", "1"])
+    assert e.value.code == 2
