@@ -60,3 +60,44 @@ def test_no_calibration_of_any_shard_is_one_line(tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["--model-path", str(tmp_path), "--gpus", "1"])
     assert e.value.code == 2
+
+
+class _FakeServer:
+    """Stands in for a shard's SGLang server: "measures" by writing the cache entry the launcher would."""
+
+    def __init__(self, cache, sig, exits=False):
+        self.cache, self.sig, self.exits, self.proc = cache, sig, exits, self
+
+    def poll(self):
+        return 1 if self.exits else None
+
+    def start(self):
+        if not self.exits:
+            entry = {"model": self.sig, "gpu": "NVIDIA H200", "decode_ms": {"1": 5.0}, "prefill_ms": {"512": 9.0}}
+            (self.cache / f"{len(list(self.cache.glob('*')))}.json").write_text(json.dumps({"key": {}, "calibration": entry}))
+
+    def stop(self):
+        pass
+
+
+def test_calibrate_times_each_missing_shard_once(qwen3_8b, tmp_path):
+    from sgl_sidp.calibration.memory import ModelShapes
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.plan.calibrate import calibrate, shards_needed
+
+    needed = shards_needed(read_hf_config(qwen3_8b), 4)  # tp1 (dp4), tp2 (tp2_dp2), tp4
+    assert len(needed) == 3 and all(s.endswith("tp1") for s in needed)
+    shapes = ModelShapes.of(read_hf_config(qwen3_8b))
+    by_args = {json.dumps(shard.override_args(shapes)): sig for sig, shard in needed.items()}
+    started = []
+
+    def server(args, log):
+        sig = by_args[args[args.index("--json-model-override-args") + 1]]
+        started.append(sig)
+        return _FakeServer(tmp_path, sig, exits="I6144" in sig)  # the tp2 shard's server dies
+
+    res = calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path, server=server)
+    assert sorted(started) == sorted(needed)
+    assert sum(v.startswith("measured") for v in res.values()) == 2 and sum(v.startswith("failed") for v in res.values()) == 1
+    again = calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path, server=server)
+    assert sum(v.startswith("cached") for v in again.values()) == 2 and len(started) == 4  # only the failed one retried

@@ -67,17 +67,34 @@ def visible_gpu_count() -> int | None:
         return None
 
 
+def _nvml_handle(index: int):
+    import pynvml
+
+    pynvml.nvmlInit()
+    vis = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    v = vis[index] if index < len(vis) else str(index)
+    return pynvml.nvmlDeviceGetHandleByIndex(int(v)) if v.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(v)
+
+
+def gpu_name(index: int) -> str | None:
+    """NVML's name of visible GPU `index` (as torch.cuda.get_device_name gives it), without initialising CUDA; None
+    when NVML cannot tell."""
+    try:
+        import pynvml
+
+        name = pynvml.nvmlDeviceGetName(_nvml_handle(index))
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:
+        return None
+
+
 def gpu_memory_bytes(index: int) -> int | None:
     """Total memory of visible GPU `index` (CUDA_VISIBLE_DEVICES applied) from NVML, without initialising CUDA; None
     when NVML cannot tell."""
     try:
         import pynvml
 
-        pynvml.nvmlInit()
-        vis = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-        v = vis[index] if index < len(vis) else str(index)
-        handle = pynvml.nvmlDeviceGetHandleByIndex(int(v)) if v.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(v)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(_nvml_handle(index)).total)
     except Exception:
         return None
 

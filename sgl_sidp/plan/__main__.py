@@ -169,8 +169,37 @@ def write_png(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def calibrate_main(argv: list[str]) -> None:
+    """`python -m sgl_sidp.plan calibrate --model-path DIR --gpus N`: time every missing shard on this host's GPU."""
+    from sgl_sidp.peer.topology import gpu_name
+    from sgl_sidp.plan.calibrate import calibrate
+
+    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan calibrate",
+                                 description="Time, on this host's GPU 0, every shard the model's configurations on N "
+                                 "GPUs need (SGLang with the shard's sizes and --sidp-calibrate), caching each in "
+                                 "$SIDP_CALIBRATION_DIR.")
+    ap.add_argument("--model-path", required=True, help="a folder with the model's config.json")
+    ap.add_argument("--gpus", type=int, required=True, help="GPUs of the node to plan for")
+    ap.add_argument("--timeout-s", type=float, default=600.0, help="seconds one shard may take (default: 600)")
+    a = ap.parse_args(argv)
+    name = gpu_name(0)
+    if read_hf_config(a.model_path) is None or name is None:
+        print(f"sgl-sidp plan calibrate: error: {'no CUDA GPU visible' if name is None else 'no config.json in ' + a.model_path}",
+              file=sys.stderr)
+        raise SystemExit(2)
+    results = calibrate(a.model_path, a.gpus, name, timeout_s=a.timeout_s)
+    for sig, what in results.items():
+        print(f"{sig}: {what}")
+    raise SystemExit(0 if all(not w.startswith("failed") for w in results.values()) else 1)
+
+
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan", description=__doc__.split("\n\n")[0])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["calibrate"]:
+        return calibrate_main(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan", description=__doc__.split("\n\n")[0],
+                                 epilog="python -m sgl_sidp.plan calibrate --model-path DIR --gpus N: time the shards "
+                                 "on this host's GPU first.")
     ap.add_argument("--model-path", required=True, help="a folder with the model's config.json")
     ap.add_argument("--gpus", type=int, required=True, help="GPUs of the node to plan for")
     ap.add_argument("--gpu", default="H200", help=f"GPU kind: {', '.join(GPUS)} (default: H200)")
