@@ -75,7 +75,9 @@ def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: li
     rows = []
     for c in configs:
         attn_tp = c.tp * (c.sp if c.technique == "shift" else 1)
-        frac = default_mem_fraction_static(kind["mib"], attn_tp, mla=shapes.mla)
+        frac = default_mem_fraction_static(kind["mib"], c.gpus if c.technique == "dp_attention" else attn_tp,
+                                           prefill_graph_buckets=0 if shapes.mla else 58, mla=shapes.mla,
+                                           dp_attention_dp=c.dp if c.technique == "dp_attention" else 0)
         memory = {"sink_offload": shapes.moe_layers} if c.technique == "zerodp" else {}
         weights = c.weight_bytes_per_gpu(shapes, elt, **memory)
         kv = c.kv_tokens(shapes, free, frac, elt, **memory)
