@@ -10,6 +10,7 @@ SiDP, Shift) are listed by the planner as not modelled yet.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Mapping
@@ -72,7 +73,7 @@ class StepModel:
         per_token = self.shapes.kv_bytes_per_token(self.config.tp, self.elt)
         return self.cal.decode_step_ms(batch, int(context), per_token) + self._comm_ms(batch)
 
-    @property
+    @functools.cached_property
     def prefill_fit(self) -> tuple[float, float, float]:
         """(c ms, a ms per token, b ms per token^2) of one fresh request of T tokens taking c + a T + b T^2: the
         linear layers and the causal attention, least squares over the measured one-request prefills (the
