@@ -32,10 +32,10 @@ ERROR_CHUNK_LEN = 444  # streams SGLang's error chunk, then [DONE]
 
 
 class FakeSGLangServer:
-    """SGLang's streaming ``/generate`` and ``/v1/completions`` (SSE ``data: {...}`` chunks, then ``data: [DONE]``) on
-    127.0.0.1 in a background thread. Records every request's arrival time (perf_counter) and JSON body. Tokens
-    come ``tokens_per_chunk`` at a time, every ``token_interval_s``; ``cached_tokens`` is the longest common prefix
-    with any earlier prompt, like a radix cache that never evicts."""
+    """SGLang's streaming ``/generate`` and ``/v1/completions`` (SSE ``data: {...}`` chunks, then ``data: [DONE]``) and
+    ``/health`` on 127.0.0.1 in a background thread. Records every request's arrival time (perf_counter) and JSON
+    body. Tokens come ``tokens_per_chunk`` at a time, every ``token_interval_s``; ``cached_tokens`` is the longest
+    common prefix with any earlier prompt, like a radix cache that never evicts."""
 
     def __init__(self, token_interval_s: float = 0.005, tokens_per_chunk: int = 1, first_token_s: float = 0.0):
         self.token_interval_s, self.tokens_per_chunk, self.first_token_s = (
@@ -69,6 +69,7 @@ class FakeSGLangServer:
             app.router.add_post("/generate", self._generate)
             app.router.add_post("/v1/completions", self._completions)
             app.router.add_post("/flush_cache", self._flush)
+            app.router.add_get("/health", self._health)
             runner = web.AppRunner(app)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -89,6 +90,9 @@ class FakeSGLangServer:
             best = max(best, k)
         self._prompts.append(ids)
         return best
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
 
     async def _flush(self, request: web.Request) -> web.Response:
         self._prompts.clear()
@@ -254,7 +258,7 @@ def test_replay_dispatches_on_absolute_clock_and_writes_outputs(tmp_path, capsys
         assert label in report
 
 
-def test_failed_requests_are_counted_not_fatal(tmp_path):
+def test_failed_requests_are_counted_not_fatal(tmp_path, capsys):
     schedule = [(0, 100, 3), (50, HTTP_500_LEN, 3), (100, DISCONNECT_LEN, 8), (150, ERROR_CHUNK_LEN, 3), (200, 101, 3)]
     trace = write_shift_trace(tmp_path / "t.jsonl", schedule)
     with FakeSGLangServer() as server:
@@ -277,28 +281,23 @@ def test_failed_requests_are_counted_not_fatal(tmp_path):
     assert [r["success"] for r in rows] == [True, False, False, False, True]
     assert "HTTP 500" in errors[1] and "injected failure" in errors[1]
     assert errors[2] and errors[3] == "server error: injected error"
+    assert summary["stopped"] is None and summary["first_failure"] == {"id": 1, "error": errors[1]}
+    # The first failure is printed when it happens (the server still answers /health) and again at the end.
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("sgl-sidp replay: warning: request 1 failed: HTTP 500")
+    assert err[0].endswith("(the server is up: the replay goes on; failures are counted)")
+    assert err[-1] == f"sgl-sidp replay: warning: 3 of 5 requests failed; first failure: request 1: {errors[1]}"
 
 
-def test_unreachable_server_fails_every_request(tmp_path):
+def test_unreachable_server_stops_before_sending(tmp_path, capsys):
     trace = write_shift_trace(tmp_path / "t.jsonl", [(0, 10, 2), (10, 10, 2)])
     with FakeSGLangServer() as server:
         url = server.base_url  # the port is free again once the server stops
-    summary = run_replay(
-        parse_args(
-            [
-                "--trace",
-                str(trace),
-                "--base-url",
-                url,
-                "--out-dir",
-                str(tmp_path / "o"),
-                "--disable-tqdm",
-                "--request-timeout-s",
-                "5",
-            ]
-        )
-    )
-    assert (summary["completed"], summary["failed"]) == (0, 2)
+    code = main(["--trace", str(trace), "--base-url", url, "--out-dir", str(tmp_path / "o"), "--disable-tqdm"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err == f"sgl-sidp replay: error: no server at {url}: Connection refused\n"
+    assert not (tmp_path / "o").exists()
 
 
 def test_mooncake_replay_cache_hit_rate_and_gap_compression(tmp_path):
