@@ -372,11 +372,13 @@ class UsedSymbol:
         params: leading parameter names we pass (callables only).
         instance_attr: True when `attr` is set on instances (dataclass field or
             assigned in `__init__`) rather than defined on the class.
+        keywords: parameter names we pass by keyword only, wherever they stand (callables only).
     """
 
     path: str
     params: tuple[str, ...] = ()
     instance_attr: bool = False
+    keywords: tuple[str, ...] = ()
 
 
 USED_SYMBOLS: tuple[UsedSymbol, ...] = (
@@ -393,7 +395,7 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     # batch signal: what the hook bodies read
     UsedSymbol(f"{SCHEDULER}.waiting_queue", instance_attr=True),
     UsedSymbol(f"{SCHEDULER}._engine_paused", instance_attr=True),
-    UsedSymbol(f"{SCHEDULER}.ps", instance_attr=True),
+    UsedSymbol(f"{SCHEDULER}.ps", instance_attr=True),  # the DP rank only (`process.dp_rank`: none in both 0.5.17/0.5.23)
     UsedSymbol(f"{SCHEDULER}.metrics_collector", instance_attr=True),
     UsedSymbol(f"{SCHEDULE_BATCH}.NextBatchPlan.batch_to_run", instance_attr=True),
     UsedSymbol(f"{SCHEDULE_BATCH}.NextBatchPlan.running_batch", instance_attr=True),
@@ -406,14 +408,17 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardMode.is_idle", ("self",)),
     UsedSymbol("sglang.srt.observability.metrics_collector.SchedulerMetricsCollector.labels", instance_attr=True),
     # ZeroDP: what the hook bodies read or call
-    UsedSymbol(f"{MODEL_RUNNER}.ps", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.ps", instance_attr=True),  # as Scheduler.ps
     UsedSymbol(f"{MODEL_RUNNER}.model", instance_attr=True),
     UsedSymbol(f"{MODEL_RUNNER}.model_config", instance_attr=True),
     UsedSymbol(f"{MODEL_RUNNER}.server_args", instance_attr=True),
     UsedSymbol(f"{MODEL_RUNNER}.is_draft_worker", instance_attr=True),
     UsedSymbol(f"{MODEL_RUNNER}.max_total_num_tokens", instance_attr=True),
     UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.dp_rank", instance_attr=True),
-    UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.tp_rank", instance_attr=True),
+    # the TP rank, size and group (every feature and the calibration; not `.ps` nor `ModelRunner.tp_group`)
+    UsedSymbol("sglang.srt.distributed.parallel_state.get_tensor_model_parallel_rank"),
+    UsedSymbol("sglang.srt.distributed.parallel_state.get_tensor_model_parallel_world_size"),
+    UsedSymbol("sglang.srt.distributed.parallel_state.get_tp_group"),
     UsedSymbol(f"{FUSED_MOE}.layer_id", instance_attr=True),
     # SiDP --sidp-sidp-cas-graphs: a second decode graph set, swapped in per iteration, over our own NCCL communicator
     UsedSymbol(f"{MODEL_RUNNER}._decode_cuda_graph_runner_cls", ("self",)),
@@ -432,9 +437,8 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.distributed.device_communicators.pynccl.PyNcclCommunicator.disabled", instance_attr=True),
     UsedSymbol("sglang.srt.distributed.device_communicators.pynccl.PyNcclCommunicator.available", instance_attr=True),
     UsedSymbol("sglang.srt.distributed.utils.StatelessProcessGroup", ("rank", "world_size", "store")),
-    UsedSymbol(f"{MODEL_RUNNER}.tp_group", instance_attr=True),
     UsedSymbol(f"{MODEL_RUNNER}.pre_model_load_memory", instance_attr=True),
-    UsedSymbol("sglang.srt.server_args.ServerArgs.mem_fraction_static", instance_attr=True),
+    UsedSymbol(f"{MODEL_RUNNER}.mem_fraction_static", instance_attr=True),
     UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.broadcast_object", ("self", "obj", "src")),
     UsedSymbol(f"{FUSED_MOE}.run_moe_core", ("self", "dispatch_output")),
     # SiDP: the dense MLPs' parameters it shares and streams
@@ -491,7 +495,8 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.layers.moe.dwdp.vmm.tensor_from_ptr", ("ptr", "shape", "dtype", "device_id")),
     UsedSymbol("sglang.srt.distributed.device_communicators.vmm_utils.check_drv", ("result_tuple", "label")),
     UsedSymbol("sglang.srt.distributed.device_communicators.vmm_utils.import_peer_handle", ("fabric_handle", "fd")),
-    UsedSymbol("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.eager_on_graph", ("enable",)),
+    UsedSymbol("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.eager_on_graph",
+               keywords=("enable",)),
     UsedSymbol("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph.get_current_stream",
                ("device",)),
     UsedSymbol("sglang.srt.managers.data_parallel_controller.LoadBalanceMethod.TOTAL_TOKENS"),
@@ -514,7 +519,6 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.all_gather_into_tensor", ("self", "output", "input")),
     UsedSymbol("sglang.srt.distributed.parallel_state.GroupCoordinator.all_reduce", ("self", "input_")),
     UsedSymbol("sglang.srt.distributed.device_communicators.pynccl.PyNcclCommunicator.disabled", instance_attr=True),
-    UsedSymbol("sglang.srt.distributed.parallel_state_wrapper.ParallelState.tp_size", instance_attr=True),
     UsedSymbol("sglang.srt.models.qwen3.Qwen3Attention.qkv_proj", instance_attr=True),
     UsedSymbol("sglang.srt.models.qwen3.Qwen3Attention.o_proj", instance_attr=True),
     UsedSymbol("sglang.srt.models.qwen3.Qwen3DecoderLayer.self_attn", instance_attr=True),
@@ -543,8 +547,10 @@ def hooks_for(cfg) -> list[Hook]:
             and (h.needs is None or getattr(cfg, h.needs))]
 
 
-def check_symbol(path: str, params: tuple[str, ...] = (), instance_attr: bool = False) -> None:
-    """Resolve `path` in the installed SGLang and check what we rely on.
+def check_symbol(path: str, params: tuple[str, ...] = (), instance_attr: bool = False,
+                 keywords: tuple[str, ...] = ()) -> None:
+    """Resolve `path` in the installed SGLang and check what we rely on: its leading parameters `params`, and
+    `keywords` among its parameters.
 
     Raises:
         LookupError: the symbol, attribute or a relied-on parameter is missing.
@@ -571,7 +577,9 @@ def check_symbol(path: str, params: tuple[str, ...] = (), instance_attr: bool = 
         obj = pkgutil.resolve_name(path)
     except (ImportError, AttributeError) as e:
         raise LookupError(f"{path}: {e}") from e
-    if params:
+    if params or keywords:
         got = list(inspect.signature(obj).parameters)
         if got[: len(params)] != list(params):
             raise LookupError(f"{path}: expected leading parameters {list(params)}, found {got}")
+        if not set(keywords) <= set(got):
+            raise LookupError(f"{path}: expected parameters {list(keywords)} (passed by keyword), found {got}")

@@ -1,4 +1,5 @@
-"""Which SGLang process this is, and how any of them stops the whole server (fail closed).
+"""Which SGLang process this is, how any of them stops the whole server (fail closed), and how its long
+start-up waits say what they wait for (`Progress`).
 
 SGLang runs a server as a tree of processes: the launcher (HTTP server and tokenizer manager), a DP controller
 when `--dp-size > 1`, one scheduler per (DP, TP) rank and a detokenizer, each spawned by `multiprocessing`. The
@@ -13,6 +14,9 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
+import time
+from typing import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +26,9 @@ LAUNCHER_PID_ENV = "SIDP_LAUNCHER_PID"
 
 #: The prefix of the titles SGLang gives its child processes (`setproctitle("sglang::scheduler_DP0_TP0")`).
 SGLANG_CHILD_TITLE = "sglang::"
+
+#: Seconds between two `Progress` lines of a long start-up wait or phase (tests shorten it).
+PROGRESS_EVERY_S = 10.0
 
 
 def in_launcher() -> bool:
@@ -81,6 +88,67 @@ def process_name() -> str:
         return f"{name[4:].removesuffix('_process').replace('_', ' ')} (pid {pid})"
     parent = os.getppid()
     return f"an SGLang child process (pid {pid}, parent {parent} {_title(parent)!r})"
+
+
+def dp_rank(owner) -> int:
+    """The DP rank (replica) of an SGLang `Scheduler` or `ModelRunner`: `owner.ps.dp_rank`, 0 where SGLang gives
+    none (`--dp-size 1`).
+
+    The one read of SGLang's `.ps` left, on purpose: no DP-rank accessor exists in both the pinned 0.5.17 and 0.5.23
+    (0.5.23 drops `.ps` and the Scheduler's `dp_rank` argument and offers `runtime_context.get_parallel().dp_rank`,
+    which 0.5.17 lacks). The TP rank, size and group come from `sglang.srt.distributed.parallel_state`, which both keep.
+    """
+    return int(owner.ps.dp_rank or 0)
+
+
+class Progress:
+    """A long start-up wait or phase that logs, every `every_s` while it lasts, what it waits for and for how long.
+
+    Used as a context manager around the wait: a daemon thread logs `message()` at INFO every `every_s` seconds
+    until the block ends (a block shorter than `every_s` logs nothing), so a blocking call (a rendezvous) is covered
+    as well as a polling loop. A phase that moves on says where it is with `at(...)`.
+
+    Args:
+        what: who waits for what, from whom ("sgl-sidp GPU 1 waits for zerodp source DP0 TP0 to publish its
+            tensors"); the message starts with it.
+        log: the logger of the module that waits (`logging.getLogger(__name__)`).
+        limit_s: the wait's time limit (or a phase's budget), for the message; None: none known.
+        every_s: seconds between messages (default `PROGRESS_EVERY_S`, 10).
+        clock: monotonic seconds (tests pass a fake one).
+    """
+
+    def __init__(self, what: str, log: logging.Logger, limit_s: float | None = None, every_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.what, self.log, self.limit_s, self.clock = what, log, limit_s, clock
+        self.every_s = PROGRESS_EVERY_S if every_s is None else every_s
+        self.detail = ""
+        self.t0 = clock()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def at(self, detail: str) -> None:
+        """Where the wait or phase is now ("decode batch 16 (3 of 6)"), for the next message."""
+        self.detail = detail
+
+    def message(self) -> str:
+        """The line logged: `<what>: 20 s so far, limit 900 s; now <detail>`."""
+        limit = f", limit {self.limit_s:g} s" if self.limit_s is not None else ""
+        now = f"; now {self.detail}" if self.detail else ""
+        return f"{self.what}: {self.clock() - self.t0:.0f} s so far{limit}{now}"
+
+    def _run(self) -> None:
+        while not self._done.wait(self.every_s):
+            self.log.info("%s", self.message())
+
+    def __enter__(self) -> "Progress":
+        self.t0 = self.clock()
+        self._thread = threading.Thread(target=self._run, name="sgl-sidp-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def stop_server(message: str) -> None:

@@ -97,17 +97,22 @@ def test_prometheus_metrics_use_sglang_labels():
     assert reg.get_sample_value("sglang:sidp_batch_size_per_iter_count", lab) == 2
 
 
-def test_runtime_observes_scheduler_and_feeds_listeners():
+def test_runtime_observes_scheduler_and_feeds_listeners(monkeypatch):
     """The hook bodies get their state from the runtime they were registered with, and features' listeners
     (subscribed through the shared context, before or after the scheduler starts) see every busy iteration."""
+    from sglang.srt.distributed import parallel_state
+
     from sgl_sidp.config import SidpConfig
     from sgl_sidp.plugin import PluginContext
+
+    # SGLang's TP group (the TP rank); the scheduler's `ps` gives the DP rank only
+    monkeypatch.setattr(parallel_state, "get_tp_group", lambda: SimpleNamespace(rank_in_group=0, world_size=1))
 
     ctx = PluginContext(SidpConfig(batch_signal=True, signal_log_interval=100), ["Scheduler.__init__"])
     early = []
     ctx.listeners.append(early.append)
     rt = BatchSignal(ctx)
-    sched = SimpleNamespace(ps=SimpleNamespace(dp_rank=1, tp_rank=0), metrics_collector=None, waiting_queue=[1, 2])
+    sched = SimpleNamespace(ps=SimpleNamespace(dp_rank=1), metrics_collector=None, waiting_queue=[1, 2])
     rt.on_next_batch(plan(Batch("DECODE", [req()])), sched)  # before __init__ finished: nothing to record into
     rt.on_scheduler_init(None, sched)
     late = []

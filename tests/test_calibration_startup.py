@@ -26,12 +26,59 @@ def test_calibrate_runtime_measures_on_dp_rank_0_only(monkeypatch):
     """`--sidp-calibrate`: DP rank 0's scheduler measures (through `ensure_forward_times`), other replicas do not."""
     from types import SimpleNamespace
 
+    from sglang.srt.distributed import parallel_state
+
     from sgl_sidp.calibration import startup
 
     calls = []
     monkeypatch.setattr(startup, "ensure_forward_times", lambda sched, who: calls.append(who))
     rt = startup.StartupCalibration(ctx=None)
     for dp, tp in [(0, 0), (0, 1), (1, 0), (None, 0)]:
-        sched = SimpleNamespace(ps=SimpleNamespace(dp_rank=dp, tp_rank=tp))
+        # the DP rank from the scheduler's `ps`, the TP rank from SGLang's TP group
+        monkeypatch.setattr(parallel_state, "get_tp_group", lambda tp=tp: SimpleNamespace(rank_in_group=tp, world_size=2))
+        sched = SimpleNamespace(ps=SimpleNamespace(dp_rank=dp))
         assert rt.on_scheduler_init("result", sched) == "result"
     assert calls == ["DP0 TP0", "DP0 TP1", "DP0 TP0"]
+
+
+def test_forward_time_measurement_logs_its_phase(monkeypatch, caplog):
+    """While the start-up calibration measures, it logs (every `PROGRESS_EVERY_S`, 10 s in a server) which point it
+    measures: decode batch x of y at a context, or a prefill of T tokens; with its budget."""
+    import logging
+    import re
+    import time
+    from types import SimpleNamespace
+
+    from sgl_sidp import process
+    from sgl_sidp.calibration import measure
+
+    class Probe:  # a decode batch on CPU: SGLang's forward stands in as a sleep (`median_ms` below)
+        used_graph, shared_kv = True, False
+
+        def __init__(self, runner, bs, ctx):
+            self.run = lambda: None
+
+        def close(self):
+            pass
+
+    def slow(ms):
+        def f(*args, **kwargs):
+            time.sleep(0.06)
+            return ms
+        return f
+
+    monkeypatch.setattr(process, "PROGRESS_EVERY_S", 0.02)
+    monkeypatch.setattr(measure, "feasible_points", lambda scheduler: ([1, 4], [256, 2048], [512]))
+    monkeypatch.setattr(measure, "kv_bytes_per_token", lambda runner: 1000)
+    monkeypatch.setattr(measure, "DecodeProbe", Probe)
+    monkeypatch.setattr(measure, "median_ms", slow(5.0))
+    monkeypatch.setattr(measure, "time_prefill", slow(30.0))
+    scheduler = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=None))
+    with caplog.at_level(logging.INFO, logger=measure.__name__):
+        m = measure.measure_forwards(scheduler, who="DP0 TP0")
+    assert m["decode_ms"] == {1: 5.0, 4: 5.0} and m["prefill_ms"] == {512: 30.0}
+    lines = [r.getMessage() for r in caplog.records]
+    head = r"sgl-sidp DP0 TP0: start-up calibration of the forward times: 0 s so far, limit 20 s; now "
+    assert all(re.fullmatch(head + r"(decode batch (1 \(1|4 \(2) of 2\) at (256|2048) tokens of context|"
+                                   r"prefill of 512 tokens \(1 of 1\))", m) for m in lines), lines
+    assert any("decode batch 4 (2 of 2)" in m for m in lines) and any("prefill of 512" in m for m in lines)

@@ -35,7 +35,7 @@ def test_torch_hook_installer_and_sglang_attrs_exist(name):
 
 @pytest.mark.parametrize("sym", USED_SYMBOLS, ids=lambda s: s.path.split("sglang.")[-1])
 def test_used_symbol_exists(sym):
-    check_symbol(sym.path, sym.params, sym.instance_attr)
+    check_symbol(sym.path, sym.params, sym.instance_attr, sym.keywords)
 
 
 def test_check_symbol_fails_loudly():
@@ -45,6 +45,9 @@ def test_check_symbol_fails_loudly():
         check_symbol("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", ("self", "batch"))
     with pytest.raises(LookupError, match="no attribute"):
         check_symbol("sglang.srt.managers.schedule_batch.ScheduleBatch.no_such_field", instance_attr=True)
+    with pytest.raises(LookupError, match="passed by keyword"):
+        check_symbol("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", keywords=("batch",))
+    check_symbol("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", keywords=("last_batch",))
 
 
 def test_hooks_for_config():

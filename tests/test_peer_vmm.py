@@ -246,12 +246,24 @@ def test_importer_refuses_gpu_without_peer_access(owner):
         TensorImporter(exp.address, 3, 2.0, "owner B", driver=FakeDriver({}), can_access_peer=lambda a, b: False)
 
 
-def test_importer_times_out_without_owner():
-    """With nobody listening, the reader gives up after about timeout_s, saying the owner did not publish."""
+def test_importer_times_out_without_owner(monkeypatch, caplog):
+    """With nobody listening, the reader gives up after about timeout_s, saying the owner did not publish; meanwhile
+    it logs (every `PROGRESS_EVERY_S`, 10 s in a server) whom it waits for, where, how long so far and the limit."""
+    import logging
+
+    from sgl_sidp import process
+
+    monkeypatch.setattr(process, "PROGRESS_EVERY_S", 0.3)
+    name = f"test-{uuid.uuid4().hex}"
     t0 = time.monotonic()
-    with pytest.raises(PeerError, match="owner C did not publish its tensors within 1 s"):
-        TensorImporter(socket_address(f"test-{uuid.uuid4().hex}", 0, 0), 0, 1.0, "owner C", driver=FakeDriver({}))
+    with caplog.at_level(logging.INFO, logger="sgl_sidp.peer.vmm"), \
+            pytest.raises(PeerError, match="owner C did not publish its tensors within 1 s"):
+        TensorImporter(socket_address(name, 0, 0), 0, 1.0, "owner C", driver=FakeDriver({}))
     assert 1.0 <= time.monotonic() - t0 < 3.0
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) >= 2 and all(m.startswith(f"sgl-sidp GPU 0 (pid {os.getpid()}) waits for owner C to publish its "
+                                                f"tensors at @sgl-sidp-{name}.0.tp0: ") for m in lines)
+    assert lines[-1].endswith(" s so far, limit 1 s")
 
 
 def test_importer_times_out_when_owner_sends_nothing():

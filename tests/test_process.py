@@ -1,9 +1,10 @@
-"""sgl_sidp.process: naming the failing process and stopping the whole server."""
+"""sgl_sidp.process: naming the failing process, stopping the whole server, and the progress lines of long waits."""
 
 import logging
 import multiprocessing
 import os
 import signal
+import time
 
 import pytest
 
@@ -183,3 +184,41 @@ def test_siblings_starting_sees_a_spawned_child_before_its_title(tmp_path):
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
     assert out.stdout.split() == ["answer", "False", "answer", "True"], (out.stdout, out.stderr[-2000:])
+
+
+def test_progress_says_what_is_awaited_how_long_and_the_limit(caplog):
+    """A long wait logs, every `every_s`, who waits for what, the seconds so far and the limit, and where it is now;
+    a wait shorter than `every_s` logs nothing."""
+    log = logging.getLogger("tests.progress")
+    now = [100.0]
+    p = process.Progress("sgl-sidp GPU 1 waits for zerodp source DP0 TP0 to publish its tensors", log, limit_s=900,
+                         clock=lambda: now[0])
+    now[0] += 10
+    assert p.message() == ("sgl-sidp GPU 1 waits for zerodp source DP0 TP0 to publish its tensors: 10 s so far, "
+                           "limit 900 s")
+    now[0] += 10.4
+    p.at("decode batch 16 (3 of 6)")
+    assert p.message().endswith(": 20 s so far, limit 900 s; now decode batch 16 (3 of 6)")
+    assert process.Progress("x", log).message() == "x: 0 s so far"  # no limit known
+
+    with caplog.at_level(logging.INFO, logger=log.name):
+        with process.Progress("quick", log):  # the default 10 s: nothing before the block ends
+            pass
+        assert caplog.records == []
+        with process.Progress("sgl-sidp: rank 0 waits for rank 1", log, limit_s=5, every_s=0.01) as p:
+            p.at("the handles")
+            deadline = time.monotonic() + 1.0
+            while len(caplog.records) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        n = len(caplog.records)
+        time.sleep(0.05)
+    assert n >= 2 and len(caplog.records) == n  # none after the block ended
+    assert all(r.getMessage().startswith("sgl-sidp: rank 0 waits for rank 1: 0 s so far, limit 5 s; now the handles")
+               for r in caplog.records)
+
+
+def test_dp_rank_reads_the_ps_of_a_scheduler_or_runner():
+    from types import SimpleNamespace
+
+    assert process.dp_rank(SimpleNamespace(ps=SimpleNamespace(dp_rank=2))) == 2
+    assert process.dp_rank(SimpleNamespace(ps=SimpleNamespace(dp_rank=None))) == 0  # --dp-size 1

@@ -263,6 +263,8 @@ def test_prefill_buckets_are_counted_by_their_captured_configuration():
 def calibration_runtime(monkeypatch, tmp_path, threshold=0):
     """A runtime with SP = 2 whose prefills time as a model where the base configuration wins from 1024 tokens on;
     the calibration key and the cache directory faked on CPU."""
+    from sglang.srt.distributed import parallel_state
+
     import sgl_sidp.calibration.measure as measure
     import sgl_sidp.calibration.startup as startup
     from sgl_sidp.calibration.cache import CalibrationKey
@@ -281,7 +283,8 @@ def calibration_runtime(monkeypatch, tmp_path, threshold=0):
         return tokens / 100 * (1.0 if rt.force == "shift" else 0.9 if tokens >= 1024 else 1.1)
 
     monkeypatch.setattr(measure, "time_dummy_prefill", fake_time)
-    mr = types.SimpleNamespace(ps=types.SimpleNamespace(tp_size=1, tp_rank=0))
+    monkeypatch.setattr(parallel_state, "get_tp_group", lambda: types.SimpleNamespace(rank_in_group=0, world_size=1))
+    mr = types.SimpleNamespace()  # SGLang's ModelRunner: its TP rank and size come from the TP group above
     graph_runner = types.SimpleNamespace(model_runner=mr, max_num_tokens=2048, prefill_backend_name="breakable")
     return rt, graph_runner, timed, key
 
@@ -307,6 +310,29 @@ def test_prefill_graphs_are_captured_with_the_threshold_calibrated_before_them(m
     graph_runner.prefill_backend_name = "tc_piecewise"
     with pytest.raises(ShiftError, match="SGLang chose the 'tc_piecewise' prefill CUDA graphs"):
         given.around_prefill_capture(lambda runner: None, graph_runner)
+
+
+def test_the_threshold_calibration_logs_which_prefill_it_times(monkeypatch, tmp_path, caplog):
+    """While it lasts, the calibration logs (every `PROGRESS_EVERY_S`, 10 s in a server) which prefill it times."""
+    import logging
+    import re
+    import time
+
+    from sgl_sidp import process
+
+    rt, graph_runner, _, _ = calibration_runtime(monkeypatch, tmp_path)
+    monkeypatch.setattr(process, "PROGRESS_EVERY_S", 0.02)
+
+    def slow(tokens):
+        time.sleep(0.04)
+        return tokens / 100
+
+    with caplog.at_level(logging.INFO, logger="sgl_sidp.shift.runtime"):
+        rt.calibrate(graph_runner.model_runner, slow, 512, "dummy prefills")
+    lines = [r.getMessage() for r in caplog.records if "threshold calibration" in r.getMessage()]
+    assert lines and all(re.fullmatch(r"sgl-sidp shift TP0: threshold calibration \(dummy prefills\): 0 s so far; now "
+                                      r"prefill of (128|256|512) tokens \([123] of 3\) in the (shift|base) configuration",
+                                      m) for m in lines), lines
 
 
 def test_cache_keeps_a_feature_measurement_per_key(tmp_path):

@@ -295,3 +295,27 @@ def test_vanilla_kv_estimate_gives_back_the_freed_weights_net_of_slots():
     freed, slots, per_token = 32 * 786_000_000, 2 * 786_000_000, 262_144
     assert vanilla_kv_estimate(330_000, freed, slots, per_token) == 330_000 - (30 * 786_000_000) // per_token
     assert vanilla_kv_estimate(10, freed, slots, per_token) == 0
+
+
+def test_joining_the_lockstep_group_logs_whom_it_waits_for(monkeypatch, tmp_path, caplog):
+    """A DP rank meeting the others (`replica_group`: SGLang's `init_custom_process_group` on a FileStore) logs, every
+    `PROGRESS_EVERY_S` (10 s in a server) while it waits, the group, how many it waits for, the store and the limit."""
+    import logging
+    import re
+    import time
+
+    import sglang.srt.utils.common as common
+
+    from sgl_sidp import process
+    from sgl_sidp.control import lockstep
+
+    monkeypatch.setattr(process, "PROGRESS_EVERY_S", 0.02)
+    monkeypatch.setattr(common, "init_custom_process_group", lambda **kw: time.sleep(0.2) or kw["group_name"])
+    with caplog.at_level(logging.INFO, logger=lockstep.__name__):
+        assert lockstep.replica_group("lockstep-30000-4242-tp0", 3, 1, "gloo", 900, str(tmp_path)) == \
+            "sgl-sidp-lockstep-30000-4242-tp0"
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines and all(re.fullmatch(
+        r"sgl-sidp: rank 1 of the gloo group lockstep-30000-4242-tp0 waits for the other 2 member\(s\) to join "
+        rf"\(store {re.escape(str(tmp_path))}/sgl-sidp-lockstep-30000-4242-tp0\.store\): 0 s so far, limit 900 s", m)
+        for m in lines), lines

@@ -113,12 +113,13 @@ def test_moe_layers_whose_experts_run_elsewhere_are_refused():
         collect_moe_layers(torch.nn.ModuleList([bare(FusedMoE, 0), bare(OwnCore, 1)]))
 
 
-def test_kv_bytes_per_token_matches_sglang_for_qwen3_moe(tmp_path):
+def test_kv_bytes_per_token_matches_sglang_for_qwen3_moe(tmp_path, monkeypatch):
     """GQA: 2 (K, V) x 48 layers x 4 KV heads x 128 x 2 bytes (bf16) = 98,304, the cell size SGLang logs for
     Qwen3-30B-A3B; an fp8 KV cache halves it; TP=2 splits the 4 KV heads."""
     import json
 
     from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed import parallel_state
 
     from sgl_sidp.calibration.measure import kv_bytes_per_token
 
@@ -130,7 +131,10 @@ def test_kv_bytes_per_token_matches_sglang_for_qwen3_moe(tmp_path):
     }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     mc = ModelConfig(model_path=str(tmp_path))
-    runner = lambda kv, tp: types.SimpleNamespace(model_config=mc, server_args=types.SimpleNamespace(kv_cache_dtype=kv), ps=types.SimpleNamespace(tp_size=tp))
+    def runner(kv, tp):  # the TP size comes from SGLang's TP group
+        monkeypatch.setattr(parallel_state, "get_tp_group", lambda: types.SimpleNamespace(rank_in_group=0, world_size=tp))
+        return types.SimpleNamespace(model_config=mc, server_args=types.SimpleNamespace(kv_cache_dtype=kv))
+
     assert kv_bytes_per_token(runner("auto", 1)) == 98_304
     assert kv_bytes_per_token(runner("fp8_e4m3", 1)) == 49_152
     assert kv_bytes_per_token(runner("auto", 2)) == 49_152
@@ -188,3 +192,34 @@ def test_load_model_places_only_a_sinks_experts():
     with pytest.raises(RuntimeError):
         rt.around_load_model(boom, types.SimpleNamespace(ps=types.SimpleNamespace(dp_rank=1)))
     assert rt.placeholders.loading is False
+
+
+def test_a_sink_waiting_for_its_sources_calibration_logs_progress(monkeypatch, tmp_path, caplog):
+    """`auto` on a first start: while the sink waits for the source to measure, it logs (every `PROGRESS_EVERY_S`,
+    10 s in a server) for whom it waits, where, how long so far and the limit; then it takes the source's result."""
+    import os
+    import threading
+
+    from sgl_sidp import process
+    from sgl_sidp.calibration import startup
+    from sgl_sidp.calibration.cache import CalibrationCache, CalibrationKey
+    from sgl_sidp.calibration.table import Calibration
+
+    monkeypatch.setattr(process, "PROGRESS_EVERY_S", 0.05)
+    monkeypatch.setenv("SIDP_CALIBRATION_DIR", str(tmp_path))
+    key = CalibrationKey("NVIDIA H200", "tiny-moe tp1", "torch.bfloat16", "", "triton", "0.5.17")
+    monkeypatch.setattr(startup, "calibration_key", lambda runner: key)
+    rt, _ = runtime()
+    rt.settings = rt.settings.model_copy(update={"source_timeout_s": 5.0})
+    rt.dp_rank, rt.tp_rank = 1, 0
+    measured = Calibration(key.model, key.gpu, {1: 8.0}, {512: 30.0}, None, "measured at start-up", measure_s=1.5)
+    source = threading.Timer(0.2, lambda: CalibrationCache().put(key, measured))
+    source.start()
+    with caplog.at_level(logging.INFO, logger="sgl_sidp.zerodp.runtime"):
+        cal, origin = rt._calibration(None, types.SimpleNamespace(owner_pid=os.getpid()))
+    source.join()
+    assert cal.decode_ms == {1: 8.0} and origin.startswith("measured by the source at start-up (1.5 s; waited ")
+    waits = [r.getMessage() for r in caplog.records if "waits for" in r.getMessage()]
+    expected = (f"sgl-sidp zerodp DP1 TP0 waits for the start-up calibration of zerodp source DP0 TP0 (pid {os.getpid()}) "
+                f"in {CalibrationCache().path(key)}: ")
+    assert waits and all(m.startswith(expected) and m.endswith(" s so far, limit 5 s") for m in waits)

@@ -33,21 +33,25 @@ from typing import Callable, Sequence
 
 import torch
 
+from sgl_sidp.process import Progress
+
 logger = logging.getLogger(__name__)
 
 #: Default decode batch sizes and the two contexts each is timed at; prefill chunk sizes.
 #: (Decode time is concave in the batch for MoE models, so the batches are spaced by 4x at most.)
 DECODE_BATCHES = (1, 4, 16, 64, 128, 256)
 DECODE_CONTEXTS = (256, 2048)
-PREFILL_TOKENS = (512, 2048, 8192)
+PREFILL_TOKENS = (128, 512, 2048, 4096, 8192)
 
 
 def kv_bytes_per_token(model_runner) -> int:
     """KV bytes of one token over all attention layers of this TP rank (MHA/GQA: K and V; MLA: latent).
 
     From SGLang's `ModelConfig` and `--kv-cache-dtype` (fp8*: 1 byte, fp4*: half, else the model
-    dtype), so it is known before the KV pool exists.
+    dtype), so it is known before the KV pool exists; this TP rank's share from SGLang's TP world size.
     """
+    from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_world_size
+
     mc = model_runner.model_config
     kv_flag = str(model_runner.server_args.kv_cache_dtype or "auto")
     elt = 1.0 if kv_flag.startswith("fp8") else 0.5 if kv_flag.startswith("fp4") else mc.dtype.itemsize
@@ -55,7 +59,7 @@ def kv_bytes_per_token(model_runner) -> int:
     if getattr(mc, "kv_lora_rank", None):
         per_layer = mc.kv_lora_rank + mc.qk_rope_head_dim
     else:
-        per_layer = 2 * mc.get_num_kv_heads(model_runner.ps.tp_size) * mc.head_dim
+        per_layer = 2 * mc.get_num_kv_heads(get_tensor_model_parallel_world_size()) * mc.head_dim
     return max(1, int(layers * per_layer * elt))
 
 
@@ -185,8 +189,9 @@ def feasible_points(scheduler, batches: Sequence[int] = DECODE_BATCHES, contexts
     return bs, ctx, pre
 
 
-def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6) -> dict:
-    """Decode and prefill forward times of this server (see the module doc).
+def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str = "this replica") -> dict:
+    """Decode and prefill forward times of this server (see the module doc); every 10 s it logs which point it
+    measures (`process.Progress`), naming the process as `who`.
 
     Returns:
         {"decode_ms": {bs: ms}, "decode_context": {bs: tokens}, "decode_ms_long": {bs: ms},
@@ -204,11 +209,13 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6) -> dict:
     out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "prefill_ms": {}, "graph": True,
            "decode_context_long": long_ if long_ != short else 0}
     rates = []
-    with torch.inference_mode():
-        for bs in bs_list:
+    progress = Progress(f"sgl-sidp {who}: start-up calibration of the forward times", logger, limit_s=budget_s)
+    with torch.inference_mode(), progress:
+        for i, bs in enumerate(bs_list, 1):
             if time.monotonic() - t0 > budget_s or short is None:
                 break
             for ctx in dict.fromkeys((short, long_)):
+                progress.at(f"decode batch {bs} ({i} of {len(bs_list)}) at {ctx} tokens of context")
                 probe = DecodeProbe(mr, bs, ctx)
                 try:
                     ms = median_ms(probe.run, iters)
@@ -222,9 +229,10 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6) -> dict:
             extra_ms = out["decode_ms_long"].get(bs, 0.0) - out["decode_ms"][bs]
             if bs in out["decode_ms_long"] and extra_ms > 0.2:  # below 0.2 ms the difference is noise
                 rates.append(bs * (long_ - short) * kvb / (extra_ms * 1e-3) / 1e9)
-        for t in prefill:
+        for i, t in enumerate(prefill, 1):
             if time.monotonic() - t0 > budget_s:
                 break
+            progress.at(f"prefill of {t} tokens ({i} of {len(prefill)})")
             out["prefill_ms"][t] = time_prefill(scheduler, t)
     out["attention_gbps"] = max(rates) if rates else None  # the largest batch with its own KV reads fastest
     out["seconds"] = time.monotonic() - t0

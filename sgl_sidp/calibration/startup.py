@@ -24,13 +24,14 @@ logger = logging.getLogger(__name__)
 def calibration_key(runner) -> CalibrationKey:
     """The `CalibrationKey` of an SGLang `ModelRunner` (GPU, model shapes, dtype, quantization, attention, SGLang)."""
     import sglang
+    from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_world_size
 
     from sgl_sidp.model_info import model_signature
 
     sa = runner.server_args
     return CalibrationKey(
         gpu=torch.cuda.get_device_name(torch.cuda.current_device()),
-        model=model_signature(runner.model_config.hf_config.to_dict(), runner.ps.tp_size),
+        model=model_signature(runner.model_config.hf_config.to_dict(), get_tensor_model_parallel_world_size()),
         dtype=str(runner.model_config.dtype),
         quantization=str(sa.quantization or ""),
         attention_backend=str(sa.attention_backend or ""),
@@ -54,20 +55,26 @@ def ensure_forward_times(scheduler, who: str, cache: CalibrationCache | None = N
     Raises:
         whatever the measurement raises (an SGLang forward failing on this server).
     """
+    from sglang.srt.distributed.parallel_state import (
+        get_tensor_model_parallel_rank,
+        get_tensor_model_parallel_world_size,
+        get_tp_group,
+    )
+
     runner = scheduler.tp_worker.model_runner
     key = calibration_key(runner)
     cache = cache or CalibrationCache()
-    tp0 = runner.ps.tp_rank == 0
+    tp0 = get_tensor_model_parallel_rank() == 0
     cached = cache.get(key)
     missing = cached is None
-    if runner.ps.tp_size > 1:
-        missing = runner.tp_group.broadcast_object(missing if tp0 else None, src=0)
+    if get_tensor_model_parallel_world_size() > 1:
+        missing = get_tp_group().broadcast_object(missing if tp0 else None, src=0)
     if not missing:
         if tp0 and cached is not None:
             logger.info("sgl-sidp %s: start-up calibration read from the cache %s (%s, %.1f s then); not measured again",
                         who, cache.path(key), cached.source, cached.measure_s)
         return None
-    m = measure_forwards(scheduler)
+    m = measure_forwards(scheduler, who=who)
     cal = Calibration(
         model=key.model, gpu=key.gpu, decode_ms=m["decode_ms"], prefill_ms=m["prefill_ms"], copy_gbps=None,
         source=f"measured at start-up by {who} ({time.strftime('%Y-%m-%d')}, "
@@ -97,10 +104,12 @@ class StartupCalibration:
 
     def on_scheduler_init(self, result, scheduler, *args, **kwargs):
         """AFTER `Scheduler.__init__` (every TP rank of DP rank 0 runs the forwards: they hold TP collectives)."""
-        ps = scheduler.ps
-        dp = ps.dp_rank if ps.dp_rank is not None else 0
-        if dp == 0:
-            ensure_forward_times(scheduler, f"DP{dp} TP{ps.tp_rank}")
+        from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank
+
+        from sgl_sidp.process import dp_rank
+
+        if dp_rank(scheduler) == 0:
+            ensure_forward_times(scheduler, f"DP0 TP{get_tensor_model_parallel_rank()}")
         return result
 
 

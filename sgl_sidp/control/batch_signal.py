@@ -224,9 +224,12 @@ class BatchSignal:
         Runs once per scheduler process, after SGLang configured its logging and its
         metrics collector, so the log line and the metric labels are SGLang's own.
         """
+        from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank
+
+        from sgl_sidp.process import dp_rank
+
         cfg = self.ctx.config
-        ps = scheduler.ps
-        rank_name = f"DP{ps.dp_rank if ps.dp_rank is not None else 0} TP{ps.tp_rank}"
+        rank_name = f"DP{dp_rank(scheduler)} TP{get_tensor_model_parallel_rank()}"
         collector = getattr(scheduler, "metrics_collector", None)
         labels = dict(collector.labels) if collector is not None else None
         self.observer = BatchSignalObserver(cfg.signal_log_interval, labels, rank_name=rank_name,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import logging
 import os
 from datetime import timedelta
 from typing import Sequence
@@ -23,6 +24,9 @@ import torch
 import torch.distributed as dist
 
 from sgl_sidp.control.mode_switch import ModeSwitch, ServeMode
+from sgl_sidp.process import Progress
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +124,10 @@ def replica_group(name: str, world: int, rank: int, backend: str = "gloo", timeo
     from sglang.srt.utils.common import init_custom_process_group
 
     store = replica_store(name, world, directory)
-    return init_custom_process_group(backend=backend, store=store, world_size=world, rank=rank,
-                                     group_name=f"sgl-sidp-{name}", timeout=timedelta(seconds=timeout_s))
+    with Progress(f"sgl-sidp: rank {rank} of the {backend} group {name} waits for the other {world - 1} member(s) to "
+                  f"join (store {directory}/sgl-sidp-{name}.store)", logger, limit_s=timeout_s):
+        return init_custom_process_group(backend=backend, store=store, world_size=world, rank=rank,
+                                         group_name=f"sgl-sidp-{name}", timeout=timedelta(seconds=timeout_s))
 
 
 def replica_store(name: str, world: int, directory: str = "/tmp") -> "dist.FileStore":

@@ -34,7 +34,7 @@ import torch
 
 from sgl_sidp.peer.manifest import TensorSpec
 from sgl_sidp.peer.moves import plan_moves
-from sgl_sidp.process import stop_server
+from sgl_sidp.process import Progress, stop_server
 
 logger = logging.getLogger(__name__)
 
@@ -280,19 +280,22 @@ class TensorImporter:
         self.device_id = device_id
         self.owner_name = owner_name
         deadline = time.monotonic() + timeout_s
-        while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.connect(address)
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                sock.close()
-                if time.monotonic() > deadline:
-                    raise PeerError(
-                        f"{owner_name} did not publish its tensors within {timeout_s:.0f} s "
-                        "(did it fail to start? see its log lines above)"
-                    ) from None
-                time.sleep(0.5)
+        waiting = (f"sgl-sidp GPU {device_id} (pid {os.getpid()}) waits for {owner_name} to publish its tensors at "
+                   f"{address.replace(chr(0), '@')}")
+        with Progress(waiting, logger, limit_s=timeout_s):  # the owner may still be loading its weights
+            while True:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(address)
+                    break
+                except (FileNotFoundError, ConnectionRefusedError):
+                    sock.close()
+                    if time.monotonic() > deadline:
+                        raise PeerError(
+                            f"{owner_name} did not publish its tensors within {timeout_s:.0f} s "
+                            "(did it fail to start? see its log lines above)"
+                        ) from None
+                    time.sleep(0.5)
         self._sock = sock
         sock.settimeout(max(1.0, deadline - time.monotonic()))
         fds: list[int] = []

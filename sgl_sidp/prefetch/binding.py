@@ -69,7 +69,7 @@ class SlotBinding:
         n_slots: slots in the ring (>= 1).
         fetch_order: the order the layers are fetched in (default: `layers`' order; see `PrefetchSchedule`).
         ops: stream/event operations (`StreamOps` on CUDA, `SimulatedStreams` on CPU).
-        wrap: applied to each sync point (`eager_on_graph(True)` inside SGLang; identity in tests).
+        wrap: applied to each sync point (`eager_on_graph(enable=True)` inside SGLang; identity in tests).
         release_cached: called once the originals are dropped (`torch.cuda.empty_cache` on CUDA),
             so their memory goes back to the driver before SGLang sizes its KV cache.
         sample_every: time the slot waits of one eager forward in this many (`StallSampler`; 0: never).

@@ -403,7 +403,7 @@ def sync_points(
 ) -> tuple[Callable, Callable, Callable]:
     """The three sync points as plain functions, each passed through `wrap`.
 
-    On CUDA, `wrap` is `graph_break` (SGLang's `eager_on_graph(True)` of
+    On CUDA, `wrap` is `graph_break` (SGLang's `eager_on_graph(enable=True)` of
     `sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph`, taken on the capture's
     stream), so inside a breakable prefill graph each point runs eagerly between graph segments and
     the copies overlap across segments; in a full decode graph (or eagerly) the call runs inline and
@@ -428,8 +428,8 @@ def graph_break(fn: Callable, *, sglang_break: Callable[[Callable], Callable] | 
     """`fn` as a break point of SGLang's breakable CUDA graphs, taken on the capture's own stream: the `wrap` of
     `sync_points` on CUDA.
 
-    SGLang's `eager_on_graph(True)` ends the current graph segment where it is called, and a CUDA graph capture must
-    end on the stream it began on. Models that run their experts on a second stream while capturing (Qwen2-MoE's
+    SGLang's `eager_on_graph(enable=True)` ends the current graph segment where it is called, and a CUDA graph capture
+    must end on the stream it began on. Models that run their experts on a second stream while capturing (Qwen2-MoE's
     `forward_normal_dual_stream`: the routed experts under `torch.cuda.stream(alt_stream)`) reach a sync point on
     that side stream, where the plain break fails ("Capture must end on the same stream it began on"). Here the side
     stream's work joins the capture stream first, the break (and `fn`) runs on the capture stream, and the side stream
@@ -439,7 +439,7 @@ def graph_break(fn: Callable, *, sglang_break: Callable[[Callable], Callable] | 
 
     Args:
         fn: the sync point.
-        sglang_break, capture_stream, current_stream, on_stream: SGLang's `eager_on_graph(True)`, its
+        sglang_break, capture_stream, current_stream, on_stream: SGLang's `eager_on_graph(enable=True)`, its
             `get_current_stream` (the breakable capture's stream, else the current one), `torch.cuda.current_stream`
             and `torch.cuda.stream` by default; tests pass stand-ins.
 
@@ -452,7 +452,7 @@ def graph_break(fn: Callable, *, sglang_break: Callable[[Callable], Callable] | 
             get_current_stream,
         )
 
-        sglang_break, capture_stream = eager_on_graph(True), get_current_stream
+        sglang_break, capture_stream = eager_on_graph(enable=True), get_current_stream
         current_stream, on_stream = torch.cuda.current_stream, torch.cuda.stream
     broken = sglang_break(fn)
 

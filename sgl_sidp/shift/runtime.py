@@ -62,6 +62,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from sgl_sidp.process import Progress
 from sgl_sidp.shift import ulysses
 from sgl_sidp.shift.views import COLUMN, ROW, gather_base, shard_view
 
@@ -83,6 +84,13 @@ def sub_module(root: torch.nn.Module, path: str) -> torch.nn.Module:
     for name in path.split("."):
         root = getattr(root, name)
     return root
+
+
+def _tp_rank() -> int:
+    """This GPU's TP rank, from SGLang's TP group (built before `on_init_torch_distributed`, the first hook asking)."""
+    from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank
+
+    return get_tensor_model_parallel_rank()
 
 
 class ShiftRuntime:
@@ -209,14 +217,18 @@ class ShiftRuntime:
         """AFTER `ModelRunner.init_torch_distributed`: the SP (and TP_b) groups, on every TP rank of the world."""
         if getattr(runner, "is_draft_worker", False):
             return result
-        from sglang.srt.distributed.parallel_state import get_world_group, init_model_parallel_group
+        from sglang.srt.distributed.parallel_state import (
+            get_tensor_model_parallel_world_size,
+            get_world_group,
+            init_model_parallel_group,
+        )
 
         from sgl_sidp.shift.feature import fused_all_reduce_problems, sp_of
 
         fused = fused_all_reduce_problems(runner.server_args)  # the launcher refuses it; a vanilla launch may not
         if fused:
             raise ShiftError(fused[0])
-        p, tp_rank = runner.ps.tp_size, runner.ps.tp_rank
+        p, tp_rank = get_tensor_model_parallel_world_size(), _tp_rank()
         sp = sp_of(self.settings, p)
         local = get_world_group().local_rank
         backend = torch.distributed.get_backend()
@@ -249,7 +261,7 @@ class ShiftRuntime:
                 self.threshold_source = f"start-up calibration cached in {cache.dir}"
         logger.info("sgl-sidp shift TP%d: base (SP=%d, TP=%d) as SP rank %d, shift (TP=%d) on views of the base "
                     "weights; the base weights add %.2f GB on this GPU; base above %s tokens per forward (%s)",
-                    runner.ps.tp_rank, self.sp, self.tp_b, self.sp_rank, self.p, gb, self.threshold,
+                    _tp_rank(), self.sp, self.tp_b, self.sp_rank, self.p, gb, self.threshold,
                     self.threshold_source)
         return result
 
@@ -347,7 +359,7 @@ class ShiftRuntime:
         base_graphs = [b for b in self.capture_bs if self.base_for(b)]
         self.graph_base = set(base_graphs)
         base_prefill = [n for n in self.prefill_bs if self.base_for(n)]
-        tp_rank = getattr(scheduler, "tp_rank", 0)
+        tp_rank = _tp_rank()
         logger.info("sgl-sidp shift TP%d: decode CUDA graphs in the base configuration: %s; in the shift "
                     "configuration: %d sizes", tp_rank, base_graphs or "none", len(self.capture_bs) - len(base_graphs))
         logger.info("sgl-sidp shift TP%d: prefill CUDA graphs: %d token buckets in the base configuration (%s), %d in "
@@ -363,7 +375,7 @@ class ShiftRuntime:
         if collector is not None:
             self.metrics = ShiftMetrics(self, dict(collector.labels))
         logger.info("sgl-sidp shift TP%d: ready; P=%d, base SP=%d TP=%d above %s tokens per forward (%s)",
-                    getattr(scheduler, "tp_rank", 0), self.p, self.sp, self.tp_b, self.threshold, self.threshold_source)
+                    tp_rank, self.p, self.sp, self.tp_b, self.threshold, self.threshold_source)
         return result
 
     def calibrate(self, runner, time_ms: Callable[[int], float], room: int, what: str) -> None:
@@ -372,27 +384,33 @@ class ShiftRuntime:
         cache it. `runner`: SGLang's `ModelRunner`; `what`: the forwards timed, for the log."""
         import time
 
+        from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_world_size, get_tp_group
+
         from sgl_sidp.calibration.cache import CalibrationCache
         from sgl_sidp.calibration.cost import shift_threshold
         from sgl_sidp.calibration.startup import calibration_key
 
         t0 = time.perf_counter()
         points = {}
-        for tokens in (t for t in CALIBRATION_TOKENS if t <= room):
-            ms = {}
-            for config in ("shift", "base"):
-                self.force = config
-                try:
-                    ms[config] = time_ms(tokens)
-                finally:
-                    self.force = None
-            points[tokens] = (ms["shift"], ms["base"])
+        sizes = [t for t in CALIBRATION_TOKENS if t <= room]
+        with Progress(f"sgl-sidp shift TP{_tp_rank()}: threshold calibration ({what})", logger) as progress:
+            for i, tokens in enumerate(sizes, 1):
+                ms = {}
+                for config in ("shift", "base"):
+                    progress.at(f"prefill of {tokens} tokens ({i} of {len(sizes)}) in the {config} configuration")
+                    self.force = config
+                    try:
+                        ms[config] = time_ms(tokens)
+                    finally:
+                        self.force = None
+                points[tokens] = (ms["shift"], ms["base"])
         threshold = shift_threshold(points) if points else math.inf
-        if runner.ps.tp_size > 1:
-            threshold = runner.tp_group.broadcast_object(threshold if runner.ps.tp_rank == 0 else None, src=0)
+        tp0 = _tp_rank() == 0
+        if get_tensor_model_parallel_world_size() > 1:
+            threshold = get_tp_group().broadcast_object(threshold if tp0 else None, src=0)
         self.threshold = threshold
         self.threshold_source = f"start-up calibration ({time.perf_counter() - t0:.1f} s, {what})"
-        if runner.ps.tp_rank == 0:
+        if tp0:
             path = CalibrationCache().put_extra(calibration_key(runner), f"shift-sp{self.sp}",
                                                 {"threshold": threshold, "points": {str(t): v for t, v in points.items()}})
             logger.info("sgl-sidp shift TP0: prefill ms (shift, base) by tokens (%s): %s; threshold %s tokens (cached "

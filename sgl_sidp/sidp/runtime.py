@@ -333,9 +333,16 @@ class SiDPRuntime:
         """
         if getattr(runner, "is_draft_worker", False):
             return original(runner, *args, **kwargs)
-        self._placing = (int(runner.ps.dp_rank or 0), int(runner.server_args.dp_size))
+        from sglang.srt.distributed.parallel_state import (
+            get_tensor_model_parallel_rank,
+            get_tensor_model_parallel_world_size,
+        )
+
+        from sgl_sidp.process import dp_rank
+
+        self._placing = (dp_rank(runner), int(runner.server_args.dp_size))
         if self.settings.force != "was":  # in lockstep from start-up on: a dead or frozen rank stops the group at once
-            self._watch_peers(*self._placing, int(runner.ps.tp_rank), int(runner.ps.tp_size))
+            self._watch_peers(*self._placing, get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size())
         with self.placeholders.placing():
             result = original(runner, *args, **kwargs)
         self._on_loaded(runner)
@@ -364,11 +371,14 @@ class SiDPRuntime:
         return result
 
     def _on_loaded(self, runner) -> None:
+        from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank
+
         from sgl_sidp.peer.vmm import measure_copy_gbps, socket_address
         from sgl_sidp.prefetch.binding import first_decoder_layer
         from sgl_sidp.prefetch.ring import SAMPLE_EVERY, StreamOps, graph_break
+        from sgl_sidp.process import dp_rank
 
-        dp, tp = int(runner.ps.dp_rank or 0), int(runner.ps.tp_rank)
+        dp, tp = dp_rank(runner), get_tensor_model_parallel_rank()
         device_id = torch.cuda.current_device()
         port = runner.server_args.port
         mlps = collect_mlps(runner.model)
@@ -475,13 +485,16 @@ class SiDPRuntime:
         from sglang.srt.distributed.utils import StatelessProcessGroup
 
         from sgl_sidp.control.lockstep import replica_store
+        from sgl_sidp.process import Progress
         from sgl_sidp.remote_compute.cas import BucketWire
 
         if getattr(runner, "decode_cuda_graph_runner", None) is None:
             raise SiDPError("--sidp-sidp-cas-graphs: SGLang captured no decode CUDA graphs on this server")
         store = replica_store(f"casgraph-{tag}", self.d)
-        comm = PyNcclCommunicator(StatelessProcessGroup(rank=self.dp_rank, world_size=self.d, store=store),
-                                  device=torch.cuda.current_device())
+        with Progress(f"sgl-sidp sidp {self.who} waits for the other {self.d - 1} DP rank(s) to set up the NCCL "
+                      "communicator of the CaS decode graphs", logger, limit_s=store.timeout.total_seconds()):
+            comm = PyNcclCommunicator(StatelessProcessGroup(rank=self.dp_rank, world_size=self.d, store=store),
+                                      device=torch.cuda.current_device())
         if not comm.available:
             raise SiDPError("--sidp-sidp-cas-graphs: NCCL is not available to SGLang's PyNcclCommunicator")
         comm.disabled = False  # ours alone: SGLang's graph_capture() enables only its own groups' communicators

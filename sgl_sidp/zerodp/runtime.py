@@ -36,6 +36,7 @@ from sgl_sidp.calibration.measure import kv_bytes_per_token
 from sgl_sidp.calibration.table import Calibration, ExpectedBatch
 from sgl_sidp.peer.manifest import manifest_mismatches
 from sgl_sidp.prefetch.placeholders import LoadPlaceholders
+from sgl_sidp.process import Progress, dp_rank
 from sgl_sidp.zerodp.policy import GROUPS, N_SLOTS, OffloadPlan, ZeroDPError, choose_plan, group_of, manifest_of, parse_layers
 from sgl_sidp.zerodp.router import pick_rank
 
@@ -125,7 +126,7 @@ class ZeroDPRuntime:
         (`after_moe_init`); then set up the source or the sink (`on_loaded`)."""
         if getattr(runner, "is_draft_worker", False):
             return original(runner, *args, **kwargs)
-        with self.placeholders.placing(int(runner.ps.dp_rank or 0) > 0):
+        with self.placeholders.placing(dp_rank(runner) > 0):
             result = original(runner, *args, **kwargs)
         self.on_loaded(runner)
         return result
@@ -148,9 +149,11 @@ class ZeroDPRuntime:
             sgl_sidp.peer.vmm.PeerError: no shareable memory for a move; the source did not
                 publish in time; the GPUs have no peer access.
         """
+        from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank
+
         from sgl_sidp.peer.vmm import socket_address
 
-        self.dp_rank, self.tp_rank = int(runner.ps.dp_rank or 0), int(runner.ps.tp_rank)
+        self.dp_rank, self.tp_rank = dp_rank(runner), get_tensor_model_parallel_rank()
         moe_layers = collect_moe_layers(runner.model)
         if not moe_layers:
             raise ZeroDPError(f"--sidp-mode zerodp: {type(runner.model).__name__} has no FusedMoE layers to share")
@@ -177,6 +180,8 @@ class ZeroDPRuntime:
         )
 
     def _setup_sink(self, runner, moe_layers, address: str) -> None:
+        from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_world_size, get_tp_group
+
         from sgl_sidp.peer.vmm import TensorImporter, measure_copy_gbps
         from sgl_sidp.prefetch.binding import SlotBinding, first_decoder_layer
         from sgl_sidp.prefetch.ring import SAMPLE_EVERY, StreamOps, graph_break
@@ -226,8 +231,8 @@ class ZeroDPRuntime:
         n_sinks = max(1, int(runner.server_args.dp_size) - 1)
         plan = choose_plan(manifest, groups, self.copy_gbps, budget, forced, sink_index=self.dp_rank - 1,
                            n_sinks=n_sinks, kv=kv)
-        if runner.ps.tp_size > 1:  # one decision per replica: TP rank 0's (its copy rate and memory)
-            plan = runner.tp_group.broadcast_object(plan if self.tp_rank == 0 else None, src=0)
+        if get_tensor_model_parallel_world_size() > 1:  # one decision per replica: TP rank 0's (copy rate, memory)
+            plan = get_tp_group().broadcast_object(plan if self.tp_rank == 0 else None, src=0)
         self.plan = plan
         if plan.layers:
             remote = {**first, **imp.map([(lid, n) for lid in plan.layers for n in names if lid != moe_ids[0]])}
@@ -285,7 +290,10 @@ class ZeroDPRuntime:
             self.who, key.model, key.gpu, timeout, cache.path(key),
         )
         t0 = time.monotonic()
-        cal = cache.wait(key, timeout, alive=lambda: psutil.pid_exists(importer.owner_pid))
+        source = f"zerodp source {_who(0, self.tp_rank)} (pid {importer.owner_pid})"
+        with Progress(f"sgl-sidp zerodp {self.who} waits for the start-up calibration of {source} in {cache.path(key)}",
+                      logger, limit_s=timeout):
+            cal = cache.wait(key, timeout, alive=lambda: psutil.pid_exists(importer.owner_pid))
         if cal is None:
             raise ZeroDPError(
                 f"--sidp-zerodp-layers auto: the source measured no calibration for {key.model} on {key.gpu} within "
@@ -412,7 +420,7 @@ def _vanilla_kv_bytes(runner, device_id: int, not_held: int = 0) -> float:
     """
     free, total = torch.cuda.mem_get_info(device_id)
     pre_gib = getattr(runner, "pre_model_load_memory", None) or total / (1 << 30)
-    slack = pre_gib * (1 << 30) * (1 - float(runner.server_args.mem_fraction_static))
+    slack = pre_gib * (1 << 30) * (1 - float(runner.mem_fraction_static))
     return max(0.0, free - not_held - slack)
 
 
