@@ -67,8 +67,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a replay: name and the `python -m sgl_sidp.replay` flags (repeatable)")
     p.add_argument("--gpus", default="0,1", help="GPU of vanilla,ours (default 0,1); with --sequential one GPU")
     p.add_argument("--sequential", action="store_true", help="one GPU: run vanilla first, then ours")
-    p.add_argument("--port-base", type=int, default=22000)
-    p.add_argument("--ready-timeout-s", type=float, default=420)
+    p.add_argument("--port-base", type=int, default=22000,
+                   help="port of the vanilla server; ours gets the next one (default: %(default)s)")
+    p.add_argument("--ready-timeout-s", type=float, default=420,
+                   help="seconds to wait for each server to be ready (default: %(default)s)")
     return p.parse_args(argv)
 
 

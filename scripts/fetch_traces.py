@@ -76,11 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--from", dest="src", type=Path, default=None, help="copy from this folder instead of downloading")
-    p.add_argument("--dest", type=Path, default=REPO / "bench_traces" / "data")
+    p.add_argument("--dest", type=Path, default=REPO / "bench_traces" / "data",
+                   help="folder to put the traces in (default: bench_traces/data)")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="manifest names to fetch (default: all)")
-    p.add_argument("--manifest", type=Path, default=MANIFEST)
+    p.add_argument("--manifest", type=Path, default=MANIFEST,
+                   help="the manifest: each trace's name, file, url and sha256 "
+                        "(default: bench_traces/manifest.json)")
     p.add_argument("--force", action="store_true", help="fetch again even if a verified copy is in place")
-    p.add_argument("--timeout-s", type=float, default=120.0, help="per-download network timeout")
+    p.add_argument("--timeout-s", type=float, default=120.0,
+                   help="per-download network timeout in seconds (default: %(default)s)")
     args = p.parse_args(argv)
 
     entries = json.loads(args.manifest.read_text())["traces"]

@@ -3,7 +3,13 @@
 # SGLang otherwise), waits for "The server is fired up", stops it, and prints the calibration lines, the cache entry
 # and SGLang's max_total_num_tokens. Run once per budget: the cache entry is written by the first start only.
 # Usage (GPU host, repo root, .whl and .gpu carried): bash scripts/gpu_calibrate_model.sh OUT_DIR MODEL_DIR [flags...]
+#   OUT_DIR: where the server log (gzipped) goes; MODEL_DIR: the model's folder (served with dummy weights);
+#   flags: more flags for the server (e.g. --mem-fraction-static 0.8).
+# Environment: SIDP_CALIBRATION_DIR (optional): the calibration cache folder the launcher writes to and reads from
+#   (default: OUT_DIR/calibration).
 set -u
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
+[ $# -ge 2 ] || { echo "usage: bash scripts/gpu_calibrate_model.sh OUT_DIR MODEL_DIR [flags...] (--help for more)" >&2; exit 2; }
 source scripts/gpu_env.sh
 OUTD=$1; M=$2; shift 2; mkdir -p "$OUTD"
 NAME=$(basename "$M")$(echo "$*" | tr -c 'A-Za-z0-9.\n' '_' | sed 's/^/_/; s/_*$//')

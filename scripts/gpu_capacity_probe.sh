@@ -1,13 +1,15 @@
 #!/bin/bash
-# KV capacity of two servers started side by side on a 4 x H200 host (issue 3, "capacity" at SGLang's default
-# memory budget): SGLang's DWDP (--dwdp-size 2 --tp-size 2, GPUs 0,1) and ZeroDP offloading every layer
-# (--sidp-zerodp-layers all, GPUs 2,3). Each is started, asked for one greedy completion (does it serve?), and
-# stopped; max_total_num_tokens per rank comes from the server logs. Writes $1/{dwdp,zerodp_all}.log.gz.
+# KV capacity of two servers started side by side on a 4 x H200 host, at SGLang's default memory budget: SGLang's
+# DWDP (--dwdp-size 2 --tp-size 2, GPUs 0,1) and ZeroDP offloading every layer (--sidp-zerodp-layers all, GPUs 2,3).
+# Each is started, asked for one greedy completion (does it serve?), and stopped; max_total_num_tokens per rank comes
+# from the server logs. Writes OUT_DIR/{dwdp,zerodp_all}.log.gz.
 # Caveat (benchmarks/results/zerodp/README.md, round 2): the request goes out once /health answers, before SGLang
 # logs "The server is fired up"; in our runs it crashed vanilla SGLang and ZeroDP alike ("CUDA error: invalid
 # argument" in fused_topk), so only the capacity lines are evidence. scripts/zerodp_compare.py waits properly.
 # Usage (repo root): bash scripts/gpu_capacity_probe.sh OUT_DIR [extra flags for both servers]
 set -u
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
+[ $# -ge 1 ] || { echo "usage: bash scripts/gpu_capacity_probe.sh OUT_DIR [extra flags for both servers] (--help for more)" >&2; exit 2; }
 source scripts/gpu_env.sh
 OUTD=$1; shift; mkdir -p "$OUTD"
 M=.gpu/models/Qwen3-30B-A3B

@@ -1,7 +1,14 @@
 # Source on an offline GPU host, from the repo root: `source scripts/gpu_env.sh`.
 # Needs .whl/ made here by ../shared/tools/make_gpu_wheelhouse.sh (SGLang 0.5.17 for a host that
 # already has torch 2.11, triton 3.6, Python 3.12). Installs SGLang's site tree and this package
-# (so SGLang finds our plugin entry point) into /tmp/site and sets the environment every run needs.
+# (so SGLang finds our plugin entry point) into /tmp/site and sets the environment every run needs: puts /tmp/site
+# first on PYTHONPATH (keeping what it held) and CUDA's bin on PATH, and exports the SGLang, NCCL/NVSHMEM (no NVLink
+# multicast) and Hugging Face (offline) settings these runs use. Run rather than sourced, it changes nothing.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  case "${1:-}" in -h|--help) sed -n '/^[^#]/q; s/^# \{0,1\}//p' "$0"; exit 0;; esac
+  echo "gpu_env.sh: source it (source scripts/gpu_env.sh): run as a command it cannot set the caller's environment" >&2
+  exit 2
+fi
 mkdir -p /tmp/site
 if [ ! -f /tmp/site/.sglang_unpacked ]; then
   tar -xJf .whl/sglang-site-cp312.tar.xz -C /tmp/site && touch /tmp/site/.sglang_unpacked

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The foundation issue's GPU evidence in one go, on a host with 4 GPUs, from the repo root:
+# Vanilla SGLang against our launcher with the overlay off (trace replays), and the GPU test suite, in one go, on a
+# host with 4 GPUs, from the repo root:
 #   RES=/tmp/foundation setsid nohup bash scripts/gpu_foundation_run.sh &
 # Needs .whl/ (../shared/tools/make_gpu_wheelhouse.sh) and .gpu/ (model configs + traces, see README).
 #   GPU0/GPU1: Azure code trace replay, vanilla SGLang on GPU0 vs our launcher (overlay off) on GPU1,
@@ -7,7 +8,9 @@
 #   GPU2/GPU3: Mooncake conversation trace replay, vanilla on GPU2 vs ours on GPU3.
 # Each side's server has one H200 to itself; both sides see the same requests at the same instants.
 # Writes $RES/done_azure_pytest and $RES/done_mooncake when each lane ends.
+# Environment: RES (optional): the folder for the results and logs (default: /tmp/foundation).
 set -u
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
 source scripts/gpu_env.sh
 RES=${RES:-/tmp/foundation}
 mkdir -p "$RES"

@@ -1,9 +1,11 @@
-"""Shift Parallelism against vanilla SGLang on the same GPUs, one configuration after another (issue 10, items 3-4).
+"""Shift Parallelism against vanilla SGLang on the same GPUs, one configuration after another: KV capacity, TTFT,
+burst throughput, low-traffic TPOT and trace replays, as JSON files and one markdown table.
 
 Configurations (`--configs`, each started once on `--gpus`, measured, stopped):
 
   tp        python -m sglang.launch_server  --tp-size P
   dp        python -m sglang.launch_server  --dp-size P
+  dp_attn   python -m sglang.launch_server  --tp-size P --dp-size P --enable-dp-attention
   shift     python -m sgl_sidp.launch_server --tp-size P --sidp-mode shift [--sidp-shift-threshold T]
   shift_sp1 python -m sgl_sidp.launch_server --tp-size P --sidp-mode shift --sidp-shift-sp 1 (the wiring; any P)
   tp_eager_prefill, shift_eager_prefill: tp and shift with --disable-prefill-cuda-graph (what SGLang's breakable
@@ -46,6 +48,7 @@ CONFIGS = {
     "dp": ("sglang.launch_server", lambda p: ["--dp-size", str(p)]),
     "shift": ("sgl_sidp.launch_server", lambda p: ["--tp-size", str(p), "--sidp-mode", "shift"]),
     "shift_sp1": ("sgl_sidp.launch_server", lambda p: ["--tp-size", str(p), "--sidp-mode", "shift", "--sidp-shift-sp", "1"]),
+    "dp_attn": ("sglang.launch_server", lambda p: ["--tp-size", str(p), "--dp-size", str(p), "--enable-dp-attention"]),
     "tp_eager_prefill": ("sglang.launch_server", lambda p: ["--tp-size", str(p), "--disable-prefill-cuda-graph"]),
     "shift_eager_prefill": ("sgl_sidp.launch_server",
                             lambda p: ["--tp-size", str(p), "--sidp-mode", "shift", "--disable-prefill-cuda-graph"]),
@@ -186,20 +189,29 @@ def report(out_dir: Path) -> str:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=".gpu/models/Qwen3-32B")
-    ap.add_argument("--configs", default="tp,dp,shift")
-    ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--gpus", default="0,1")
-    ap.add_argument("--port", type=int, default=26000)
-    ap.add_argument("--mem-fraction-static", type=float, default=None)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=".gpu/models/Qwen3-32B",
+                    help="--model-path of every server (default: %(default)s)")
+    ap.add_argument("--configs", default="tp,dp,shift",
+                    help=f"comma-separated configurations to run, of {', '.join(CONFIGS)} (default: %(default)s)")
+    ap.add_argument("--out-dir", required=True, help="folder of the <config>.json files, server logs and compare.md")
+    ap.add_argument("--gpus", default="0,1",
+                    help="GPUs every configuration runs on; P = their number (default: %(default)s)")
+    ap.add_argument("--port", type=int, default=26000, help="the server's port (default: %(default)s)")
+    ap.add_argument("--mem-fraction-static", type=float, default=None,
+                    help="SGLang's --mem-fraction-static (default: SGLang's)")
     ap.add_argument("--threshold", type=int, default=None, help="--sidp-shift-threshold of the shift configurations")
     ap.add_argument("--extra-args", default="", help="more flags for every configuration (one shell-quoted string)")
-    ap.add_argument("--ttft", type=lambda s: [int(x) for x in s.split(",") if x], default=[])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--burst", default=None, metavar="N+P+O")
-    ap.add_argument("--low-traffic", default=None, metavar="C+P+O")
-    ap.add_argument("--trace", action="append", default=[], metavar="NAME=REPLAY_ARGS")
+    ap.add_argument("--ttft", type=lambda s: [int(x) for x in s.split(",") if x], default=[], metavar="L,...",
+                    help="prompt lengths whose single-request TTFT is measured (default: none)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="prompts per --ttft length; the median is kept (default: %(default)s)")
+    ap.add_argument("--burst", default=None, metavar="N+P+O",
+                    help="N requests of P prompt and O forced output tokens, all at once: tokens/s and duration")
+    ap.add_argument("--low-traffic", default=None, metavar="C+P+O",
+                    help="C requests at once of P prompt and O output tokens: median TPOT")
+    ap.add_argument("--trace", action="append", default=[], metavar="NAME=REPLAY_ARGS",
+                    help="a trace replay: NAME and the arguments of `python -m sgl_sidp.replay` (repeatable)")
     ap.add_argument("--report", action="store_true", help="only merge the JSON files in --out-dir into a table")
     a = ap.parse_args(argv)
     out = Path(a.out_dir)

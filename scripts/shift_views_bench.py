@@ -39,10 +39,13 @@ def timed(fn, iters=50):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model-config", default=str(Path(__file__).resolve().parents[1] / ".gpu/models/Qwen3-32B/config.json"))
-    ap.add_argument("--sp", type=int, default=2)
-    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 64, 256, 1024, 8192])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-config", default=str(Path(__file__).resolve().parents[1] / ".gpu/models/Qwen3-32B/config.json"),
+                    help="a dense model's config.json (default: .gpu/models/Qwen3-32B/config.json)")
+    ap.add_argument("--sp", type=int, default=2, help="P = SP: a shift rank holds a TP = P shard (default: %(default)s)")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 64, 256, 1024, 8192],
+                    help="tokens per forward to time: decode batches and a prefill chunk "
+                         "(default: 1 8 64 256 1024 8192)")
     a = ap.parse_args(argv)
     hf = json.loads(Path(a.model_config).read_text())
     H, I = hf["hidden_size"], hf["intermediate_size"]

@@ -1,5 +1,5 @@
-"""SiDP against vanilla SGLang on the same GPUs, one configuration after another (issue 9 items 2-4; issue 11 with
-`--dp 4`/`--dp 8` and `--tp`).
+"""SiDP against vanilla SGLang on the same GPUs, one configuration after another: KV capacity, decode step time
+against batch size, and offline-job throughput, as JSON files and one markdown table.
 
 Configurations (`--configs`, each started once on GPUs `--gpus`, run, stopped), for D = `--dp` replicas of T = `--tp`
 GPUs (default D = 2, T = 1):
@@ -199,19 +199,26 @@ def _keys(res: dict, field: str) -> list[str]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=".gpu/models/Qwen3-32B")
-    ap.add_argument("--configs", default="dp,dp_attn,tp,sidp_was")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=".gpu/models/Qwen3-32B",
+                    help="--model-path of every server (default: %(default)s)")
+    ap.add_argument("--configs", default="dp,dp_attn,tp,sidp_was",
+                    help=f"comma-separated configurations to run, of {', '.join(CONFIGS)} (default: %(default)s)")
     ap.add_argument("--dp", type=int, default=2, help="D: DP replicas of the DP configurations")
     ap.add_argument("--tp", type=int, default=1, help="T: GPUs per replica (tp and dp_attn use D x T)")
-    ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--gpus", default="0,1")
-    ap.add_argument("--port", type=int, default=25000)
-    ap.add_argument("--mem-fraction-static", type=float, default=None)
-    ap.add_argument("--step-batches", type=lambda s: [int(x) for x in s.split(",") if x], default=[])
-    ap.add_argument("--jobs", type=lambda s: [x for x in s.split(",") if x], default=[])
-    ap.add_argument("--max-requests", type=int, default=2000)
-    ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--out-dir", required=True, help="folder of the <config>.json files, server logs and compare.md")
+    ap.add_argument("--gpus", default="0,1", help="GPUs every configuration runs on (default: %(default)s)")
+    ap.add_argument("--port", type=int, default=25000, help="the server's port (default: %(default)s)")
+    ap.add_argument("--mem-fraction-static", type=float, default=None,
+                    help="SGLang's --mem-fraction-static (default: SGLang's)")
+    ap.add_argument("--step-batches", type=lambda s: [int(x) for x in s.split(",") if x], default=[], metavar="B,...",
+                    help="batches per DP rank of the step-time sweep (default: none)")
+    ap.add_argument("--jobs", type=lambda s: [x for x in s.split(",") if x], default=[], metavar="P+O,...",
+                    help="offline jobs: P prompt and O forced output tokens per request (default: none)")
+    ap.add_argument("--max-requests", type=int, default=2000,
+                    help="most requests of an offline job (default: %(default)s)")
+    ap.add_argument("--requests", type=int, default=None,
+                    help="requests of every offline job, for every configuration (default: sized to the KV cache)")
     ap.add_argument("--b-th", type=int, default=None, help="B_th of sidp_auto (tokens per rank); default: measured")
     ap.add_argument("--report", action="store_true", help="only merge the JSON files in --out-dir into a table")
     a = ap.parse_args(argv)

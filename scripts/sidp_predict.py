@@ -1,4 +1,5 @@
-"""What a simple model of the decode step predicts for SiDP at d = 2, before any run (issue 9, item 4).
+"""What a simple model of the decode step predicts for SiDP at d = 2, before any run: offline output tokens/s per
+GPU of vanilla DP, SiDP WaS and SiDP CaS, from a start-up calibration and the model's config.json.
 
 Offline job: every sequence has a prompt of P tokens and O output tokens (S = P + O); the queue never drains, so
 each rank decodes as many sequences as its KV cache holds, at an average context of P + O/2. Per rank:
@@ -26,16 +27,19 @@ from sgl_sidp.calibration.table import Calibration
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("calibration", help="a start-up calibration cache entry (scripts/gpu_calibrate_model.sh)")
-    ap.add_argument("--model-config", required=True)
+    ap.add_argument("--model-config", required=True, help="the model's config.json (layers, hidden sizes, KV heads)")
     ap.add_argument("--vanilla-kv", type=int, nargs="+", required=True, help="SGLang's max_total_num_tokens per budget")
-    ap.add_argument("--budget-names", nargs="+", default=None)
-    ap.add_argument("--d", type=int, default=2)
+    ap.add_argument("--budget-names", nargs="+", default=None,
+                    help="a name per --vanilla-kv value, for the table (default: budget 0, budget 1, ...)")
+    ap.add_argument("--d", type=int, default=2, help="DP replicas sharing the FFN layers (default: %(default)s)")
     ap.add_argument("--copy-gbps", type=float, default=390.0, help="idle peer copy rate (GB/s; ZeroDP measured 386-396)")
-    ap.add_argument("--prefill-tok-s", type=float, default=9200.0)
+    ap.add_argument("--prefill-tok-s", type=float, default=9200.0,
+                    help="prefill rate of every variant, tokens/s (default: %(default)s)")
     ap.add_argument("--comm-us", type=float, default=40.0, help="CaS: per layer, rows to the owner and back (us)")
-    ap.add_argument("--jobs", default="768+256,1536+512,3584+512", help="P+O per S")
+    ap.add_argument("--jobs", default="768+256,1536+512,3584+512",
+                    help="offline jobs, comma-separated: P prompt + O output tokens, S = P + O (default: %(default)s)")
     a = ap.parse_args(argv)
     entry = json.loads(Path(a.calibration).read_text())
     cal = Calibration.from_json(entry.get("calibration", entry))

@@ -1,4 +1,4 @@
-"""ZeroDP vs vanilla SGLang, side by side on one host with 4 GPUs (issue 3): KV capacity, exactness, throughput.
+"""ZeroDP vs vanilla SGLang, side by side on one host with 4 GPUs: KV capacity, exactness, throughput.
 
 Starts two servers at the same time, each with two DP replicas on its own two GPUs:
 
@@ -141,9 +141,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     s.add_argument("--model-path", required=True, help="model folder or id (both servers)")
     s.add_argument("--tokenizer-path", default=None,
                    help="default: the model's own, or the embedded byte-level tokenizer when the model folder has none")
-    s.add_argument("--load-format", default="dummy", help="(default: %(default)s)")
-    s.add_argument("--attention-backend", default="triton", help="(default: %(default)s)")
-    s.add_argument("--sampling-backend", default="pytorch", help="(default: %(default)s)")
+    s.add_argument("--load-format", default="dummy", help="SGLang's --load-format, both servers (default: %(default)s)")
+    s.add_argument("--attention-backend", default="triton",
+                   help="SGLang's --attention-backend, both servers (default: %(default)s)")
+    s.add_argument("--sampling-backend", default="pytorch",
+                   help="SGLang's --sampling-backend, both servers (default: %(default)s)")
     s.add_argument("--mem-fraction-static", type=float, default=None, help="both servers (default: SGLang's)")
     s.add_argument("--dp-size", type=int, default=2, help="DP replicas per server (default: %(default)s)")
     s.add_argument("--common-extra", default="", help="more flags for both servers (one shell-quoted string)")
@@ -151,29 +153,31 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     s.add_argument("--ours-extra", default="", help='more flags for ours only, e.g. "--sidp-zerodp-layers all"')
     s.add_argument("--vanilla-gpus", default="0,1", help="CUDA_VISIBLE_DEVICES of vanilla (default: %(default)s)")
     s.add_argument("--ours-gpus", default="2,3", help="CUDA_VISIBLE_DEVICES of ours (default: %(default)s)")
-    s.add_argument("--vanilla-port", type=int, default=22000, help="(default: %(default)s)")
-    s.add_argument("--ours-port", type=int, default=22100, help="(default: %(default)s)")
+    s.add_argument("--vanilla-port", type=int, default=22000, help="port of vanilla (default: %(default)s)")
+    s.add_argument("--ours-port", type=int, default=22100, help="port of ours (default: %(default)s)")
     s.add_argument("--no-metrics", action="store_true",
                    help="do not pass --enable-metrics (loses the Prometheus per-rank counters)")
     s.add_argument("--ready-timeout-s", type=float, default=420.0,
                    help="seconds to wait for each server's /health (default: %(default)s)")
     w = p.add_argument_group("exactness and workloads")
     w.add_argument("--exactness", type=int, default=8, metavar="N", help="prompts of the exactness check; 0: skip")
-    w.add_argument("--exactness-new-tokens", type=int, default=32, help="(default: %(default)s)")
+    w.add_argument("--exactness-new-tokens", type=int, default=32,
+                   help="forced new tokens per exactness prompt (default: %(default)s)")
     w.add_argument("--exactness-top-k", type=int, default=5, help="top_logprobs_num (default: %(default)s)")
     w.add_argument("--decode-heavy", type=int, default=0, metavar="N",
                    help="N requests of --decode-heavy-input-len prompt and --decode-heavy-output-len forced output "
                    "tokens, all sent at once; 0: skip")
-    w.add_argument("--decode-heavy-input-len", type=int, default=1024, help="(default: %(default)s)")
-    w.add_argument("--decode-heavy-output-len", type=int, default=1024, help="(default: %(default)s)")
+    w.add_argument("--decode-heavy-input-len", type=int, default=1024, help="prompt tokens (default: %(default)s)")
+    w.add_argument("--decode-heavy-output-len", type=int, default=1024,
+                   help="forced output tokens (default: %(default)s)")
     w.add_argument("--trace-mooncake", type=Path, default=None, help="Mooncake JSONL trace to replay")
     w.add_argument("--mooncake-start-s", type=float, default=0.0, help="window start, trace s (default: %(default)s)")
     w.add_argument("--mooncake-duration-s", type=float, default=120.0, help="window, trace s (default: %(default)s)")
     w.add_argument("--mooncake-time-scale", type=float, default=1.0, help=">1 slower (default: %(default)s)")
     w.add_argument("--azure-code", type=Path, default=None, help="Azure LLM inference (code) CSV trace to replay")
-    w.add_argument("--azure-start-s", type=float, default=0.0, help="(default: %(default)s)")
-    w.add_argument("--azure-duration-s", type=float, default=120.0, help="(default: %(default)s)")
-    w.add_argument("--azure-time-scale", type=float, default=1.0, help="(default: %(default)s)")
+    w.add_argument("--azure-start-s", type=float, default=0.0, help="window start, trace s (default: %(default)s)")
+    w.add_argument("--azure-duration-s", type=float, default=120.0, help="window, trace s (default: %(default)s)")
+    w.add_argument("--azure-time-scale", type=float, default=1.0, help=">1 slower (default: %(default)s)")
     w.add_argument("--max-context-len", type=int, default=40960,
                    help="trace requests over this many prompt+output tokens are skipped (the model's context; "
                    "0: no limit; default: %(default)s)")
@@ -181,7 +185,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="more `python -m sgl_sidp.replay` flags for every workload (default: %(default)s)")
     w.add_argument("--seed", type=int, default=0, help="seed of every prompt (default: %(default)s)")
     o = p.add_argument_group("output and time")
-    o.add_argument("--out-dir", type=Path, default=Path("zerodp_results"), help="(default: %(default)s)")
+    o.add_argument("--out-dir", type=Path, default=Path("zerodp_results"),
+                   help="folder of the results, created if missing (default: %(default)s)")
     o.add_argument("--deadline-s", type=float, default=None,
                    help="seconds after the script starts; a step (exactness, workload) that would start later is "
                    "skipped and recorded as such, and requests in flight then time out about 60 s past it")

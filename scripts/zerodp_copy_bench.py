@@ -132,12 +132,13 @@ def peak_peer_copy_gbps(src_gpu: int, dst_gpu: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--source-gpu", type=int, default=0)
-    ap.add_argument("--sink-gpus", default="1")
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--concurrent-s", type=float, default=1.0)
-    ap.add_argument("--out", default="copy_bench.json")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source-gpu", type=int, default=0, help="GPU of the source process (default: %(default)s)")
+    ap.add_argument("--sink-gpus", default="1", help="comma-separated GPUs of the sink processes (default: %(default)s)")
+    ap.add_argument("--layers", type=int, default=4, help="MoE layers the source serves (default: %(default)s)")
+    ap.add_argument("--concurrent-s", type=float, default=1.0,
+                    help="seconds each egress round's sinks pull at the same time (default: %(default)s)")
+    ap.add_argument("--out", default="copy_bench.json", help="JSON file of the results (default: %(default)s)")
     args = ap.parse_args()
     sinks = [int(x) for x in args.sink_gpus.split(",")]
     ctx = mp.get_context("spawn")

@@ -82,15 +82,17 @@ def build(copy_bench: dict, runs: list[dict]) -> tuple[dict, list[str]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--copy-bench", required=True)
-    ap.add_argument("--bench-one-batch", nargs="+", required=True)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--copy-bench", required=True, help="JSON written by scripts/zerodp_copy_bench.py")
+    ap.add_argument("--bench-one-batch", nargs="+", required=True,
+                    help="logs of `python -m sglang.bench_one_batch` runs (plain or .gz)")
     ap.add_argument("--model-config", required=True, help="the model's config.json")
-    ap.add_argument("--tp-size", type=int, default=1)
+    ap.add_argument("--tp-size", type=int, default=1,
+                    help="TP size the forward times were measured at (part of the calibration's model key; default: 1)")
     ap.add_argument("--gpu", required=True, help="GPU name as torch.cuda.get_device_name contains it, e.g. H200")
     ap.add_argument("--source", default="", help="how the inputs were made (goes into the calibration file)")
-    ap.add_argument("--out-md", required=True)
-    ap.add_argument("--out-calibration", required=True)
+    ap.add_argument("--out-md", required=True, help="where to write the markdown table")
+    ap.add_argument("--out-calibration", required=True, help="where to write the calibration JSON")
     a = ap.parse_args()
     runs = [r for p in a.bench_one_batch for r in parse_bench_one_batch(_read(p))]
     cal, md = build(json.loads(Path(a.copy_bench).read_text()), runs)
