@@ -27,7 +27,10 @@ def test_json_keeps_the_keys_scripts_rely_on(qwen3_8b):
     r = plan(qwen3_8b, 2, "H200", "offline:32:1024:64")
     by = {c["name"]: c for c in r["configurations"]}
     predicted = {n for n, c in by.items() if "total_tok_s" in c}
-    assert r["predicted"] is True and predicted == {"dp2", "tp2"} and r["winner"] in predicted  # bundled H200 shards
+    # bundled H200 shards: every configuration of 2 GPUs but DP attention (its 2-way shard is not bundled)
+    assert r["predicted"] is True and predicted == set(by) - {"dp2_attn"} and r["winner"] in predicted
+    assert {c["technique"] for c in by.values()} == {"vanilla", "dp_attention", "sidp", "shift"}
+    assert r["launch"][:3] == ["python", "-m", "sgl_sidp.launch_server"] and r["objective"] == "throughput"
     for name in predicted:
         assert KEYS <= set(by[name]) and set(by[name]["decode_step_ms"]) >= {"256", "2048"}
     assert all("not_predicted" in c for n, c in by.items() if n not in predicted)
@@ -87,8 +90,8 @@ def test_calibrate_times_each_missing_shard_once(qwen3_8b, tmp_path):
     from sgl_sidp.model_info import read_hf_config
     from sgl_sidp.plan.calibrate import calibrate, shards_needed
 
-    needed = shards_needed(read_hf_config(qwen3_8b), 4)  # tp1 (dp4), tp2 (tp2_dp2), tp4
-    assert len(needed) == 3 and all(s.endswith("tp1") for s in needed)
+    needed = shards_needed(read_hf_config(qwen3_8b), 4)  # tp1 (dp4), tp2 (tp2_dp2), tp4, dp4_attn
+    assert len(needed) == 4 and all(s.endswith("tp1") for s in needed)
     shapes = ModelShapes.of(read_hf_config(qwen3_8b))
     by_args = {json.dumps(shard.override_args(shapes)): sig for sig, shard in needed.items()}
     started = []
@@ -98,8 +101,8 @@ def test_calibrate_times_each_missing_shard_once(qwen3_8b, tmp_path):
         started.append(sig)
         return _FakeServer(tmp_path, sig, exits="I6144" in sig)  # the tp2 shard's server dies
 
-    res = calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path, server=server)
+    res = calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path, server=server, measure_overhead=False)
     assert sorted(started) == sorted(needed)
-    assert sum(v.startswith("measured") for v in res.values()) == 2 and sum(v.startswith("failed") for v in res.values()) == 1
-    again = calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path, server=server)
-    assert sum(v.startswith("cached") for v in again.values()) == 2 and len(started) == 4  # only the failed one retried
+    assert sum(v.startswith("measured") for v in res.values()) == 3 and sum(v.startswith("failed") for v in res.values()) == 1
+    again = calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path, server=server, measure_overhead=False)
+    assert sum(v.startswith("cached") for v in again.values()) == 3 and len(started) == 5  # only the failed one retried

@@ -1,8 +1,16 @@
-"""The scheduler simulation (`sgl_sidp.plan.sim`) against schedules computed by hand."""
+"""The scheduler simulation (`sgl_sidp.plan.sim`) against schedules computed by hand, and against a frozen copy of
+its first, step-by-step implementation."""
+
+import collections
+import math
+import random
+from pathlib import Path
 
 import pytest
 
-from sgl_sidp.plan.sim import ReplicaLimits, ReplicaSim, SimRequest, StepTimes, simulate, summarize
+from sgl_sidp.plan.sim import (BLOCK_TOKENS, CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO,
+                               NEW_TOKEN_RATIO_DECAY_STEPS, ReplicaLimits, ReplicaSim, SimRequest, StepTimes, simulate,
+                               summarize)
 
 #: prefill: 1 us per new token; decode: 1 ms + 0.1 ms per sequence
 TIMES = StepTimes(decode_ms=lambda b, ctx: 1.0 + 0.1 * b, prefill_ms=lambda parts: sum(n for n, _ in parts) / 1000)
@@ -79,3 +87,250 @@ def test_dp_replicas_get_requests_round_robin_and_run_in_parallel():
     assert [r.first_token_s for r in reqs] == pytest.approx([0.002, 0.002, 0.002, 0.002])  # 2 x 1,000 per replica
     s = summarize(reqs)
     assert s["makespan_s"] == pytest.approx(0.002) and s["total_tok_s"] == pytest.approx(4004 / 0.002)
+
+
+def test_an_admission_on_the_line_sums_the_reserved_tokens_per_request_as_prefill_adder_does():
+    """24 KV tokens, one 1-token prompt per prefill: C (needs 1 + 6 + 1) meets A and B running with 1 and 19 outputs
+    left. 0.7 x 1 + 0.7 x 19 = 13.999999999999998 in floats (0.7 x 20 = 14.0), so C's 8 < 24 - 2 - 13.99... fits."""
+    a, b, c = SimRequest(0.0, 1, 2), SimRequest(0.0, 1, 20), SimRequest(0.0, 1, 6)
+    rep = replica(kv=24, chunked_prefill=1, max_prefill_tokens=1)
+    simulate([a, b, c], [rep])
+    assert [a.first_token_s, b.first_token_s, c.first_token_s] == pytest.approx([1e-6, 2e-6, 3e-6])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The simulation against a frozen copy of its first implementation (sgl_sidp.plan.sim at 68b72c1: every decode step
+# went over every running request): the same schedules, float for float, on workloads that exercise every branch.
+
+class _RefRadixBlocks:
+    def __init__(self):
+        self.blocks = collections.OrderedDict()
+
+    @property
+    def tokens(self):
+        return len(self.blocks) * BLOCK_TOKENS
+
+    def hit(self, hash_ids):
+        n = 0
+        for h in hash_ids or ():
+            if h not in self.blocks:
+                break
+            self.blocks.move_to_end(h)
+            n += 1
+        return n * BLOCK_TOKENS
+
+    def insert(self, hash_ids):
+        for h in hash_ids or ():
+            self.blocks[h] = None
+            self.blocks.move_to_end(h)
+
+    def evict(self, tokens):
+        while tokens > 0 and self.blocks:
+            self.blocks.popitem(last=False)
+            tokens -= BLOCK_TOKENS
+
+
+class _RefReplicaSim:
+    def __init__(self, limits, times):
+        self.limits, self.times = limits, times
+        self.clock = 0.0
+        self.waiting = collections.deque()
+        self.running = []
+        self.chunked = None
+        self.cache = _RefRadixBlocks()
+        self.used = 0
+        self.ratio = INIT_NEW_TOKEN_RATIO
+        self.iterations = collections.Counter()
+
+    def _free(self):
+        return self.limits.kv_tokens - self.used - self.cache.tokens
+
+    def _take(self, tokens):
+        short = tokens - self._free()
+        if short > 0:
+            self.cache.evict(short)
+        self.used += tokens
+
+    def _reserved(self):
+        return sum(min(r.output_len - r.decoded, CLIP_MAX_NEW_TOKENS) * self.ratio for r in self.running)
+
+    def _prefill_batch(self):
+        batch, chunk, budget = [], self.limits.chunked_prefill, self.limits.max_prefill_tokens
+        rem_total = self._free() + self.cache.tokens - self._reserved()
+        queue = ([self.chunked] if self.chunked else []) + list(self.waiting)
+        for req in queue:
+            if len(self.running) + len(batch) >= self.limits.max_running or chunk <= 0 or budget <= 0:
+                break
+            if req is not self.chunked:
+                req.cached = min(self.cache.hit(req.hash_ids), req.input_len - 1)
+                req.prefilled = req.cached
+                need = req.input_len - req.cached + min(req.output_len, CLIP_MAX_NEW_TOKENS) + 1
+                if need >= rem_total:
+                    break
+                rem_total -= need
+            take = min(req.input_len - req.prefilled, chunk)
+            batch.append((req, take))
+            chunk -= take
+            budget -= take
+            if req.prefilled + take < req.input_len:
+                break
+        return batch
+
+    def step(self):
+        batch = self._prefill_batch() if (self.waiting or self.chunked) else []
+        if not batch and not self.running and not self.chunked and self.waiting:
+            self.waiting.popleft().rejected = True
+            return True
+        if batch:
+            self.clock += self.times.prefill_ms([(t, r.prefilled) for r, t in batch]) / 1e3
+            self.iterations["prefill"] += 1
+            self.chunked = None
+            for req, take in batch:
+                if req in self.waiting:
+                    self.waiting.remove(req)
+                self._take(take)
+                req.held += take
+                req.prefilled += take
+                if req.prefilled < req.input_len:
+                    self.chunked = req
+                    continue
+                req.decoded = 1
+                req.first_token_s = req.first_token_s or self.clock
+                self._finish_or_run(req)
+            return True
+        if not self.running:
+            return False
+        while self._free() + self.cache.tokens < len(self.running) and len(self.running) > 1:
+            self._retract()
+        mean_ctx = sum(r.input_len + r.decoded for r in self.running) / len(self.running)
+        self.clock += self.times.decode_ms(len(self.running), mean_ctx) / 1e3
+        self.iterations["decode"] += 1
+        self._take(len(self.running))
+        done = list(self.running)
+        self.running = []
+        for req in done:
+            req.decoded += 1
+            req.held += 1
+            self._finish_or_run(req)
+        step = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.ratio = max(MIN_NEW_TOKEN_RATIO, self.ratio - step)
+        return True
+
+    def _finish_or_run(self, req):
+        if req.decoded >= req.output_len:
+            req.finish_s = self.clock
+            self.used -= req.held
+            req.held = 0
+            self.cache.insert(req.hash_ids)
+        else:
+            self.running.append(req)
+
+    def _retract(self):
+        victim = max(self.running, key=lambda r: r.decoded)
+        self.running.remove(victim)
+        self.used -= victim.held
+        victim.prefilled = victim.decoded = victim.held = 0
+        victim.retractions += 1
+        self.waiting.appendleft(victim)
+        self.ratio = INIT_NEW_TOKEN_RATIO
+
+
+def _ref_simulate(requests, replicas, route=None):
+    pending = collections.deque(sorted(requests, key=lambda r: r.arrival_s))
+    rr = 0
+    while pending or any(r.waiting or r.running or r.chunked for r in replicas):
+        busy = [r for r in replicas if r.waiting or r.running or r.chunked]
+        now = min((r.clock for r in busy), default=math.inf)
+        if pending and pending[0].arrival_s <= now:
+            req = pending.popleft()
+            i = route(req, replicas) if route else rr % len(replicas)
+            rr += 1
+            target = replicas[i]
+            target.clock = max(target.clock, req.arrival_s)
+            target.waiting.append(req)
+            continue
+        if not busy:
+            continue
+        min(busy, key=lambda r: r.clock).step()
+    return requests
+
+
+#: step times with a context term, as the planner's are (the decode step depends on the mean context)
+CTX_TIMES = StepTimes(decode_ms=lambda b, ctx: 4.0 + 0.03 * b + 2.5e-5 * b * ctx,
+                      prefill_ms=lambda parts: 1.5 + sum(n for n, _ in parts) * 0.06
+                      + 1e-6 * sum(n * (n + 2 * p) for n, p in parts))
+
+
+def _workload(kind: str, seed: int, n: int) -> list[tuple]:
+    """(arrival s, prompt, output, hash_ids) rows: bursts at t = 0, Poisson arrivals, shared prompt prefixes in
+    512-token blocks (Mooncake-like), or outputs past the 4,096-token clip."""
+    rnd = random.Random(seed)
+    rows, t = [], 0.0
+    for i in range(n):
+        t += 0.0 if kind == "burst" else rnd.expovariate(20.0 if kind != "slow" else 0.5)
+        inp = rnd.randint(1, 20_000 if kind == "long" else 6000)
+        out = rnd.randint(4000, 6000) if kind == "long" else rnd.randint(1, 400)
+        ids = None
+        if kind == "prefix":
+            shared = rnd.randint(0, (inp + 511) // 512)
+            ids = tuple(rnd.randint(0, 3) * 1000 + k if k < shared else 10 ** 6 + i * 100 + k
+                        for k in range((inp + 511) // 512))
+        rows.append((t, inp, out, ids))
+    return rows
+
+
+def _least_loaded(req, replicas):
+    return min(range(len(replicas)), key=lambda i: (len(replicas[i].running) + len(replicas[i].waiting), i))
+
+
+def _outcome(requests, replicas):
+    return ([(r.first_token_s, r.finish_s, r.prefilled, r.cached, r.decoded, r.held, r.retractions, r.rejected)
+             for r in requests],
+            [(p.clock, dict(p.iterations), p.used, p.ratio, list(p.cache.blocks)) for p in replicas])
+
+
+@pytest.mark.parametrize("kind, seed, n, dp, limits, route", [
+    ("burst", 1, 120, 1, dict(kv_tokens=60_000), None),  # retracts
+    ("burst", 2, 120, 2, dict(kv_tokens=30_000, chunked_prefill=2048, max_prefill_tokens=4096), None),
+    ("burst", 3, 60, 1, dict(kv_tokens=5_000, max_running=8), None),  # rejects prompts past the KV cache
+    ("poisson", 4, 200, 1, dict(kv_tokens=100_000), None),
+    ("poisson", 5, 200, 3, dict(kv_tokens=40_000, chunked_prefill=512), None),
+    ("slow", 6, 80, 1, dict(kv_tokens=300_000), None),  # mostly idle
+    ("prefix", 7, 200, 1, dict(kv_tokens=50_000), None),  # radix hits, LRU eviction
+    ("prefix", 8, 200, 2, dict(kv_tokens=20_000, chunked_prefill=2048), None),
+    ("prefix", 9, 150, 2, dict(kv_tokens=40_000, max_running=16), _least_loaded),  # routes by the replicas' state
+    ("long", 10, 40, 1, dict(kv_tokens=200_000), None),  # reserved outputs clipped at 4,096
+    ("long", 11, 40, 2, dict(kv_tokens=60_000, max_running=4), None),
+])
+def test_the_schedule_is_the_first_implementations_float_for_float(kind, seed, n, dp, limits, route):
+    rows = _workload(kind, seed, n)
+    ref_reqs = [SimRequest(*r) for r in rows]
+    ref_reps = [_RefReplicaSim(ReplicaLimits(**limits), CTX_TIMES) for _ in range(dp)]
+    _ref_simulate(ref_reqs, ref_reps, route)
+    reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(**limits), CTX_TIMES) for _ in range(dp)]
+    simulate(reqs, reps, route)
+    assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
+    assert summarize(reqs) == summarize(ref_reqs)
+
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+@pytest.mark.parametrize("name, n, dp, kv", [("AzureLLMInferenceTrace_code.csv", 2500, 1, 120_000),
+                                             ("AzureLLMInferenceTrace_code.csv", 2500, 2, 60_000),
+                                             ("conversation_trace.jsonl", 600, 1, 400_000),
+                                             ("conversation_trace.jsonl", 600, 2, 150_000)])
+def test_the_first_implementations_schedule_of_real_traces(name, n, dp, kv):
+    """The first `n` requests of the Azure code and Mooncake conversation traces (../shared/traces), whose bursts,
+    queues, retractions and prefix hits the synthetic workloads may miss."""
+    if not (TRACES / name).is_file():
+        pytest.skip(f"{TRACES / name} missing")
+    from sgl_sidp.bench.traces import load_trace
+
+    rows = [(r.arrival_s, r.input_len, max(1, r.output_len), r.hash_ids) for r in load_trace(TRACES / name)[:n]]
+    ref_reqs = [SimRequest(*r) for r in rows]
+    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
+    _ref_simulate(ref_reqs, ref_reps)
+    reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
+    simulate(reqs, reps)
+    assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)

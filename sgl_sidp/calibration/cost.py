@@ -18,6 +18,11 @@ from sgl_sidp.calibration.table import Calibration
 DEFAULT_COPY_RATE_IN_FORWARD = 0.8
 DEFAULT_COPY_SLOWDOWN_MS_PER_GB = 0.327
 
+#: Capacity-bound offloading (`best_offload_count`) must beat offloading nothing by this factor. On H200 the model
+#: over-predicted the measured steady-state gain of ZeroDP's 8 offloaded layers by about 1.1x
+#: (benchmarks/results/zerodp/r80_kv): smaller predicted gains are inside its error.
+KV_MIN_GAIN = 1.10
+
 #: Fraction of a forward's time that copies may fill. The rest absorbs jitter and the copy
 #: engine's share of the reader's HBM bandwidth.
 COPY_BUDGET_MARGIN = 0.85
@@ -108,6 +113,34 @@ class KVModel:
         copies = pulled_gb / (copy_gbps * rate) * 1e3
         step = max(compute, copies)
         return b, step, b / step * 1e3
+
+
+def best_offload_count(kv: "KVModel", n_layers: int, layer_bytes: int, copy_gbps: float,
+                       min_gain: float = KV_MIN_GAIN) -> tuple[int, list[tuple[float, float, float]]]:
+    """How many of `n_layers` layers of `layer_bytes` each to stream (capacity-bound decode, `KVModel`): the count
+    with the most modelled tokens/s (ties: fewer), or 0 unless it beats streaming none by `min_gain`. ZeroDP's
+    policy (`--sidp-zerodp-expected-batch kv:C`) and the planner decide with it.
+
+    Returns:
+        (count, rows): rows[n] is `KVModel.tokens_per_s` (batch, step ms, tokens/s) of streaming n layers.
+    """
+    rows = [kv.tokens_per_s(n, layer_bytes, copy_gbps) for n in range(n_layers + 1)]
+    n = max(range(len(rows)), key=lambda i: (rows[i][2], -i))
+    return (n if rows[n][2] >= min_gain * rows[0][2] else 0), rows
+
+
+def first_lasting_win(win_ms, lose_ms, sizes) -> int | None:
+    """The smallest of `sizes` (ascending) from which `win_ms(size) <= lose_ms(size)` holds at every larger size too:
+    where a technique that pays a fixed cost per forward (WaS's copies) starts beating one whose cost grows with the
+    forward (CaS's exchange); None when it does not hold at the largest size. The planner sets SiDP auto's B_th
+    with it (`--sidp-sidp-b-th`)."""
+    start = None
+    for size in sizes:
+        if win_ms(size) <= lose_ms(size):
+            start = size if start is None else start
+        else:
+            start = None
+    return start
 
 
 def crossover_batch(cal: Calibration, copy_ms: float, context: int = 0, kv_bytes_per_token: int = 0,

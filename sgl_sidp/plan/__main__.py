@@ -21,7 +21,8 @@ from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
 from sgl_sidp.plan.configs import configurations
 from sgl_sidp.plan.sim import ReplicaLimits, ReplicaSim, SimRequest, simulate, summarize
-from sgl_sidp.plan.steps import GPUS, MODELLED, StepModel, find_calibration, shard_signature
+from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, request_overhead_ms, shard_roles,
+                                 shard_signature)
 
 DECODE_CONTEXTS, DECODE_BATCHES, PREFILL_TOKENS = (256, 2048), (1, 8, 32, 64, 128, 256), (512, 2048, 4096, 8192)
 
@@ -55,8 +56,56 @@ def workload(spec: str) -> list[SimRequest]:
     raise PlanError(f"--workload {spec}: expected offline:S:IN:OUT, latency:IN:OUT or trace:FILE[:SCALE]")
 
 
-def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None) -> dict:
-    """The planner's result as the `--json` object (`winner`, `configurations`, what is predicted and from what)."""
+def launch_flags(row: dict) -> list[str]:
+    """The `python -m sgl_sidp.launch_server` flags (besides the model's) that start configuration `row`, with the
+    decisions this cost model made for it (SiDP's B_th, Shift's SP and threshold)."""
+    t, dp, tp, sp = row["technique"], row["dp"], row["tp"], row["sp"]
+    if t == "dp_attention":
+        return ["--tp-size", str(dp), "--dp-size", str(dp), "--enable-dp-attention"]
+    if t == "shift":
+        flags = ["--tp-size", str(sp * tp), "--sidp-mode", "shift", "--sidp-shift-sp", str(sp)]
+        th = row.get("decisions", {}).get("shift_threshold")
+        return flags + (["--sidp-shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else [])
+    flags = (["--tp-size", str(tp)] if tp > 1 else []) + (["--dp-size", str(dp)] if dp > 1 else [])
+    if t == "zerodp":
+        return flags + ["--sidp-mode", "zerodp"]
+    if t == "sidp":
+        flags += ["--sidp-mode", "sidp", "--sidp-sidp-force", row["variant"]]
+        b_th = row.get("decisions", {}).get("b_th")
+        if row["variant"] == "auto" and b_th not in (None, float("inf")):
+            flags += ["--sidp-sidp-b-th", str(int(b_th))]
+    return flags
+
+
+def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None,
+         decode_points: list[tuple[int, int]] | None = None) -> dict:
+    """The planner's result as the `--json` object (`winner`, `configurations`, what is predicted and from what) for
+    the `--workload` spec; `decode_points` adds each configuration's predicted decode step at those (batch, context)
+    points as `decode_at` (ms)."""
+    objective = "throughput" if spec.startswith("offline:") else "latency"
+    return plan_requests(model_path, n_gpus, gpu, spec, workload(spec), calibration_dirs, decode_points, objective)
+
+
+#: a configuration "keeps up" with a trace when its predicted throughput is within this of the best one's
+KEEPS_UP = 0.02
+
+
+def rank(rows: list[dict], objective: str) -> list[dict]:
+    """The predicted configurations, best first: by throughput ("throughput", offline work), or ("latency", traces and
+    single requests) by median E2E latency among those within `KEEPS_UP` of the best throughput (a trace's throughput
+    is its arrival rate wherever the configuration keeps up), then the rest by throughput."""
+    done = sorted((r for r in rows if "total_tok_s" in r), key=lambda r: -r["total_tok_s"])
+    if objective == "throughput" or not done:
+        return done
+    floor = (1 - KEEPS_UP) * done[0]["total_tok_s"]
+    keep = sorted((r for r in done if r["total_tok_s"] >= floor), key=lambda r: r["e2e_ms_p50"])
+    return keep + [r for r in done if r["total_tok_s"] < floor]
+
+
+def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
+                  calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
+                  objective: str = "latency") -> dict:
+    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`)."""
     hf = read_hf_config(model_path)
     if hf is None:
         raise PlanError(f"--model-path {model_path}: no config.json there")
@@ -68,60 +117,96 @@ def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: li
         raise PlanError(f"{model_path} does not shard over {n_gpus} GPUs in any configuration")
     try:
         ic = Interconnect.load(GPUS[gpu]["name"])
+        for n in sorted({c.gpus for c in configs if c.gpus > 1}):
+            ic.time_us("all_reduce", n, 1)
     except InterconnectError as e:
         raise PlanError(str(e)) from None
-    requests = workload(spec)
     kind, free = GPUS[gpu], GPUS[gpu]["free_before_load_gib"] * GIB
+    overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs)
+    context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
     rows = []
     for c in configs:
         attn_tp = c.tp * (c.sp if c.technique == "shift" else 1)
         frac = default_mem_fraction_static(kind["mib"], c.gpus if c.technique == "dp_attention" else attn_tp,
                                            prefill_graph_buckets=0 if shapes.mla else 58, mla=shapes.mla,
                                            dp_attention_dp=c.dp if c.technique == "dp_attention" else 0)
-        memory = {"sink_offload": shapes.moe_layers} if c.technique == "zerodp" else {}
-        weights = c.weight_bytes_per_gpu(shapes, elt, **memory)
-        kv = c.kv_tokens(shapes, free, frac, elt, **memory)
-        row = {"name": c.name, "technique": c.technique, "dp": c.dp, "tp": c.tp, "sp": c.sp,
-               "weights_gb_per_gpu": round(max(weights.values()) / 1e9, 2), "kv_tokens_total": kv["total"],
+        row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
                "mem_fraction_static": frac}
         rows.append(row)
-        if c.technique not in MODELLED:
-            row["not_predicted"] = f"{c.technique}: step times not modelled yet"
+        clocks, missing = {}, []
+        for role, shard in shard_roles(c, shapes).items():
+            sig = shard_signature(hf, shard)
+            found = find_calibration(sig, kind["name"], calibration_dirs)
+            if found is None:
+                missing.append(f"'{sig}' (--json-model-override-args '{json.dumps(shard.override_args(shapes))}')")
+                continue
+            clocks[role] = ShardClock(found[0], shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt))
+            row.setdefault("calibrations", {})[role] = str(found[1])
+        model = StepModel(c, shapes, clocks, ic, elt, int(context)) if not missing else None
+        memory = {}
+        if c.technique == "zerodp":
+            none = c.kv_tokens(shapes, free, frac, elt, sink_offload=())["sink"]
+            layers = model.choose_offload(none * shapes.kv_bytes_per_token(c.tp, elt)) if model else ()
+            memory = {"sink_offload": layers}
+        weights = c.weight_bytes_per_gpu(shapes, elt, **memory)
+        kv = c.kv_tokens(shapes, free, frac, elt, **memory)
+        row.update({"weights_gb_per_gpu": round(max(weights.values()) / 1e9, 2), "kv_tokens_total": kv["total"]})
+        if missing:
+            row["not_predicted"] = (f"no calibration of the shard {' or '.join(missing)} on {kind['name']}: run "
+                                    f"python -m sgl_sidp.plan calibrate --model-path {model_path} --gpus {n_gpus}")
             continue
-        shard = c.shards(shapes)["forward"]
-        sig = shard_signature(hf, shard)
-        found = find_calibration(sig, kind["name"], calibration_dirs)
-        if found is None:
-            row["not_predicted"] = (f"no calibration of the shard '{sig}' on {kind['name']}: run the shard on one GPU "
-                                    f"with --json-model-override-args '{json.dumps(shard.override_args(shapes))}' "
-                                    "--sidp-calibrate")
-            continue
-        if kv["gpu"] <= 0:
+        if min(v for k, v in kv.items() if k != "total") <= 0:
             row["not_predicted"] = "the weights leave no KV cache"
             continue
-        model = StepModel(c, shapes, found[0], ic, elt)
-        row["calibration"] = str(found[1])
+        row["decisions"] = model.decisions()
         row["decode_step_ms"] = {str(ctx): {str(b): round(model.decode_ms(b, ctx), 3) for b in DECODE_BATCHES}
                                  for ctx in DECODE_CONTEXTS}
         row["prefill_ms"] = {str(t): round(model.prefill_ms([(t, 0)]), 2) for t in PREFILL_TOKENS}
+        if decode_points:
+            row["decode_at"] = [model.decode_ms(b, ctx) for b, ctx in decode_points]
         reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
-        replicas = [ReplicaSim(ReplicaLimits(kv_tokens=kv["gpu"]), model.step_times()) for _ in range(c.dp)]
-        row.update({k: round(v, 2) if isinstance(v, float) else v for k, v in summarize(simulate(reqs, replicas)).items()})
+        replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times) for r in model.replicas(kv)]
+        summary = summarize(simulate(reqs, replicas))
+        for k in ("ttft_ms_p50", "ttft_ms_p99", "e2e_ms_p50", "e2e_ms_p99"):
+            if k in summary:
+                summary[k] += overhead
+        row.update({k: round(v, 2) if isinstance(v, float) else v for k, v in summary.items()})
     vanilla = [r for r in rows if r["technique"] in ("vanilla", "dp_attention") and "total_tok_s" in r]
     best_vanilla = max(vanilla, key=lambda r: r["total_tok_s"], default=None)
     for r in rows:
         if best_vanilla and "total_tok_s" in r:
             r["ratio_to_best_vanilla"] = round(r["total_tok_s"] / best_vanilla["total_tok_s"], 3)
-    ranked = sorted((r for r in rows if "total_tok_s" in r), key=lambda r: -r["total_tok_s"])
-    if not ranked and not any(r.get("calibration") for r in rows):
-        first = next((r["not_predicted"] for r in rows if "no calibration" in r.get("not_predicted", "")), "")
+    ranked = rank(rows, objective)
+    if not ranked:
+        first = next((r["not_predicted"] for r in rows if "not_predicted" in r), "")
         raise PlanError(f"nothing to predict from: {first or 'no configuration is modelled'}")
-    winner = ranked[0]["name"] if ranked else None
-    reason = (f"{winner}: the highest predicted throughput on {spec} ({ranked[0]['total_tok_s']:.0f} tokens/s)"
-              if ranked else "no configuration could be predicted (see not_predicted)")
-    return {"predicted": True, "model": model_path, "gpus": n_gpus, "gpu": kind["name"], "workload": spec,
-            "winner": winner, "reason": reason, "configurations": rows,
-            "memory_source": f"free memory before load: {kind['source']}; mem_fraction_static: SGLang's default"}
+    win = ranked[0]
+    runner_up = next((r for r in ranked[1:]), None)
+    if objective == "throughput":
+        reason = (f"{win['name']}: the highest predicted throughput on {label} ({win['total_tok_s']:,.0f} tokens/s"
+                  + (f", {win['total_tok_s'] / runner_up['total_tok_s']:.2f}x the next, {runner_up['name']}"
+                     if runner_up else "") + ")")
+    else:
+        reason = (f"{win['name']}: the lowest predicted median E2E latency on {label} ({win['e2e_ms_p50']:,.1f} ms"
+                  + (f", against {runner_up['e2e_ms_p50']:,.1f} ms for the next, {runner_up['name']}" if runner_up else "")
+                  + f") among the configurations within {KEEPS_UP:.0%} of the best throughput")
+    if best_vanilla and win is not best_vanilla:
+        reason += f"; {win['ratio_to_best_vanilla']:.2f}x the throughput of the best vanilla configuration, {best_vanilla['name']}"
+    return {"predicted": True, "model": model_path, "gpus": n_gpus, "gpu": kind["name"], "workload": label,
+            "winner": win["name"], "reason": reason, "objective": objective,
+            "launch": ["python", "-m", "sgl_sidp.launch_server", "--model-path", model_path, *launch_flags(win)],
+            "configurations": rows,
+            "memory_source": f"free memory before load: {kind['source']}; mem_fraction_static: SGLang's default",
+            "request_overhead_ms": round(overhead, 2), "request_overhead_source": overhead_source}
+
+
+def shard_attn_tp(c, role: str) -> int:
+    """The attention TP of the GPU that runs `role` of configuration `c` (its KV heads per token)."""
+    if c.technique == "dp_attention":
+        return 1
+    if c.technique == "shift" and role == "shift":
+        return c.sp * c.tp
+    return c.tp
 
 
 def table(result: dict) -> str:
@@ -137,11 +222,7 @@ def table(result: dict) -> str:
         else:
             cells = ["not predicted"] + [""] * 5
         lines.append(f"| {r['name']} | {r['weights_gb_per_gpu']:.1f} | {r['kv_tokens_total']:,} | " + " | ".join(cells) + " |")
-    lines += ["", f"Winner (predicted): {result['reason']}."]
-    if result["winner"]:
-        w = next(r for r in result["configurations"] if r["name"] == result["winner"])
-        lines.append(f"Launch: python -m sgl_sidp.launch_server --model-path {result['model']} --tp-size {w['tp']} "
-                     f"--dp-size {w['dp']}")
+    lines += ["", f"Winner (predicted): {result['reason']}.", "Launch: " + " ".join(result["launch"])]
     missing = [f"- {r['name']}: {r['not_predicted']}" for r in result["configurations"] if "not_predicted" in r]
     return "\n".join(lines + (["", "Not predicted:"] + missing if missing else [])) + "\n"
 
@@ -189,6 +270,11 @@ def calibrate_main(argv: list[str]) -> None:
         print(f"sgl-sidp plan calibrate: error: {'no CUDA GPU visible' if name is None else 'no config.json in ' + a.model_path}",
               file=sys.stderr)
         raise SystemExit(2)
+    import signal
+
+    # a SIGTERM (`timeout`, a job scheduler) must stop the shard's server too: as an exception, `calibrate`'s
+    # clean-up runs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = calibrate(a.model_path, a.gpus, name, timeout_s=a.timeout_s)
     for sig, what in results.items():
         print(f"{sig}: {what}")

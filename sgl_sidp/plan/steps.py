@@ -1,14 +1,39 @@
-"""A configuration's step times, predicted: its shard's forward times measured on one GPU (a calibration, looked up by
-the shard's model signature) plus the collectives the configuration adds (`comm.Interconnect`).
+"""A configuration's step times, predicted: its shards' forward times measured on one GPU (calibrations, looked up by
+each shard's model signature), plus the collectives and weight copies the configuration adds (`comm.Interconnect`),
+decided with the one cost model the features use at run time (`sgl_sidp.calibration.cost`).
 
-Modelled so far: vanilla TP x DP. Per decode step or prefill forward a TP group all-reduces the hidden states twice
-per layer (after attention and after the FFN: `tokens x hidden x 2` bytes); the shard's own forward is what one GPU
-measured at TP1 with the shard's sizes. DP replicas run independently. The other techniques (DP attention, ZeroDP,
-SiDP, Shift) are listed by the planner as not modelled yet.
+Per technique (L layers, h hidden, e bytes per element, b sequences or tokens in a forward):
+
+- vanilla TP t x DP d: the TP-t shard's forward + 2L all-reduces of b x h x e bytes over t. Replicas are independent.
+- DP attention over N GPUs (SGLang's `--enable-dp-attention`): the shard with whole attention and the FFN split N
+  ways, timed at each rank's own b; its FFN sees every rank's tokens, so the FFN's share of the linear time of N x b
+  tokens less that of b is added, and per layer an all-gather and a reduce-scatter of N x b x h x e bytes. Ranks are
+  modelled as equally loaded (SGLang runs them in lockstep, padding to the largest).
+- ZeroDP (MoE, d replicas of TP t): the source replica is vanilla; a sink pulls its offloaded layers' routed experts
+  each forward from the source's HBM: a forward takes max(compute + the copies' measured slowdown, the copies at the
+  in-forward copy rate, the source's egress shared by its d - 1 sinks). The offloaded layers are the count that
+  maximizes capacity-bound decode tokens/s (`cost.best_offload_count`, the policy ZeroDP runs with
+  `--sidp-zerodp-expected-batch kv:C`).
+- SiDP (dense, d ranks of TP t): every rank holds its own 1/d of the FFN layers. WaS streams the other (d-1)/d of
+  the FFN weights every forward (as a ZeroDP sink, each rank's egress serving the others); CaS sends each layer's
+  rows to its owner, which runs that layer's FFN on every rank's rows (the FFN's share of d x b tokens' linear time,
+  plus an all-gather and a reduce-scatter of d x b x h x e bytes per layer); auto runs WaS at b >= B_th and CaS
+  below, B_th being the batch from which WaS is predicted faster (`StepModel.b_th`).
+- Shift (dense, base SP x TP_b = P GPUs, one KV cache): a forward of b tokens runs the shift configuration (the TP-P
+  shard + its all-reduces) when b <= the threshold, else the base configuration: the TP_b shard on b / SP tokens
+  (decode attention is the same work: b / SP sequences x H / TP_b heads = b x H / P), a prefill's attention 1/SP of
+  the TP_b shard's (heads / P over the whole sequence), 2 all-to-alls per layer over SP (QKV in, attention out) and
+  the TP_b all-reduces of b / SP tokens. The threshold is `cost.shift_threshold` of the two, as Shift's runtime
+  picks it.
+
+Left out: CPU launch time of eager (no CUDA graph) forwards (CaS without graphs), imbalance between DP ranks, the
+overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard signature
+(`model_info.model_signature`, which has no vocabulary) matches a calibration of another vocabulary split.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import json
@@ -16,20 +41,27 @@ from pathlib import Path
 from typing import Mapping
 
 from sgl_sidp.calibration.cache import BUNDLED_DIR, default_cache_dir
+from sgl_sidp.calibration.cost import (DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB, KVModel,
+                                       best_offload_count, first_lasting_win, shift_threshold, spread)
 from sgl_sidp.calibration.memory import ModelShapes
-from sgl_sidp.calibration.table import Calibration
+from sgl_sidp.calibration.table import Calibration, CalibrationError
 from sgl_sidp.model_info import model_signature
 from sgl_sidp.plan.comm import Interconnect
 from sgl_sidp.plan.configs import Configuration, Shard
 from sgl_sidp.plan.sim import StepTimes
 
-#: GPU kinds the planner knows: NVML's total MiB, and the free GiB SGLang logged before loading a model at TP1.
+#: GPU kinds the planner knows: NVML's total MiB and the free GiB SGLang logged before loading a model at TP1.
 GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 139.13,
                  "source": "SGLang's 'Load weight begin. avail mem' at TP1, benchmarks/results/sidp/calibration_1gpu/"},
         "H100": {"name": "NVIDIA H100 80GB HBM3", "mib": 81_559, "free_before_load_gib": 78.50,
                  "source": "SGLang's 'Load weight begin. avail mem' at TP1, benchmarks/results/families/ (DeepSeek-V2 run)"}}
 
-MODELLED = ("vanilla",)
+#: Where one source's egress saturates when several readers pull from it at once (GB/s, H200, measured by ZeroDP:
+#: benchmarks/results/zerodp/README.md); the peer-copy entry of the interconnect table is one idle pair's rate.
+SOURCE_EGRESS_GBPS = 350.0
+
+#: decode steps are predicted at contexts rounded to this many tokens (`StepModel.decode_ms`)
+CONTEXT_STEP = 32
 
 
 def shard_signature(hf: Mapping, shard: Shard) -> str:
@@ -39,39 +71,112 @@ def shard_signature(hf: Mapping, shard: Shard) -> str:
     return model_signature(cfg, 1)
 
 
+def gpu_kind(name: str) -> str:
+    """"NVIDIA H200" and "H200" -> "h200": a GPU name as NVML or a hand-made table spells it, reduced to its kind."""
+    words = name.lower().replace("nvidia", "").split()
+    return words[0] if words else ""
+
+
 def find_calibration(signature: str, gpu_name: str, dirs: list[Path] | None = None) -> tuple[Calibration, Path] | None:
-    """A calibration of `signature` on `gpu_name`: in the start-up cache (`$SIDP_CALIBRATION_DIR`) or bundled with the
-    package, as cache entries (`{"key", "calibration"}`) or plain tables."""
+    """A calibration of `signature` on a GPU of `gpu_name`'s kind: in the start-up cache (`$SIDP_CALIBRATION_DIR`)
+    or bundled with the package, as cache entries (`{"key", "calibration"}`) or plain tables."""
     for d in dirs if dirs is not None else [default_cache_dir(), BUNDLED_DIR]:
         for f in sorted(Path(d).glob("*.json")):
             try:
                 data = json.loads(f.read_text())
                 cal = data.get("calibration", data)
-                if cal.get("model") == signature and cal.get("gpu") == gpu_name:
+                if cal.get("model") == signature and gpu_kind(str(cal.get("gpu"))) == gpu_kind(gpu_name):
                     return Calibration.from_json(cal), f
             except (OSError, ValueError, KeyError, AttributeError, TypeError):
                 continue
     return None
 
 
+def request_overhead_ms(gpu_name: str, dirs: list[Path] | None = None) -> tuple[float, str]:
+    """(ms, where from) a request spends outside forwards before its first token on this GPU kind (HTTP server,
+    tokenizer manager, scheduler, detokenizer): the median of what `plan calibrate` measured with each shard it
+    served (`calibrate.record_request_overhead`, in the cached or bundled entries); (0.0, "not measured") if none."""
+    import statistics
+
+    found = []
+    for d in dirs if dirs is not None else [default_cache_dir(), BUNDLED_DIR]:
+        for f in sorted(Path(d).glob("*.json")):
+            try:
+                data = json.loads(f.read_text())
+                if gpu_kind(str(data["calibration"]["gpu"])) == gpu_kind(gpu_name):
+                    found.append(float(data["request_overhead_ms"]["median_ms"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    if not found:
+        return 0.0, "not measured"
+    return statistics.median(found), f"median of {len(found)} shards' client TTFT less their calibrated prefill"
+
+
+def _interp(x: float, xs: list, ys: list) -> float:
+    """`numpy.interp` of one point (clamped at the ends), without numpy's per-call overhead."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    x0, x1 = xs[i - 1], xs[i]
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
+
+
 @dataclasses.dataclass(frozen=True)
-class StepModel:
-    """Predicted forward times of one replica of `config`: `shard` timed on one GPU (`cal`) plus its TP group's
-    all-reduces (`ic`)."""
+class ShardClock:
+    """One shard's forward times on one GPU, from its calibration (ms).
 
-    config: Configuration
-    shapes: ModelShapes
+    Attributes:
+        cal: the shard's calibration (decode steps by batch at two contexts, one-request prefills).
+        kv_bytes_per_token: the shard's KV bytes per token (all layers), for the context term of decode steps.
+    """
+
     cal: Calibration
-    ic: Interconnect
-    elt: int = 2
+    kv_bytes_per_token: int
 
-    def _comm_ms(self, tokens: float) -> float:
-        nbytes = tokens * self.shapes.hidden * self.elt
-        return 2 * self.shapes.layers * self.ic.time_us("all_reduce", self.config.tp, nbytes) / 1e3
+    @functools.cached_property
+    def _decode_table(self) -> tuple:
+        """`Calibration.decode_step_ms`'s interpolation tables, built once (the simulation asks for every step)."""
+        cal = self.cal
+        if not cal.decode_ms:
+            raise CalibrationError(f"calibration for {cal.model} has no decode times")
+        xs = sorted(cal.decode_ms)
+        lx = sorted(cal.decode_ms_long)
+        per_row = [max(0.0, cal.decode_ms_long[b] - cal.decode_ms[b])
+                   / max(1, cal.decode_context_long - cal.decode_context.get(b, 0)) / b for b in lx]
+        return (xs, [cal.decode_ms[x] for x in xs], [float(cal.decode_context.get(x, 0)) for x in xs], lx, per_row)
+
+    def _step(self, batch: float, context: int) -> float:
+        """`Calibration.decode_step_ms(batch, context, kv_bytes_per_token)`, with scalar interpolation."""
+        xs, ys, ctxs, lx, per_row = self._decode_table
+        ms = _interp(batch, xs, ys)
+        extra = max(0.0, context - _interp(batch, xs, ctxs))
+        if lx:
+            return ms + batch * extra * _interp(batch, lx, per_row)
+        if self.cal.attention_gbps:
+            return ms + batch * extra * self.kv_bytes_per_token / (self.cal.attention_gbps * 1e9) * 1e3
+        return ms
 
     def decode_ms(self, batch: float, context: float) -> float:
-        per_token = self.shapes.kv_bytes_per_token(self.config.tp, self.elt)
-        return self.cal.decode_step_ms(batch, int(context), per_token) + self._comm_ms(batch)
+        """A decode step of `batch` sequences of `context` tokens: the calibration's (`Calibration.decode_step_ms`),
+        extended past its largest batch along the slope of its two largest batches."""
+        xs = self._decode_table[0]
+        ctx = int(context)
+        if batch <= xs[-1] or len(xs) < 2:
+            return self._step(batch, ctx)
+        slope = (self._step(xs[-1], ctx) - self._step(xs[-2], ctx)) / (xs[-1] - xs[-2])
+        return self._step(xs[-1], ctx) + slope * (batch - xs[-1])
+
+    def more_tokens_ms(self, tokens: float, factor: float) -> float:
+        """What the linear layers of a forward cost more when `tokens` become `factor` x `tokens` (no KV read: decode
+        steps at context 0; past the largest calibrated batch, the prefill fit's per-token slope)."""
+        def linear(t):
+            largest = max(self.cal.decode_ms)
+            if t <= largest:
+                return self.decode_ms(t, 0)
+            return self.decode_ms(largest, 0) + self.prefill_fit[1] * (t - largest)
+        return max(0.0, linear(tokens * factor) - linear(tokens))
 
     @functools.cached_property
     def prefill_fit(self) -> tuple[float, float, float]:
@@ -85,12 +190,241 @@ class StepModel:
         coef = np.linalg.lstsq(np.stack([np.ones_like(xs), xs, xs ** 2], 1), ys, rcond=None)[0]
         return tuple(float(max(0.0, v)) for v in coef)
 
-    def prefill_ms(self, parts) -> float:
-        """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + a x new tokens
-        + b x each request's attention, new x (new + 2 x prefix) (`prefill_fit`), plus the TP all-reduces."""
+    def prefill_ms(self, parts, share: float = 1.0) -> float:
+        """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + share x (a x new
+        tokens + b x each request's attention, new x (new + 2 x prefix)) (`prefill_fit`); `share` < 1 when this
+        GPU runs only that part of the tokens' linears and attention (Shift's base configuration: 1/SP)."""
         c, a, b = self.prefill_fit
         new = sum(n for n, _ in parts)
-        return c + a * new + b * sum(n * (n + 2 * p) for n, p in parts) + self._comm_ms(new)
+        return c + share * (a * new + b * sum(n * (n + 2 * p) for n, p in parts))
 
-    def step_times(self) -> StepTimes:
-        return StepTimes(self.decode_ms, self.prefill_ms)
+
+@dataclasses.dataclass(frozen=True)
+class Replica:
+    """One DP replica of a configuration as the simulation runs it: its step times and KV tokens."""
+
+    times: StepTimes
+    kv_tokens: int
+
+
+class StepModel:
+    """Predicted forward times of every replica of `config` (see the module docstring for each technique).
+
+    Args:
+        config: the configuration.
+        shapes: the model's shapes.
+        clocks: role -> `ShardClock`: "forward" (every technique but Shift), "shift" and "base" (Shift).
+        ic: the interconnect table of the GPU kind.
+        elt: bytes per weight and activation element.
+        context: the workload's mean context (tokens), at which decisions are made (SiDP's B_th, ZeroDP's offload).
+    """
+
+    def __init__(self, config: Configuration, shapes: ModelShapes, clocks: Mapping[str, ShardClock],
+                 ic: Interconnect, elt: int = 2, context: int = 1024):
+        self.config, self.shapes, self.clocks, self.ic, self.elt = config, shapes, dict(clocks), ic, elt
+        self.context = max(1, int(context))
+        self._decode_memo: dict[tuple, float] = {}
+        cal = next(iter(self.clocks.values())).cal
+        self.copy_gbps = ic.links["peer_copy"][2].busbw_gbps if "peer_copy" in ic.links else (cal.copy_gbps or 0.0)
+        self.copy_rate = cal.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD
+        slow = cal.copy_slowdown_ms_per_gb
+        self.copy_slowdown = DEFAULT_COPY_SLOWDOWN_MS_PER_GB if slow is None else slow
+
+    # ------------------------------------------------------------------ pieces
+    @property
+    def clock(self) -> ShardClock:
+        return self.clocks["forward"]
+
+    def _collective_ms(self, op: str, n: int, tokens: float, per_layer: int = 2, width: int | None = None) -> float:
+        """`per_layer` x L calls of `op` over `n` GPUs on a buffer of `tokens` x `width` (default hidden) elements."""
+        nbytes = tokens * (width or self.shapes.hidden) * self.elt
+        return per_layer * self.shapes.layers * self.ic.time_us(op, n, nbytes) / 1e3
+
+    @functools.cached_property
+    def ffn_share(self) -> float:
+        """The FFN's share of a dense layer's linear time (its parameters' share: decode linears read their weights)."""
+        mlp, attn = self.shapes.dense_mlp_params(), self.shapes.attention_params(1)
+        return mlp / (mlp + attn) if mlp else 0.0
+
+    def streamed_bytes(self) -> int:
+        """Weight bytes a GPU pulls per forward: a ZeroDP sink's offloaded experts, a SiDP WaS rank's non-owned FFNs."""
+        c, s = self.config, self.shapes
+        if c.technique == "zerodp":
+            return len(self.offload_layers) * self.elt * s.expert_params() // c.tp
+        if c.technique == "sidp":
+            return (s.layers - len(range(0, s.layers, c.dp))) * self.elt * s.dense_mlp_params() // c.tp
+        return 0
+
+    def copy_ms(self) -> float:
+        """The pulls of one forward at the in-forward copy rate, or at the source's egress shared by its readers."""
+        readers = max(1, self.config.dp - 1)
+        gbps = min(self.copy_gbps * self.copy_rate, SOURCE_EGRESS_GBPS / readers if self.config.technique == "zerodp"
+                   else self.copy_gbps * self.copy_rate)
+        return self.streamed_bytes() / (gbps * 1e9) * 1e3 if gbps > 0 else float("inf")
+
+    def _streamed(self, compute_ms: float) -> float:
+        """A forward of `compute_ms` that pulls `streamed_bytes` meanwhile (the pulls hide when shorter)."""
+        nbytes = self.streamed_bytes()
+        if not nbytes:
+            return compute_ms
+        return max(compute_ms + self.copy_slowdown * nbytes / 1e9, self.copy_ms())
+
+    # ------------------------------------------------------------------ vanilla TP
+    def _tp_decode(self, b: float, ctx: float, clock: ShardClock | None = None, tp: int | None = None) -> float:
+        return (clock or self.clock).decode_ms(b, ctx) + self._collective_ms("all_reduce", tp or self.config.tp, b)
+
+    def _tp_prefill(self, parts, clock: ShardClock | None = None, tp: int | None = None) -> float:
+        new = sum(n for n, _ in parts)
+        return (clock or self.clock).prefill_ms(parts) + self._collective_ms("all_reduce", tp or self.config.tp, new)
+
+    # ------------------------------------------------------------------ gathered FFN (DP attention, CaS)
+    def _gathered(self, base_ms: float, tokens: float, n: int) -> float:
+        """`base_ms` of a forward whose FFN runs on the tokens of `n` ranks: + the FFN's share of the linear time
+        of n x `tokens` less `tokens`, + per layer an all-gather and a reduce-scatter of n x `tokens`."""
+        extra = self.ffn_share * self.clock.more_tokens_ms(tokens, n)
+        comm = (self._collective_ms("all_gather", n, n * tokens, 1) + self._collective_ms("reduce_scatter", n, n * tokens, 1))
+        return base_ms + extra + comm
+
+    # ------------------------------------------------------------------ SiDP
+    @functools.cached_property
+    def b_th(self) -> float:
+        """SiDP auto's B_th (tokens per rank): the smallest batch from which WaS is predicted no slower than CaS
+        (`cost.first_lasting_win` over decode batches 1-1,024 at `context`); inf when CaS wins throughout.
+        SiDP's runtime, left to itself (`--sidp-sidp-b-th 0`), takes the batch whose step hides the copies
+        (`cost.crossover_batch`), which ignores what CaS costs; the planner's launch command passes this B_th."""
+        sizes = [1, 2, 4] + list(range(8, 1025, 8))
+        b = first_lasting_win(lambda x: self._sidp_decode(x, self.context, "was"),
+                              lambda x: self._sidp_decode(x, self.context, "cas"), sizes)
+        return float("inf") if b is None else float(b)
+
+    def _sidp_decode(self, b: float, ctx: float, variant: str) -> float:
+        base = self._tp_decode(b, ctx)
+        if variant == "was" or (variant == "auto" and b >= self.b_th):
+            return self._streamed(base)
+        return self._gathered(base, b, self.config.dp)
+
+    def _sidp_prefill(self, parts, variant: str) -> float:
+        new = sum(n for n, _ in parts)
+        base = self._tp_prefill(parts)
+        if variant == "was" or (variant == "auto" and new >= self.b_th):
+            return self._streamed(base)
+        return self._gathered(base, new, self.config.dp)
+
+    # ------------------------------------------------------------------ Shift
+    def _shift_base_decode(self, b: float, ctx: float) -> float:
+        c = self.config
+        return (self.clocks["base"].decode_ms(b / c.sp, ctx) + self._collective_ms("all_reduce", c.tp, b / c.sp)
+                + self._ulysses_ms(b))
+
+    def _shift_base_prefill(self, parts) -> float:
+        c = self.config
+        new = sum(n for n, _ in parts)
+        return (self.clocks["base"].prefill_ms(parts, share=1 / c.sp) + self._collective_ms("all_reduce", c.tp, new / c.sp)
+                + self._ulysses_ms(new))
+
+    def _ulysses_ms(self, tokens: float) -> float:
+        """Ulysses' two all-to-alls per layer over SP: QKV of `tokens` in, the attention output back."""
+        s, c = self.shapes, self.config
+        qkv = s.head_dim * (s.heads + 2 * s.kv_heads) // c.tp
+        return (self._collective_ms("all_to_all", c.sp, tokens, 1, qkv)
+                + self._collective_ms("all_to_all", c.sp, tokens, 1, s.heads * s.head_dim // c.tp))
+
+    @functools.cached_property
+    def shift_threshold(self) -> float:
+        """Tokens per forward above which Shift runs its base configuration (`cost.shift_threshold` over decode
+        batches and one-request prefills, both configurations predicted)."""
+        p = self.config.sp * self.config.tp
+        points = {}
+        for b in (1, 8, 32, 64, 128, 256):
+            points[b] = (self._tp_decode(b, 1024, self.clocks["shift"], p), self._shift_base_decode(b, 1024))
+        for t in (512, 1024, 2048, 4096, 8192):
+            points[t] = (self._tp_prefill([(t, 0)], self.clocks["shift"], p), self._shift_base_prefill([(t, 0)]))
+        return shift_threshold(points)
+
+    def _shift_decode(self, b: float, ctx: float) -> float:
+        if b > self.shift_threshold:
+            return self._shift_base_decode(b, ctx)
+        return self._tp_decode(b, ctx, self.clocks["shift"], self.config.sp * self.config.tp)
+
+    def _shift_prefill(self, parts) -> float:
+        if sum(n for n, _ in parts) > self.shift_threshold:
+            return self._shift_base_prefill(parts)
+        return self._tp_prefill(parts, self.clocks["shift"], self.config.sp * self.config.tp)
+
+    # ------------------------------------------------------------------ ZeroDP
+    offload_layers: tuple[int, ...] = ()
+
+    def choose_offload(self, vanilla_kv_bytes: float) -> tuple[int, ...]:
+        """ZeroDP's offload set for a sink whose KV pool holds `vanilla_kv_bytes` without offloading, decoding
+        sequences of `context` tokens (`cost.best_offload_count`); sets and returns `offload_layers`."""
+        s, c = self.shapes, self.config
+        kv = KVModel(vanilla_kv_bytes, self.clock.kv_bytes_per_token, self.context, self.clock.cal)
+        layer_bytes = self.elt * s.expert_params() // c.tp
+        n, _ = best_offload_count(kv, len(s.moe_layers), layer_bytes, self.copy_gbps)
+        self.offload_layers = spread(s.moe_layers, n)
+        return self.offload_layers
+
+    # ------------------------------------------------------------------ per technique
+    def decode_ms(self, b: float, ctx: float, role: str = "") -> float:
+        """A decode step of `b` sequences of `ctx` tokens on one replica (`role` "sink" for a ZeroDP sink), the
+        context rounded to `CONTEXT_STEP` tokens and each (role, b, context) computed once: a simulation asks for
+        millions of steps whose context grows by one token at a time (the rounding moves a step by a fraction of a
+        percent: a step's context cost per token is b x a few ns)."""
+        q = CONTEXT_STEP * round(ctx / CONTEXT_STEP)
+        key = (role, b, q)
+        ms = self._decode_memo.get(key)
+        if ms is None:
+            ms = self._decode_memo[key] = self._decode_uncached(b, q, role)
+        return ms
+
+    def _decode_uncached(self, b: float, ctx: int, role: str) -> float:
+        c = self.config
+        if c.technique == "dp_attention":
+            return self._gathered(self.clock.decode_ms(b, ctx), b, c.gpus)
+        if c.technique == "sidp":
+            return self._sidp_decode(b, ctx, c.variant)
+        if c.technique == "shift":
+            return self._shift_decode(b, ctx)
+        base = self._tp_decode(b, ctx)
+        return self._streamed(base) if role == "sink" else base
+
+    def prefill_ms(self, parts, role: str = "") -> float:
+        """One prefill forward of `parts` ((new tokens, tokens in KV) per request) on one replica."""
+        c = self.config
+        if c.technique == "dp_attention":
+            return self._gathered(self.clock.prefill_ms(parts), sum(n for n, _ in parts), c.gpus)
+        if c.technique == "sidp":
+            return self._sidp_prefill(parts, c.variant)
+        if c.technique == "shift":
+            return self._shift_prefill(parts)
+        base = self._tp_prefill(parts)
+        return self._streamed(base) if role == "sink" else base
+
+    def step_times(self, role: str = "") -> StepTimes:
+        return StepTimes(functools.partial(self.decode_ms, role=role), functools.partial(self.prefill_ms, role=role))
+
+    def replicas(self, kv: Mapping[str, int]) -> list[Replica]:
+        """The simulation's replicas: `kv` is `Configuration.kv_tokens` (by role) of this configuration."""
+        c = self.config
+        if c.technique == "zerodp":
+            return [Replica(self.step_times(), kv["source"])] + [Replica(self.step_times("sink"), kv["sink"])
+                                                                  for _ in range(c.dp - 1)]
+        n = c.gpus if c.technique == "dp_attention" else c.dp
+        return [Replica(self.step_times(), kv["gpu"]) for _ in range(n)]
+
+    def decisions(self) -> dict:
+        """What the technique decides from this cost model (for the table and the launch command)."""
+        c = self.config
+        if c.technique == "zerodp":
+            return {"offload_layers": len(self.offload_layers), "copy_ms_per_forward": round(self.copy_ms(), 3)}
+        if c.technique == "sidp":
+            return {"b_th": self.b_th, "copy_ms_per_forward": round(self.copy_ms(), 3)}
+        if c.technique == "shift":
+            return {"shift_threshold": self.shift_threshold}
+        return {}
+
+
+def shard_roles(config: Configuration, shapes: ModelShapes) -> dict[str, Shard]:
+    """The shards whose calibrations `StepModel` needs: role -> shard."""
+    shards = config.shards(shapes)
+    return {"shift": shards["shift"], "base": shards["base"]} if config.technique == "shift" else {"forward": shards["forward"]}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
-from sgl_sidp.calibration.cost import COPY_BUDGET_MARGIN, KVModel, copies_that_fit, spread
+from sgl_sidp.calibration.cost import COPY_BUDGET_MARGIN, KVModel, best_offload_count, copies_that_fit, spread
 from sgl_sidp.peer.manifest import TensorSpec
 
 #: Expert tensor groups, in the order a layer's experts use them (gate/up, then down).
@@ -37,11 +37,6 @@ GROUPS = ("w13", "w2")
 #: Slots a sink pulls into (double buffer). They cost `N_SLOTS` layers of memory, so offloading
 #: `N_SLOTS` layers or fewer frees no KV at all and the policy offloads none instead.
 N_SLOTS = 2
-
-#: With "kv:C", the modeled decode tokens/s must beat offloading nothing by this factor. On H200 the
-#: model over-predicted the measured steady-state gain of 8 offloaded layers by about 1.1x
-#: (benchmarks/results/zerodp/r80_kv): smaller predicted gains are inside its error.
-KV_MIN_GAIN = 1.10
 
 class ZeroDPError(RuntimeError):
     """ZeroDP cannot run as configured (bad model, bad pairing, lost source...)."""
@@ -142,7 +137,7 @@ def choose_plan(
         forced_layers: offload exactly these layers (flag override) instead of fitting.
         kv: capacity-bound model ("kv:C"): offload the count n that maximizes the modeled decode
             tokens/s (`KVModel.tokens_per_s`; ties go to the smaller n), and none unless that beats
-            offloading nothing by `KV_MIN_GAIN`. A fixed budget that holds `N_SLOTS` layers or
+            offloading nothing by `cost.KV_MIN_GAIN`. A fixed budget that holds `N_SLOTS` layers or
             fewer offloads none (the slots would cost what the layers free).
         sink_index, n_sinks: this sink's 0-based index among the source's sinks; shifts the
             picked layers by `sink_index / n_sinks` of the spacing (staggered orders).
@@ -171,10 +166,7 @@ def choose_plan(
         budget = 0.0
     elif kv is not None:
         layer_bytes = max(per_layer.values()) if per_layer else 0
-        rows = [kv.tokens_per_s(n, layer_bytes, copy_gbps) for n in range(len(moe_layers) + 1)]
-        n = max(range(len(rows)), key=lambda i: (rows[i][2], -i))
-        if rows[n][2] < KV_MIN_GAIN * rows[0][2]:
-            n = 0
+        n, rows = best_offload_count(kv, len(moe_layers), layer_bytes, copy_gbps)
         b, budget, tps = rows[n]
         b0, step0, tps0 = rows[0]
         layers = spread(moe_layers, n, phase)

@@ -1,0 +1,91 @@
+"""Seconds per configuration the planner spends in the scheduler simulation (`sgl_sidp.plan.sim.simulate`).
+
+    .venv/bin/python scripts/plan_sim_speed.py [--model-path ../shared/models/Qwen3-8B] [--gpus 1 2]
+        [--workload trace:../shared/traces/AzureLLMInferenceTrace_code.csv ...] [--repeat 1]
+
+Runs the planner (`sgl_sidp.plan.__main__.plan`) on each workload and number of GPUs, timing every `simulate` call
+it makes (one per predicted configuration), and prints one line per configuration: workload, GPUs, configuration
+(DP replicas), simulated requests, seconds (best of --repeat), of which in the configuration's step-time functions
+(`StepTimes.decode_ms` and `prefill_ms`, timed in a second run; the rest is the simulation's own), and the predicted
+total tokens/s. A speed check, not a test: the numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+WORKLOADS = (f"trace:{SHARED / 'traces' / 'AzureLLMInferenceTrace_code.csv'}",
+             f"trace:{SHARED / 'traces' / 'conversation_trace.jsonl'}", "offline:512:2048:256")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-path", default=str(SHARED / "models" / "Qwen3-8B"),
+                    help="the model's folder, as `python -m sgl_sidp.plan --model-path` takes it "
+                         "(default: ../shared/models/Qwen3-8B)")
+    ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2], help="numbers of GPUs to plan for (default: 1 2)")
+    ap.add_argument("--workload", nargs="+", default=list(WORKLOADS),
+                    help="`python -m sgl_sidp.plan` workload specs (default: the Azure code and Mooncake conversation "
+                         "traces under ../shared/traces, and offline:512:2048:256)")
+    ap.add_argument("--repeat", type=int, default=1, help="time each simulation this many times, keep the best")
+    a = ap.parse_args()
+    import sgl_sidp.plan.__main__ as planner  # here, so that --help answers without the planner
+    from sgl_sidp.plan.sim import StepTimes
+
+    original = planner.simulate
+    timings: list[tuple[int, int, float, float]] = []  # (replicas, requests, seconds, seconds in step times)
+
+    def clocked(times: StepTimes, spent: list[float]) -> StepTimes:
+        def decode_ms(batch, context):
+            t0 = time.perf_counter()
+            try:
+                return times.decode_ms(batch, context)
+            finally:
+                spent[0] += time.perf_counter() - t0
+
+        def prefill_ms(parts):
+            t0 = time.perf_counter()
+            try:
+                return times.prefill_ms(parts)
+            finally:
+                spent[0] += time.perf_counter() - t0
+
+        return StepTimes(decode_ms, prefill_ms)
+
+    def timed(requests, replicas, route=None):
+        best, out = float("inf"), None
+        for _ in range(a.repeat):
+            fresh = [type(r)(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
+            reps = [type(p)(p.limits, p.times) for p in replicas]
+            t0 = time.perf_counter()
+            original(fresh, reps, route)
+            best = min(best, time.perf_counter() - t0)
+            out = fresh
+        spent = [0.0]
+        fresh = [type(r)(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
+        original(fresh, [type(p)(p.limits, clocked(p.times, spent)) for p in replicas], route)
+        for r, f in zip(requests, out):  # the planner reads the results
+            r.__dict__.update(f.__dict__)
+        timings.append((len(replicas), len(requests), best, spent[0]))
+        return requests
+
+    planner.simulate = timed
+    try:
+        for spec in a.workload:
+            for n in a.gpus:
+                timings.clear()
+                result = planner.plan(a.model_path, n, "H200", spec)
+                rows = [r for r in result["configurations"] if "total_tok_s" in r]
+                for row, (dp, reqs, sec, in_times) in zip(rows, timings):
+                    print(f"{Path(spec).name:32s} gpus={n} {row['name']:14s} replicas={dp} requests={reqs:6d} "
+                          f"{sec:7.3f} s (step times {in_times:6.3f} s)  total_tok_s={row['total_tok_s']}", flush=True)
+    finally:
+        planner.simulate = original
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The planner's step models (`sgl_sidp.plan.steps`) against hand-computed times: every technique's decode step and
+prefill from a made-up calibration and interconnect, its decisions (SiDP auto's B_th, Shift's threshold, ZeroDP's
+offload count) and the launch flags and ranking built on them."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sgl_sidp.calibration.cost import DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB, first_lasting_win
+from sgl_sidp.calibration.memory import ModelShapes
+from sgl_sidp.calibration.table import Calibration
+from sgl_sidp.plan.__main__ import launch_flags, rank
+from sgl_sidp.plan.comm import Interconnect, Link
+from sgl_sidp.plan.configs import Configuration
+from sgl_sidp.plan.steps import BUNDLED_DIR, ShardClock, StepModel, find_calibration
+
+SHAPES = ModelShapes(layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, vocab=1000, tied=False, intermediate=4096)
+LINK = Link(latency_us=10.0, busbw_gbps=100.0, source="test")
+COLLECTIVES = {op: {n: LINK for n in (2, 4)} for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")}
+IC = Interconnect("NVIDIA H200", COLLECTIVES | {"peer_copy": {2: Link(0.0, 100.0, "test")}})
+SLOW_COPIES = Interconnect("NVIDIA H200", COLLECTIVES | {"peer_copy": {2: Link(0.0, 10.0, "test")}})
+
+
+def cal(scale: float = 1.0) -> Calibration:
+    """Decode steps 1 ms + 0.01 ms per sequence, prefills 2 ms + 0.01 ms per token (no attention term)."""
+    return Calibration(model="m", gpu="NVIDIA H200", decode_ms={b: scale * (1 + 0.01 * b) for b in (1, 64, 256)},
+                       prefill_ms={t: scale * (2 + 0.01 * t) for t in (512, 2048, 8192)}, copy_gbps=None, source="test")
+
+
+def clock(scale: float = 1.0) -> ShardClock:
+    return ShardClock(cal(scale), SHAPES.kv_bytes_per_token(1))
+
+
+def collective_ms(op: str, n: int, tokens: float, per_layer: int = 2, width: int = 1024) -> float:
+    factor = 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+    return per_layer * SHAPES.layers * (10.0 + tokens * width * 2 / (100.0 / factor * 1e3)) / 1e3
+
+
+def test_fast_decode_equals_the_calibration_on_bundled_tables():
+    for f in sorted(BUNDLED_DIR.glob("h200_*.json"))[:4]:
+        d = json.loads(f.read_text())
+        c = Calibration.from_json(d.get("calibration", d))
+        k = ShardClock(c, 147_456)
+        for b in (1, 3, 50, 200, 256):
+            for ctx in (0, 256, 3000):
+                assert k.decode_ms(b, ctx) == pytest.approx(c.decode_step_ms(b, ctx, 147_456), rel=1e-12)
+    k = clock()
+    assert k.decode_ms(512, 0) == pytest.approx(1 + 0.01 * 512)  # past the largest batch: the last slope
+
+
+def test_vanilla_tp_adds_two_all_reduces_per_layer():
+    one = StepModel(Configuration("tp1", "vanilla", 1, 1), SHAPES, {"forward": clock()}, IC)
+    two = StepModel(Configuration("tp2", "vanilla", 1, 2), SHAPES, {"forward": clock(0.5)}, IC)
+    assert one.decode_ms(64, 0) == pytest.approx(1.64)
+    assert two.decode_ms(64, 0) == pytest.approx(0.82 + collective_ms("all_reduce", 2, 64))
+    assert two.prefill_ms([(2048, 0)]) == pytest.approx(0.5 * (2 + 20.48) + collective_ms("all_reduce", 2, 2048), rel=1e-6)
+
+
+def test_sidp_was_is_the_longer_of_compute_and_copies_and_auto_switches_at_b_th():
+    c = {v: StepModel(Configuration(f"sidp_dp2_{v}", "sidp", 2, 1, variant=v), SHAPES, {"forward": clock()}, SLOW_COPIES)
+         for v in ("was", "cas", "auto")}
+    nbytes = 2 * 2 * SHAPES.dense_mlp_params()  # 2 of 4 FFN layers not owned, bf16
+    copy = nbytes / (10.0 * DEFAULT_COPY_RATE_IN_FORWARD * 1e9) * 1e3
+    assert c["was"].streamed_bytes() == nbytes and c["was"].copy_ms() == pytest.approx(copy)
+    for b in (1, 256):
+        compute = 1 + 0.01 * b
+        assert c["was"].decode_ms(b, 0) == pytest.approx(max(compute + DEFAULT_COPY_SLOWDOWN_MS_PER_GB * nbytes / 1e9, copy))
+        assert c["cas"].decode_ms(b, 0) > compute  # the owner's FFN on both ranks' rows, and the exchange
+    b_th = c["auto"].b_th
+    assert 256 < b_th < 1024  # CaS wins while the copies (6.3 ms) outlast the step
+    assert c["auto"].decode_ms(b_th, 1024) == c["was"].decode_ms(b_th, 1024)
+    assert c["auto"].decode_ms(b_th - 8, 1024) == c["cas"].decode_ms(b_th - 8, 1024)
+    assert c["was"].decode_ms(b_th, 1024) <= c["cas"].decode_ms(b_th, 1024)
+
+
+def test_first_lasting_win_needs_the_win_to_last():
+    assert first_lasting_win(lambda x: 5, lambda x: x, [1, 2, 4, 8, 16]) == 8
+    assert first_lasting_win(lambda x: 5 if x < 16 else 99, lambda x: x, [1, 2, 4, 8, 16]) is None
+    assert first_lasting_win(lambda x: 0, lambda x: x, [1, 2]) == 1
+
+
+def test_shift_runs_tp_for_small_forwards_and_the_base_above_its_threshold():
+    m = StepModel(Configuration("shift_sp2_tp1", "shift", 1, 1, 2), SHAPES, {"shift": clock(0.5), "base": clock(0.9)}, IC)
+    th = m.shift_threshold
+    assert 256 <= th < 8192
+    tp2 = StepModel(Configuration("tp2", "vanilla", 1, 2), SHAPES, {"forward": clock(0.5)}, IC)
+    assert m.decode_ms(1, 0) == tp2.decode_ms(1, 0)
+    big = [(8192, 0)]
+    qkv = SHAPES.head_dim * (SHAPES.heads + 2 * SHAPES.kv_heads)
+    base = (0.9 * (2 + 0.5 * 81.92) + collective_ms("all_to_all", 2, 8192, 1, qkv)
+            + collective_ms("all_to_all", 2, 8192, 1, SHAPES.heads * SHAPES.head_dim))  # linears on half the tokens
+    assert m.prefill_ms(big) == pytest.approx(base, rel=1e-6) and base < tp2.prefill_ms(big)
+
+
+def test_dp_attention_pays_for_every_rank_s_tokens_in_its_ffn():
+    m = StepModel(Configuration("dp2_attn", "dp_attention", 2, 1), SHAPES, {"forward": clock()}, IC)
+    share = SHAPES.dense_mlp_params() / (SHAPES.dense_mlp_params() + SHAPES.attention_params(1))
+    expect = 1.64 + share * 0.64 + collective_ms("all_gather", 2, 128, 1) + collective_ms("reduce_scatter", 2, 128, 1)
+    assert m.decode_ms(64, 0) == pytest.approx(expect)
+
+
+def test_zerodp_offloads_nothing_on_two_h200s_as_its_runtime_policy_does():
+    qwen = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-30B-A3B" / "config.json"
+    if not qwen.is_file():
+        pytest.skip(f"{qwen} missing (../shared/models)")
+    shapes = ModelShapes.of(json.loads(qwen.read_text()))
+    found = find_calibration("Qwen3MoeForCausalLM L48 E128 H2048 I768 A32/4 tp1", "NVIDIA H200")
+    m = StepModel(Configuration("zerodp_dp2", "zerodp", 2, 1), shapes, {"forward": ShardClock(found[0], 49_152)},
+                  Interconnect.load("NVIDIA H200"), context=2048)
+    assert m.choose_offload(700_000 * 49_152) == ()
+    assert m.decode_ms(64, 2048, "sink") == m.decode_ms(64, 2048)
+
+
+def test_launch_flags_start_each_technique_with_the_decisions_of_this_cost_model():
+    row = lambda t, dp, tp, sp=1, variant="", **d: {"technique": t, "dp": dp, "tp": tp, "sp": sp, "variant": variant,  # noqa: E731
+                                                  "decisions": d}
+    assert launch_flags(row("vanilla", 2, 1)) == ["--dp-size", "2"]
+    assert launch_flags(row("dp_attention", 2, 1)) == ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]
+    assert launch_flags(row("sidp", 2, 1, variant="auto", b_th=96.0))[-2:] == ["--sidp-sidp-b-th", "96"]
+    assert launch_flags(row("shift", 1, 1, 2, shift_threshold=256))[-2:] == ["--sidp-shift-threshold", "256"]
+    assert "--sidp-shift-threshold" not in launch_flags(row("shift", 1, 1, 2, shift_threshold=float("inf")))
+    assert launch_flags(row("zerodp", 2, 2)) == ["--tp-size", "2", "--dp-size", "2", "--sidp-mode", "zerodp"]
+
+
+def test_latency_ranking_keeps_to_configurations_that_keep_up():
+    rows = [{"name": "a", "total_tok_s": 100.0, "e2e_ms_p50": 50.0}, {"name": "b", "total_tok_s": 99.0, "e2e_ms_p50": 40.0},
+            {"name": "c", "total_tok_s": 50.0, "e2e_ms_p50": 1.0}, {"name": "d"}]
+    assert [r["name"] for r in rank(rows, "latency")] == ["b", "a", "c"]
+    assert [r["name"] for r in rank(rows, "throughput")] == ["a", "b", "c"]
