@@ -35,6 +35,7 @@ class SidpMode(str, enum.Enum):
     ZERODP = "zerodp"  # MoE experts pulled from a source DP replica (ZeroDP)
     SIDP = "sidp"  # dense FFNs owned per DP rank, WaS/CaS (SiDP)
     SHIFT = "shift"  # Ulysses SP <-> TP switching on one KV cache (Shift Parallelism)
+    AUTO = "auto"  # the launcher asks the planner (sgl_sidp.plan) and starts its winner, vanilla included
 
 
 class SidpConfigError(ValueError):
@@ -59,7 +60,10 @@ class _CoreConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False)
 
-    mode: SidpMode = Field(SidpMode.OFF, description="Weight-sharing technique: off, zerodp, sidp or shift.")
+    mode: SidpMode = Field(SidpMode.OFF, description="Weight-sharing technique: off, zerodp, sidp or shift; auto: "
+                           "the launcher predicts every configuration of this model on these GPUs (python -m "
+                           "sgl_sidp.plan, from one-GPU calibrations), prints the table and starts the winner, "
+                           "vanilla SGLang included.")
     batch_signal: bool = Field(
         False,
         description="Record the scheduler's per-iteration batch signal (batch size, tokens computed, "
@@ -78,6 +82,11 @@ class _CoreConfig(BaseModel):
         "GPU (its SGLang gpu_id) mod (visible GPUs), so --dp-size 2 puts both replicas on GPU 0. They share its "
         "memory (give each a --max-total-tokens: SGLang sizes a replica's KV cache from the memory free when it "
         "profiles) and its compute, so a folded server says nothing about speed or capacity. Never for serving.",
+    )
+    plan_workload: str = Field(
+        "offline:512:2048:256",
+        description="[auto] the workload the planner ranks the configurations on: offline:S:IN:OUT (throughput), "
+        "latency:IN:OUT or trace:FILE[:SCALE] (latency among the configurations that keep up).",
     )
     signal_log_interval: int = Field(
         40,
@@ -115,6 +124,8 @@ class _CoreConfig(BaseModel):
                            help=fields["batch_signal"].description)
         group.add_argument("--sidp-calibrate", action="store_true", default=None, help=fields["calibrate"].description)
         group.add_argument("--sidp-fold-gpus", action="store_true", default=None, help=fields["fold_gpus"].description)
+        group.add_argument("--sidp-plan-workload", default=None,
+                           help=f"{fields['plan_workload'].description} Default: {fields['plan_workload'].default}.")
         group.add_argument("--sidp-signal-log-interval", type=int, default=None,
                            help=f"{fields['signal_log_interval'].description} Default: 40.")
         for feature in FEATURES.values():
@@ -228,6 +239,8 @@ class _CoreConfig(BaseModel):
         mode, one of a sub-mode this one is not (`Feature.ignored`), or the signal's interval with the overlay off.
         Only flags actually given count (pydantic's `model_fields_set`), so defaults never trip it."""
         problems = []
+        if "plan_workload" in self.model_fields_set and self.mode != SidpMode.AUTO:
+            problems.append("--sidp-plan-workload is unused: it applies with --sidp-mode auto")
         if "signal_log_interval" in self.model_fields_set and not self.active:
             problems.append("--sidp-signal-log-interval is unused with the overlay off: add --sidp-batch-signal or a "
                             "--sidp-mode")

@@ -21,7 +21,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError
+from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError, SidpMode
 from sgl_sidp.feature import flag_given
 from sgl_sidp.process import LAUNCHER_PID_ENV
 
@@ -92,6 +92,59 @@ def sglang_raw_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _drop_flags(argv: list[str], flags: dict[str, bool]) -> list[str]:
+    """`argv` without `flags` (flag -> whether it takes a value), in `--flag value` or `--flag=value` form."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in flags:
+            skip = flags[name] and "=" not in a
+            continue
+        out.append(a)
+    return out
+
+
+def resolve_auto(argv: list[str]) -> list[str]:
+    """With `--sidp-mode auto`: the planner's winner for this model, GPU kind and GPU count (`--tp-size` x
+    `--dp-size` where given, else every visible GPU) on `--sidp-plan-workload`, printed with its table; returns
+    `argv` with the winner's flags in place of the mode, TP, DP and DP-attention flags. Other argv is returned as is.
+
+    Raises:
+        SidpConfigError: no local config.json, an unknown GPU, or nothing the planner can predict (e.g. no
+            calibration of a shard: the line says how to make one).
+    """
+    ours, rest = sidp_parser().parse_known_args(with_default_model(argv))
+    if ours.sidp_mode != SidpMode.AUTO.value:
+        return argv
+    from sgl_sidp.peer.topology import gpu_name, visible_gpu_count
+    from sgl_sidp.plan.__main__ import PlanError, plan, table
+    from sgl_sidp.plan.steps import GPUS, gpu_kind
+
+    raw = sglang_raw_args(rest)
+    n = raw.tp_size * raw.dp_size if flag_given(rest, "--tp-size", "--tp", "--dp-size", "--dp") else visible_gpu_count()
+    name = gpu_name(0)
+    kind = next((k for k in GPUS if name and gpu_kind(k) == gpu_kind(name)), None)
+    if not n or kind is None:
+        raise SidpConfigError([f"--sidp-mode auto: the planner knows GPU kinds {', '.join(GPUS)}; "
+                               f"this host's GPU 0 is {name or 'not visible'}"])
+    workload = ours.sidp_plan_workload or "offline:512:2048:256"
+    try:
+        result = plan(raw.model_path, n, kind, workload)
+    except PlanError as e:
+        raise SidpConfigError([f"--sidp-mode auto: {e}"]) from None
+    print(table(result), flush=True)
+    winner = next(r for r in result["configurations"] if r["name"] == result["winner"])
+    chosen = result["launch"][result["launch"].index("--model-path") + 2:]
+    print(f"sgl-sidp: --sidp-mode auto starts {winner['name']} (predicted): {' '.join(chosen) or 'TP1, one GPU'}",
+          flush=True)
+    dropped = {"--sidp-mode": True, "--sidp-plan-workload": True, "--tp-size": True, "--tp": True, "--dp-size": True,
+               "--dp": True, "--enable-dp-attention": False}
+    return _drop_flags(argv, dropped) + chosen
+
+
 def parse(argv: list[str]):
     """Split and validate `argv` into (SidpConfig, SGLang ServerArgs).
 
@@ -157,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         full_parser().print_help()
         return
     try:
-        cfg, server_args = parse(argv)
+        cfg, server_args = parse(resolve_auto(argv))
     except SidpConfigError as e:
         print(f"sgl-sidp: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -354,6 +354,7 @@ def test_sidp_cas_graphs_needs_cas_graphs_and_one_gpu_per_rank(tmp_path):
 #: every --sidp-* flag with values the launcher accepts, edge values included (floats in exponent form, big ints)
 ACCEPTED = {
     "--sidp-signal-log-interval": ["1", "1000000"],
+    "--sidp-plan-workload": ["offline:512:2048:256", "trace:/a b/c.csv:2"],
     "--sidp-zerodp-layers": ["all", "every:3", "0,5,47"],
     "--sidp-zerodp-tensors": ["w2,w13"],
     "--sidp-zerodp-expected-batch": ["kv:131072"],

@@ -70,7 +70,7 @@ def test_shift_on_a_moe_model_rejected_before_any_gpu_work():
 def test_help_lists_our_group_and_sglang_flags():
     out = launch("--help")
     assert out.returncode == 0
-    assert "sgl-sidp overlay:" in out.stdout and "--sidp-mode {off,zerodp,sidp,shift}" in out.stdout
+    assert "sgl-sidp overlay:" in out.stdout and "--sidp-mode {off,zerodp,sidp,shift,auto}" in out.stdout
     assert "--model-path" in out.stdout and "--dp-size" in out.stdout
 
 
@@ -155,3 +155,35 @@ def test_zerodp_auto_needs_no_calibration_file(monkeypatch, moe_dir):
     monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", lambda argv: list(argv))
     cfg, _ = ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2", "--tp-size", "4"])
     assert cfg.zerodp.layers == "auto" and os.environ[LAUNCHER_PID_ENV] == str(os.getpid())
+
+
+DENSE = MOE.parent / "Qwen3-8B"
+
+
+@pytest.mark.skipif(not DENSE.is_dir(), reason=f"{DENSE} not found (the shared model configs)")
+def test_auto_mode_starts_the_planner_s_winner_in_place_of_the_mode_and_layout_flags(monkeypatch, capsys):
+    monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: "NVIDIA H200")
+    monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: 2)
+    argv = ["--model-path", str(DENSE), "--sidp-mode", "auto", "--load-format", "dummy"]
+    out = ls.resolve_auto(argv)
+    printed = capsys.readouterr().out
+    assert "every number below is a prediction" in printed and "--sidp-mode auto starts dp2 (predicted)" in printed
+    assert out == ["--model-path", str(DENSE), "--load-format", "dummy", "--dp-size", "2"]  # offline: DP2 wins
+    argv = ["--model-path", str(DENSE), "--sidp-mode=auto", "--tp-size", "2", "--sidp-plan-workload", "latency:2048:64"]
+    chosen = ls.resolve_auto(argv)
+    assert "--sidp-plan-workload" not in chosen and chosen.count("--tp-size") <= 1 and "auto" not in chosen
+    assert ls.resolve_auto(["--model-path", str(DENSE), "--tp-size", "2"]) == ["--model-path", str(DENSE), "--tp-size", "2"]
+
+
+@pytest.mark.skipif(not DENSE.is_dir(), reason=f"{DENSE} not found (the shared model configs)")
+def test_auto_mode_without_a_known_gpu_or_calibration_is_one_line(monkeypatch):
+    monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: None)
+    monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: None)
+    with pytest.raises(SidpConfigError, match="this host's GPU 0 is not visible"):
+        ls.resolve_auto(["--model-path", str(DENSE), "--sidp-mode", "auto"])
+    monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: "NVIDIA H200")
+    monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: 2)
+    with pytest.raises(SidpConfigError, match="plan calibrate --model-path"):
+        ls.resolve_auto(["--model-path", str(MOE.parent / "Llama-3.1-70B"), "--sidp-mode", "auto"])
+    with pytest.raises(SidpConfigError, match="--sidp-plan-workload is unused"):
+        ls.parse(["--model-path", str(DENSE), "--sidp-plan-workload", "offline:1:2:3"])
