@@ -1,58 +1,180 @@
-"""Predicted next to measured for one GPU: the planner's vanilla TP1 prediction against a committed
-`scripts/shift_compare.py` measurement of vanilla SGLang TP1 (TTFT of single prompts, a burst, low traffic).
+"""The planner's one-GPU predictions next to measurements of vanilla SGLang TP1 on the same GPU kind.
 
-The prediction reads only the model's config.json and a calibration of its forwards (bundled or cached), never the
-measurement it is compared with. Prints a markdown table with the error of every number (predicted / measured - 1).
+Two steps, on two machines:
 
-usage: python scripts/plan_validate_1gpu.py MEASURED.json --model-path DIR [--gpu H200]
-  MEASURED.json: a `shift_compare.py` result of config `tp` (e.g. benchmarks/results/shift/prefill_graphs_1gpu/tp.json)
+    # on the GPU host (vanilla `sglang.launch_server`, dummy weights, CUDA graphs): measure
+    python scripts/plan_validate_1gpu.py measure --model-path .gpu/models/Qwen3-8B --out-dir OUT \\
+        --trace azure_ok='--trace .gpu/traces/AzureLLMInferenceTrace_code.csv --start-s 600 --duration-s 120'
+    # anywhere (no GPU): predict exactly what was measured, from the model's config.json and a calibration only
+    python scripts/plan_validate_1gpu.py report OUT --model-path ../shared/models/Qwen3-8B
+
+`measure` writes OUT/measured.json: KV tokens (SGLang's `max_total_num_tokens`), the TTFT of single prompts (median
+of 3, distinct prompts, no radix hit), decode steps (B requests of C prompt tokens started at once; the median gap
+between consecutive output tokens once every request is decoding), an offline burst (N x (IN, OUT) at once), and
+trace replays (`python -m sgl_sidp.replay`, its per-request files kept under OUT/<name>/). `report` rebuilds each
+measured workload's requests (the same trace window, scale and context limit as the replay) and prints a markdown
+table: predicted, measured, error (predicted / measured - 1). No measured number enters a prediction.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
+import time
 from pathlib import Path
 
-from sgl_sidp.plan.__main__ import plan
+import numpy as np
+
+DECODE_BATCHES = (1, 8, 32, 64, 128, 256)
 
 
-def shape_of(run: dict) -> tuple[int, int, int]:
-    """(requests, prompt tokens, output tokens) of a burst or low-traffic run of `shift_compare.py`, from its counts."""
-    n, secs = run["requests"], run["seconds"]
-    out = round(run["output_tok_s"] * secs / n)
-    return n, round((run["total_tok_s"] * secs - run["output_tok_s"] * secs) / n), out
+def _triple(spec: str) -> tuple[int, int, int]:
+    n, p, o = (int(x) for x in spec.split("+"))
+    return n, p, o
 
 
-def rows(measured: dict, model_path: str, gpu: str) -> list[tuple[str, str, float, float]]:
-    """(what, unit, predicted, measured) for every measured number the planner predicts."""
+def measure(a) -> None:
+    """Serve vanilla SGLang TP1 on GPU 0 and measure every item into `a.out_dir/measured.json`."""
+    from sgl_sidp.bench.batches import prompts, replay, run_batch
+    from sgl_sidp.bench.metrics import compute_metrics
+    from sgl_sidp.bench.server import ServerProcess
+    from sgl_sidp.peer.topology import gpu_name
+
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    flags = ["--model-path", a.model_path, "--load-format", "dummy", "--attention-backend", "triton",
+             "--sampling-backend", "pytorch", "--tokenizer-path", "sgl_sidp/default_model", *shlex.split(a.extra_args)]
+    srv = ServerProcess("sglang.launch_server", flags, port=a.port, log_path=out / "server.log", gpus="0")
+    result = {"command": None, "gpu": gpu_name(0), "kv_tokens": [], "ttft_ms": {}, "decode": [], "burst": None,
+              "traces": {}}
+    result["command"] = " ".join(srv.command)
+    save = lambda: (out / "measured.json").write_text(json.dumps(result, indent=1))  # noqa: E731
+    with srv:
+        deadline = time.time() + 300
+        while "The server is fired up" not in srv.log_text() and time.time() < deadline:
+            time.sleep(1)
+        result["kv_tokens"] = [int(x) for x in re.findall(r"max_total_num_tokens=(\d+)", srv.log_text())]
+        run_batch(srv.base_url, [(prompts(1, 64, 0)[0], 4, None)])  # warm-up
+        for length in a.ttft:
+            vals = [o.ttft * 1e3 for ids in prompts(3, length, length)
+                    for o in run_batch(srv.base_url, [(ids, 1, None)])[0] if o.success]
+            result["ttft_ms"][str(length)] = float(np.median(vals)) if vals else None
+        save()
+        for context in a.decode_contexts:
+            for b in DECODE_BATCHES:
+                outs, _ = run_batch(srv.base_url, [(ids, a.decode_output, None) for ids in prompts(b, context, 100 + b)])
+                # the prompts prefill first (SGLang runs waiting prefills before decode), then all decode together:
+                # the second half of each request's gaps are decode steps of the whole batch
+                gaps = [g for o in outs if o.success for g in o.itl[len(o.itl) // 2:]]
+                result["decode"].append({"batch": b, "prompt": context, "output": a.decode_output,
+                                         "context_mean": context + 3 * a.decode_output // 4,
+                                         "step_ms": float(np.median(gaps)) * 1e3 if gaps else None})
+                save()
+        if a.burst:
+            n, p, o = _triple(a.burst)
+            outs, seconds = run_batch(srv.base_url, [(ids, o, None) for ids in prompts(n, p, 7)])
+            m = compute_metrics(outs, seconds)
+            result["burst"] = {"requests": n, "prompt": p, "output": o, "seconds": seconds,
+                               **{k: m[k] for k in ("total_throughput", "output_throughput", "median_ttft_ms",
+                                                    "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "failed")}}
+            save()
+        for job in a.trace:
+            name, args = job.split("=", 1)
+            summary = replay(name, args, srv.base_url, out / name, "tp1")
+            result["traces"][name] = {"args": args, **{k: summary.get(k) for k in (
+                "completed", "failed", "duration", "total_throughput", "output_throughput", "median_ttft_ms",
+                "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")}}
+            save()
+    save()
+    print(json.dumps(result, indent=1))
+
+
+def trace_requests(replay_args: str, trace_dir: Path | None = None):
+    """The `SimRequest`s a `python -m sgl_sidp.replay REPLAY_ARGS` sends: the same window, scale, context limit and
+    prompt lengths (`sgl_sidp.bench.traces.plan_replay`), arriving at their send offsets."""
+    from sgl_sidp.bench.traces import load_trace, plan_replay
+    from sgl_sidp.plan.sim import SimRequest
+    from sgl_sidp.replay import build_parser
+
+    r = build_parser().parse_args(shlex.split(replay_args))
+    path = Path(trace_dir) / r.trace.name if trace_dir else r.trace
+    p = plan_replay(load_trace(path, r.trace_format), start_s=r.start_s, duration_s=r.duration_s,
+                    max_requests=r.max_requests, time_scale=r.time_scale, compress_gaps_s=r.compress_gaps_s,
+                    max_context_len=r.max_context_len, context_overflow=r.context_overflow)
+    return [SimRequest(i.offset_s, i.prompt_len, max(1, i.request.output_len),
+                       i.request.hash_ids if i.prompt_len == i.request.input_len else None) for i in p.items]
+
+
+def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None) -> list[tuple]:
+    """(what, unit, predicted, measured) for every measured number."""
+    from sgl_sidp.plan.__main__ import plan, plan_requests
+
     out = []
+    if measured.get("kv_tokens"):
+        pred = plan(model_path, 1, gpu, "latency:16:1")["configurations"][0]
+        out.append(("KV tokens (max_total_num_tokens)", "tokens", pred["kv_tokens_total"], measured["kv_tokens"][0]))
     for tokens, ms in sorted(measured["ttft_ms"].items(), key=lambda kv: int(kv[0])):
         pred = plan(model_path, 1, gpu, f"latency:{tokens}:1")["configurations"][0]
-        out.append((f"TTFT of one {tokens}-token prompt", "ms", pred["ttft_ms_p50"], ms))
-    for name in ("burst", "low_traffic"):
-        run = measured.get(name)
-        if not run:
+        out.append((f"TTFT of one {int(tokens):,}-token prompt", "ms", pred["ttft_ms_p50"], ms))
+    for d in measured.get("decode", []):
+        if d["step_ms"] is None:
             continue
-        n, inp, outp = shape_of(run)
-        pred = plan(model_path, 1, gpu, f"offline:{n}:{inp}:{outp}")["configurations"][0]
-        what = f"{name.replace('_', ' ')} of {n} x ({inp} in, {outp} out)"
-        out += [(f"{what}: total throughput", "tok/s", pred["total_tok_s"], run["total_tok_s"]),
-                (f"{what}: TTFT p50", "ms", pred["ttft_ms_p50"], run["median_ttft_ms"]),
-                (f"{what}: TPOT p50", "ms", pred["tpot_ms_p50"], run["median_tpot_ms"])]
+        pred = plan(model_path, 1, gpu, "latency:16:1", decode_points=[(d["batch"], d["context_mean"])])
+        out.append((f"decode step, batch {d['batch']}, context {d['context_mean']:,}", "ms",
+                    pred["configurations"][0]["decode_at"][0], d["step_ms"]))
+    b = measured.get("burst")
+    if b:
+        pred = plan(model_path, 1, gpu, f"offline:{b['requests']}:{b['prompt']}:{b['output']}")["configurations"][0]
+        what = f"burst of {b['requests']} x ({b['prompt']:,} in, {b['output']} out)"
+        out += [(f"{what}: total throughput", "tok/s", pred["total_tok_s"], b["total_throughput"]),
+                (f"{what}: TTFT p50", "ms", pred["ttft_ms_p50"], b["median_ttft_ms"]),
+                (f"{what}: TPOT p50", "ms", pred["tpot_ms_p50"], b["median_tpot_ms"])]
+    for name, t in measured.get("traces", {}).items():
+        pred = plan_requests(model_path, 1, gpu, f"replay {t['args']}", trace_requests(t["args"], trace_dir))
+        pred = pred["configurations"][0]
+        out += [(f"{name}: total throughput", "tok/s", pred["total_tok_s"], t["total_throughput"]),
+                (f"{name}: TTFT p50", "ms", pred["ttft_ms_p50"], t["median_ttft_ms"]),
+                (f"{name}: TPOT p50", "ms", pred["tpot_ms_p50"], t["median_tpot_ms"]),
+                (f"{name}: TTFT p99", "ms", pred["ttft_ms_p99"], t["p99_ttft_ms"]),
+                (f"{name}: TPOT p99", "ms", pred["tpot_ms_p99"], t["p99_tpot_ms"])]
     return out
+
+
+def report(a) -> None:
+    measured = json.loads((Path(a.out_dir) / "measured.json").read_text())
+    print("| number | unit | predicted | measured | error |\n|---|---|---:|---:|---:|")
+    for what, unit, pred, meas in rows(measured, a.model_path, a.gpu, a.trace_dir):
+        err = f"{pred / meas - 1:+.1%}" if meas else "-"
+        print(f"| {what} | {unit} | {pred:,.1f} | {meas:,.1f} | {err} |")
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("measured", type=Path, help="a shift_compare.py result of vanilla TP1 (config 'tp')")
-    ap.add_argument("--model-path", required=True, help="the model's config folder the measurement served")
-    ap.add_argument("--gpu", default="H200", help="GPU kind the measurement ran on (default: H200)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure", help="on a GPU host: serve vanilla SGLang TP1 on GPU 0 and measure")
+    m.add_argument("--model-path", required=True, help="the model's folder (config.json; weights are dummy)")
+    m.add_argument("--out-dir", required=True, help="where measured.json, the server log and replay files go")
+    m.add_argument("--port", type=int, default=26100, help="the server's port (default: 26100)")
+    m.add_argument("--ttft", type=lambda s: [int(x) for x in s.split(",") if x], default=[16, 512, 2048, 4096, 8192],
+                   help="prompt lengths whose single-request TTFT is measured (default: 16,512,2048,4096,8192)")
+    m.add_argument("--decode-contexts", type=lambda s: [int(x) for x in s.split(",") if x], default=[256, 2048],
+                   help=f"prompt lengths of the decode-step runs at batches {DECODE_BATCHES} (default: 256,2048)")
+    m.add_argument("--decode-output", type=int, default=64, help="output tokens of each decode-step request (default: 64)")
+    m.add_argument("--burst", default="512+2048+256", metavar="N+IN+OUT",
+                   help="offline burst: N requests of IN prompt and OUT output tokens at once (default: 512+2048+256)")
+    m.add_argument("--trace", action="append", default=[], metavar="NAME=REPLAY_ARGS",
+                   help="a trace replay: NAME and the arguments of python -m sgl_sidp.replay (repeatable)")
+    m.add_argument("--extra-args", default="", help="more server flags, one shell-quoted string")
+    r = sub.add_parser("report", help="anywhere: predict what OUT_DIR measured and print the errors")
+    r.add_argument("out_dir", help="a folder written by measure")
+    r.add_argument("--model-path", required=True, help="the model's config folder the measurement served")
+    r.add_argument("--gpu", default="H200", help="GPU kind the measurement ran on (default: H200)")
+    r.add_argument("--trace-dir", type=Path, default=None,
+                   help="read the replays' trace files from this folder (default: the paths the replays used)")
     a = ap.parse_args(argv)
-    measured = json.loads(a.measured.read_text())
-    print("| number | unit | predicted | measured | error |\n|---|---|---:|---:|---:|")
-    for what, unit, pred, meas in rows(measured, a.model_path, a.gpu):
-        print(f"| {what} | {unit} | {pred:,.1f} | {meas:,.1f} | {pred / meas - 1:+.1%} |")
+    measure(a) if a.cmd == "measure" else report(a)
 
 
 if __name__ == "__main__":
