@@ -1,6 +1,8 @@
 """The planner's interconnect table (`sgl_sidp.plan.comm`): times, the bundled tables, and `measure-comm`'s measuring
 and fitting path on gloo."""
 
+import json
+
 import pytest
 
 from sgl_sidp.plan.comm import OPS, Interconnect, InterconnectError, bus_factor, fit
@@ -56,3 +58,21 @@ def test_measure_comm_times_collectives_on_a_process_group():
     for rank in (0, 1):
         assert set(res[rank]) == {"all_reduce", "broadcast", "all_to_all"}
         assert all(lat >= 0 and bw > 0 for lat, bw in res[rank].values())
+
+
+def test_measure_comm_writes_a_table_plan_can_load(tmp_path):
+    """`plan measure-comm` end to end on 2 CPU processes (gloo): a table with every collective over 2 ranks that
+    `Interconnect` loads (no peer copy without GPUs)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "cpu.json"
+    r = subprocess.run([sys.executable, "-m", "sgl_sidp.plan", "measure-comm", "--gpus", "2", "--backend", "gloo",
+                        "--iters", "2", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    table = Interconnect.from_json(json.loads(out.read_text()))
+    assert set(table.links) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}
+    assert all(set(by_n) == {2} for by_n in table.links.values()) and table.time_us("all_reduce", 2, 1 << 20) > 0
+    bad = subprocess.run([sys.executable, "-m", "sgl_sidp.plan", "measure-comm", "--gpus", "1"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["sgl-sidp plan measure-comm: error: --gpus must be at least 2"]

@@ -281,13 +281,57 @@ def calibrate_main(argv: list[str]) -> None:
     raise SystemExit(0 if all(not w.startswith("failed") for w in results.values()) else 1)
 
 
+def measure_comm_main(argv: list[str]) -> None:
+    """`python -m sgl_sidp.plan measure-comm --gpus N`: time the collectives on this node's GPUs and write the
+    interconnect table `plan` then reads for this GPU kind (in place of the bundled one)."""
+    from sgl_sidp.peer.topology import gpu_name, visible_gpu_count
+    from sgl_sidp.plan.comm import measure_table, measured_dir
+
+    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan measure-comm",
+                                 description="Time all-reduce, all-gather, reduce-scatter, all-to-all and broadcast "
+                                 "over 2, 4, 8... of this node's GPUs (NCCL) and one GPU pair's peer copy, fit each as "
+                                 "latency + bytes / bus bandwidth, and write the table the planner reads for this GPU "
+                                 "kind.")
+    ap.add_argument("--gpus", type=int, required=True, help="GPUs to use, from GPU 0 (at least 2)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the table's file (default: <kind>.json in the calibration cache's interconnect folder, "
+                    "where plan looks first)")
+    ap.add_argument("--backend", choices=("nccl", "gloo"), default="nccl",
+                    help="nccl: the GPUs (default); gloo: CPU processes, to check the code path without GPUs")
+    ap.add_argument("--iters", type=int, default=20, help="timed calls per size (default: 20)")
+    a = ap.parse_args(argv)
+    name = gpu_name(0) if a.backend == "nccl" else "CPU (gloo)"
+    visible = visible_gpu_count() or 0
+    problem = ("--gpus must be at least 2" if a.gpus < 2 else
+               f"--gpus {a.gpus}: {visible} CUDA GPU(s) visible" if a.backend == "nccl" and a.gpus > visible else "")
+    if problem:
+        print(f"sgl-sidp plan measure-comm: error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    from sgl_sidp.plan.comm import InterconnectError
+    from sgl_sidp.plan.steps import gpu_kind
+
+    try:
+        table = measure_table(a.gpus, name, a.backend, iters=a.iters)
+    except InterconnectError as e:
+        print(f"sgl-sidp plan measure-comm: error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+    out = a.out or measured_dir() / f"{gpu_kind(name)}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(table, indent=1))
+    print(json.dumps(table["links"], indent=1))
+    print(f"wrote {out}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["calibrate"]:
         return calibrate_main(argv[1:])
+    if argv[:1] == ["measure-comm"]:
+        return measure_comm_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan", description=__doc__.split("\n\n")[0],
                                  epilog="python -m sgl_sidp.plan calibrate --model-path DIR --gpus N: time the shards "
-                                 "on this host's GPU first.")
+                                 "on this host's GPU first. python -m sgl_sidp.plan measure-comm --gpus N: measure "
+                                 "the interconnect table on a node of N GPUs.")
     ap.add_argument("--model-path", required=True, help="a folder with the model's config.json")
     ap.add_argument("--gpus", type=int, required=True, help="GPUs of the node to plan for")
     ap.add_argument("--gpu", default="H200", help=f"GPU kind: {', '.join(GPUS)} (default: H200)")

@@ -80,19 +80,112 @@ class Interconnect:
                                            for op, by_n in self.links.items()}}
 
     @classmethod
-    def load(cls, gpu: str, directory: Path = TABLE_DIR) -> "Interconnect":
-        """The table of GPU kind `gpu` ("NVIDIA H200", "H100"...): `directory/<h200>.json`.
+    def load(cls, gpu: str, directory: Path | None = None) -> "Interconnect":
+        """The table of GPU kind `gpu` ("NVIDIA H200", "H100"...): `<h200>.json` in `directory`, else the one
+        `measure-comm` wrote (`measured_dir()`), else the bundled one (`TABLE_DIR`).
 
         Raises:
             InterconnectError: no table for that GPU kind.
         """
         kind = gpu.lower().replace("nvidia", "").strip().split()[0] if gpu.strip() else ""
-        path = directory / f"{kind}.json"
+        dirs = [directory] if directory is not None else [measured_dir(), TABLE_DIR]
+        path = next((d / f"{kind}.json" for d in dirs if (d / f"{kind}.json").is_file()), dirs[-1] / f"{kind}.json")
+        directory = path.parent
         if not kind or not path.is_file():
             have = sorted(p.stem for p in directory.glob("*.json"))
             raise InterconnectError(f"no interconnect table for GPU '{gpu}' (have: {', '.join(have)}); run "
                                     "`python -m sgl_sidp.plan measure-comm` on a node of that kind")
         return cls.from_json(json.loads(path.read_text()))
+
+
+def measured_dir() -> Path:
+    """Where `python -m sgl_sidp.plan measure-comm` writes its tables (beside the calibration cache)."""
+    from sgl_sidp.calibration.cache import default_cache_dir
+
+    return default_cache_dir() / "interconnect"
+
+
+#: buffer sizes (bytes per rank) `measure_table` times each collective at: small ones fit the latency, big ones the
+#: bandwidth
+TABLE_SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 27)
+TABLE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+
+
+def _table_worker(rank: int, world: int, backend: str, init: str, sizes, iters: int, q) -> None:
+    """One rank of `measure_table`: every collective over the first n ranks (n = 2, 4, 8 ... up to `world`), then
+    (CUDA) a peer copy from GPU 1 into GPU 0; rank 0 puts the fits on `q`."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = backend == "nccl"
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
+    make = (lambda nbytes: torch.ones(max(1, nbytes // 2), dtype=torch.bfloat16, device=f"cuda:{rank}")) if cuda \
+        else (lambda nbytes: torch.ones(max(1, nbytes // 4)))
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    links: dict[str, dict[int, dict]] = {}
+    n = 2
+    while n <= world:
+        group = dist.new_group(list(range(n)))  # every rank creates every group, in the same order
+        if rank < n:
+            for op in TABLE_OPS:
+                pts = measure(op, group, [s - s % (2 * n * 4) for s in sizes], make, iters, sync)
+                lat, bw = fit(pts, op, n)
+                links.setdefault(op, {})[n] = {"latency_us": round(lat, 2), "busbw_gbps": round(bw, 1),
+                                               "source": f"measured by measure-comm ({backend}, {len(pts)} sizes)"}
+        dist.barrier()
+        n *= 2
+    if cuda and world >= 2 and rank == 0:
+        src = torch.ones((1 << 28) // 2, dtype=torch.bfloat16, device="cuda:1")
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            dst.copy_(src)
+        sync()
+        gbps = 5 * src.numel() * 2 / (time.perf_counter() - t0) / 1e9
+        links["peer_copy"] = {2: {"latency_us": 10.0, "busbw_gbps": round(gbps, 1),
+                                  "source": "measured by measure-comm: 256 MiB copies GPU 1 -> GPU 0; latency assumed"}}
+    dist.barrier()
+    if rank == 0:
+        q.put(links)
+    dist.destroy_process_group()
+
+
+def measure_table(world: int, gpu: str, backend: str = "nccl", sizes=TABLE_SIZES, iters: int = 20,
+                  timeout_s: float = 600.0) -> dict:
+    """An interconnect table (`Interconnect.from_json`'s form) measured on `world` local GPUs (`backend` "nccl"; "gloo"
+    runs the same code on CPU processes, for tests): each collective over 2, 4, 8... of them, fitted as latency +
+    bytes / bus bandwidth (`fit`), and one GPU pair's peer copy.
+
+    Raises:
+        InterconnectError: a rank failed or the measurement timed out.
+    """
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        init = f"file://{tmp}/rendezvous"
+        procs = [ctx.Process(target=_table_worker, args=(r, world, backend, init, tuple(sizes), iters, q))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        try:
+            links = q.get(timeout=timeout_s)
+        except Exception as e:  # queue.Empty, or a rank died and nothing came
+            raise InterconnectError(f"measure-comm: no result within {timeout_s:.0f} s ({type(e).__name__}); "
+                                    f"exit codes {[p.exitcode for p in procs]}") from None
+        finally:
+            for p in procs:
+                p.join(60)
+                if p.is_alive():
+                    p.kill()
+    return {"gpu": gpu, "note": f"measured by python -m sgl_sidp.plan measure-comm on {world} GPUs", "links": links}
 
 
 def fit(points: Sequence[tuple[float, float]], op: str, n: int) -> tuple[float, float]:
