@@ -871,9 +871,11 @@ ACCESSORS: tuple[tuple[str, tuple[tuple[str, bool], ...], str], ...] = (
                                 ("sglang.srt.arg_groups.fields.parallel.Parallel.tp_size", False)), ""),
     ("get_parallel().dp_rank", (("sglang.srt.runtime_context.ParallelContext.dp_rank", False),
                                 ("sglang.srt.arg_groups.fields.parallel.Parallel.dp_rank", False)),
-     "The DP replica's rank (the overlay reads `ModelRunner.ps.dp_rank` today)"),
+     "The DP replica's rank (the overlay reads `ps.dp_rank` in `sgl_sidp.process.dp_rank`, the one place left on "
+     "0.5.17-only API: no DP-rank accessor exists in both versions)"),
     ("ModelRunner.ps", (("sglang.srt.model_executor.model_runner.ModelRunner.ps", True),),
-     "What the overlay reads ranks from today (`ParallelState`)"),
+     "Only its `dp_rank` is still read (`sgl_sidp.process.dp_rank`); TP rank, size and group come from "
+     "`parallel_state`'s functions"),
     ("ModelRunner.tp_group", (("sglang.srt.model_executor.model_runner.ModelRunner.tp_group", True),), ""),
     ("ModelRunner.mem_fraction_static", (("sglang.srt.model_executor.model_runner.ModelRunner.mem_fraction_static",
                                           True),), ""),
@@ -883,7 +885,7 @@ ACCESSORS: tuple[tuple[str, tuple[tuple[str, bool], ...], str], ...] = (
     ("breakable_cuda_graph.eager_on_graph",
      (("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph.eager_on_graph",
        False),),
-     "The graph-break decorator factory the prefetch ring calls as `eager_on_graph(True)`"),
+     "The graph-break decorator factory the prefetch ring calls as `eager_on_graph(enable=True)`"),
 )
 
 
