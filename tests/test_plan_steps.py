@@ -117,10 +117,10 @@ def test_launch_flags_start_each_technique_with_the_decisions_of_this_cost_model
                                                   "decisions": d}
     assert launch_flags(row("vanilla", 2, 1)) == ["--dp-size", "2"]
     assert launch_flags(row("dp_attention", 2, 1)) == ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]
-    assert launch_flags(row("sidp", 2, 1, variant="auto", b_th=96.0))[-2:] == ["--sidp-sidp-b-th", "96"]
-    assert launch_flags(row("shift", 1, 1, 2, shift_threshold=256))[-2:] == ["--sidp-shift-threshold", "256"]
-    assert "--sidp-shift-threshold" not in launch_flags(row("shift", 1, 1, 2, shift_threshold=float("inf")))
-    assert launch_flags(row("zerodp", 2, 2)) == ["--tp-size", "2", "--dp-size", "2", "--sidp-mode", "zerodp"]
+    assert launch_flags(row("sidp", 2, 1, variant="auto", b_th=96.0))[-2:] == ["--sidp-b-th", "96"]
+    assert launch_flags(row("shift", 1, 1, 2, shift_threshold=256))[-2:] == ["--shift-threshold", "256"]
+    assert "--shift-threshold" not in launch_flags(row("shift", 1, 1, 2, shift_threshold=float("inf")))
+    assert launch_flags(row("zerodp", 2, 2)) == ["--tp-size", "2", "--dp-size", "2", "--overlay-mode", "zerodp"]
 
 
 def test_latency_ranking_keeps_to_configurations_that_keep_up():

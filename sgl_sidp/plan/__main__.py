@@ -63,17 +63,17 @@ def launch_flags(row: dict) -> list[str]:
     if t == "dp_attention":
         return ["--tp-size", str(dp), "--dp-size", str(dp), "--enable-dp-attention"]
     if t == "shift":
-        flags = ["--tp-size", str(sp * tp), "--sidp-mode", "shift", "--sidp-shift-sp", str(sp)]
+        flags = ["--tp-size", str(sp * tp), "--overlay-mode", "shift", "--shift-sp", str(sp)]
         th = row.get("decisions", {}).get("shift_threshold")
-        return flags + (["--sidp-shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else [])
+        return flags + (["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else [])
     flags = (["--tp-size", str(tp)] if tp > 1 else []) + (["--dp-size", str(dp)] if dp > 1 else [])
     if t == "zerodp":
-        return flags + ["--sidp-mode", "zerodp"]
+        return flags + ["--overlay-mode", "zerodp"]
     if t == "sidp":
-        flags += ["--sidp-mode", "sidp", "--sidp-sidp-force", row["variant"]]
+        flags += ["--overlay-mode", "sidp", "--sidp-service", row["variant"]]
         b_th = row.get("decisions", {}).get("b_th")
         if row["variant"] == "auto" and b_th not in (None, float("inf")):
-            flags += ["--sidp-sidp-b-th", str(int(b_th))]
+            flags += ["--sidp-b-th", str(int(b_th))]
     return flags
 
 
@@ -259,7 +259,7 @@ def calibrate_main(argv: list[str]) -> None:
 
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan calibrate",
                                  description="Time, on this host's GPU 0, every shard the model's configurations on N "
-                                 "GPUs need (SGLang with the shard's sizes and --sidp-calibrate), caching each in "
+                                 "GPUs need (SGLang with the shard's sizes and --overlay-calibrate), caching each in "
                                  "$SIDP_CALIBRATION_DIR.")
     ap.add_argument("--model-path", required=True, help="a folder with the model's config.json")
     ap.add_argument("--gpus", type=int, required=True, help="GPUs of the node to plan for")

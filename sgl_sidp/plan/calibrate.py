@@ -1,7 +1,7 @@
 """`python -m sgl_sidp.plan calibrate`: time every shard a model's configurations need, on the one GPU at hand.
 
 For each shard not calibrated yet, SGLang serves the model with the shard's sizes (`Shard.override_args` as
-`--json-model-override-args`, `--load-format dummy`) through our launcher with `--sidp-calibrate`, which measures the
+`--json-model-override-args`, `--load-format dummy`) through our launcher with `--overlay-calibrate`, which measures the
 forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and two contexts, one-request prefills;
 `sgl_sidp.calibration.measure`) and caches them under the shard's signature; the server is stopped as soon as the
 entry appears. One shard at a time, so nothing else runs on the GPU while it is timed.
@@ -88,7 +88,7 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
             results[sig] = f"cached {found[1]}"
             continue
         args = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(DEFAULT_MODEL_DIR),
-                "--json-model-override-args", json.dumps(shard.override_args(shapes)), "--sidp-calibrate", *SERVER_ARGS]
+                "--json-model-override-args", json.dumps(shard.override_args(shapes)), "--overlay-calibrate", *SERVER_ARGS]
         log = (log_dir or cache_dir) / f"calibrate-{sig.replace(' ', '_').replace('/', '-')}.log"
         srv = server(args, log)
         t0 = time.monotonic()

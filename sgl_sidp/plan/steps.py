@@ -13,7 +13,7 @@ Per technique (L layers, h hidden, e bytes per element, b sequences or tokens in
   each forward from the source's HBM: a forward takes max(compute + the copies' measured slowdown, the copies at the
   in-forward copy rate, the source's egress shared by its d - 1 sinks). The offloaded layers are the count that
   maximizes capacity-bound decode tokens/s (`cost.best_offload_count`, the policy ZeroDP runs with
-  `--sidp-zerodp-expected-batch kv:C`).
+  `--zerodp-expected-batch kv:C`).
 - SiDP (dense, d ranks of TP t): every rank holds its own 1/d of the FFN layers. WaS streams the other (d-1)/d of
   the FFN weights every forward (as a ZeroDP sink, each rank's egress serving the others); CaS sends each layer's
   rows to its owner, which runs that layer's FFN on every rank's rows (the FFN's share of d x b tokens' linear time,
@@ -290,7 +290,7 @@ class StepModel:
     def b_th(self) -> float:
         """SiDP auto's B_th (tokens per rank): the smallest batch from which WaS is predicted no slower than CaS
         (`cost.first_lasting_win` over decode batches 1-1,024 at `context`); inf when CaS wins throughout.
-        SiDP's runtime, left to itself (`--sidp-sidp-b-th 0`), takes the batch whose step hides the copies
+        SiDP's runtime, left to itself (`--sidp-b-th 0`), takes the batch whose step hides the copies
         (`cost.crossover_batch`), which ignores what CaS costs; the planner's launch command passes this B_th."""
         sizes = [1, 2, 4] + list(range(8, 1025, 8))
         b = first_lasting_win(lambda x: self._sidp_decode(x, self.context, "was"),
