@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="results folder")
     p.add_argument("--server-args", required=True, help="flags given to both servers (one shell-quoted string)")
-    p.add_argument("--ours-args", default="", help="extra flags for our launcher only (e.g. --sidp-mode ...)")
+    p.add_argument("--ours-args", default="", help="extra flags for our launcher only (e.g. --overlay-mode ...)")
     p.add_argument("--job", action="append", required=True, metavar="NAME=REPLAY_ARGS",
                    help="a replay: name and the `python -m sgl_sidp.replay` flags (repeatable)")
     p.add_argument("--gpus", default="0,1", help="GPU of vanilla,ours (default 0,1); with --sequential one GPU")

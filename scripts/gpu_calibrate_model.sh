@@ -1,5 +1,5 @@
 #!/bin/bash
-# Start-up calibration and KV capacity of one model on one GPU: starts our launcher with --sidp-calibrate (plain
+# Start-up calibration and KV capacity of one model on one GPU: starts our launcher with --overlay-calibrate (plain
 # SGLang otherwise), waits for "The server is fired up", stops it, and prints the calibration lines, the cache entry
 # and SGLang's max_total_num_tokens. Run once per budget: the cache entry is written by the first start only.
 # Usage (GPU host, repo root, .whl and .gpu carried): bash scripts/gpu_calibrate_model.sh OUT_DIR MODEL_DIR [flags...]
@@ -16,7 +16,7 @@ NAME=$(basename "$M")$(echo "$*" | tr -c 'A-Za-z0-9.\n' '_' | sed 's/^/_/; s/_*$
 export SIDP_CALIBRATION_DIR=${SIDP_CALIBRATION_DIR:-$OUTD/calibration}
 LOG=$OUTD/$NAME.log
 python3 -m sgl_sidp.launch_server --model-path "$M" --load-format dummy --attention-backend triton \
-  --sampling-backend pytorch --tokenizer-path sgl_sidp/default_model --sidp-calibrate --port 34000 "$@" > "$LOG" 2>&1 &
+  --sampling-backend pytorch --tokenizer-path sgl_sidp/default_model --overlay-calibrate --port 34000 "$@" > "$LOG" 2>&1 &
 P=$!
 for _ in $(seq 1 200); do
   kill -0 $P 2>/dev/null || { echo "$NAME: server exited"; break; }

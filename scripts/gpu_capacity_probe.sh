@@ -1,6 +1,6 @@
 #!/bin/bash
 # KV capacity of two servers started side by side on a 4 x H200 host, at SGLang's default memory budget: SGLang's
-# DWDP (--dwdp-size 2 --tp-size 2, GPUs 0,1) and ZeroDP offloading every layer (--sidp-zerodp-layers all, GPUs 2,3).
+# DWDP (--dwdp-size 2 --tp-size 2, GPUs 0,1) and ZeroDP offloading every layer (--zerodp-layers all, GPUs 2,3).
 # Each is started, asked for one greedy completion (does it serve?), and stopped; max_total_num_tokens per rank comes
 # from the server logs. Writes OUT_DIR/{dwdp,zerodp_all}.log.gz.
 # Caveat (benchmarks/results/zerodp/README.md, round 2): the request goes out once /health answers, before SGLang
@@ -16,7 +16,7 @@ M=.gpu/models/Qwen3-30B-A3B
 COMMON="--model-path $M --load-format dummy --attention-backend triton --sampling-backend pytorch --host 127.0.0.1 $*"
 CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server $COMMON --dwdp-size 2 --tp-size 2 --port 33000 > "$OUTD/dwdp.log" 2>&1 &
 P1=$!
-CUDA_VISIBLE_DEVICES=2,3 python3 -m sgl_sidp.launch_server $COMMON --dp-size 2 --sidp-mode zerodp --sidp-zerodp-layers all --port 33100 > "$OUTD/zerodp_all.log" 2>&1 &
+CUDA_VISIBLE_DEVICES=2,3 python3 -m sgl_sidp.launch_server $COMMON --dp-size 2 --overlay-mode zerodp --zerodp-layers all --port 33100 > "$OUTD/zerodp_all.log" 2>&1 &
 P2=$!
 probe() {  # name port pid
   for _ in $(seq 1 100); do

@@ -6,8 +6,8 @@ Configurations (`--configs`, each started once on `--gpus`, measured, stopped):
   tp        python -m sglang.launch_server  --tp-size P
   dp        python -m sglang.launch_server  --dp-size P
   dp_attn   python -m sglang.launch_server  --tp-size P --dp-size P --enable-dp-attention
-  shift     python -m sgl_sidp.launch_server --tp-size P --sidp-mode shift [--sidp-shift-threshold T]
-  shift_sp1 python -m sgl_sidp.launch_server --tp-size P --sidp-mode shift --sidp-shift-sp 1 (the wiring; any P)
+  shift     python -m sgl_sidp.launch_server --tp-size P --overlay-mode shift [--shift-threshold T]
+  shift_sp1 python -m sgl_sidp.launch_server --tp-size P --overlay-mode shift --shift-sp 1 (the wiring; any P)
   tp_eager_prefill, shift_eager_prefill: tp and shift with --disable-prefill-cuda-graph (what SGLang's breakable
             prefill graphs are worth, in either)
 
@@ -46,12 +46,12 @@ from sgl_sidp.bench.batches import metrics_text, prompts, replay, run_batch
 CONFIGS = {
     "tp": ("sglang.launch_server", lambda p: ["--tp-size", str(p)]),
     "dp": ("sglang.launch_server", lambda p: ["--dp-size", str(p)]),
-    "shift": ("sgl_sidp.launch_server", lambda p: ["--tp-size", str(p), "--sidp-mode", "shift"]),
-    "shift_sp1": ("sgl_sidp.launch_server", lambda p: ["--tp-size", str(p), "--sidp-mode", "shift", "--sidp-shift-sp", "1"]),
+    "shift": ("sgl_sidp.launch_server", lambda p: ["--tp-size", str(p), "--overlay-mode", "shift"]),
+    "shift_sp1": ("sgl_sidp.launch_server", lambda p: ["--tp-size", str(p), "--overlay-mode", "shift", "--shift-sp", "1"]),
     "dp_attn": ("sglang.launch_server", lambda p: ["--tp-size", str(p), "--dp-size", str(p), "--enable-dp-attention"]),
     "tp_eager_prefill": ("sglang.launch_server", lambda p: ["--tp-size", str(p), "--disable-prefill-cuda-graph"]),
     "shift_eager_prefill": ("sgl_sidp.launch_server",
-                            lambda p: ["--tp-size", str(p), "--sidp-mode", "shift", "--disable-prefill-cuda-graph"]),
+                            lambda p: ["--tp-size", str(p), "--overlay-mode", "shift", "--disable-prefill-cuda-graph"]),
 }
 FORWARDS = "sglang:sidp_shift_forwards_total"
 
@@ -84,7 +84,7 @@ def command(name: str, a) -> tuple[str, list[str]]:
              "--sampling-backend", "pytorch", "--enable-metrics", "--tokenizer-path", "sgl_sidp/default_model",
              *extra(p)]
     if name.startswith("shift") and a.threshold is not None:
-        flags += ["--sidp-shift-threshold", str(a.threshold)]
+        flags += ["--shift-threshold", str(a.threshold)]
     if a.mem_fraction_static:
         flags += ["--mem-fraction-static", str(a.mem_fraction_static)]
     return launcher, flags + shlex.split(a.extra_args)
@@ -200,7 +200,7 @@ def main(argv=None) -> None:
     ap.add_argument("--port", type=int, default=26000, help="the server's port (default: %(default)s)")
     ap.add_argument("--mem-fraction-static", type=float, default=None,
                     help="SGLang's --mem-fraction-static (default: SGLang's)")
-    ap.add_argument("--threshold", type=int, default=None, help="--sidp-shift-threshold of the shift configurations")
+    ap.add_argument("--threshold", type=int, default=None, help="--shift-threshold of the shift configurations")
     ap.add_argument("--extra-args", default="", help="more flags for every configuration (one shell-quoted string)")
     ap.add_argument("--ttft", type=lambda s: [int(x) for x in s.split(",") if x], default=[], metavar="L,...",
                     help="prompt lengths whose single-request TTFT is measured (default: none)")

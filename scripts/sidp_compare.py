@@ -7,10 +7,10 @@ GPUs (default D = 2, T = 1):
   dp                 python -m sglang.launch_server  --dp-size D --tp-size T
   dp_attn            python -m sglang.launch_server  --tp-size D*T --dp-size D --enable-dp-attention
   tp                 python -m sglang.launch_server  --tp-size D*T
-  sidp_was           python -m sgl_sidp.launch_server --dp-size D --tp-size T --sidp-mode sidp --sidp-sidp-force was
-  sidp_was_unshifted the same with --sidp-sidp-fetch-order forward (peak shifting off, paper Fig. 10)
-  sidp_cas           python -m sgl_sidp.launch_server --dp-size D --tp-size T --sidp-mode sidp --sidp-sidp-force cas
-  sidp_auto          ... --sidp-sidp-force auto --sidp-sidp-b-th B_th
+  sidp_was           python -m sgl_sidp.launch_server --dp-size D --tp-size T --overlay-mode sidp --sidp-service was
+  sidp_was_unshifted the same with --sidp-fetch-order forward (peak shifting off, paper Fig. 10)
+  sidp_cas           python -m sgl_sidp.launch_server --dp-size D --tp-size T --overlay-mode sidp --sidp-service cas
+  sidp_auto          ... --sidp-service auto --sidp-b-th B_th
   tp1                python -m sglang.launch_server  (one GPU: a baseline, or a dry run of this script with --gpus 0)
 
 all with --model-path M --load-format dummy --attention-backend triton --sampling-backend pytorch --enable-metrics
@@ -52,11 +52,11 @@ CONFIGS = {  # name -> (launcher, flags for D replicas of T GPUs)
     "dp": ("sglang.launch_server", lambda d, t: ["--dp-size", str(d), "--tp-size", str(t)]),
     "dp_attn": ("sglang.launch_server", lambda d, t: ["--tp-size", str(d * t), "--dp-size", str(d), "--enable-dp-attention"]),
     "tp": ("sglang.launch_server", lambda d, t: ["--tp-size", str(d * t)]),
-    "sidp_was": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--sidp-mode", "sidp", "--sidp-sidp-force", "was"]),
-    "sidp_was_unshifted": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--sidp-mode", "sidp",
-                                               "--sidp-sidp-force", "was", "--sidp-sidp-fetch-order", "forward"]),
-    "sidp_cas": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--sidp-mode", "sidp", "--sidp-sidp-force", "cas"]),
-    "sidp_auto": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--sidp-mode", "sidp", "--sidp-sidp-force", "auto"]),
+    "sidp_was": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--overlay-mode", "sidp", "--sidp-service", "was"]),
+    "sidp_was_unshifted": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--overlay-mode", "sidp",
+                                               "--sidp-service", "was", "--sidp-fetch-order", "forward"]),
+    "sidp_cas": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--overlay-mode", "sidp", "--sidp-service", "cas"]),
+    "sidp_auto": (SIDP, lambda d, t: ["--dp-size", str(d), "--tp-size", str(t), "--overlay-mode", "sidp", "--sidp-service", "auto"]),
     "tp1": ("sglang.launch_server", lambda d, t: []),  # one GPU: a baseline, and a dry run of this script (--gpus 0)
 }
 
@@ -125,7 +125,7 @@ def run_config(name: str, a) -> dict:
     launcher, flags_of = CONFIGS[name]
     extra = flags_of(a.dp, a.tp)
     if name == "sidp_auto":
-        extra = [*extra, "--sidp-sidp-b-th", str(auto_b_th(a))]
+        extra = [*extra, "--sidp-b-th", str(auto_b_th(a))]
     common = ["--model-path", a.model, "--load-format", "dummy", "--attention-backend", "triton",
               "--sampling-backend", "pytorch", "--enable-metrics", "--tokenizer-path", "sgl_sidp/default_model"]
     if a.mem_fraction_static:

@@ -3,7 +3,7 @@
 Starts two servers at the same time, each with two DP replicas on its own two GPUs:
 
   vanilla: python -m sglang.launch_server  --dp-size 2 COMMON [--vanilla-extra]               on --vanilla-gpus
-  ours:    python -m sgl_sidp.launch_server --dp-size 2 --sidp-mode zerodp COMMON [--ours-extra] on --ours-gpus
+  ours:    python -m sgl_sidp.launch_server --dp-size 2 --overlay-mode zerodp COMMON [--ours-extra] on --ours-gpus
 
 COMMON = --model-path M --load-format dummy --attention-backend triton --sampling-backend pytorch --enable-metrics
 [--tokenizer-path T] [--mem-fraction-static X] [--common-extra]. Vanilla keeps SGLang's routing (round_robin); ours
@@ -33,7 +33,7 @@ An *-extra value that is one flag without a space must be given with "=": --ours
 
 Smoke run (4 GPUs, from the repo root after `source scripts/gpu_env.sh`; about 5 minutes with server start-up):
     timeout -s TERM 570 python3 scripts/zerodp_compare.py --model-path .gpu/models/Qwen3-30B-A3B \\
-      --out-dir $OUT/zerodp_smoke --ours-extra "--sidp-zerodp-layers all" --exactness 8 --decode-heavy 64 \\
+      --out-dir $OUT/zerodp_smoke --ours-extra "--zerodp-layers all" --exactness 8 --decode-heavy 64 \\
       --trace-mooncake .gpu/traces/conversation_trace.jsonl --mooncake-duration-s 60 --deadline-s 400
 """
 
@@ -150,7 +150,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     s.add_argument("--dp-size", type=int, default=2, help="DP replicas per server (default: %(default)s)")
     s.add_argument("--common-extra", default="", help="more flags for both servers (one shell-quoted string)")
     s.add_argument("--vanilla-extra", default="", help="more flags for vanilla only")
-    s.add_argument("--ours-extra", default="", help='more flags for ours only, e.g. "--sidp-zerodp-layers all"')
+    s.add_argument("--ours-extra", default="", help='more flags for ours only, e.g. "--zerodp-layers all"')
     s.add_argument("--vanilla-gpus", default="0,1", help="CUDA_VISIBLE_DEVICES of vanilla (default: %(default)s)")
     s.add_argument("--ours-gpus", default="2,3", help="CUDA_VISIBLE_DEVICES of ours (default: %(default)s)")
     s.add_argument("--vanilla-port", type=int, default=22000, help="port of vanilla (default: %(default)s)")
@@ -218,7 +218,7 @@ def server_flags(args: argparse.Namespace, side: str) -> list[str]:
         flags.append("--enable-metrics")
     flags += shlex.split(args.common_extra)
     if side == "ours":
-        flags += ["--sidp-mode", "zerodp", *shlex.split(args.ours_extra)]
+        flags += ["--overlay-mode", "zerodp", *shlex.split(args.ours_extra)]
     else:
         flags += shlex.split(args.vanilla_extra)
     return flags

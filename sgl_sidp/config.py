@@ -1,15 +1,15 @@
 """One validated settings object for everything the overlay adds to SGLang.
 
-`SidpConfig` is parsed from the `--sidp-*` flags next to SGLang's own `ServerArgs` flags
+`SidpConfig` is parsed from our flags next to SGLang's own `ServerArgs` flags
 (`add_cli_args` / `from_cli_args`), checked against SGLang's flags (`validate_against`), and handed
 to every SGLang child process through one environment variable (`to_env` / `from_env`), because
 SGLang's scheduler processes are spawned and only inherit `os.environ`. The SGLang plugin
 (`sgl_sidp.plugin`) reads it back in each process.
 
 The core knows no feature: each one (`sgl_sidp.features.FEATURES`) brings its settings model,
-which becomes the `SidpConfig` field of its name and the flags `--sidp-<name>-<field>`, and its
-own checks. Every bad combination is reported as one line per problem, all at once, by
-`SidpConfigError`, before SGLang allocates any GPU memory.
+which becomes the `SidpConfig` field of its name and the flags `--<name>-<field>`, and its own
+checks; the core's flags are `--overlay-<field>`. Every bad combination is reported as one line per
+problem, all at once, by `SidpConfigError`, before SGLang allocates any GPU memory.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import argparse
 import enum
 import json
 import os
+import typing
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -29,7 +30,7 @@ ENV_VAR = "SIDP_CONFIG"
 
 
 class SidpMode(str, enum.Enum):
-    """Which weight-sharing technique the overlay runs (`--sidp-mode`)."""
+    """Which weight-sharing technique the overlay runs (`--overlay-mode`)."""
 
     OFF = "off"  # plain SGLang (the batch-signal observer may still be on)
     ZERODP = "zerodp"  # MoE experts pulled from a source DP replica (ZeroDP)
@@ -39,7 +40,8 @@ class SidpMode(str, enum.Enum):
 
 
 class SidpConfigError(ValueError):
-    """Raised when the overlay's settings, alone or with SGLang's, are unusable.
+    """Raised when the overlay's settings, alone or with SGLang's, are unusable. Its text is the one problem, or a
+    heading and one line per problem.
 
     Attributes:
         problems: one human-readable line per problem found.
@@ -47,12 +49,55 @@ class SidpConfigError(ValueError):
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
-        super().__init__("invalid sgl-sidp settings:\n" + "\n".join(f"  - {p}" for p in self.problems))
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(self.problems[0] if len(self.problems) == 1 else f"invalid sgl-sidp settings:\n{lines}")
 
 
 def _flag(*loc: Any) -> str:
-    """The flag of a settings field: ("zerodp", "layers") -> --sidp-zerodp-layers."""
-    return "--sidp-" + "-".join(str(p) for p in loc).replace("_", "-")
+    """The flag of a settings field: ("mode",) -> --overlay-mode, ("zerodp", "layers") -> --zerodp-layers."""
+    return "--" + "-".join(str(p) for p in (("overlay", *loc) if len(loc) == 1 else loc)).replace("_", "-")
+
+
+#: Our flags before each technique got its own prefix (old spelling -> new). The launcher refuses an old one with
+#: one line naming the new (`renamed_flags`); results recorded before the change (benchmarks/results) use them.
+RENAMED = {
+    **{f"--sidp-{f}": f"--overlay-{f}" for f in ("mode", "batch-signal", "calibrate", "fold-gpus",
+                                                "signal-log-interval", "plan-workload")},
+    **{f"--sidp-zerodp-{f}": f"--zerodp-{f}" for f in ("tensors", "layers", "expected-batch", "calibration",
+                                                       "source-timeout-s")},
+    "--sidp-sidp-force": "--sidp-service",
+    **{f"--sidp-sidp-{f}": f"--sidp-{f}" for f in ("b-th", "hysteresis", "cas-graphs", "slots", "fetch-order",
+                                                   "owner-timeout-s")},
+    **{f"--sidp-shift-{f}": f"--shift-{f}" for f in ("sp", "threshold")},
+}
+
+
+def renamed_flags(argv: list[str]) -> list[str]:
+    """One line per old spelling of our flags in `argv` (`RENAMED`), e.g. "--sidp-sidp-force was renamed
+    --sidp-service"."""
+    return [f"{old} was renamed {RENAMED[old]}" for a in argv if (old := a.split("=", 1)[0]) in RENAMED]
+
+
+def _choices(annotation: Any) -> list[str] | None:
+    """The values of an enumerated settings field (an Enum or a Literal), for argparse's `choices`; None otherwise."""
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [m.value for m in annotation]
+    return list(typing.get_args(annotation)) if typing.get_origin(annotation) is typing.Literal else None
+
+
+def _add_flag(group: argparse._ArgumentGroup, loc: tuple[str, ...], field: Any, tag: str = "") -> None:
+    """Add the flag of one settings field (`_flag(*loc)`): a switch for a bool, `choices` for an enumeration, else
+    the field's `metavar` (its `json_schema_extra`) or its name. The default is None, so "not given" stays apart from
+    "given the default"; the help says the model's default."""
+    help = tag + (field.description or "")
+    if field.annotation is bool:  # a switch, off unless given
+        group.add_argument(_flag(*loc), action="store_true", default=None, help=help)
+        return
+    default, choices = getattr(field.default, "value", field.default), _choices(field.annotation)
+    kind = field.annotation if field.annotation in (int, float) else str
+    metavar = None if choices else (field.json_schema_extra or {}).get("metavar", loc[-1].upper())
+    group.add_argument(_flag(*loc), type=kind, choices=choices, default=None, metavar=metavar,
+                       help=help + ("" if default is None else f" Default: {default}."))
 
 
 class _CoreConfig(BaseModel):
@@ -60,20 +105,22 @@ class _CoreConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False)
 
-    mode: SidpMode = Field(SidpMode.OFF, description="Weight-sharing technique: off, zerodp, sidp or shift; auto: "
-                           "the launcher predicts every configuration of this model on these GPUs (python -m "
-                           "sgl_sidp.plan, from one-GPU calibrations), prints the table and starts the winner, "
-                           "vanilla SGLang included.")
+    mode: SidpMode = Field(
+        SidpMode.OFF,
+        description="Weight-sharing technique: off (plain SGLang), zerodp, sidp or shift; auto: the launcher predicts "
+        "every configuration of this model on these GPUs (python -m sgl_sidp.plan, from one-GPU calibrations), prints "
+        "the table and starts the winner, vanilla SGLang included.",
+    )
     batch_signal: bool = Field(
         False,
         description="Record the scheduler's per-iteration batch signal (batch size, tokens computed, "
-        "radix-cache prefix-hit tokens) even when --sidp-mode is off. Always on in the other modes.",
+        "radix-cache prefix-hit tokens) even when --overlay-mode is off. Always on in the other modes.",
     )
     calibrate: bool = Field(
         False,
         description="Measure this server's forward times at start-up (after SGLang captured its CUDA graphs, "
         "before it serves; DP rank 0, a few seconds) and cache them on disk for the features' cost models, "
-        "even with --sidp-mode off: a later start of any mode on the same GPU, model, TP size and SGLang then "
+        "even with --overlay-mode off: a later start of any mode on the same GPU, model, TP size and SGLang then "
         "reads them instead of measuring. The log shows them next to a bundled table for the same model, if any.",
     )
     fold_gpus: bool = Field(
@@ -85,6 +132,7 @@ class _CoreConfig(BaseModel):
     )
     plan_workload: str = Field(
         "offline:512:2048:256",
+        json_schema_extra={"metavar": "offline:S:IN:OUT|latency:IN:OUT|trace:FILE[:SCALE]"},
         description="[auto] the workload the planner ranks the configurations on: offline:S:IN:OUT (throughput), "
         "latency:IN:OUT or trace:FILE[:SCALE] (latency among the configurations that keep up).",
     )
@@ -109,35 +157,22 @@ class _CoreConfig(BaseModel):
     # ------------------------------------------------------------------ CLI
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-        """Add the `--sidp-*` flags to `parser` in their own argument group.
+        """Add our flags to `parser` in their own argument group: the core's `--overlay-<field>`, then each feature's
+        `--<feature>-<field>`.
 
         Flag defaults are None so that `from_cli_args` can tell "not given" from "given the
         default"; the models' defaults apply for anything not given.
         """
-        fields = _CoreConfig.model_fields
         group = parser.add_argument_group(
-            "sgl-sidp overlay", "Weights shared across the GPUs of a node (ZeroDP, SiDP, Shift Parallelism)."
+            "sgl-sidp overlay (weights shared across the GPUs of a node)",
+            "--overlay-mode picks the technique (ZeroDP, SiDP, Shift Parallelism); each technique's flags carry its "
+            "name. Every SGLang flag below works too.",
         )
-        group.add_argument("--sidp-mode", choices=[m.value for m in SidpMode], default=None,
-                           help=f"{fields['mode'].description} Default: off.")
-        group.add_argument("--sidp-batch-signal", action="store_true", default=None,
-                           help=fields["batch_signal"].description)
-        group.add_argument("--sidp-calibrate", action="store_true", default=None, help=fields["calibrate"].description)
-        group.add_argument("--sidp-fold-gpus", action="store_true", default=None, help=fields["fold_gpus"].description)
-        group.add_argument("--sidp-plan-workload", default=None,
-                           help=f"{fields['plan_workload'].description} Default: {fields['plan_workload'].default}.")
-        group.add_argument("--sidp-signal-log-interval", type=int, default=None,
-                           help=f"{fields['signal_log_interval'].description} Default: 40.")
+        for name, field in _CoreConfig.model_fields.items():
+            _add_flag(group, (name,), field)
         for feature in FEATURES.values():
             for name, field in feature.settings.model_fields.items():
-                if field.annotation is bool:  # a switch, off unless given
-                    group.add_argument(_flag(feature.name, name), action="store_true", default=None,
-                                       help=f"[{feature.name}] {field.description}")
-                    continue
-                kind = field.annotation if field.annotation in (int, float) else str
-                default = "" if field.default is None else f" Default: {field.default}."
-                group.add_argument(_flag(feature.name, name), type=kind, default=None,
-                                   help=f"[{feature.name}] {field.description}{default}")
+                _add_flag(group, (feature.name, name), field, tag=f"[{feature.name}] ")
         return group
 
     @classmethod
@@ -147,17 +182,13 @@ class _CoreConfig(BaseModel):
         Raises:
             SidpConfigError: a flag value is out of range (one line per problem).
         """
-        values: dict[str, Any] = {
-            name: getattr(args, f"sidp_{name}")
-            for name in _CoreConfig.model_fields
-            if getattr(args, f"sidp_{name}", None) is not None
-        }
+        def given(*loc):  # the flag's value, None when not given (argparse's dest of `_flag(*loc)`)
+            return getattr(args, _flag(*loc)[2:].replace("-", "_"), None)
+
+        values: dict[str, Any] = {name: given(name) for name in _CoreConfig.model_fields if given(name) is not None}
         for feature in FEATURES.values():
-            sub = {
-                name: getattr(args, f"sidp_{feature.name}_{name}")
-                for name in feature.settings.model_fields
-                if getattr(args, f"sidp_{feature.name}_{name}", None) is not None
-            }
+            sub = {name: given(feature.name, name) for name in feature.settings.model_fields
+                   if given(feature.name, name) is not None}
             if sub:
                 values[feature.name] = sub
         return cls.from_mapping(values)
@@ -228,7 +259,7 @@ class _CoreConfig(BaseModel):
         """
         problems = self.unused_flags()
         if self.mode != SidpMode.OFF and self.feature is None:
-            problems.append(f"--sidp-mode {self.mode.value} is not implemented in this version of sgl-sidp yet")
+            problems.append(f"--overlay-mode {self.mode.value} is not implemented in this version of sgl-sidp yet")
         elif self.feature is not None:
             problems += self.feature.check(self, server_args)
         if problems:
@@ -240,14 +271,14 @@ class _CoreConfig(BaseModel):
         Only flags actually given count (pydantic's `model_fields_set`), so defaults never trip it."""
         problems = []
         if "plan_workload" in self.model_fields_set and self.mode != SidpMode.AUTO:
-            problems.append("--sidp-plan-workload is unused: it applies with --sidp-mode auto")
+            problems.append("--overlay-plan-workload is unused: it applies with --overlay-mode auto")
         if "signal_log_interval" in self.model_fields_set and not self.active:
-            problems.append("--sidp-signal-log-interval is unused with the overlay off: add --sidp-batch-signal or a "
-                            "--sidp-mode")
+            problems.append("--overlay-signal-log-interval is unused with the overlay off: add --overlay-batch-signal "
+                            "or an --overlay-mode")
         for name, feature in FEATURES.items():
             given = getattr(self, name).model_fields_set
             if name != self.mode.value:
-                problems += [f"{_flag(name, f)} is a flag of --sidp-mode {name}, but the mode is {self.mode.value}"
+                problems += [f"{_flag(name, f)} is a flag of --overlay-mode {name}, but the mode is {self.mode.value}"
                              for f in sorted(given)]
                 continue
             ignored = feature.ignored(getattr(self, name))
@@ -256,7 +287,7 @@ class _CoreConfig(BaseModel):
 
 
 #: The overlay's settings (immutable): the core fields above plus one sub-model per feature
-#: (`cfg.zerodp.layers` is `--sidp-zerodp-layers`), built from `sgl_sidp.features.FEATURES`.
+#: (`cfg.zerodp.layers` is `--zerodp-layers`), built from `sgl_sidp.features.FEATURES`.
 SidpConfig = create_model(
     "SidpConfig",
     __base__=_CoreConfig,

@@ -19,7 +19,7 @@ class Feature:
     """One technique of the overlay.
 
     Attributes:
-        name: the `--sidp-mode` value; also the prefix of its flags (`--sidp-<name>-<field>`) and
+        name: the `--overlay-mode` value; also the prefix of its flags (`--<name>-<field>`) and
             the attribute of `SidpConfig` that holds its settings.
         summary: one line for `--help`.
         architectures: the allowlist: model architecture -> the SGLang classes the feature's hooks act through for it
@@ -56,11 +56,11 @@ def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_atte
     problems = []
     pp = int(getattr(raw, "pp_size", 1) or 1)
     if pp > 1:
-        problems.append(f"--sidp-mode {mode} needs --pp-size 1 ({pp_why}), got {pp}")
+        problems.append(f"--overlay-mode {mode} needs --pp-size 1 ({pp_why}), got {pp}")
     if getattr(raw, "enable_dp_attention", False):
-        problems.append(f"--sidp-mode {mode} {dp_attention_why}; it does not work with --enable-dp-attention")
+        problems.append(f"--overlay-mode {mode} {dp_attention_why}; it does not work with --enable-dp-attention")
     if getattr(raw, "offload_mode", "cpu") == "sharded_gpu" or float(getattr(raw, "cpu_offload_gb", 0) or 0) > 0:
-        problems.append(f"--sidp-mode {mode} does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)")
+        problems.append(f"--overlay-mode {mode} does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)")
     return problems
 
 
@@ -73,7 +73,7 @@ def architecture_problems(mode: str, hf: dict | None, architectures: dict[str, t
     if hf is None or any(a in architectures for a in archs):
         return []
     hooked = sorted({c.rsplit(".", 1)[-1] for classes in architectures.values() for c in classes})
-    return [f"--sidp-mode {mode} supports {', '.join(sorted(architectures))}, not {', '.join(archs) or 'an unnamed '
+    return [f"--overlay-mode {mode} supports {', '.join(sorted(architectures))}, not {', '.join(archs) or 'an unnamed '
             f'architecture'}: its SGLang layers are not among the classes the {mode} hooks act on "
             f"({', '.join(hooked)}: {covers})"]
 
@@ -87,7 +87,7 @@ def dense_model_problems(mode: str, model_path: str, architectures: dict[str, tu
 
     hf = read_hf_config(model_path)
     if model_is_moe(model_path):
-        return [f"--sidp-mode {mode} is for dense models; {model_path} is MoE{moe_hint}"], hf
+        return [f"--overlay-mode {mode} is for dense models; {model_path} is MoE{moe_hint}"], hf
     return architecture_problems(mode, hf, architectures, covers), hf
 
 

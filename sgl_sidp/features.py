@@ -1,4 +1,4 @@
-"""The one table of the overlay's features: `--sidp-mode` value -> `sgl_sidp.feature.Feature`.
+"""The one table of the overlay's features: `--overlay-mode` value -> `sgl_sidp.feature.Feature`.
 
 Adding a technique adds its folder and one line here. A mode of `sgl_sidp.config.SidpMode`
 without an entry is documented in `--help` but rejected as not implemented.

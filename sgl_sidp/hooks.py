@@ -9,7 +9,7 @@ instead of silently disabling the overlay.
   a method of a per-process runtime object (`runtime`), built once by `sgl_sidp.plugin` with the
   plugin's context and handed to SGLang as a bound method: no module globals, nothing pinned on
   SGLang's objects. `feature` None means the core (the batch signal); otherwise the hook is
-  installed only in that feature's `--sidp-mode`.
+  installed only in that feature's `--overlay-mode`.
 - `TORCH_HOOKS`: torch module hooks a mechanism installs at run time on SGLang's modules.
 - `OVERRIDES`: SGLang classes we subclass for instances of our own (not hooks: SGLang's own instances are untouched).
 - `USED_SYMBOLS`: SGLang symbols our hook bodies and launcher read or call.
@@ -52,7 +52,7 @@ class Hook:
         method: the body, a method of `runtime`.
         params: the target's leading parameter names our body relies on, in order.
         why: what the hook is for.
-        feature: the `--sidp-mode` that installs it; None: the core, installed whenever the overlay is on.
+        feature: the `--overlay-mode` that installs it; None: the core, installed whenever the overlay is on.
         needs: a core setting (a boolean `SidpConfig` attribute) without which it is not installed.
     """
 
@@ -89,14 +89,14 @@ HOOKS: tuple[Hook, ...] = (
         why="the batch each iteration really runs, after radix-cache admission: batch size, tokens "
         "computed, prefix-hit tokens (the signal later mode switches are driven by)",
     ),
-    # ---------------------------------------------------------------- core: --sidp-calibrate
+    # ---------------------------------------------------------------- core: --overlay-calibrate
     Hook(
         target=f"{SCHEDULER}.__init__", hook_type="AFTER", runtime=CALIBRATION, method="on_scheduler_init",
         params=("self", "server_args", "port_args", "gpu_id", "tp_rank"), needs="calibrate",
         why="measure and cache the forward times once CUDA graphs are captured and before requests are "
         "accepted, in any mode (the features measure through the same code when they need it)",
     ),
-    # ---------------------------------------------------------------- core: --sidp-fold-gpus
+    # ---------------------------------------------------------------- core: --overlay-fold-gpus
     Hook(
         target=f"{SCHEDULER}.__init__", hook_type="BEFORE", runtime=FOLD, method="before_scheduler_init",
         params=("self", "server_args", "port_args", "gpu_id"), needs="fold_gpus",
@@ -358,7 +358,7 @@ OVERRIDES: dict[str, tuple[str, str]] = {
         "sgl_sidp.sidp.runtime:bucket_runner_class",
         "subclass of ModelRunner._decode_cuda_graph_runner_cls() (SGLang's DecodeCudaGraphRunner) whose "
         "_pad_to_bucket rounds up to the graph size every DP rank agreed on; only the second, CaS decode graph set "
-        "of --sidp-sidp-cas-graphs is built from it (SGLang's own runner keeps its behaviour)",
+        "of --sidp-cas-graphs is built from it (SGLang's own runner keeps its behaviour)",
     ),
 }
 
@@ -420,7 +420,7 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.distributed.parallel_state.get_tensor_model_parallel_world_size"),
     UsedSymbol("sglang.srt.distributed.parallel_state.get_tp_group"),
     UsedSymbol(f"{FUSED_MOE}.layer_id", instance_attr=True),
-    # SiDP --sidp-sidp-cas-graphs: a second decode graph set, swapped in per iteration, over our own NCCL communicator
+    # SiDP --sidp-cas-graphs: a second decode graph set, swapped in per iteration, over our own NCCL communicator
     UsedSymbol(f"{MODEL_RUNNER}._decode_cuda_graph_runner_cls", ("self",)),
     UsedSymbol(f"{MODEL_RUNNER}._get_attention_backend", ("self", "init_new_workspace")),
     UsedSymbol(f"{MODEL_RUNNER}.init_new_workspace", instance_attr=True),

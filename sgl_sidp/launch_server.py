@@ -1,11 +1,14 @@
 """`python -m sgl_sidp.launch_server`: SGLang's server, with the overlay's flags.
 
-Accepts every `python -m sglang.launch_server` flag plus the `--sidp-*` flags
-(`sgl_sidp.config.SidpConfig.add_cli_args`), validates both together before any
-GPU memory is taken, hands the overlay settings to SGLang's child processes through
+Accepts every `python -m sglang.launch_server` flag plus ours (`--overlay-*`, `--zerodp-*`,
+`--sidp-*`, `--shift-*`: `sgl_sidp.config.SidpConfig.add_cli_args`), validates both together
+before any GPU memory is taken, hands the overlay settings to SGLang's child processes through
 the environment, prints one line saying which overlay mode is on, then runs
 SGLang's own launch (`sglang.launch_server.run_server`), exactly as
 `python -m sglang.launch_server` does.
+
+Every refusal before the server starts, whoever finds it (our checks, argparse, SGLang's
+`ServerArgs`, no CUDA GPU), is printed as `sgl-sidp: error: ...` with exit status 2.
 
 Without `--model-path` it serves the embedded default: a small Qwen3-architecture
 config with random weights (`--load-format dummy`) and a bundled byte-level BPE
@@ -18,16 +21,29 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError, SidpMode
+from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError, SidpMode, renamed_flags
 from sgl_sidp.feature import flag_given
 from sgl_sidp.process import LAUNCHER_PID_ENV
 
 #: Folder of the embedded default model (config.json + tokenizer files).
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
 PLUGIN_NAME = "sgl_sidp"
+PROG = "python -m sgl_sidp.launch_server"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse named `PROG`, whose errors are a one-line `SidpConfigError` (printed `sgl-sidp: error: ...`, exit 2)
+    instead of argparse's usage dump under whichever parser found it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**{"prog": PROG, **kwargs})
+
+    def error(self, message: str):
+        raise SidpConfigError([f"{message} (see {PROG} --help)"])
 
 
 def with_default_model(argv: list[str]) -> list[str]:
@@ -45,25 +61,60 @@ def with_default_model(argv: list[str]) -> list[str]:
     return extra + list(argv)
 
 
-def sidp_parser() -> argparse.ArgumentParser:
-    """A parser of only the `--sidp-*` flags (no abbreviations, so it never eats SGLang's)."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+def overlay_parser() -> ArgumentParser:
+    """A parser of only our flags (no abbreviations, so it never eats SGLang's)."""
+    parser = ArgumentParser(add_help=False, allow_abbrev=False)
     SidpConfig.add_cli_args(parser)
     return parser
 
 
-def full_parser() -> argparse.ArgumentParser:
-    """SGLang's `ServerArgs` flags plus ours in their own group (for `--help`)."""
+def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """(our flags, parsed; SGLang's argv, with the default model's flags where it names none).
+
+    Raises:
+        SidpConfigError: an old spelling of one of our flags (one line each, naming the new one) or a bad value.
+    """
+    renamed = renamed_flags(argv)
+    if renamed:
+        raise SidpConfigError(renamed)
+    return overlay_parser().parse_known_args(with_default_model(argv))
+
+
+def full_parser() -> ArgumentParser:
+    """Our flags, first, then SGLang's `ServerArgs` flags (for `--help`)."""
     from sglang.srt.server_args import ServerArgs
 
-    parser = argparse.ArgumentParser(
-        prog="python -m sgl_sidp.launch_server",
+    parser = ArgumentParser(
+        usage=f"{PROG} [-h] [--overlay-mode {{{','.join(m.value for m in SidpMode)}}}]\n"
+        f"{' ' * len('usage: ' + PROG)} [--zerodp-*|--sidp-*|--shift-* flags] [sglang.launch_server flags]",
         description="SGLang server with the sgl-sidp overlay. Every sglang.launch_server flag works; "
         "without --model-path an embedded small Qwen3 model with random weights is served.",
     )
-    ServerArgs.add_cli_args(parser)
     SidpConfig.add_cli_args(parser)
+    ServerArgs.add_cli_args(parser.add_argument_group("SGLang's flags (python -m sglang.launch_server)"))
     return parser
+
+
+def require_cuda_gpu() -> None:
+    """Refuse to go on without a CUDA GPU (NVML's count and $CUDA_VISIBLE_DEVICES; initialises neither CUDA nor
+    torch, so it is cheap and runs before SGLang would query the device).
+
+    Raises:
+        SidpConfigError: no GPU visible, one line.
+    """
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count, why = pynvml.nvmlDeviceGetCount(), "NVML sees no GPU"
+    except Exception as e:  # no driver, no NVML
+        count, why = 0, f"NVML: {e}"
+    if vis is not None and vis.split(",")[0].strip() in ("", "-1"):
+        count, why = 0, "it hides every GPU"
+    if count == 0:
+        shown = "CUDA_VISIBLE_DEVICES unset" if vis is None else f"CUDA_VISIBLE_DEVICES={vis}"
+        raise SidpConfigError([f"no CUDA GPU visible: sgl-sidp serves on NVIDIA GPUs ({shown}; {why})"])
 
 
 def plugin_entry_point_visible() -> bool:
@@ -80,15 +131,21 @@ def sglang_raw_args(argv: list[str]) -> argparse.Namespace:
     """SGLang's flags parsed by argparse alone (no `ServerArgs`, so no device query).
 
     Merges a `--config` YAML file the way `sglang.srt.server_args.prepare_server_args` does.
+
+    Raises:
+        SidpConfigError: argparse's error (an unknown flag, a bad value) or the `--config` file's, one line.
     """
     from sglang.srt.server_args import ServerArgs
 
-    parser = argparse.ArgumentParser(prog="sglang serve")
+    parser = ArgumentParser()
     ServerArgs.add_cli_args(parser)
     if "--config" in argv:
         from sglang.srt.server_args_config_parser import ConfigArgumentMerger
 
-        argv = ConfigArgumentMerger(parser).merge_config_with_args(argv)
+        try:
+            argv = ConfigArgumentMerger(parser).merge_config_with_args(argv)
+        except ValueError as e:
+            raise SidpConfigError([f"--config: {e}"]) from None
     return parser.parse_args(argv)
 
 
@@ -108,16 +165,16 @@ def _drop_flags(argv: list[str], flags: dict[str, bool]) -> list[str]:
 
 
 def resolve_auto(argv: list[str]) -> list[str]:
-    """With `--sidp-mode auto`: the planner's winner for this model, GPU kind and GPU count (`--tp-size` x
-    `--dp-size` where given, else every visible GPU) on `--sidp-plan-workload`, printed with its table; returns
+    """With `--overlay-mode auto`: the planner's winner for this model, GPU kind and GPU count (`--tp-size` x
+    `--dp-size` where given, else every visible GPU) on `--overlay-plan-workload`, printed with its table; returns
     `argv` with the winner's flags in place of the mode, TP, DP and DP-attention flags. Other argv is returned as is.
 
     Raises:
         SidpConfigError: no local config.json, an unknown GPU, or nothing the planner can predict (e.g. no
             calibration of a shard: the line says how to make one).
     """
-    ours, rest = sidp_parser().parse_known_args(with_default_model(argv))
-    if ours.sidp_mode != SidpMode.AUTO.value:
+    ours, rest = split_args(argv)
+    if ours.overlay_mode != SidpMode.AUTO.value:
         return argv
     from sgl_sidp.peer.topology import gpu_name, visible_gpu_count
     from sgl_sidp.plan.__main__ import PlanError, plan, table
@@ -128,20 +185,20 @@ def resolve_auto(argv: list[str]) -> list[str]:
     name = gpu_name(0)
     kind = next((k for k in GPUS if name and gpu_kind(k) == gpu_kind(name)), None)
     if not n or kind is None:
-        raise SidpConfigError([f"--sidp-mode auto: the planner knows GPU kinds {', '.join(GPUS)}; "
+        raise SidpConfigError([f"--overlay-mode auto: the planner knows GPU kinds {', '.join(GPUS)}; "
                                f"this host's GPU 0 is {name or 'not visible'}"])
-    workload = ours.sidp_plan_workload or "offline:512:2048:256"
+    workload = SidpConfig.from_cli_args(ours).plan_workload
     try:
         result = plan(raw.model_path, n, kind, workload)
     except PlanError as e:
-        raise SidpConfigError([f"--sidp-mode auto: {e}"]) from None
+        raise SidpConfigError([f"--overlay-mode auto: {e}"]) from None
     print(table(result), flush=True)
     winner = next(r for r in result["configurations"] if r["name"] == result["winner"])
     chosen = result["launch"][result["launch"].index("--model-path") + 2:]
-    print(f"sgl-sidp: --sidp-mode auto starts {winner['name']} (predicted): {' '.join(chosen) or 'TP1, one GPU'}",
+    print(f"sgl-sidp: --overlay-mode auto starts {winner['name']} (predicted): {' '.join(chosen) or 'TP1, one GPU'}",
           flush=True)
-    dropped = {"--sidp-mode": True, "--sidp-plan-workload": True, "--tp-size": True, "--tp": True, "--dp-size": True,
-               "--dp": True, "--enable-dp-attention": False}
+    dropped = {"--overlay-mode": True, "--overlay-plan-workload": True, "--tp-size": True, "--tp": True,
+               "--dp-size": True, "--dp": True, "--enable-dp-attention": False}
     return _drop_flags(argv, dropped) + chosen
 
 
@@ -154,9 +211,9 @@ def parse(argv: list[str]):
     `ServerArgs` too (`Feature.resolve`), still before any model or KV memory is taken.
 
     Raises:
-        SidpConfigError: one line per problem.
+        SidpConfigError: one line per problem; SGLang's own refusal of its flags (`ServerArgs`) as one line too.
     """
-    ours, rest = sidp_parser().parse_known_args(with_default_model(argv))
+    ours, rest = split_args(argv)
     cfg = SidpConfig.from_cli_args(ours)
     raw = sglang_raw_args(rest)
     cfg.validate_against(raw)
@@ -178,13 +235,25 @@ def parse(argv: list[str]):
     from sglang.srt.server_args import prepare_server_args
 
     load_plugins()
-    server_args = prepare_server_args(rest)
+    try:
+        server_args = prepare_server_args(rest)
+    except Exception as e:  # noqa: BLE001 - ServerArgs refuses with ValueError, assert, RuntimeError...: one line
+        raise SidpConfigError([sglang_refusal(e)]) from None
     if cfg.feature is not None:  # what needs SGLang's resolved settings; the children get the resolved config
         cfg, problems = cfg.feature.resolve(cfg, server_args)
         if problems:
             raise SidpConfigError(problems)
         cfg.to_env()
     return cfg, server_args
+
+
+def sglang_refusal(e: BaseException) -> str:
+    """One line for SGLang refusing its settings (`prepare_server_args`): its message, else where it failed."""
+    why = " ".join(str(e).split())
+    if not why:
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        why = f"{type(e).__name__} at {Path(frame.filename).name}:{frame.lineno}: {frame.line}"
+    return f"SGLang: {why}"
 
 
 def describe(cfg: SidpConfig, server_args) -> str:
@@ -210,6 +279,8 @@ def main(argv: list[str] | None = None) -> None:
         full_parser().print_help()
         return
     try:
+        SidpConfig.from_cli_args(split_args(argv)[0])  # old spellings and our values: no SGLang import, no device
+        require_cuda_gpu()
         cfg, server_args = parse(resolve_auto(argv))
     except SidpConfigError as e:
         print(f"sgl-sidp: error: {e}", file=sys.stderr)

@@ -10,7 +10,7 @@ Per process, `load()` builds one `PluginContext` and, for each runtime class nam
 hook bodies are that object's bound methods, so each body gets its state from the object it was
 registered with.
 
-- Off (`--sidp-mode off`, no `--sidp-batch-signal`): registers nothing at all.
+- Off (`--overlay-mode off`, no `--overlay-batch-signal`): registers nothing at all.
 - Idempotent: `HookRegistry` stacks a hook registered twice, so a second `load()` in the same
   process registers nothing more.
 - Fail closed: a failure to read the settings or to apply any hook stops the server (`load`).

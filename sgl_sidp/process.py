@@ -214,7 +214,7 @@ class PeerWatch:
     """Stop the whole server as soon as a peer process this one waits on exits or is stopped (SIGSTOP).
 
     Processes that run in step (SiDP's cas/auto ranks: every iteration is a collective) would otherwise wait for a
-    dead or frozen peer until a timeout (`--sidp-sidp-owner-timeout-s`, 900 s by default). A daemon thread looks the
+    dead or frozen peer until a timeout (`--sidp-owner-timeout-s`, 900 s by default). A daemon thread looks the
     peers up by the titles SGLang gives its processes, among the launcher's descendants, every `interval_s`; once a
     peer was seen, its disappearance (or a zombie) means it exited, and a `stopped` state that lasts `stopped_s`
     means it was frozen. A peer under a debugger ("tracing-stop") is left alone.

@@ -23,7 +23,7 @@ def test_copy_rates_complete_the_sources_entry_once(tmp_path):
 
 
 def test_calibrate_runtime_measures_on_dp_rank_0_only(monkeypatch):
-    """`--sidp-calibrate`: DP rank 0's scheduler measures (through `ensure_forward_times`), other replicas do not."""
+    """`--overlay-calibrate`: DP rank 0's scheduler measures (through `ensure_forward_times`), other replicas do not."""
     from types import SimpleNamespace
 
     from sglang.srt.distributed import parallel_state

@@ -51,14 +51,14 @@ def test_defaults_are_off_and_inactive():
 
 
 def test_batch_signal_flag_activates_observer_only():
-    cfg = parse("--sidp-batch-signal", "--sidp-signal-log-interval", "5")
+    cfg = parse("--overlay-batch-signal", "--overlay-signal-log-interval", "5")
     assert cfg.active and cfg.signal_enabled and cfg.mode == SidpMode.OFF and cfg.signal_log_interval == 5
 
 
 def test_calibrate_flag_turns_the_overlay_on_in_any_mode():
-    cfg = parse("--sidp-calibrate")
+    cfg = parse("--overlay-calibrate")
     assert cfg.calibrate and cfg.active and cfg.mode == SidpMode.OFF
-    assert parse("--sidp-calibrate", "--sidp-mode", "zerodp").calibrate
+    assert parse("--overlay-calibrate", "--overlay-mode", "zerodp").calibrate
 
 
 def test_off_accepts_any_sglang_args(dense_dir):
@@ -66,7 +66,7 @@ def test_off_accepts_any_sglang_args(dense_dir):
 
 
 def test_env_round_trip():
-    cfg = parse("--sidp-batch-signal", "--sidp-signal-log-interval", "7")
+    cfg = parse("--overlay-batch-signal", "--overlay-signal-log-interval", "7")
     env = cfg.to_env({})
     assert json.loads(env[ENV_VAR])["signal_log_interval"] == 7
     assert SidpConfig.from_env(env) == cfg
@@ -76,21 +76,21 @@ def test_env_round_trip():
 def test_rejects_garbage_in_env():
     with pytest.raises(SidpConfigError, match="not JSON"):
         SidpConfig.from_env({ENV_VAR: "{nope"})
-    with pytest.raises(SidpConfigError, match="--sidp-bogus: Extra inputs are not permitted"):
+    with pytest.raises(SidpConfigError, match="--overlay-bogus: Extra inputs are not permitted"):
         SidpConfig.from_env({ENV_VAR: json.dumps({"bogus": 1})})
 
 
 def test_rejects_nonpositive_log_interval():
     with pytest.raises(SidpConfigError) as e:
-        parse("--sidp-signal-log-interval", "0")
-    assert e.value.problems == ["--sidp-signal-log-interval: Input should be greater than or equal to 1"]
+        parse("--overlay-signal-log-interval", "0")
+    assert e.value.problems == ["--overlay-signal-log-interval: Input should be greater than or equal to 1"]
 
 
 def test_rejects_unknown_mode_at_parse():
     p = argparse.ArgumentParser()
     SidpConfig.add_cli_args(p)
     with pytest.raises(SystemExit):
-        p.parse_args(["--sidp-mode", "turbo"])
+        p.parse_args(["--overlay-mode", "turbo"])
 
 
 def qwen3(tmp_path, heads=64, kv=8, **extra):
@@ -103,24 +103,24 @@ def qwen3(tmp_path, heads=64, kv=8, **extra):
 
 def test_shift_accepts_a_dense_qwen3_on_enough_gpus(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    parse("--sidp-mode", "shift").validate_against(args(qwen3(tmp_path), tp=2))
-    parse("--sidp-mode", "shift", "--sidp-shift-sp", "1").validate_against(args(qwen3(tmp_path), tp=1))
+    parse("--overlay-mode", "shift").validate_against(args(qwen3(tmp_path), tp=2))
+    parse("--overlay-mode", "shift", "--shift-sp", "1").validate_against(args(qwen3(tmp_path), tp=1))
 
 
 def test_shift_reports_every_problem_at_once(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     raw = args(qwen3(tmp_path, heads=40, kv=8, quantization_config={"quant_method": "fp8"}), dp=2, tp=4)
     raw.quantization, raw.enable_dp_attention, raw.is_embedding = "fp8", True, True
-    ps = problems(parse("--sidp-mode", "shift", "--sidp-shift-sp", "3"), raw)
-    assert ps[:2] == ["--sidp-shift-sp 3 does not divide --tp-size 4",
-                      "--sidp-mode shift with --tp-size 4 needs GPU 3, but 2 GPU(s) are visible"]
+    ps = problems(parse("--overlay-mode", "shift", "--shift-sp", "3"), raw)
+    assert ps[:2] == ["--shift-sp 3 does not divide --tp-size 4",
+                      "--overlay-mode shift with --tp-size 4 needs GPU 3, but 2 GPU(s) are visible"]
     assert any("bf16/fp16 weights only" in x for x in ps) and any("--dp-size > 1" in x for x in ps)
     assert any("--enable-dp-attention" in x for x in ps) and any("--quantization" in x for x in ps)
     assert any("--is-embedding" in x for x in ps)
-    ps = problems(parse("--sidp-mode", "shift"), args(qwen3(tmp_path, heads=40, kv=8), tp=2 * 3))
+    ps = problems(parse("--overlay-mode", "shift"), args(qwen3(tmp_path, heads=40, kv=8), tp=2 * 3))
     assert any("40 attention heads do not split over SP*TP = 6" in x for x in ps)
-    ps = problems(parse("--sidp-mode", "shift"), args(dense_moe(tmp_path), tp=1))
-    assert ps == [f"--sidp-mode shift is for dense models; {dense_moe(tmp_path)} is MoE"]
+    ps = problems(parse("--overlay-mode", "shift"), args(dense_moe(tmp_path), tp=1))
+    assert ps == [f"--overlay-mode shift is for dense models; {dense_moe(tmp_path)} is MoE"]
 
 
 def dense_moe(tmp_path):
@@ -148,17 +148,17 @@ def test_shift_keeps_breakable_prefill_graphs_and_refuses_the_others(tmp_path, m
         raw = ls.sglang_raw_args([*model, *flags])
         assert prefill_graph_backend(raw) == backend, flags
         if backend in (None, "breakable"):
-            parse("--sidp-mode", "shift").validate_against(raw)
+            parse("--overlay-mode", "shift").validate_against(raw)
         else:
-            assert problems(parse("--sidp-mode", "shift"), raw) == [
-                f"--sidp-mode shift runs SGLang's breakable prefill CUDA graphs (the default) or none, not '{backend}' "
+            assert problems(parse("--overlay-mode", "shift"), raw) == [
+                f"--overlay-mode shift runs SGLang's breakable prefill CUDA graphs (the default) or none, not '{backend}' "
                 + ("(it slices the captured body's rows to the batch's tokens, which in the base configuration are "
                    "this SP rank's share)" if backend == "full" else "(it compiles the forward with torch.compile, "
                    "which would trace the per-forward choice of configuration)")]
 
 
 def test_features_are_registered_in_one_table():
-    """Each registered feature's settings become `SidpConfig.<name>` and its flags `--sidp-<name>-<field>`."""
+    """Each registered feature's settings become `SidpConfig.<name>` and its flags `--<name>-<field>`."""
     from sgl_sidp.features import FEATURES
 
     assert set(FEATURES) == {"zerodp", "sidp", "shift"} and FEATURES["zerodp"].name == "zerodp"
@@ -168,31 +168,59 @@ def test_features_are_registered_in_one_table():
     for name, feature in FEATURES.items():
         assert isinstance(getattr(SidpConfig(), name), feature.settings)
         for field in feature.settings.model_fields:
-            assert f"--sidp-{name}-{field.replace('_', '-')}" in flags
-    assert parse("--sidp-mode", "zerodp").feature is FEATURES["zerodp"] and parse().feature is None
+            assert f"--{name}-{field.replace('_', '-')}" in flags
+    assert parse("--overlay-mode", "zerodp").feature is FEATURES["zerodp"] and parse().feature is None
+
+
+def test_flag_names_one_prefix_each_and_every_old_spelling_maps_to_one():
+    """The core's flags are --overlay-*, a technique's --<its name>-*; `RENAMED` maps each old --sidp-* spelling to one
+    of them, all of them covered (its table in docs/flags.md is for results recorded with the old ones)."""
+    from sgl_sidp.config import RENAMED, renamed_flags
+    from sgl_sidp.features import FEATURES
+
+    p = argparse.ArgumentParser()
+    flags = [a.option_strings[0] for a in SidpConfig.add_cli_args(p)._group_actions]
+    assert all(f.split("-")[2] in {"overlay", *FEATURES} and f.count("sidp") <= 1 for f in flags), flags
+    assert sorted(RENAMED.values()) == sorted(flags) and not set(RENAMED) & set(flags)
+    argv = ["--sidp-sidp-force", "cas", "--dp-size", "2", "--sidp-mode=sidp", "--sidp-service", "was"]
+    assert renamed_flags(argv) == ["--sidp-sidp-force was renamed --sidp-service", "--sidp-mode was renamed --overlay-mode"]
+    doc = (__import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "flags.md").read_text()
+    assert all(f"| `{old}` | `{new}` |" in doc for old, new in RENAMED.items())
+    assert all(f"| `{flag}" in doc for flag in flags)  # each flag has its row
+
+
+def test_enumerated_flags_show_their_choices():
+    p = argparse.ArgumentParser()
+    group = SidpConfig.add_cli_args(p)
+    assert {a.option_strings[0]: a.choices for a in group._group_actions if a.choices} == {
+        "--overlay-mode": ["off", "zerodp", "sidp", "shift", "auto"], "--sidp-service": ["was", "cas", "auto"],
+        "--sidp-fetch-order": ["shifted", "forward"]}
+    assert "--sidp-service {was,cas,auto}" in p.format_help()
+    with pytest.raises(SidpConfigError, match=r"^--sidp-service: Input should be 'was', 'cas' or 'auto'$"):
+        SidpConfig.from_mapping({"sidp": {"service": "fast"}})  # $SIDP_CONFIG is checked the same way
 
 
 def test_zerodp_passes_on_moe_model_with_dp(moe_dir):
     """ZeroDP is implemented: an MoE model with dp >= 2 validates (also with tp > 1 and a hub id)."""
-    parse("--sidp-mode", "zerodp").validate_against(args(moe_dir, dp=2))
-    parse("--sidp-mode", "zerodp").validate_against(args(moe_dir, dp=4, tp=2))
-    parse("--sidp-mode", "zerodp").validate_against(args("Qwen/Qwen3-30B-A3B", dp=2))  # unknown: left to later
+    parse("--overlay-mode", "zerodp").validate_against(args(moe_dir, dp=2))
+    parse("--overlay-mode", "zerodp").validate_against(args(moe_dir, dp=4, tp=2))
+    parse("--overlay-mode", "zerodp").validate_against(args("Qwen/Qwen3-30B-A3B", dp=2))  # unknown: left to later
 
 
 @pytest.mark.parametrize(
     "extra, line",
     [
-        ({"pp_size": 2}, "--sidp-mode zerodp needs --pp-size 1 (each replica holds all its layers), got 2"),
-        ({"enable_dp_attention": True}, "--sidp-mode zerodp pairs independent DP replicas; it does not work with --enable-dp-attention"),
-        ({"dwdp_size": 2}, "--sidp-mode zerodp and --dwdp-size both move expert weights; use one of them"),
-        ({"offload_mode": "sharded_gpu"}, "--sidp-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)"),
-        ({"cpu_offload_gb": 8}, "--sidp-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)"),
-        ({"moe_a2a_backend": "deepep"}, "--sidp-mode zerodp needs --moe-a2a-backend none, got deepep: SGLang's all-to-all "
+        ({"pp_size": 2}, "--overlay-mode zerodp needs --pp-size 1 (each replica holds all its layers), got 2"),
+        ({"enable_dp_attention": True}, "--overlay-mode zerodp pairs independent DP replicas; it does not work with --enable-dp-attention"),
+        ({"dwdp_size": 2}, "--overlay-mode zerodp and --dwdp-size both move expert weights; use one of them"),
+        ({"offload_mode": "sharded_gpu"}, "--overlay-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)"),
+        ({"cpu_offload_gb": 8}, "--overlay-mode zerodp does not combine with SGLang's weight offloading (--offload-mode/--cpu-offload-gb)"),
+        ({"moe_a2a_backend": "deepep"}, "--overlay-mode zerodp needs --moe-a2a-backend none, got deepep: SGLang's all-to-all "
          "MoE layers (DeepEPMoE) run their experts outside FusedMoE.run_moe_core, where a sink waits for its pulled weights"),
-        ({"enable_two_batch_overlap": True}, "--sidp-mode zerodp does not work with --enable-two-batch-overlap: "
+        ({"enable_two_batch_overlap": True}, "--overlay-mode zerodp does not work with --enable-two-batch-overlap: "
          "micro-batches run each MoE layer twice per forward, and a sink's slot ring fetches each offloaded layer once "
          "(SGLang's DWDP refuses it too)"),
-        ({"enable_single_batch_overlap": True}, "--sidp-mode zerodp does not work with --enable-single-batch-overlap: "
+        ({"enable_single_batch_overlap": True}, "--overlay-mode zerodp does not work with --enable-single-batch-overlap: "
          "micro-batches run each MoE layer twice per forward, and a sink's slot ring fetches each offloaded layer once "
          "(SGLang's DWDP refuses it too)"),
     ],
@@ -200,51 +228,51 @@ def test_zerodp_passes_on_moe_model_with_dp(moe_dir):
 )
 def test_rejects_zerodp_with_incompatible_sglang_flags(moe_dir, extra, line):
     """Each SGLang feature ZeroDP cannot combine with gets exactly its own line."""
-    ps = problems(parse("--sidp-mode", "zerodp"), SimpleNamespace(**vars(args(moe_dir, dp=2)), **extra))
+    ps = problems(parse("--overlay-mode", "zerodp"), SimpleNamespace(**vars(args(moe_dir, dp=2)), **extra))
     assert ps == [line]
     for ok in ({"moe_a2a_backend": "none"}, {"enable_two_batch_overlap": False}):
-        parse("--sidp-mode", "zerodp").validate_against(SimpleNamespace(**vars(args(moe_dir, dp=2)), **ok))
+        parse("--overlay-mode", "zerodp").validate_against(SimpleNamespace(**vars(args(moe_dir, dp=2)), **ok))
 
 
 def test_zerodp_flags_accept_good_values():
-    """--sidp-zerodp-* take the documented forms."""
+    """--zerodp-* take the documented forms."""
     for tensors in ("w13,w2", "w2,w13", "w13", "w2"):
-        assert parse("--sidp-zerodp-tensors", tensors).zerodp.tensors == tensors
+        assert parse("--zerodp-tensors", tensors).zerodp.tensors == tensors
     for layers in ("auto", "all", "every:1", "every:12", "3", "3,7,11"):
-        assert parse("--sidp-zerodp-layers", layers).zerodp.layers == layers
+        assert parse("--zerodp-layers", layers).zerodp.layers == layers
     for batch in ("decode:1", "decode:64", "prefill:8192", "kv:2048"):
-        assert parse("--sidp-zerodp-expected-batch", batch).zerodp.expected_batch == batch
-    cfg = parse("--sidp-zerodp-calibration", "/x/c.json", "--sidp-zerodp-source-timeout-s", "30")
+        assert parse("--zerodp-expected-batch", batch).zerodp.expected_batch == batch
+    cfg = parse("--zerodp-calibration", "/x/c.json", "--zerodp-source-timeout-s", "30")
     assert cfg.zerodp.calibration == "/x/c.json" and cfg.zerodp.source_timeout_s == 30.0
     d = parse().zerodp
     assert (d.tensors, d.layers, d.expected_batch) == ("w13,w2", "auto", "decode:1")
-    assert SidpConfig.from_env(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "every:4").to_env({})).zerodp.layers == "every:4"
+    assert SidpConfig.from_env(parse("--overlay-mode", "zerodp", "--zerodp-layers", "every:4").to_env({})).zerodp.layers == "every:4"
 
 
 @pytest.mark.parametrize(
     "flag, value",
     [
-        ("--sidp-zerodp-tensors", "w14"),
-        ("--sidp-zerodp-tensors", "w13,"),
-        ("--sidp-zerodp-tensors", "w13,w2,w13"),
-        ("--sidp-zerodp-tensors", "w13,w13"),
-        ("--sidp-zerodp-layers", "3,7,3"),
-        ("--sidp-zerodp-tensors", ""),
-        ("--sidp-zerodp-layers", "every:0"),
-        ("--sidp-zerodp-layers", "every:"),
-        ("--sidp-zerodp-layers", "some"),
-        ("--sidp-zerodp-layers", "3,,7"),
-        ("--sidp-zerodp-layers", "-1"),
-        ("--sidp-zerodp-expected-batch", "decode:x"),
-        ("--sidp-zerodp-expected-batch", "decode:0"),
-        ("--sidp-zerodp-expected-batch", "train:8"),
-        ("--sidp-zerodp-expected-batch", "decode"),
-        ("--sidp-zerodp-expected-batch", "kv:0"),
-        ("--sidp-zerodp-source-timeout-s", "0"),
+        ("--zerodp-tensors", "w14"),
+        ("--zerodp-tensors", "w13,"),
+        ("--zerodp-tensors", "w13,w2,w13"),
+        ("--zerodp-tensors", "w13,w13"),
+        ("--zerodp-layers", "3,7,3"),
+        ("--zerodp-tensors", ""),
+        ("--zerodp-layers", "every:0"),
+        ("--zerodp-layers", "every:"),
+        ("--zerodp-layers", "some"),
+        ("--zerodp-layers", "3,,7"),
+        ("--zerodp-layers", "-1"),
+        ("--zerodp-expected-batch", "decode:x"),
+        ("--zerodp-expected-batch", "decode:0"),
+        ("--zerodp-expected-batch", "train:8"),
+        ("--zerodp-expected-batch", "decode"),
+        ("--zerodp-expected-batch", "kv:0"),
+        ("--zerodp-source-timeout-s", "0"),
     ],
 )
 def test_zerodp_flags_reject_bad_values(flag, value):
-    """A bad --sidp-zerodp-* value is one SidpConfigError line naming the flag."""
+    """A bad --zerodp-* value is one SidpConfigError line naming the flag."""
     with pytest.raises(SidpConfigError) as e:
         parse(flag, value)
     assert len(e.value.problems) == 1 and e.value.problems[0].startswith(flag + ": "), e.value.problems
@@ -257,27 +285,27 @@ def test_zerodp_flag_patterns_agree_with_the_plan_parsers():
 
     moe = list(range(48))
     for layers in ("auto", "all", "every:1", "every:12", "3", "3,7,11"):
-        parse_layers(parse("--sidp-zerodp-layers", layers).zerodp.layers, moe)
+        parse_layers(parse("--zerodp-layers", layers).zerodp.layers, moe)
     for batch in ("decode:1", "prefill:8192", "kv:2048"):
-        ExpectedBatch.parse(parse("--sidp-zerodp-expected-batch", batch).zerodp.expected_batch)
+        ExpectedBatch.parse(parse("--zerodp-expected-batch", batch).zerodp.expected_batch)
     for tensors in ("w13,w2", "w2", "w13"):
-        assert set(parse("--sidp-zerodp-tensors", tensors).zerodp.tensors.split(",")) <= set(GROUPS)
+        assert set(parse("--zerodp-tensors", tensors).zerodp.tensors.split(",")) <= set(GROUPS)
 
 
 def test_rejects_zerodp_without_dp(moe_dir):
-    ps = problems(parse("--sidp-mode", "zerodp"), args(moe_dir, dp=1))
+    ps = problems(parse("--overlay-mode", "zerodp"), args(moe_dir, dp=1))
     assert any("needs --dp-size >= 2 (a source and at least one sink), got 1" in p for p in ps)
 
 
 def test_rejects_zerodp_on_dense_model(dense_dir):
-    ps = problems(parse("--sidp-mode", "zerodp"), args(dense_dir, dp=2))
+    ps = problems(parse("--overlay-mode", "zerodp"), args(dense_dir, dp=2))
     assert any("has no MoE layers" in p for p in ps)
 
 
 def test_reports_every_problem_at_once(dense_dir, moe_dir):
-    ps = problems(parse("--sidp-mode", "zerodp"), args(dense_dir, dp=1))
+    ps = problems(parse("--overlay-mode", "zerodp"), args(dense_dir, dp=1))
     assert len(ps) == 2  # dp + dense model
-    ps = problems(parse("--sidp-mode", "sidp"), args(moe_dir, dp=1))
+    ps = problems(parse("--overlay-mode", "sidp"), args(moe_dir, dp=1))
     assert len(ps) == 2  # dp + MoE model
 
 
@@ -291,11 +319,11 @@ def dense(tmp_path, arch="Qwen3ForCausalLM", layers=64):
 
 @pytest.mark.parametrize("arch", ["Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"])
 def test_sidp_passes_on_supported_dense_models(tmp_path, arch):
-    parse("--sidp-mode", "sidp").validate_against(args(dense(tmp_path, arch), dp=2))
+    parse("--overlay-mode", "sidp").validate_against(args(dense(tmp_path, arch), dp=2))
     eight = dense(tmp_path, arch, 8)
-    parse("--sidp-mode", "sidp", "--sidp-sidp-slots", "3").validate_against(args(eight, dp=8, tp=2))
-    parse("--sidp-mode", "sidp", "--sidp-sidp-force", "cas").validate_against(args(eight, dp=2))
-    parse("--sidp-mode", "sidp", "--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64").validate_against(args(eight, dp=2))
+    parse("--overlay-mode", "sidp", "--sidp-slots", "3").validate_against(args(eight, dp=8, tp=2))
+    parse("--overlay-mode", "sidp", "--sidp-service", "cas").validate_against(args(eight, dp=2))
+    parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th", "64").validate_against(args(eight, dp=2))
 
 
 def test_sidp_reports_every_problem_at_once(tmp_path):
@@ -304,15 +332,15 @@ def test_sidp_reports_every_problem_at_once(tmp_path):
     raw = args(dense(tmp_path, "GemmaForCausalLM", 3), dp=4)
     raw.enable_dp_attention, raw.pp_size, raw.enable_two_batch_overlap = True, 2, True
     raw.speculative_algorithm = "EAGLE"
-    ps = problems(parse("--sidp-mode", "sidp", "--sidp-sidp-force", "cas"), raw)
-    assert [p.split(":")[0].split(" ")[0:2] for p in ps] == [["--sidp-sidp-force", "cas"]] + [["--sidp-mode", "sidp"]] * 5
+    ps = problems(parse("--overlay-mode", "sidp", "--sidp-service", "cas"), raw)
+    assert [p.split(":")[0].split(" ")[0:2] for p in ps] == [["--sidp-service", "cas"]] + [["--overlay-mode", "sidp"]] * 5
     assert "speculative decoding" in ps[0] and "GemmaForCausalLM" in ps[1] and "3 layers cannot give each of 4" in ps[2]
     assert "--pp-size 1" in ps[3] and "--enable-dp-attention" in ps[4] and "two/single-batch overlap" in ps[5]
 
 
 def test_sidp_rejects_moe_and_a_single_rank(tmp_path, moe_dir):
-    ps = problems(parse("--sidp-mode", "sidp"), args(moe_dir, dp=1))
-    assert "needs --dp-size >= 2, got 1" in ps[0] and "is MoE (use --sidp-mode zerodp)" in ps[1]
+    ps = problems(parse("--overlay-mode", "sidp"), args(moe_dir, dp=1))
+    assert "needs --dp-size >= 2, got 1" in ps[0] and "is MoE (use --overlay-mode zerodp)" in ps[1]
 
 
 def test_sidp_rejects_ranks_that_cannot_read_each_other(tmp_path, monkeypatch):
@@ -321,7 +349,7 @@ def test_sidp_rejects_ranks_that_cannot_read_each_other(tmp_path, monkeypatch):
 
     seen = []
     monkeypatch.setattr(topology, "_nvml_p2p_read", lambda visible: lambda a, b: seen.append((a, b)) or (a, b) != (1, 0))
-    ps = problems(parse("--sidp-mode", "sidp"), args(dense(tmp_path), dp=2))
+    ps = problems(parse("--overlay-mode", "sidp"), args(dense(tmp_path), dp=2))
     assert sorted(seen) == [(0, 1), (1, 0)] and len(ps) == 1 and "a rank cannot read an owner" in ps[0]
 
 
@@ -334,47 +362,47 @@ def test_model_is_moe_on_shared_configs():
 
 
 def test_fold_gpus_flag_turns_the_overlay_on():
-    cfg = parse("--sidp-fold-gpus")
+    cfg = parse("--overlay-fold-gpus")
     assert cfg.fold_gpus and cfg.active and cfg.mode == SidpMode.OFF
 
 
 def test_sidp_cas_graphs_needs_cas_graphs_and_one_gpu_per_rank(tmp_path):
-    """--sidp-sidp-cas-graphs: refused with WaS only, without CUDA graphs, and on replicas folded onto one GPU (NCCL);
+    """--sidp-cas-graphs: refused with WaS only, without CUDA graphs, and on replicas folded onto one GPU (NCCL);
     accepted with cas or auto."""
     raw = args(dense(tmp_path, "Qwen3ForCausalLM"), dp=2)
-    parse("--sidp-mode", "sidp", "--sidp-sidp-force", "cas", "--sidp-sidp-cas-graphs").validate_against(raw)
+    parse("--overlay-mode", "sidp", "--sidp-service", "cas", "--sidp-cas-graphs").validate_against(raw)
     raw.disable_cuda_graph = True
-    ps = problems(parse("--sidp-mode", "sidp", "--sidp-sidp-cas-graphs", "--sidp-fold-gpus"), raw)
-    assert [p.split(":")[0] for p in ps[:3]] == ["--sidp-sidp-cas-graphs is unused here",
-                                                 "--sidp-sidp-cas-graphs captures decode CUDA graphs",
-                                                 "--sidp-sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU"]
+    ps = problems(parse("--overlay-mode", "sidp", "--sidp-cas-graphs", "--overlay-fold-gpus"), raw)
+    assert [p.split(":")[0] for p in ps[:3]] == ["--sidp-cas-graphs is unused here",
+                                                 "--sidp-cas-graphs captures decode CUDA graphs",
+                                                 "--sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU"]
 
 
 # --------------------------------------------------------------------------- values reach every process intact
-#: every --sidp-* flag with values the launcher accepts, edge values included (floats in exponent form, big ints)
+#: every flag of ours with values the launcher accepts, edge values included (floats in exponent form, big ints)
 ACCEPTED = {
-    "--sidp-signal-log-interval": ["1", "1000000"],
-    "--sidp-plan-workload": ["offline:512:2048:256", "trace:/a b/c.csv:2"],
-    "--sidp-zerodp-layers": ["all", "every:3", "0,5,47"],
-    "--sidp-zerodp-tensors": ["w2,w13"],
-    "--sidp-zerodp-expected-batch": ["kv:131072"],
-    "--sidp-zerodp-calibration": ["/a b/c.json"],
-    "--sidp-zerodp-source-timeout-s": ["1e-3", "86400", "0.25"],
-    "--sidp-sidp-b-th": ["0", "1e3", "63.5"],
-    "--sidp-sidp-hysteresis": ["0", "0.999"],
-    "--sidp-sidp-slots": ["0", "16"],
-    "--sidp-sidp-force": ["cas"],
-    "--sidp-sidp-fetch-order": ["forward"],
-    "--sidp-sidp-owner-timeout-s": ["1e-3", "1e6"],
-    "--sidp-shift-sp": ["0", "8"],
-    "--sidp-shift-threshold": ["0", "1048576"],
+    "--overlay-signal-log-interval": ["1", "1000000"],
+    "--overlay-plan-workload": ["offline:512:2048:256", "trace:/a b/c.csv:2"],
+    "--zerodp-layers": ["all", "every:3", "0,5,47"],
+    "--zerodp-tensors": ["w2,w13"],
+    "--zerodp-expected-batch": ["kv:131072"],
+    "--zerodp-calibration": ["/a b/c.json"],
+    "--zerodp-source-timeout-s": ["1e-3", "86400", "0.25"],
+    "--sidp-b-th": ["0", "1e3", "63.5"],
+    "--sidp-hysteresis": ["0", "0.999"],
+    "--sidp-slots": ["0", "16"],
+    "--sidp-service": ["cas"],
+    "--sidp-fetch-order": ["forward"],
+    "--sidp-owner-timeout-s": ["1e-3", "1e6"],
+    "--shift-sp": ["0", "8"],
+    "--shift-threshold": ["0", "1048576"],
 }
 
 
 def test_every_flag_is_covered_by_the_round_trip_cases():
     p = argparse.ArgumentParser()
     group = SidpConfig.add_cli_args(p)
-    valued = {a.option_strings[0] for a in group._group_actions if a.nargs != 0 and a.option_strings[0] != "--sidp-mode"}
+    valued = {a.option_strings[0] for a in group._group_actions if a.nargs != 0 and a.option_strings[0] != "--overlay-mode"}
     assert valued == set(ACCEPTED), valued ^ set(ACCEPTED)
 
 
@@ -387,8 +415,8 @@ def test_accepted_values_reach_child_processes_intact(flag, value):
 
 
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "1e999"])
-@pytest.mark.parametrize("flag", ["--sidp-sidp-b-th", "--sidp-sidp-owner-timeout-s", "--sidp-sidp-hysteresis",
-                                  "--sidp-zerodp-source-timeout-s"])
+@pytest.mark.parametrize("flag", ["--sidp-b-th", "--sidp-owner-timeout-s", "--sidp-hysteresis",
+                                  "--zerodp-source-timeout-s"])
 def test_non_finite_numbers_are_refused_at_launch(flag, value):
     """JSON has no inf or nan: such a value used to reach the plugin as null and fail there, after SGLang started."""
     with pytest.raises(SidpConfigError) as e:
@@ -406,29 +434,29 @@ def moe_model(tmp_path, **extra):
 
 def test_zerodp_layers_must_exist_in_the_model(tmp_path):
     model = moe_model(tmp_path)
-    parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "0,3").validate_against(args(model, dp=2))
-    ps = problems(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "1,4,9"), args(model, dp=2))
-    assert ps == ["--sidp-zerodp-layers names layers the model has no MoE experts in: [4, 9] (its MoE layers: 0-3)"]
-    ps = problems(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "every:5"), args(model, dp=2))
-    assert ps == ["--sidp-zerodp-layers every:5 offloads nothing: the model has 4 MoE layers"]
+    parse("--overlay-mode", "zerodp", "--zerodp-layers", "0,3").validate_against(args(model, dp=2))
+    ps = problems(parse("--overlay-mode", "zerodp", "--zerodp-layers", "1,4,9"), args(model, dp=2))
+    assert ps == ["--zerodp-layers names layers the model has no MoE experts in: [4, 9] (its MoE layers: 0-3)"]
+    ps = problems(parse("--overlay-mode", "zerodp", "--zerodp-layers", "every:5"), args(model, dp=2))
+    assert ps == ["--zerodp-layers every:5 offloads nothing: the model has 4 MoE layers"]
     deepseek = moe_model(tmp_path, first_k_dense_replace=1, n_routed_experts=8, num_local_experts=None)
-    ps = problems(parse("--sidp-mode", "zerodp", "--sidp-zerodp-layers", "0,2"), args(deepseek, dp=2))
-    assert ps == ["--sidp-zerodp-layers names layers the model has no MoE experts in: [0] (its MoE layers: 1-3)"]
+    ps = problems(parse("--overlay-mode", "zerodp", "--zerodp-layers", "0,2"), args(deepseek, dp=2))
+    assert ps == ["--zerodp-layers names layers the model has no MoE experts in: [0] (its MoE layers: 1-3)"]
 
 
 def test_flags_of_another_mode_or_an_unused_sub_mode_are_refused(tmp_path, dense_dir):
     """Flags that the chosen settings would silently leave unused, each one line."""
     model = moe_model(tmp_path)
-    ps = problems(parse("--sidp-mode", "zerodp", "--sidp-sidp-force", "cas", "--sidp-shift-sp", "2",
-                        "--sidp-zerodp-layers", "all", "--sidp-zerodp-expected-batch", "decode:8"), args(model, dp=2))
-    assert ps == ["--sidp-zerodp-expected-batch is unused here: it applies with --sidp-zerodp-layers auto",
-                  "--sidp-sidp-force is a flag of --sidp-mode sidp, but the mode is zerodp",
-                  "--sidp-shift-sp is a flag of --sidp-mode shift, but the mode is zerodp"]
-    ps = problems(parse("--sidp-zerodp-layers", "all", "--sidp-signal-log-interval", "5"), args(model))
-    assert ps == ["--sidp-signal-log-interval is unused with the overlay off: add --sidp-batch-signal or a --sidp-mode",
-                  "--sidp-zerodp-layers is a flag of --sidp-mode zerodp, but the mode is off"]
+    ps = problems(parse("--overlay-mode", "zerodp", "--sidp-service", "cas", "--shift-sp", "2",
+                        "--zerodp-layers", "all", "--zerodp-expected-batch", "decode:8"), args(model, dp=2))
+    assert ps == ["--zerodp-expected-batch is unused here: it applies with --zerodp-layers auto",
+                  "--sidp-service is a flag of --overlay-mode sidp, but the mode is zerodp",
+                  "--shift-sp is a flag of --overlay-mode shift, but the mode is zerodp"]
+    ps = problems(parse("--zerodp-layers", "all", "--overlay-signal-log-interval", "5"), args(model))
+    assert ps == ["--overlay-signal-log-interval is unused with the overlay off: add --overlay-batch-signal or an --overlay-mode",
+                  "--zerodp-layers is a flag of --overlay-mode zerodp, but the mode is off"]
     d = dense(tmp_path, "Qwen3ForCausalLM", 8)
-    ps = problems(parse("--sidp-mode", "sidp", "--sidp-sidp-b-th", "64", "--sidp-sidp-hysteresis", "0.1"), args(d, dp=2))
-    assert ps == ["--sidp-sidp-b-th is unused here: it applies with --sidp-sidp-force auto",
-                  "--sidp-sidp-hysteresis is unused here: it applies with --sidp-sidp-force auto"]
-    parse("--sidp-mode", "sidp", "--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64").validate_against(args(d, dp=2))
+    ps = problems(parse("--overlay-mode", "sidp", "--sidp-b-th", "64", "--sidp-hysteresis", "0.1"), args(d, dp=2))
+    assert ps == ["--sidp-b-th is unused here: it applies with --sidp-service auto",
+                  "--sidp-hysteresis is unused here: it applies with --sidp-service auto"]
+    parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th", "64").validate_against(args(d, dp=2))

@@ -63,7 +63,7 @@ def family_configs(tmp_path_factory):
     return {f: str(FAMILIES["make"](f, out, config_only=True)) for f in FAMILIES["FAMILIES"]}
 
 
-MODE_ARGS = {"zerodp": ["--sidp-mode", "zerodp"], "sidp": ["--sidp-mode", "sidp"], "shift": ["--sidp-mode", "shift"]}
+MODE_ARGS = {"zerodp": ["--overlay-mode", "zerodp"], "sidp": ["--overlay-mode", "sidp"], "shift": ["--overlay-mode", "shift"]}
 
 
 @pytest.mark.parametrize("mode", list(MODE_ARGS))

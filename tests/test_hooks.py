@@ -66,14 +66,14 @@ def test_hooks_for_config():
         "VocabParallelEmbedding.forward", "QKVParallelLinear.forward", "RowParallelLinear.forward",
         "communication_op.attention_tensor_model_parallel_all_reduce", "Qwen2MLP.forward", "LlamaMLP.forward",
         "LogitsProcessor.forward", *fail_closed]
-    calibrate = hooks_for(SidpConfig(calibrate=True))  # --sidp-calibrate alone: the signal and the calibration
+    calibrate = hooks_for(SidpConfig(calibrate=True))  # --overlay-calibrate alone: the signal and the calibration
     assert [h.runtime.rsplit(":")[-1] for h in calibrate] == ["BatchSignal", "BatchSignal", "StartupCalibration",
                                                               "FailClosed", "FailClosed"]
     assert "StartupCalibration" not in {h.runtime.rsplit(":")[-1] for h in hooks_for(SidpConfig(mode=SidpMode.ZERODP))}
 
 
 def test_fold_gpus_hook_only_when_asked_and_folds_gpu_id():
-    """--sidp-fold-gpus adds one BEFORE hook on Scheduler.__init__ that maps gpu_id onto the visible GPUs."""
+    """--overlay-fold-gpus adds one BEFORE hook on Scheduler.__init__ that maps gpu_id onto the visible GPUs."""
     from sgl_sidp.peer.topology import GpuFold
 
     fold = [h for h in hooks_for(SidpConfig(fold_gpus=True)) if h.runtime.endswith("GpuFold")]

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,11 +30,11 @@ def test_default_model_injected_only_without_model():
     assert (ls.DEFAULT_MODEL_DIR / "config.json").is_file() and (ls.DEFAULT_MODEL_DIR / "tokenizer.json").is_file()
 
 
-def test_sidp_flags_split_from_sglang_flags():
-    ours, rest = ls.sidp_parser().parse_known_args(
-        ["--sidp-batch-signal", "--tp-size", "2", "--sidp-signal-log-interval", "3", "--port", "9"])
-    assert ours.sidp_batch_signal and ours.sidp_signal_log_interval == 3
-    assert rest == ["--tp-size", "2", "--port", "9"]
+def test_our_flags_split_from_sglang_flags():
+    ours, rest = ls.split_args(
+        ["--overlay-batch-signal", "--tp-size", "2", "--overlay-signal-log-interval", "3", "--shift-sp", "2", "--port", "9"])
+    assert ours.overlay_batch_signal and ours.overlay_signal_log_interval == 3 and ours.shift_sp == 2
+    assert rest == ["--model-path", str(ls.DEFAULT_MODEL_DIR), "--load-format", "dummy", "--tp-size", "2", "--port", "9"]
 
 
 def test_raw_sglang_args_parse_without_server_args():
@@ -46,32 +47,135 @@ def test_entry_point_visibility_respects_sglang_plugins(monkeypatch):
     monkeypatch.setenv("SGLANG_PLUGINS", "someone_else")
     assert not ls.plugin_entry_point_visible()
     with pytest.raises(SidpConfigError, match="cannot see the 'sgl_sidp' plugin entry point"):
-        ls.parse(["--sidp-batch-signal"])
+        ls.parse(["--overlay-batch-signal"])
 
 
-def test_bad_combination_exits_2_with_one_line_per_problem():
-    out = launch("--sidp-mode", "zerodp", "--dp-size", "1")  # default model is dense
-    assert out.returncode == 2
-    err = out.stderr
-    assert "sgl-sidp: error: invalid sgl-sidp settings:" in err
-    assert "not implemented" not in err  # zerodp is implemented
-    assert "  - --sidp-mode zerodp shares weights across DP replicas: needs --dp-size >= 2" in err
-    assert "has no MoE layers" in err
+def main_errors(argv, capsys):
+    """`main(argv)` on this machine, a CUDA GPU faked, stopped where it refuses: (exit status, its stderr lines)."""
+    with pytest.raises(SystemExit) as e:
+        ls.main(argv)
+    return e.value.code, capsys.readouterr().err.splitlines()
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(ls, "require_cuda_gpu", lambda: None)
+
+
+def test_bad_combination_exits_2_with_one_line_per_problem(fake_gpu, capsys):
+    code, err = main_errors(["--overlay-mode", "zerodp", "--dp-size", "1"], capsys)  # default model is dense
+    assert code == 2 and err[0] == "sgl-sidp: error: invalid sgl-sidp settings:" and len(err) == 3
+    assert "  - --overlay-mode zerodp shares weights across DP replicas: needs --dp-size >= 2" in err[1]
+    assert "has no MoE layers" in err[2] and "not implemented" not in "".join(err)  # zerodp is implemented
 
 
 @pytest.mark.skipif(not MOE.is_dir(), reason=f"{MOE} not found (the shared model configs)")
-def test_shift_on_a_moe_model_rejected_before_any_gpu_work():
-    out = launch("--sidp-mode", "shift", "--model-path", str(MOE), "--load-format", "dummy", "--tp-size", "2",
-                 "--sidp-shift-sp", "3")
-    assert out.returncode == 2 and "invalid sgl-sidp settings:" in out.stderr
-    assert "  - --sidp-shift-sp 3 does not divide --tp-size 2" in out.stderr and "is MoE" in out.stderr
+def test_shift_on_a_moe_model_rejected_before_any_gpu_work(fake_gpu, capsys):
+    code, err = main_errors(["--overlay-mode", "shift", "--model-path", str(MOE), "--load-format", "dummy",
+                             "--tp-size", "2", "--shift-sp", "3"], capsys)
+    assert code == 2 and err[0] == "sgl-sidp: error: invalid sgl-sidp settings:"
+    assert "  - --shift-sp 3 does not divide --tp-size 2" in err and any("is MoE" in x for x in err)
 
 
-def test_help_lists_our_group_and_sglang_flags():
-    out = launch("--help")
+def test_every_argparse_error_is_one_sgl_sidp_line(fake_gpu, capsys):
+    """An unknown flag (SGLang's parser), a bad choice or a missing value (ours): one line, exit 2, no usage dump."""
+    hint = f" (see {ls.PROG} --help)"
+    cases = {("--dp-size", "2", "--bogus-flag"): "unrecognized arguments: --bogus-flag",
+             ("--overlay-mode", "turbo"): "argument --overlay-mode: invalid choice: 'turbo' (choose from 'off', "
+                                          "'zerodp', 'sidp', 'shift', 'auto')",
+             ("--sidp-service",): "argument --sidp-service: expected one argument",
+             ("--dp-size", "two"): "argument --dp-size/--data-parallel-size: invalid int value: 'two'"}
+    for argv, message in cases.items():
+        assert main_errors(list(argv), capsys) == (2, [f"sgl-sidp: error: {message}{hint}"]), argv
+
+
+def test_sglang_refusing_its_settings_is_one_sgl_sidp_line(fake_gpu, capsys, monkeypatch):
+    """`prepare_server_args` raising (ServerArgs' checks) is one line too: its message, or where a bare assert failed."""
+    import sglang.srt.server_args
+
+    def refuse(argv):
+        raise ValueError("--tp-size 3 does not divide\nthe 64 heads")
+
+    import sglang.srt.plugins
+    from sgl_sidp.process import LAUNCHER_PID_ENV
+
+    monkeypatch.setenv(ENV_VAR, "")  # parse() sets both; monkeypatch restores them
+    monkeypatch.setenv(LAUNCHER_PID_ENV, "")
+    monkeypatch.setattr(sglang.srt.plugins, "load_plugins", lambda: None)
+    monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", refuse)
+    assert main_errors([], capsys) == (2, ["sgl-sidp: error: SGLang: --tp-size 3 does not divide the 64 heads"])
+
+    def bare_assert(argv):  # as a bare `assert` in SGLang raises it (pytest rewrites asserts in this file)
+        raise AssertionError
+
+    monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", bare_assert)
+    code, err = main_errors([], capsys)
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("sgl-sidp: error: SGLang: AssertionError at test_launcher.py:") and "raise AssertionError" in err[0]
+
+
+def test_old_spellings_are_refused_naming_the_new_flag():
+    """A user upgrading is told the new name, in one line per old flag, before anything else (no SGLang, no GPU)."""
+    t0 = time.time()
+    out = launch("--sidp-sidp-force", "cas", "--dp-size", "2")
+    assert (out.returncode, out.stderr) == (2, "sgl-sidp: error: --sidp-sidp-force was renamed --sidp-service\n")
+    assert time.time() - t0 < 10  # ~0.3 s: imports neither SGLang nor torch
+    with pytest.raises(SidpConfigError) as e:
+        ls.parse(["--sidp-mode=sidp", "--sidp-sidp-b-th", "64", "--shift-sp", "2"])
+    assert e.value.problems == ["--sidp-mode was renamed --overlay-mode", "--sidp-sidp-b-th was renamed --sidp-b-th"]
+
+
+def test_no_cuda_gpu_is_one_line_before_sglang_is_imported():
+    """This machine has no CUDA GPU: the real check (NVML, $CUDA_VISIBLE_DEVICES) refuses in one line, at once."""
+    t0 = time.time()
+    out = launch("--overlay-mode", "sidp", "--dp-size", "2")
+    took = time.time() - t0
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
+    assert out.stderr.startswith("sgl-sidp: error: no CUDA GPU visible: sgl-sidp serves on NVIDIA GPUs "
+                                 "(CUDA_VISIBLE_DEVICES unset; ")
+    assert took < 10, took  # ~0.3 s here; SGLang's import alone takes ~10 s on this machine
+    out = launch(env_extra={"CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 2 and "(CUDA_VISIBLE_DEVICES=; " in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_cuda_gpu_check_reads_nvml_and_cuda_visible_devices(monkeypatch):
+    import pynvml
+
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    ls.require_cuda_gpu()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    ls.require_cuda_gpu()
+    for hidden in ("", "-1", " ,0"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        with pytest.raises(SidpConfigError, match=f"no CUDA GPU visible: .*CUDA_VISIBLE_DEVICES={hidden}; it hides"):
+            ls.require_cuda_gpu()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 0)
+    with pytest.raises(SidpConfigError, match=r"\(CUDA_VISIBLE_DEVICES=0; NVML sees no GPU\)$"):
+        ls.require_cuda_gpu()
+
+
+def test_help_shows_our_group_first_with_choices_and_needs_no_gpu():
+    out = launch("--help", env_extra={"CUDA_VISIBLE_DEVICES": ""})
     assert out.returncode == 0
-    assert "sgl-sidp overlay:" in out.stdout and "--sidp-mode {off,zerodp,sidp,shift,auto}" in out.stdout
-    assert "--model-path" in out.stdout and "--dp-size" in out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"usage: {ls.PROG} [-h] [--overlay-mode {{off,zerodp,sidp,shift,auto}}]")
+    group = lines.index("sgl-sidp overlay (weights shared across the GPUs of a node):")
+    assert group < 40 and "  --overlay-mode {off,zerodp,sidp,shift,auto}" in lines[group:group + 10]
+    ours = lines[group:lines.index("SGLang's flags (python -m sglang.launch_server):")]
+    for flag in ("--sidp-service {was,cas,auto}", "--sidp-fetch-order {shifted,forward}",
+                 "--zerodp-tensors w13,w2|w13|w2", "--zerodp-layers auto|all|every:K|3,7,11", "--shift-sp SP"):
+        assert any(x.strip().startswith(flag) for x in ours), flag
+    assert "--model-path" in out.stdout and "--dp-size" in out.stdout and "--sidp-sidp" not in out.stdout
+
+
+def test_our_flags_never_meet_sglang_s():
+    """No SGLang flag is one of ours or starts with one of our prefixes (argparse would also refuse a clash)."""
+    sglang = {o for a in ls.full_parser()._actions for o in a.option_strings} - {
+        o for a in ls.overlay_parser()._actions for o in a.option_strings}
+    assert not [o for o in sglang if o.startswith(("--overlay-", "--zerodp-", "--sidp-", "--shift-"))]
 
 
 # --------------------------------------------------------------------------- zerodp
@@ -107,7 +211,7 @@ def test_zerodp_parse_checks_peer_access_of_every_pair(monkeypatch, moe_dir):
 
     monkeypatch.setattr(preflight, "_nvml_p2p_read", fake_nvml)
     with pytest.raises(SidpConfigError) as e:
-        ls.parse(["--sidp-mode", "zerodp", "--sidp-zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "3", "--tp-size", "2"])
+        ls.parse(["--overlay-mode", "zerodp", "--zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "3", "--tp-size", "2"])
     assert asked == [(0, 2), (1, 3), (0, 4), (1, 5)]
     assert len(e.value.problems) == 1 and "a sink cannot read its source: GPU 5 cannot read GPU 1's memory" in e.value.problems[0]
 
@@ -122,10 +226,10 @@ def test_zerodp_parse_passes_routing_default_to_sglang(monkeypatch, moe_dir):
     monkeypatch.setattr(preflight, "_nvml_p2p_read", lambda visible: lambda a, b: True)
     monkeypatch.setattr(sglang.srt.plugins, "load_plugins", lambda: None)
     monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", lambda argv: list(argv))
-    cfg, rest = ls.parse(["--sidp-mode", "zerodp", "--sidp-zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2"])
+    cfg, rest = ls.parse(["--overlay-mode", "zerodp", "--zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2"])
     assert cfg.mode.value == "zerodp" and os.environ[ENV_VAR]
     assert rest[-2:] == ["--load-balance-method", "total_tokens"]
-    _, rest = ls.parse(["--sidp-mode", "zerodp", "--sidp-zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2", "--load-balance-method", "round_robin"])
+    _, rest = ls.parse(["--overlay-mode", "zerodp", "--zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2", "--load-balance-method", "round_robin"])
     assert rest.count("--load-balance-method") == 1 and "total_tokens" not in rest
 
 
@@ -141,7 +245,7 @@ def test_zerodp_validates_against_sglang_default_flags(moe_dir):
 
 
 def test_zerodp_auto_needs_no_calibration_file(monkeypatch, moe_dir):
-    """`--sidp-zerodp-layers auto` (the default) starts on any MoE model: the source calibrates at start-up.
+    """`--zerodp-layers auto` (the default) starts on any MoE model: the source calibrates at start-up.
     The launcher also tells the schedulers its pid (where they send SIGQUIT to stop the whole server)."""
     import sglang.srt.plugins
     import sglang.srt.server_args
@@ -153,7 +257,7 @@ def test_zerodp_auto_needs_no_calibration_file(monkeypatch, moe_dir):
     monkeypatch.setattr(topology, "_nvml_p2p_read", lambda visible: lambda a, b: True)
     monkeypatch.setattr(sglang.srt.plugins, "load_plugins", lambda: None)
     monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", lambda argv: list(argv))
-    cfg, _ = ls.parse(["--sidp-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2", "--tp-size", "4"])
+    cfg, _ = ls.parse(["--overlay-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2", "--tp-size", "4"])
     assert cfg.zerodp.layers == "auto" and os.environ[LAUNCHER_PID_ENV] == str(os.getpid())
 
 
@@ -164,14 +268,14 @@ DENSE = MOE.parent / "Qwen3-8B"
 def test_auto_mode_starts_the_planner_s_winner_in_place_of_the_mode_and_layout_flags(monkeypatch, capsys):
     monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: "NVIDIA H200")
     monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: 2)
-    argv = ["--model-path", str(DENSE), "--sidp-mode", "auto", "--load-format", "dummy"]
+    argv = ["--model-path", str(DENSE), "--overlay-mode", "auto", "--load-format", "dummy"]
     out = ls.resolve_auto(argv)
     printed = capsys.readouterr().out
-    assert "every number below is a prediction" in printed and "--sidp-mode auto starts dp2 (predicted)" in printed
+    assert "every number below is a prediction" in printed and "--overlay-mode auto starts dp2 (predicted)" in printed
     assert out == ["--model-path", str(DENSE), "--load-format", "dummy", "--dp-size", "2"]  # offline: DP2 wins
-    argv = ["--model-path", str(DENSE), "--sidp-mode=auto", "--tp-size", "2", "--sidp-plan-workload", "latency:2048:64"]
+    argv = ["--model-path", str(DENSE), "--overlay-mode=auto", "--tp-size", "2", "--overlay-plan-workload", "latency:2048:64"]
     chosen = ls.resolve_auto(argv)
-    assert "--sidp-plan-workload" not in chosen and chosen.count("--tp-size") <= 1 and "auto" not in chosen
+    assert "--overlay-plan-workload" not in chosen and chosen.count("--tp-size") <= 1 and "auto" not in chosen
     assert ls.resolve_auto(["--model-path", str(DENSE), "--tp-size", "2"]) == ["--model-path", str(DENSE), "--tp-size", "2"]
 
 
@@ -180,10 +284,10 @@ def test_auto_mode_without_a_known_gpu_or_calibration_is_one_line(monkeypatch):
     monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: None)
     monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: None)
     with pytest.raises(SidpConfigError, match="this host's GPU 0 is not visible"):
-        ls.resolve_auto(["--model-path", str(DENSE), "--sidp-mode", "auto"])
+        ls.resolve_auto(["--model-path", str(DENSE), "--overlay-mode", "auto"])
     monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: "NVIDIA H200")
     monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: 2)
     with pytest.raises(SidpConfigError, match="plan calibrate --model-path"):
-        ls.resolve_auto(["--model-path", str(MOE.parent / "Llama-3.1-70B"), "--sidp-mode", "auto"])
-    with pytest.raises(SidpConfigError, match="--sidp-plan-workload is unused"):
-        ls.parse(["--model-path", str(DENSE), "--sidp-plan-workload", "offline:1:2:3"])
+        ls.resolve_auto(["--model-path", str(MOE.parent / "Llama-3.1-70B"), "--overlay-mode", "auto"])
+    with pytest.raises(SidpConfigError, match="--overlay-plan-workload is unused"):
+        ls.parse(["--model-path", str(DENSE), "--overlay-plan-workload", "offline:1:2:3"])

@@ -123,7 +123,7 @@ def test_bad_settings_stop_the_launcher_with_one_line():
     assert out.returncode == 2 and "went on" not in out.stdout, (out.returncode, out.stdout, out.stderr[-2000:])
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("sgl-sidp:")]
     assert len(lines) == 1 and lines[0].startswith("sgl-sidp: the overlay could not load in the launcher (pid ")
-    assert "--sidp-sidp-owner-timeout-s" in lines[0] and "Traceback" not in out.stderr
+    assert "--sidp-owner-timeout-s" in lines[0] and "Traceback" not in out.stderr
 
 
 def test_a_hook_sglang_cannot_apply_stops_the_server_from_a_child():

@@ -14,10 +14,10 @@ def test_commands_follow_the_gpus_and_the_threshold():
     a = types.SimpleNamespace(model="M", gpus="0,1", threshold=512, mem_fraction_static=0.5, extra_args="--x 1")
     launcher, flags = MOD["command"]("shift", a)
     assert launcher == "sgl_sidp.launch_server"
-    assert flags[-10:] == ["--tp-size", "2", "--sidp-mode", "shift", "--sidp-shift-threshold", "512",
+    assert flags[-10:] == ["--tp-size", "2", "--overlay-mode", "shift", "--shift-threshold", "512",
                            "--mem-fraction-static", "0.5", "--x", "1"]
     launcher, flags = MOD["command"]("dp", a)
-    assert launcher == "sglang.launch_server" and "--dp-size" in flags and "--sidp-shift-threshold" not in flags
+    assert launcher == "sglang.launch_server" and "--dp-size" in flags and "--shift-threshold" not in flags
 
 
 def test_bad_arguments_are_refused_before_any_server(tmp_path):

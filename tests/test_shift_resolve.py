@@ -48,9 +48,9 @@ def test_default_sp_is_the_largest_that_leaves_kv_room(llama70b):
 def test_a_given_sp_that_does_not_fit_is_refused_with_the_one_that_would(llama70b):
     cfg = SidpConfig(mode="shift", shift={"sp": 4})
     _, problems = feature.resolve(cfg, server_args(llama70b, 4))
-    assert len(problems) == 1 and problems[0].startswith("--sidp-shift-sp 4: the base configuration's weights (linears "
+    assert len(problems) == 1 and problems[0].startswith("--shift-sp 4: the base configuration's weights (linears "
                                                          "split 1 ways) leave 0 KV tokens per GPU")
-    assert problems[0].endswith("--sidp-shift-sp 2 fits")
+    assert problems[0].endswith("--shift-sp 2 fits")
     _, problems = feature.resolve(SidpConfig(mode="shift"), server_args(llama70b, 1))
     assert len(problems) == 1 and "no SP of --tp-size 1 leaves KV room" in problems[0]
 

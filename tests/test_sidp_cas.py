@@ -74,8 +74,8 @@ class HookedModel(torch.nn.Module):
         return x
 
 
-def runtime(rank, world, force, b_th=None, poison=True, collective=False):
-    cfg = SidpConfig.model_validate({"mode": "sidp", "sidp": {"force": force}})
+def runtime(rank, world, service, b_th=None, poison=True, collective=False):
+    cfg = SidpConfig.model_validate({"mode": "sidp", "sidp": {"service": service}})
     rt = SiDPRuntime(types.SimpleNamespace(config=cfg, listeners=[]))
     mlps = {lid: ToyMLP(lid) for lid in range(LAYERS)}
     rt.dp_rank, rt.d, rt.mlps = rank, world, mlps
@@ -113,7 +113,7 @@ def cas_rank(rank, world, plan, collective):
 @pytest.mark.parametrize("collective", [False, True], ids=["p2p", "collective"])
 @pytest.mark.parametrize("world", [2, 3])
 def test_cas_equals_a_model_holding_every_layer(world, collective):
-    """force cas: every rank's output equals the full model's (float64, to 1e-12), though it holds only its own
+    """--sidp-service cas: every rank's output equals the full model's (float64, to 1e-12), though it holds only its own
     layers (the others are NaN); a rank with no batch in an iteration serves its owned layers to the busy ones."""
     plan = [[3] * world, [5 if r == 0 else 0 for r in range(world)], [0] + [2] * (world - 1), [1] * world,
             [0] * world, [7] + [1] * (world - 1)]
@@ -150,7 +150,7 @@ def test_auto_switches_alike_on_every_rank_with_hysteresis():
 def test_rows_other_than_announced_are_refused():
     """A forward whose rows differ from the tokens the rank announced for the iteration stops with SiDP's error
     before anything is sent (the owner would otherwise wait for rows that never come)."""
-    cfg = SidpConfig.model_validate({"mode": "sidp", "sidp": {"force": "cas"}})
+    cfg = SidpConfig.model_validate({"mode": "sidp", "sidp": {"service": "cas"}})
     rt = SiDPRuntime(types.SimpleNamespace(config=cfg, listeners=[]))
     mlp = ToyMLP(1)
     rt.dp_rank, rt.d, rt.mlps, rt._layer_of = 0, 2, {1: mlp}, {id(mlp): 1}
@@ -161,10 +161,10 @@ def test_rows_other_than_announced_are_refused():
 
 def test_graphs_only_outside_cas_iterations():
     """The can_run_graph hook body: SGLang's answer before the first lockstep iteration and in WaS, False in CaS."""
-    cfg = SidpConfig.model_validate({"mode": "sidp", "sidp": {"force": "auto"}})
+    cfg = SidpConfig.model_validate({"mode": "sidp", "sidp": {"service": "auto"}})
     rt = SiDPRuntime(types.SimpleNamespace(config=cfg, listeners=[]))
     yes = lambda runner, fb: True  # noqa: E731
-    assert rt.around_can_run_graph(yes, None, None) is True  # no lockstep (force was, or not started)
+    assert rt.around_can_run_graph(yes, None, None) is True  # no lockstep (service was, or not started)
     rt.lockstep = types.SimpleNamespace(current=None)
     assert rt.around_can_run_graph(yes, None, None) is True  # start-up forwards and graph capture: WaS
     rt.lockstep.current = Iteration((4, 0), ServeMode.CAS)
@@ -199,7 +199,7 @@ def test_a_paused_rank_keeps_the_lockstep_and_serves_its_layers():
     assert same(torch.from_numpy(got[1][0]), reference(rows(1, 2, 4)))
 
 
-# --------------------------------------------------------------------------- --sidp-sidp-cas-graphs (static shapes)
+# --------------------------------------------------------------------------- --sidp-cas-graphs (static shapes)
 class FakeGraphs:
     """Stands in for `CasGraphs` (no SGLang, no GPU): the captured sizes and the size each iteration selected."""
 

@@ -76,5 +76,5 @@ def test_mode_shares_count_forwards_between_two_scrapes():
 def test_configurations_scale_with_dp_and_tp():
     launcher, flags = MOD["CONFIGS"]["dp_attn"]
     assert flags(4, 2) == ["--tp-size", "8", "--dp-size", "4", "--enable-dp-attention"]
-    assert MOD["CONFIGS"]["sidp_was_unshifted"][1](8, 1)[-2:] == ["--sidp-sidp-fetch-order", "forward"]
+    assert MOD["CONFIGS"]["sidp_was_unshifted"][1](8, 1)[-2:] == ["--sidp-fetch-order", "forward"]
     assert MOD["dp_ranks"]("tp", 4) == 1 and MOD["dp_ranks"]("sidp_cas", 4) == 4

@@ -167,7 +167,7 @@ def test_server_flags_and_workload_plan(tmp_path):
     model.mkdir()
     (model / "config.json").write_text("{}")
     args = zc.parse_args(["--model-path", str(model), "--mem-fraction-static", "0.8", "--ours-extra",
-                          "--sidp-zerodp-layers all", "--vanilla-extra", "--log-level warning",
+                          "--zerodp-layers all", "--vanilla-extra", "--log-level warning",
                           "--decode-heavy", "4", "--trace-mooncake", "m.jsonl", "--mooncake-duration-s", "60",
                           "--out-dir", str(tmp_path / "out")])
     van, ours = zc.server_flags(args, "vanilla"), zc.server_flags(args, "ours")
@@ -176,8 +176,8 @@ def test_server_flags_and_workload_plan(tmp_path):
         assert flags[flags.index("--dp-size") + 1] == "2" and "--enable-metrics" in flags
         assert flags[flags.index("--mem-fraction-static") + 1] == "0.8"
         assert flags[flags.index("--attention-backend") + 1] == "triton"
-    assert "--sidp-mode" not in van and van[-2:] == ["--log-level", "warning"]
-    assert ours[-4:] == ["--sidp-mode", "zerodp", "--sidp-zerodp-layers", "all"]
+    assert "--overlay-mode" not in van and van[-2:] == ["--log-level", "warning"]
+    assert ours[-4:] == ["--overlay-mode", "zerodp", "--zerodp-layers", "all"]
     (model / "tokenizer.json").write_text("{}")
     assert "--tokenizer-path" not in zc.server_flags(args, "vanilla")
 

@@ -19,20 +19,20 @@ CAPACITY = {"vanilla": [1000, 1000], "ours": [1000, 3000]}
 
 # ------------------------------------------------------------------------------------------- fake server
 def serve(argv: list[str]) -> None:
-    """A fake `python -m sglang.launch_server --dp-size 2` (or ours with --sidp-mode zerodp)."""
+    """A fake `python -m sglang.launch_server --dp-size 2` (or ours with --overlay-mode zerodp)."""
     from aiohttp import web
 
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--dp-size", type=int, default=1)
-    p.add_argument("--sidp-mode", default=None)
+    p.add_argument("--overlay-mode", default=None)
     p.add_argument("--exit-now", action="store_true", help="fail at start, as a server that cannot load would")
     a, _ = p.parse_known_args(argv)
     if a.exit_now:
         print("RuntimeError: injected start-up failure", flush=True)
         sys.exit(3)
-    side = "ours" if a.sidp_mode == "zerodp" else "vanilla"
+    side = "ours" if a.overlay_mode == "zerodp" else "vanilla"
     caps = CAPACITY[side][: a.dp_size]
     counters = {(r, m): 0 for r in range(a.dp_size) for m in ("decode", "prefill_compute")}
     state = {"next": 0}
@@ -148,8 +148,8 @@ def test_full_run_against_fake_servers(zc, tmp_path, capsys):
     assert rep["servers"]["ours"]["capacity_sources"]["zerodp_log"] == {"0": 1000, "1": 3000}
     assert rep["servers"]["vanilla"]["settings"]["load_balance_method"] == "round_robin"
     assert len(rep["servers"]["ours"]["zerodp_lines"]) == 3 and rep["servers"]["vanilla"]["zerodp_lines"] == []
-    assert "--sidp-mode zerodp" in rep["servers"]["ours"]["command"]
-    assert "--sidp-mode" not in rep["servers"]["vanilla"]["command"]
+    assert "--overlay-mode zerodp" in rep["servers"]["ours"]["command"]
+    assert "--overlay-mode" not in rep["servers"]["vanilla"]["command"]
     pairs = rep["exactness"]["pairs"]
     assert all(p["identical"] == p["prompts"] == 2 and p["max_abs_logprob_diff"] == 0.0 for p in pairs.values())
     assert rep["exactness"]["prompts"][0]["served_by"] == {"ours/DP0": 0, "ours/DP1": 1, "vanilla/DP0": 0}

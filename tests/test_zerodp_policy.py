@@ -292,9 +292,9 @@ def test_choose_plan_group_subset_counts_only_those_bytes():
 
 def test_choose_plan_rejects():
     """Unknown or no groups, no budget without forced layers, and a non-positive rate raise ValueError."""
-    with pytest.raises(ValueError, match="--sidp-zerodp-tensors must name groups"):
+    with pytest.raises(ValueError, match="--zerodp-tensors must name groups"):
         choose_plan(manifest(), ["w13", "w3"], 391.0, 24.4)
-    with pytest.raises(ValueError, match="--sidp-zerodp-tensors must name groups"):
+    with pytest.raises(ValueError, match="--zerodp-tensors must name groups"):
         choose_plan(manifest(), [], 391.0, 24.4)
     with pytest.raises(ValueError, match="needs budget_ms or kv"):
         choose_plan(manifest(), ["w13"], 391.0, None)
@@ -456,4 +456,4 @@ def test_zerodp_launch_checks_read_the_calibration_flag_file(tmp_path):
     raw = SimpleNamespace(model_path=str(moe), dp_size=2, tp_size=2, base_gpu_id=0, gpu_id_step=1)
     assert check(SidpConfig(mode="zerodp"), raw) == []  # Mixtral at TP2: no bundled table needed
     [line] = check(SidpConfig(mode="zerodp", zerodp={"calibration": str(tmp_path / "missing.json")}), raw)
-    assert line.startswith(f"--sidp-zerodp-calibration {tmp_path / 'missing.json'}: cannot read it")
+    assert line.startswith(f"--zerodp-calibration {tmp_path / 'missing.json'}: cannot read it")

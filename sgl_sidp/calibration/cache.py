@@ -1,7 +1,7 @@
 """Where a calibration comes from, and the disk cache that makes a second start free.
 
 Resolution order (`resolve`), first hit wins:
-1. a file the user names (`--sidp-zerodp-calibration`),
+1. a file the user names (`--zerodp-calibration`),
 2. a bundled table for this model signature and GPU (`BUNDLED_DIR`, measured offline),
 3. the disk cache entry for this exact `CalibrationKey` (written by an earlier start-up measurement),
 4. none: the caller measures at start-up (`sgl_sidp.calibration.measure`) and `put`s the result.

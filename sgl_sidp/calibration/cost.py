@@ -119,7 +119,7 @@ def best_offload_count(kv: "KVModel", n_layers: int, layer_bytes: int, copy_gbps
                        min_gain: float = KV_MIN_GAIN) -> tuple[int, list[tuple[float, float, float]]]:
     """How many of `n_layers` layers of `layer_bytes` each to stream (capacity-bound decode, `KVModel`): the count
     with the most modelled tokens/s (ties: fewer), or 0 unless it beats streaming none by `min_gain`. ZeroDP's
-    policy (`--sidp-zerodp-expected-batch kv:C`) and the planner decide with it.
+    policy (`--zerodp-expected-batch kv:C`) and the planner decide with it.
 
     Returns:
         (count, rows): rows[n] is `KVModel.tokens_per_s` (batch, step ms, tokens/s) of streaming n layers.
@@ -133,7 +133,7 @@ def first_lasting_win(win_ms, lose_ms, sizes) -> int | None:
     """The smallest of `sizes` (ascending) from which `win_ms(size) <= lose_ms(size)` holds at every larger size too:
     where a technique that pays a fixed cost per forward (WaS's copies) starts beating one whose cost grows with the
     forward (CaS's exchange); None when it does not hold at the largest size. The planner sets SiDP auto's B_th
-    with it (`--sidp-sidp-b-th`)."""
+    with it (`--sidp-b-th`)."""
     start = None
     for size in sizes:
         if win_ms(size) <= lose_ms(size):

@@ -95,7 +95,7 @@ def ensure_forward_times(scheduler, who: str, cache: CalibrationCache | None = N
 
 
 class StartupCalibration:
-    """Runtime of `--sidp-calibrate` (`sgl_sidp.hooks`): DP rank 0 measures its forward times once its
+    """Runtime of `--overlay-calibrate` (`sgl_sidp.hooks`): DP rank 0 measures its forward times once its
     scheduler is built, unless cached (`ensure_forward_times`); other DP replicas are the same model
     on the same GPU kind and measure nothing."""
 

@@ -132,5 +132,5 @@ def replica_group(name: str, world: int, rank: int, backend: str = "gloo", timeo
 
 def replica_store(name: str, world: int, directory: str = "/tmp") -> "dist.FileStore":
     """The `FileStore` at `directory/sgl-sidp-<name>.store` that `world` processes meet through (`replica_group`; the
-    NCCL communicator of `--sidp-sidp-cas-graphs`)."""
+    NCCL communicator of `--sidp-cas-graphs`)."""
     return dist.FileStore(os.path.join(directory, f"sgl-sidp-{name}.store"), world)

@@ -120,7 +120,7 @@ def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[i
 
 
 class GpuFold:
-    """`--sidp-fold-gpus`: a scheduler process runs on GPU `gpu_id mod torch.cuda.device_count()`.
+    """`--overlay-fold-gpus`: a scheduler process runs on GPU `gpu_id mod torch.cuda.device_count()`.
 
     SGLang's DP controller gives DP rank d the GPUs from `d * tp_size` on (`replica_gpus`); on a one-GPU
     machine rank 1's GPU does not exist. Folding the id the scheduler gets (`Scheduler.__init__`'s `gpu_id`, from

@@ -26,7 +26,7 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
 
 
 def sp_of(settings, tp_size: int) -> int:
-    """The base configuration's SP: `--sidp-shift-sp` (`settings.sp`), or P when 0 (the launcher replaces 0 by the
+    """The base configuration's SP: `--shift-sp` (`settings.sp`), or P when 0 (the launcher replaces 0 by the
     largest SP whose base weights fit, `resolve`, before SGLang's processes read the settings)."""
     return settings.sp or tp_size
 
@@ -37,13 +37,13 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     p = int(getattr(raw, "tp_size", 1) or 1)
     sp = sp_of(cfg.shift, p)
     if p % sp:
-        problems.append(f"--sidp-shift-sp {sp} does not divide --tp-size {p}")
+        problems.append(f"--shift-sp {sp} does not divide --tp-size {p}")
     from sgl_sidp.peer.topology import visible_gpu_count
 
     gpus = visible_gpu_count()
     last = int(getattr(raw, "base_gpu_id", 0) or 0) + (p - 1) * int(getattr(raw, "gpu_id_step", 1) or 1)
     if gpus is not None and last >= gpus:
-        problems.append(f"--sidp-mode shift with --tp-size {p} needs GPU {last}, but {gpus} GPU(s) are visible")
+        problems.append(f"--overlay-mode shift with --tp-size {p} needs GPU {last}, but {gpus} GPU(s) are visible")
     bad, hf = dense_model_problems("shift", raw.model_path, ARCHITECTURES, "the layers its base configuration runs")
     problems += bad
     if hf is not None:  # every problem at once, even with another architecture
@@ -52,15 +52,15 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
             try:
                 check_layout(sp, p // sp, int(heads), int(kv))
             except HeadLayoutError as e:
-                problems.append(f"--sidp-mode shift: {e}")
+                problems.append(f"--overlay-mode shift: {e}")
         if hf.get("quantization_config"):
-            problems.append("--sidp-mode shift runs bf16/fp16 weights only so far (the base GEMMs call F.linear); "
+            problems.append("--overlay-mode shift runs bf16/fp16 weights only so far (the base GEMMs call F.linear); "
                             f"{raw.model_path} is quantized")
     for flag, attr, why in (
         ("--dp-size", "dp_size", "DP replicas"), ("--pp-size", "pp_size", "pipeline stages"),
     ):
         if int(getattr(raw, attr, 1) or 1) > 1:
-            problems.append(f"--sidp-mode shift does not combine with {flag} > 1 ({why}) yet")
+            problems.append(f"--overlay-mode shift does not combine with {flag} > 1 ({why}) yet")
     for attr, flag in (("enable_dp_attention", "--enable-dp-attention"), ("speculative_algorithm", "--speculative-algorithm"),
                        ("quantization", "--quantization"), ("enable_torch_compile", "--enable-torch-compile"),
                        ("flashinfer_allreduce_fusion_backend", "--flashinfer-allreduce-fusion-backend"),
@@ -68,12 +68,12 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
                        ("enable_quant_communications", "--enable-quant-communications"),
                        ("is_embedding", "--is-embedding")):
         if getattr(raw, attr, None):
-            problems.append(f"--sidp-mode shift does not work with {flag} yet (the base configuration replaces the "
+            problems.append(f"--overlay-mode shift does not work with {flag} yet (the base configuration replaces the "
                             "layers' GEMMs and TP all-reduces, and gathers the tokens only for the logits, where that "
                             "flag changes them)")
     backend = prefill_graph_backend(raw)
     if backend in UNSUPPORTED_PREFILL_GRAPHS:
-        problems.append(f"--sidp-mode shift runs SGLang's breakable prefill CUDA graphs (the default) or none, not "
+        problems.append(f"--overlay-mode shift runs SGLang's breakable prefill CUDA graphs (the default) or none, not "
                         f"'{backend}' ({UNSUPPORTED_PREFILL_GRAPHS[backend]})")
     return problems
 
@@ -105,12 +105,12 @@ def fused_all_reduce_problems(server_args) -> list[str]:
     problems = []
     backend = getattr(server_args, "flashinfer_allreduce_fusion_backend", None)
     if backend is not None:
-        problems.append(f"--sidp-mode shift cannot run with SGLang's FlashInfer all-reduce fusion (resolved backend "
+        problems.append(f"--overlay-mode shift cannot run with SGLang's FlashInfer all-reduce fusion (resolved backend "
                         f"'{backend}'): the fused kernel bypasses the all-reduce the base configuration limits to its "
                         "TP group; drop --enable-flashinfer-allreduce-fusion / --flashinfer-allreduce-fusion-backend, "
                         "or add --enforce-disable-flashinfer-allreduce-fusion")
     if getattr(server_args, "enable_aiter_allreduce_fusion", False):
-        problems.append("--sidp-mode shift cannot run with --enable-aiter-allreduce-fusion (the fused kernel bypasses "
+        problems.append("--overlay-mode shift cannot run with --enable-aiter-allreduce-fusion (the fused kernel bypasses "
                         "the all-reduce the base configuration limits to its TP group)")
     return problems
 
@@ -130,7 +130,7 @@ def resolve(cfg, server_args):
     """After SGLang resolved its settings, before any GPU memory is taken: refuse a fused all-reduce
     (`fused_all_reduce_problems`), and choose SP by memory. At SP = P the base configuration holds every linear
     weight on every GPU; the SP whose base weights leave room for at least one chunked prefill of KV tokens
-    (`--chunked-prefill-size`, SGLang's resolved value) fits. `--sidp-shift-sp 0` becomes the largest SP that fits
+    (`--chunked-prefill-size`, SGLang's resolved value) fits. `--shift-sp 0` becomes the largest SP that fits
     (and whose heads lay out, `check_layout`); a given SP that does not fit is refused, naming the one that would.
     Needs the GPU's size (NVML) and the model's config.json; without them SP stays as given."""
     from sgl_sidp.model_info import read_hf_config
@@ -154,11 +154,11 @@ def resolve(cfg, server_args):
     where = (f"{gpu / 2**30:.0f} GiB GPUs at --mem-fraction-static {float(server_args.mem_fraction_static):g}, "
              f"room for one chunked prefill of {need} KV tokens")
     if s.sp and s.sp not in ok:
-        problems.append(f"--sidp-shift-sp {s.sp}: the base configuration's weights (linears split {p // s.sp} ways) "
+        problems.append(f"--shift-sp {s.sp}: the base configuration's weights (linears split {p // s.sp} ways) "
                         f"leave {fits.get(s.sp, 0)} KV tokens per GPU on {where} needed; "
-                        + (f"--sidp-shift-sp {max(ok)} fits" if ok else "no SP of --tp-size " + str(p) + " fits"))
+                        + (f"--shift-sp {max(ok)} fits" if ok else "no SP of --tp-size " + str(p) + " fits"))
     elif not s.sp and not ok:
-        problems.append(f"--sidp-mode shift: no SP of --tp-size {p} leaves KV room on {where} (SP 1, the linears split "
+        problems.append(f"--overlay-mode shift: no SP of --tp-size {p} leaves KV room on {where} (SP 1, the linears split "
                         f"{p} ways, leaves {fits.get(1, 0)} tokens); use more GPUs")
     elif not s.sp:
         cfg = cfg.model_copy(update={"shift": s.model_copy(update={"sp": max(ok)})})

@@ -39,7 +39,7 @@ CUDA graphs: a graph is base or shift by its captured size (the decision above r
   eager logits hook gathers the base configuration's tokens. The `full` and `tc_piecewise` prefill backends are
   refused (`shift.feature.check`): one slices the body's rows, the other traces the hooks with torch.compile.
 
-The threshold (`--sidp-shift-threshold`, 0 = calibrate): every TP rank times the same prefills of
+The threshold (`--shift-threshold`, 0 = calibrate): every TP rank times the same prefills of
 `CALIBRATION_TOKENS` in both configurations; TP rank 0 picks the threshold (`calibration.cost.shift_threshold`) and
 hands it to the others; it is cached on disk (`CalibrationCache.put_extra`, keyed like every start-up calibration
 plus the SP), so the next start reads it before anything is captured. Where:
@@ -114,7 +114,7 @@ class ShiftRuntime:
         self.sp_rank = self.tb_rank = 0
         self.sp_comm = self.tb_comm = None
         self.threshold: float = self.settings.threshold or math.inf  # inf: provisional, until calibrated
-        self.threshold_source = "--sidp-shift-threshold" if self.settings.threshold else "provisional (all shift)"
+        self.threshold_source = "--shift-threshold" if self.settings.threshold else "provisional (all shift)"
         self.force: str | None = None  # "base" or "shift" while calibrating
         self.graph_base: set[int] = set()  # decode CUDA graph sizes captured in the base configuration
         self.embed_id: int | None = None
@@ -160,13 +160,13 @@ class ShiftRuntime:
                 try:
                     lin = sub_module(layer, path)
                 except AttributeError:
-                    raise ShiftError(f"--sidp-mode shift: decoder layer {i} ({type(layer).__name__}) has no {path}") from None
+                    raise ShiftError(f"--overlay-mode shift: decoder layer {i} ({type(layer).__name__}) has no {path}") from None
                 method = type(getattr(lin, "quant_method", None)).__name__
                 if method not in ("UnquantizedLinearMethod", "NoneType"):
-                    raise ShiftError(f"--sidp-mode shift: layer {i} {path} is quantized ({method}); bf16/fp16 only")
+                    raise ShiftError(f"--overlay-mode shift: layer {i} {path} is quantized ({method}); bf16/fp16 only")
                 bias = getattr(lin, "bias", None)
                 if dim == ROW and bias is not None:
-                    raise ShiftError(f"--sidp-mode shift: layer {i} {path} has a bias (row-parallel biases not supported)")
+                    raise ShiftError(f"--overlay-mode shift: layer {i} {path} has a bias (row-parallel biases not supported)")
                 base_w = gather_base(lin.weight.data, dim, self.sp, self.sp_comm)
                 lin.weight.data = shard_view(base_w, dim, self.sp, self.sp_rank)
                 base_b = None
@@ -329,7 +329,7 @@ class ShiftRuntime:
         """
         backend = str(graph_runner.prefill_backend_name)
         if backend != "breakable":
-            raise ShiftError(f"--sidp-mode shift: SGLang chose the '{backend}' prefill CUDA graphs, which the base "
+            raise ShiftError(f"--overlay-mode shift: SGLang chose the '{backend}' prefill CUDA graphs, which the base "
                              "configuration cannot run in; add --cuda-graph-backend-prefill breakable (or disabled)")
         if self.threshold_source.startswith("provisional") and self.sp_comm is not None:
             from sgl_sidp.calibration.measure import time_dummy_prefill

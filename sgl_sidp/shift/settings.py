@@ -1,4 +1,4 @@
-"""Shift Parallelism's flags (`--sidp-shift-*`), as the `shift` part of `sgl_sidp.config.SidpConfig`."""
+"""Shift Parallelism's flags (`--shift-*`), as the `shift` part of `sgl_sidp.config.SidpConfig`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class ShiftSettings(BaseModel):
-    """Shift Parallelism's settings; each field is the flag `--sidp-shift-<field>`."""
+    """Shift Parallelism's settings; each field is the flag `--shift-<field>`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # inf/nan: refused
 

@@ -27,30 +27,30 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     """Every reason SiDP cannot run with SGLang's flags `raw` (argparse namespace), one line each."""
     problems = []
     s = cfg.sidp
-    if s.force != "was" and getattr(raw, "speculative_algorithm", None):
-        problems.append(f"--sidp-sidp-force {s.force} does not work with speculative decoding (a CaS iteration runs "
-                        "one forward per rank, in step with the others); use --sidp-sidp-force was")
+    if s.service != "was" and getattr(raw, "speculative_algorithm", None):
+        problems.append(f"--sidp-service {s.service} does not work with speculative decoding (a CaS iteration runs "
+                        "one forward per rank, in step with the others); use --sidp-service was")
     if s.cas_graphs:
         if getattr(raw, "disable_cuda_graph", False):
-            problems.append("--sidp-sidp-cas-graphs captures decode CUDA graphs: drop --disable-cuda-graph")
+            problems.append("--sidp-cas-graphs captures decode CUDA graphs: drop --disable-cuda-graph")
         if cfg.fold_gpus:
-            problems.append("--sidp-sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU: "
-                            "drop --sidp-fold-gpus")
+            problems.append("--sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU: "
+                            "drop --overlay-fold-gpus")
     dp = int(getattr(raw, "dp_size", 1) or 1)
     if dp < 2:
-        problems.append(f"--sidp-mode sidp shares FFN layers across DP ranks: needs --dp-size >= 2, got {dp}")
+        problems.append(f"--overlay-mode sidp shares FFN layers across DP ranks: needs --dp-size >= 2, got {dp}")
     bad, hf = dense_model_problems("sidp", raw.model_path, ARCHITECTURES, "the FFN layers it shares",
-                                   " (use --sidp-mode zerodp)")
+                                   " (use --overlay-mode zerodp)")
     problems += bad
     if hf is not None:  # every problem at once, even with another architecture
         layers = hf.get("num_hidden_layers")
         if dp >= 2 and layers is not None and int(layers) < dp:
-            problems.append(f"--sidp-mode sidp: {layers} layers cannot give each of {dp} DP ranks a layer to own")
+            problems.append(f"--overlay-mode sidp: {layers} layers cannot give each of {dp} DP ranks a layer to own")
     problems += replica_problems("sidp", raw, pp_why="each rank runs every layer",
                                  dp_attention_why="runs independent DP ranks")
     if getattr(raw, "enable_two_batch_overlap", False) or getattr(raw, "enable_single_batch_overlap", False):
         problems.append(
-            "--sidp-mode sidp does not work with two/single-batch overlap: micro-batches run each MLP twice per "
+            "--overlay-mode sidp does not work with two/single-batch overlap: micro-batches run each MLP twice per "
             "forward, and the WaS slot ring fetches each streamed layer once"
         )
     if dp >= 2:
@@ -58,17 +58,17 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
 
         gpus = replica_gpus(dp, int(raw.tp_size or 1), raw.base_gpu_id, raw.gpu_id_step)
         pairs = [(gpus[a][t], gpus[b][t]) for a in range(dp) for b in range(dp) if a != b for t in range(len(gpus[0]))]
-        problems += [f"--sidp-mode sidp: a rank cannot read an owner: {p}" for p in peer_access_problems(pairs)]
+        problems += [f"--overlay-mode sidp: a rank cannot read an owner: {p}" for p in peer_access_problems(pairs)]
     return problems
 
 
 def ignored(s: SiDPSettings) -> dict[str, str]:
-    """The settings `s.force` leaves unused, each with the sub-mode that reads it (`Feature.ignored`)."""
+    """The settings `s.service` leaves unused, each with the sub-mode that reads it (`Feature.ignored`)."""
     out = {}
-    if s.force != "auto":
-        out |= {"b_th": "with --sidp-sidp-force auto", "hysteresis": "with --sidp-sidp-force auto"}
-    if s.force == "was":
-        out["cas_graphs"] = "with --sidp-sidp-force cas or auto (it captures CaS decodes)"
+    if s.service != "auto":
+        out |= {"b_th": "with --sidp-service auto", "hysteresis": "with --sidp-service auto"}
+    if s.service == "was":
+        out["cas_graphs"] = "with --sidp-service cas or auto (it captures CaS decodes)"
     return out
 
 
@@ -79,7 +79,7 @@ def describe(cfg, server_args) -> str:
     slots = s.slots or max(2, d - 1)
     how = {"was": "WaS", "cas": "CaS (DP ranks in lockstep)",
            "auto": f"WaS at >= B_th tokens per rank, else CaS (B_th {s.b_th:g}" + (" from the calibration" if not s.b_th else "")
-           + f", hysteresis {s.hysteresis:g}; DP ranks in lockstep)"}[s.force]
+           + f", hysteresis {s.hysteresis:g}; DP ranks in lockstep)"}[s.service]
     graphs = "; CaS decodes in CUDA graphs" if s.cas_graphs else ""
     return (f"sidp: FFN layer l owned by DP rank l mod {d}; non-owned layers {how}{graphs}; {slots} WaS slots, "
             f"{s.fetch_order} fetch order")

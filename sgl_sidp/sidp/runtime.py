@@ -19,14 +19,14 @@ at one placeholder per parameter name shared by all such layers (`prefetch.place
 SGLang's loader (or dummy init) then writes their values there, harmlessly, and the slot binding replaces
 the placeholders.
 
-Compute-as-a-Service (§3, for small batches) and the switch: with `--sidp-sidp-force cas|auto` the DP ranks step
+Compute-as-a-Service (§3, for small batches) and the switch: with `--sidp-service cas|auto` the DP ranks step
 together (`control.lockstep.Lockstep`, AFTER `Scheduler.get_next_batch_to_run`: one all-gather of every rank's
 tokens per iteration and the mode decided from it, identically on every rank). In a CaS iteration a non-owned layer
 sends its input rows to the owner and gets its output rows back; the owner runs SGLang's MLP once over every rank's
 rows (`remote_compute.cas.RemoteCompute`, over NCCL, or gloo when replicas share a GPU); a rank with no batch while
 others run serves its owned layers in layer order straight from the scheduler hook (no IDLE forward: the MLPs are
 the only collectives). CaS iterations run eagerly (AROUND the decode/prefill graph runners' `can_run_graph`: the
-row counts change every iteration) and do not run the WaS ring. With `--sidp-sidp-cas-graphs` (experimental, not yet
+row counts change every iteration) and do not run the WaS ring. With `--sidp-cas-graphs` (experimental, not yet
 run on GPU) a CaS iteration in which every busy rank decodes replays CUDA graphs instead: every rank captured a
 second decode graph set with the static-shape exchange inside (`remote_compute.cas.BucketWire` over SGLang's
 `PyNcclCommunicator`), all ranks replay the captured size of the largest rank's batch (`Iteration.bucket`), and an
@@ -81,7 +81,7 @@ def collect_mlps(model: torch.nn.Module) -> dict[int, torch.nn.Module]:
         out[i] = mlp
     if odd or not out:
         raise SiDPError(
-            f"--sidp-mode sidp: {type(model).__name__} has decoder layers without an MLP holding "
+            f"--overlay-mode sidp: {type(model).__name__} has decoder layers without an MLP holding "
             f"{' and '.join(NAMES)}: {', '.join(odd[:8]) or 'no layers'}"
         )
     return out
@@ -161,12 +161,12 @@ class SiDPRuntime:
         self.fold_gpus = bool(getattr(ctx.config, "fold_gpus", False))
         self.mlps: dict[int, torch.nn.Module] = {}
         self._layer_of: dict[int, int] = {}  # id(mlp) -> layer
-        self.lockstep = None  # control.lockstep.Lockstep with --sidp-sidp-force cas|auto, after the scheduler is built
+        self.lockstep = None  # control.lockstep.Lockstep with --sidp-service cas|auto, after the scheduler is built
         self.rc = None  # remote_compute.cas.RemoteCompute over the CaS wire group
         self.b_th: float | None = None
         self.b_th_source = ""
         self._direct = False  # an owner serving CaS rows calls SGLang's MLP through the hook
-        # --sidp-sidp-cas-graphs: the CaS decode graph set, its exchange and the size every rank replays now
+        # --sidp-cas-graphs: the CaS decode graph set, its exchange and the size every rank replays now
         self.wire = None  # remote_compute.cas.BucketWire
         self.graphs = None  # CasGraphs, once captured
         self._capturing_cas = False
@@ -251,8 +251,8 @@ class SiDPRuntime:
         self.lockstep, self.rc, self.b_th, self.b_th_source = lockstep, rc, b_th, b_th_source
 
     def switch_for(self, b_th: float | None) -> ModeSwitch:
-        """The WaS/CaS rule of `--sidp-sidp-force` (`b_th` only for auto)."""
-        forced = {"was": ServeMode.WAS, "cas": ServeMode.CAS}.get(self.settings.force)
+        """The WaS/CaS rule of `--sidp-service` (`b_th` only for auto)."""
+        forced = {"was": ServeMode.WAS, "cas": ServeMode.CAS}.get(self.settings.service)
         return ModeSwitch(b_th if forced is None else 1.0, self.settings.hysteresis, forced=forced)
 
     @property
@@ -341,7 +341,7 @@ class SiDPRuntime:
         from sgl_sidp.process import dp_rank
 
         self._placing = (dp_rank(runner), int(runner.server_args.dp_size))
-        if self.settings.force != "was":  # in lockstep from start-up on: a dead or frozen rank stops the group at once
+        if self.settings.service != "was":  # in lockstep from start-up on: a dead or frozen rank stops the group at once
             self._watch_peers(*self._placing, get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size())
         with self.placeholders.placing():
             result = original(runner, *args, **kwargs)
@@ -354,7 +354,7 @@ class SiDPRuntime:
         from sgl_sidp.process import PeerWatch, scheduler_title
 
         peers = {f"sidp rank DP{r} TP{tp}": scheduler_title(r, tp, tp_size) for r in range(d) if r != dp}
-        self.peer_watch = PeerWatch(peers, f"the DP ranks of --sidp-sidp-force {self.settings.force} run in lockstep "
+        self.peer_watch = PeerWatch(peers, f"the DP ranks of --sidp-service {self.settings.service} run in lockstep "
                                            "and this one cannot go on without it")
         self.peer_watch.start()
 
@@ -438,7 +438,7 @@ class SiDPRuntime:
         Raises:
             SiDPError: auto without a B_th flag and without cached forward times to derive it from.
         """
-        if self.settings.force != "was" and self.mlps:
+        if self.settings.service != "was" and self.mlps:
             self._join_lockstep(scheduler)
         collector = getattr(scheduler, "metrics_collector", None)
         if collector is not None:
@@ -457,18 +457,18 @@ class SiDPRuntime:
         wire = cpu if self.fold_gpus else replica_group(f"cas-{tag}", self.d, self.dp_rank, "nccl",
                                                          self.settings.owner_timeout_s)
         b_th, source = None, ""
-        if self.settings.force == "auto":
+        if self.settings.service == "auto":
             mine = self.settings.b_th or (self._calibrated_b_th(scheduler) if self.dp_rank == 0 else 0.0)
             b_th = agree(mine, cpu)
-            source = "--sidp-sidp-b-th" if self.settings.b_th else "start-up calibration of DP0"
+            source = "--sidp-b-th" if self.settings.b_th else "start-up calibration of DP0"
             if b_th != b_th:  # NaN: DP0 found no forward times
                 raise SiDPError(
-                    "--sidp-sidp-force auto needs B_th: pass --sidp-sidp-b-th TOKENS, or first run this model once "
-                    "with --sidp-calibrate (and no --sidp-mode) on this GPU kind so its forward times are cached")
+                    "--sidp-service auto needs B_th: pass --sidp-b-th TOKENS, or first run this model once "
+                    "with --overlay-calibrate (and no --overlay-mode) on this GPU kind so its forward times are cached")
         self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
         if self.settings.cas_graphs:
             self._capture_cas_graphs(scheduler.tp_worker.model_runner, tag)
-        logger.info("sgl-sidp sidp %s: DP ranks in lockstep (%s); CaS rows over %s%s", self.who, self.settings.force,
+        logger.info("sgl-sidp sidp %s: DP ranks in lockstep (%s); CaS rows over %s%s", self.who, self.settings.service,
                     "gloo (replicas share a GPU)" if self.fold_gpus else "NCCL",
                     f"; B_th {b_th:g} tokens per rank ({source})" if b_th is not None else "")
 
@@ -489,14 +489,14 @@ class SiDPRuntime:
         from sgl_sidp.remote_compute.cas import BucketWire
 
         if getattr(runner, "decode_cuda_graph_runner", None) is None:
-            raise SiDPError("--sidp-sidp-cas-graphs: SGLang captured no decode CUDA graphs on this server")
+            raise SiDPError("--sidp-cas-graphs: SGLang captured no decode CUDA graphs on this server")
         store = replica_store(f"casgraph-{tag}", self.d)
         with Progress(f"sgl-sidp sidp {self.who} waits for the other {self.d - 1} DP rank(s) to set up the NCCL "
                       "communicator of the CaS decode graphs", logger, limit_s=store.timeout.total_seconds()):
             comm = PyNcclCommunicator(StatelessProcessGroup(rank=self.dp_rank, world_size=self.d, store=store),
                                       device=torch.cuda.current_device())
         if not comm.available:
-            raise SiDPError("--sidp-sidp-cas-graphs: NCCL is not available to SGLang's PyNcclCommunicator")
+            raise SiDPError("--sidp-cas-graphs: NCCL is not available to SGLang's PyNcclCommunicator")
         comm.disabled = False  # ours alone: SGLang's graph_capture() enables only its own groups' communicators
         self.wire = BucketWire(comm, self.dp_rank, self.d)
         t0 = time.monotonic()
@@ -543,7 +543,7 @@ class SiDPRuntime:
 
     def around_can_run_graph(self, original, runner, *args, **kwargs):
         """AROUND the decode/prefill graph runners' `can_run_graph`: a CaS iteration runs eagerly, unless it has a
-        graph size (`--sidp-sidp-cas-graphs`) and this is the CaS graph runner (if that says no, the forward runs
+        graph size (`--sidp-cas-graphs`) and this is the CaS graph runner (if that says no, the forward runs
         eagerly on the same static-shape exchange, so the other ranks' replays still match)."""
         if not self.cas_now:
             return original(runner, *args, **kwargs)

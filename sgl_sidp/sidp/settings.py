@@ -1,24 +1,25 @@
-"""SiDP's flags (`--sidp-sidp-*`), as the `sidp` part of `sgl_sidp.config.SidpConfig`."""
+"""SiDP's flags (`--sidp-*`), as the `sidp` part of `sgl_sidp.config.SidpConfig`."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class SiDPSettings(BaseModel):
-    """SiDP's settings; each field is the flag `--sidp-sidp-<field>`."""
+    """SiDP's settings; each field is the flag `--sidp-<field>`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # inf/nan: refused
 
-    force: str = Field(
+    service: Literal["was", "cas", "auto"] = Field(
         "was",
-        pattern=r"^(auto|was|cas)$",
         description="How a rank runs the FFN layers it does not own: 'was' (Weight-as-a-Service: stream the owner's "
         "weights into a slot ring, a few layers ahead; the ranks run independently), 'cas' (Compute-as-a-Service: "
         "send the layer's input rows to the owner, which runs the layer once over every rank's rows) or 'auto' "
         "(WaS at or above B_th tokens per rank, CaS below). 'cas' and 'auto' run the DP ranks in lockstep (one "
         "all-gather of token counts per scheduler iteration); their CaS iterations run without CUDA graphs unless "
-        "--sidp-sidp-cas-graphs.",
+        "--sidp-cas-graphs.",
     )
     cas_graphs: bool = Field(
         False,
@@ -31,7 +32,7 @@ class SiDPSettings(BaseModel):
         0.0, ge=0,
         description="[auto] B_th, tokens per rank per forward (mean over the DP ranks) at or above which an iteration "
         "runs WaS. 0: the smallest decode batch whose forward hides the streamed layers' copies, from this model's "
-        "forward times cached by an earlier --sidp-calibrate run on the same GPU kind (without one, start-up stops "
+        "forward times cached by an earlier --overlay-calibrate run on the same GPU kind (without one, start-up stops "
         "and says so).",
     )
     hysteresis: float = Field(
@@ -45,9 +46,8 @@ class SiDPSettings(BaseModel):
         "layer's gate_up and down weights of this TP rank). 0: d - 1 with d DP ranks, at least 2 (peak shifting "
         "needs d - 1).",
     )
-    fetch_order: str = Field(
+    fetch_order: Literal["shifted", "forward"] = Field(
         "shifted",
-        pattern=r"^(shifted|forward)$",
         description="Order a rank fetches a cycle of d layers in: 'shifted' (peak shifting: rank r starts after its "
         "own layer and wraps, so ranks read different owners at once; needs d - 1 slots, else forward) or "
         "'forward' (every rank in layer order, for comparison). The same for d = 2.",

@@ -35,13 +35,13 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     dp = int(getattr(raw, "dp_size", 1) or 1)
     if dp < 2:
         problems.append(
-            f"--sidp-mode zerodp shares weights across DP replicas: needs --dp-size >= 2 (a source and at least "
+            f"--overlay-mode zerodp shares weights across DP replicas: needs --dp-size >= 2 (a source and at least "
             f"one sink), got {dp}"
         )
     if model_is_moe(raw.model_path) is False:
         problems.append(
-            f"--sidp-mode zerodp offloads MoE expert weights, but {raw.model_path} has no MoE layers "
-            "(use --sidp-mode sidp for dense models)"
+            f"--overlay-mode zerodp offloads MoE expert weights, but {raw.model_path} has no MoE layers "
+            "(use --overlay-mode sidp for dense models)"
         )
     hf = read_hf_config(raw.model_path)
     moe_ids = moe_layer_ids(hf) if hf is not None else None
@@ -51,17 +51,17 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     problems += replica_problems("zerodp", raw, pp_why="each replica holds all its layers",
                                  dp_attention_why="pairs independent DP replicas")
     if int(getattr(raw, "dwdp_size", 1) or 1) > 1:
-        problems.append("--sidp-mode zerodp and --dwdp-size both move expert weights; use one of them")
+        problems.append("--overlay-mode zerodp and --dwdp-size both move expert weights; use one of them")
     a2a = str(getattr(raw, "moe_a2a_backend", "none") or "none")
     if a2a not in A2A_OK:
         problems.append(
-            f"--sidp-mode zerodp needs --moe-a2a-backend none, got {a2a}: SGLang's all-to-all MoE layers (DeepEPMoE) "
+            f"--overlay-mode zerodp needs --moe-a2a-backend none, got {a2a}: SGLang's all-to-all MoE layers (DeepEPMoE) "
             "run their experts outside FusedMoE.run_moe_core, where a sink waits for its pulled weights"
         )
     if getattr(raw, "enable_two_batch_overlap", False) or getattr(raw, "enable_single_batch_overlap", False):
         flag = "--enable-two-batch-overlap" if getattr(raw, "enable_two_batch_overlap", False) else "--enable-single-batch-overlap"
         problems.append(
-            f"--sidp-mode zerodp does not work with {flag}: micro-batches run each MoE layer twice per forward, "
+            f"--overlay-mode zerodp does not work with {flag}: micro-batches run each MoE layer twice per forward, "
             "and a sink's slot ring fetches each offloaded layer once (SGLang's DWDP refuses it too)"
         )
     problems += _launch_problems(cfg, raw) if dp >= 2 else []
@@ -69,16 +69,16 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
 
 
 def _layer_problems(spec: str, moe_ids: list[int]) -> list[str]:
-    """`--sidp-zerodp-layers` against the model's MoE layers (`model_info.moe_layer_ids`): a listed layer it does not
+    """`--zerodp-layers` against the model's MoE layers (`model_info.moe_layer_ids`): a listed layer it does not
     have, or an `every:K` that picks none."""
     if spec.startswith("every:") and int(spec[6:]) > len(moe_ids):
-        return [f"--sidp-zerodp-layers {spec} offloads nothing: the model has {len(moe_ids)} MoE layers"]
+        return [f"--zerodp-layers {spec} offloads nothing: the model has {len(moe_ids)} MoE layers"]
     if spec in ("auto", "all") or spec.startswith("every:"):
         return []
     bad = [x for x in (int(v) for v in spec.split(",")) if x not in set(moe_ids)]
     if bad:
         span = f"{moe_ids[0]}-{moe_ids[-1]}" if moe_ids == list(range(moe_ids[0], moe_ids[-1] + 1)) else str(moe_ids)
-        return [f"--sidp-zerodp-layers names layers the model has no MoE experts in: {bad} (its MoE layers: {span})"]
+        return [f"--zerodp-layers names layers the model has no MoE experts in: {bad} (its MoE layers: {span})"]
     return []
 
 
@@ -89,13 +89,13 @@ def _launch_problems(cfg, raw: argparse.Namespace) -> list[str]:
     from sgl_sidp.zerodp.policy import source_sink_pairs
 
     pairs = source_sink_pairs(raw.dp_size, raw.tp_size, raw.base_gpu_id, raw.gpu_id_step)
-    problems = [f"--sidp-mode zerodp: a sink cannot read its source: {p}" for p in peer_access_problems(pairs)]
+    problems = [f"--overlay-mode zerodp: a sink cannot read its source: {p}" for p in peer_access_problems(pairs)]
     path = cfg.zerodp.calibration
     if path is not None:
         try:
             Calibration.load(path)
         except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
-            problems.append(f"--sidp-zerodp-calibration {path}: cannot read it ({type(e).__name__}: {e})")
+            problems.append(f"--zerodp-calibration {path}: cannot read it ({type(e).__name__}: {e})")
     return problems
 
 
@@ -115,7 +115,7 @@ def ignored(z: ZeroDPSettings) -> dict[str, str]:
     layer set needs neither the load it is sized for nor a calibration."""
     if z.layers == "auto":
         return {}
-    return {"expected_batch": "with --sidp-zerodp-layers auto", "calibration": "with --sidp-zerodp-layers auto"}
+    return {"expected_batch": "with --zerodp-layers auto", "calibration": "with --zerodp-layers auto"}
 
 
 def describe(cfg, server_args) -> str:

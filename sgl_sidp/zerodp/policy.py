@@ -91,7 +91,7 @@ class OffloadPlan:
 
 
 def parse_layers(spec: str, moe_layers: Sequence[int]) -> tuple[int, ...] | None:
-    """Layers forced by `--sidp-zerodp-layers`: "auto" -> None, "all", "every:K" or "3,7,11".
+    """Layers forced by `--zerodp-layers`: "auto" -> None, "all", "every:K" or "3,7,11".
 
     Raises:
         ValueError: an unknown form or a layer that is not an MoE layer.
@@ -103,16 +103,16 @@ def parse_layers(spec: str, moe_layers: Sequence[int]) -> tuple[int, ...] | None
     if spec.startswith("every:"):
         k = spec.split(":", 1)[1]
         if not k.isdigit() or int(k) < 1:
-            raise ValueError(f"--sidp-zerodp-layers every:K needs K >= 1, got {spec!r}")
+            raise ValueError(f"--zerodp-layers every:K needs K >= 1, got {spec!r}")
         k = int(k)
         return tuple(moe_layers[i] for i in range(len(moe_layers)) if (i + 1) % k == 0)
     try:
         layers = tuple(sorted({int(x) for x in spec.split(",") if x.strip()}))
     except ValueError:
-        raise ValueError(f"--sidp-zerodp-layers takes auto, all, every:K or a comma list of layer ids, got {spec!r}") from None
+        raise ValueError(f"--zerodp-layers takes auto, all, every:K or a comma list of layer ids, got {spec!r}") from None
     bad = [x for x in layers if x not in set(moe_layers)]
     if bad:
-        raise ValueError(f"--sidp-zerodp-layers names layers without MoE experts: {bad}")
+        raise ValueError(f"--zerodp-layers names layers without MoE experts: {bad}")
     return layers
 
 
@@ -147,7 +147,7 @@ def choose_plan(
     """
     bad = [g for g in groups if g not in GROUPS]
     if bad or not groups:
-        raise ValueError(f"--sidp-zerodp-tensors must name groups among {GROUPS}, got {list(groups)}")
+        raise ValueError(f"--zerodp-tensors must name groups among {GROUPS}, got {list(groups)}")
     if copy_gbps <= 0:
         raise ValueError(f"copy rate must be > 0 GB/s, got {copy_gbps}")
     moe_layers = sorted({t.layer_id for t in manifest})
@@ -162,7 +162,7 @@ def choose_plan(
     one = max(layer_ms.values()) if layer_ms else float("inf")
     if forced_layers is not None:
         layers = tuple(sorted(forced_layers))
-        reason = f"forced by --sidp-zerodp-layers ({len(layers)} of {len(moe_layers)} MoE layers)"
+        reason = f"forced by --zerodp-layers ({len(layers)} of {len(moe_layers)} MoE layers)"
         budget = 0.0
     elif kv is not None:
         layer_bytes = max(per_layer.values()) if per_layer else 0

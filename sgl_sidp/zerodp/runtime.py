@@ -61,7 +61,7 @@ def collect_moe_layers(model: torch.nn.Module) -> list[tuple[int, torch.nn.Modul
     odd = sorted({type(m).__name__ for _, m in found if type(m).run_moe_core is not FusedMoE.run_moe_core})
     if odd:
         raise ZeroDPError(
-            f"--sidp-mode zerodp: SGLang built MoE layers of class {', '.join(odd)}, whose run_moe_core is not "
+            f"--overlay-mode zerodp: SGLang built MoE layers of class {', '.join(odd)}, whose run_moe_core is not "
             "FusedMoE's (an all-to-all MoE backend?): a sink could not synchronise its pulled weights; use "
             "--moe-a2a-backend none"
         )
@@ -117,7 +117,7 @@ class ZeroDPRuntime:
 
     @property
     def groups(self) -> tuple[str, ...]:
-        """The expert groups a sink may pull (`--sidp-zerodp-tensors`), in `GROUPS` order."""
+        """The expert groups a sink may pull (`--zerodp-tensors`), in `GROUPS` order."""
         return tuple(g for g in GROUPS if g in self.settings.tensors.split(","))
 
     # ------------------------------------------------------------------ model runner hooks
@@ -133,7 +133,7 @@ class ZeroDPRuntime:
 
     def after_moe_init(self, result, layer, *args, **kwargs):
         """AFTER `FusedMoE.__init__`: while a sink's model is built, point the layer's offloadable expert tensors
-        (the `--sidp-zerodp-tensors` groups) at shared placeholders, freeing their fresh storage at once."""
+        (the `--zerodp-tensors` groups) at shared placeholders, freeing their fresh storage at once."""
         if self.placeholders.loading:
             groups = self.groups
             names = [n for n, _ in layer.named_parameters(recurse=False) if group_of(n) in groups]
@@ -156,7 +156,7 @@ class ZeroDPRuntime:
         self.dp_rank, self.tp_rank = dp_rank(runner), get_tensor_model_parallel_rank()
         moe_layers = collect_moe_layers(runner.model)
         if not moe_layers:
-            raise ZeroDPError(f"--sidp-mode zerodp: {type(runner.model).__name__} has no FusedMoE layers to share")
+            raise ZeroDPError(f"--overlay-mode zerodp: {type(runner.model).__name__} has no FusedMoE layers to share")
         address = socket_address("zerodp", runner.server_args.port, self.tp_rank)
         if self.dp_rank == 0:
             self._setup_source(moe_layers, address)
@@ -296,9 +296,9 @@ class ZeroDPRuntime:
             cal = cache.wait(key, timeout, alive=lambda: psutil.pid_exists(importer.owner_pid))
         if cal is None:
             raise ZeroDPError(
-                f"--sidp-zerodp-layers auto: the source measured no calibration for {key.model} on {key.gpu} within "
-                f"{timeout:.0f} s (it failed, or runs without CUDA graphs?); pass --sidp-zerodp-calibration FILE or "
-                "force the set with --sidp-zerodp-layers all|every:K|3,7,11"
+                f"--zerodp-layers auto: the source measured no calibration for {key.model} on {key.gpu} within "
+                f"{timeout:.0f} s (it failed, or runs without CUDA graphs?); pass --zerodp-calibration FILE or "
+                "force the set with --zerodp-layers all|every:K|3,7,11"
             )
         return cal, f"measured by the source at start-up ({cal.measure_s:.1f} s; waited {time.monotonic() - t0:.0f} s), cache {cache.path(key)}"
 
@@ -341,7 +341,7 @@ class ZeroDPRuntime:
         except Exception as e:
             raise ZeroDPError(
                 f"zerodp source {self.who}: start-up calibration failed ({type(e).__name__}: {e}); pass "
-                "--sidp-zerodp-calibration FILE or force the set with --sidp-zerodp-layers all|every:K|3,7,11"
+                "--zerodp-calibration FILE or force the set with --zerodp-layers all|every:K|3,7,11"
             ) from e
 
     def _probe_sink_copies(self, scheduler) -> None:

@@ -1,4 +1,4 @@
-"""ZeroDP's flags (`--sidp-zerodp-*`), as the `zerodp` part of `sgl_sidp.config.SidpConfig`."""
+"""ZeroDP's flags (`--zerodp-*`), as the `zerodp` part of `sgl_sidp.config.SidpConfig`."""
 
 from __future__ import annotations
 
@@ -6,24 +6,27 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class ZeroDPSettings(BaseModel):
-    """ZeroDP's settings; each field is the flag `--sidp-zerodp-<field>`."""
+    """ZeroDP's settings; each field is the flag `--zerodp-<field>`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # inf/nan: refused
 
     tensors: str = Field(
         "w13,w2",
         pattern=r"^(w13|w2)(,(w13|w2))?$",
+        json_schema_extra={"metavar": "w13,w2|w13|w2"},
         description="Expert tensor groups a sink may pull from the source: 'w13,w2' (both), 'w13' or 'w2'.",
     )
     layers: str = Field(
         "auto",
         pattern=r"^(auto|all|every:[1-9][0-9]*|[0-9]+(,[0-9]+)*)$",
-        description="Offloaded MoE layers: 'auto' (the policy, sized for --sidp-zerodp-expected-batch), 'all', "
+        json_schema_extra={"metavar": "auto|all|every:K|3,7,11"},
+        description="Offloaded MoE layers: 'auto' (the policy, sized for --zerodp-expected-batch), 'all', "
         "'every:K' (every K-th MoE layer) or a list '3,7,11'.",
     )
     expected_batch: str = Field(
         "decode:1",
         pattern=r"^(decode|prefill|kv):[1-9][0-9]*$",
+        json_schema_extra={"metavar": "decode:N|prefill:T|kv:C"},
         description="The load the policy sizes the offload for. 'decode:N' (N sequences) or 'prefill:T' (T tokens "
         "per forward): the most layers whose copies fit in that forward; the default decode:1 keeps a sink as fast "
         "as vanilla at any load. 'kv:C' assumes a queue that never drains: decode of as many C-token sequences as "
@@ -33,6 +36,7 @@ class ZeroDPSettings(BaseModel):
     )
     calibration: str | None = Field(
         None,
+        json_schema_extra={"metavar": "PATH"},
         description="Calibration JSON (forward times per batch, copy rates) that overrides the bundled table and the "
         "start-up measurement. Default: the bundled file for this model and GPU if any, else the cached start-up "
         "calibration, else one measured by the source at its first start.",

@@ -3,7 +3,7 @@
 Model configs come from $SIDP_MODELS_DIR (default ../shared/models beside the repo).
 
 **One-GPU fold** (`SIDP_GPU_FOLD=1`): a server of our launcher asked for GPUs "0,1" runs on GPU 0 with
-`--sidp-fold-gpus` (every DP replica's scheduler on gpu_id mod the visible GPUs; the peer transport works unchanged
+`--overlay-fold-gpus` (every DP replica's scheduler on gpu_id mod the visible GPUs; the peer transport works unchanged
 between processes of one GPU) and `--max-total-tokens FOLD_KV_TOKENS` per replica (SGLang sizes a replica's KV cache
 from the memory free when it profiles, so the first replica would otherwise take what the second needs). For
 exactness on models that fit twice: the replicas share one GPU's memory and compute, so no speed or capacity number
@@ -55,7 +55,7 @@ class Server(ServerProcess):
     def __init__(self, launcher, args, port, log_path, gpus=None, env=None):
         if FOLD and gpus and "," in gpus:
             assert launcher == "sgl_sidp.launch_server", "only our launcher can fold replicas onto one GPU"
-            gpus, args = "0", [*args, "--sidp-fold-gpus", "--max-total-tokens", str(FOLD_KV_TOKENS)]
+            gpus, args = "0", [*args, "--overlay-fold-gpus", "--max-total-tokens", str(FOLD_KV_TOKENS)]
         super().__init__(launcher, args, port=port, log_path=log_path, gpus=gpus, env=env)
 
     def __enter__(self):

@@ -1,6 +1,6 @@
-"""Start-up calibration on one GPU (run with `pytest -m gpu`): `--sidp-calibrate` on Qwen3-30B-A3B.
+"""Start-up calibration on one GPU (run with `pytest -m gpu`): `--overlay-calibrate` on Qwen3-30B-A3B.
 
-A plain server (`--sidp-mode off`, DP1, TP1) measures its forward times through the same code a ZeroDP
+A plain server (`--overlay-mode off`, DP1, TP1) measures its forward times through the same code a ZeroDP
 source uses (`sgl_sidp.calibration.startup.ensure_forward_times`), writes the cache, and logs them next to
 the bundled H200 table; a second start reads the cache and measures nothing. The log and a facts file go
 to $SIDP_GPU_LOGS.
@@ -25,7 +25,7 @@ def test_qwen3_30b_calibration_next_to_bundled_then_cached(log_dir, tmp_path):
     by side in benchmarks/results/mechanisms/calibration_1gpu: 0.90-0.97x of bench_one_batch on the same GPU),
     so the checked band is 0.85-1.10 and the README states which points miss 10 %."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
-    args = [*model_args("Qwen3-30B-A3B"), *COMMON, "--sidp-calibrate"]
+    args = [*model_args("Qwen3-30B-A3B"), *COMMON, "--overlay-calibrate"]
     with Server("sgl_sidp.launch_server", args, port=22400, log_path=log_dir / "qwen3_30b_calibrate.log",
                 env=env, gpus="0") as srv:
         greedy(srv.base_url, PROMPTS[1], n=4)  # it serves after measuring

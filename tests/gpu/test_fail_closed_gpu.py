@@ -2,8 +2,8 @@
 one of its processes stops, with one line naming that process and why, within seconds.
 
 - SiDP cas with both DP ranks folded onto GPU 0: DP1 killed (SIGKILL) or frozen (SIGSTOP) while the group loads;
-  DP0 stops the server naming it (`process.PeerWatch`), not after `--sidp-sidp-owner-timeout-s` (900 s).
-- ZeroDP with the default policy and a 1 s `--sidp-zerodp-source-timeout-s`: the sink gives up waiting for the
+  DP0 stops the server naming it (`process.PeerWatch`), not after `--sidp-owner-timeout-s` (900 s).
+- ZeroDP with the default policy and a 1 s `--zerodp-source-timeout-s`: the sink gives up waiting for the
   source's start-up calibration and the server stops naming the sink (`process.FailClosed`), not the source.
 - `python -m sglang.launch_server` (vanilla SGLang's launcher) with an unreadable $SIDP_CONFIG: SGLang would log the
   plugin's exception and serve plain SGLang; the launcher exits 2 with one line instead.
@@ -29,7 +29,7 @@ from sgl_sidp.process import scheduler_title
 pytestmark = [pytest.mark.gpu]
 
 MAKER = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts/make_family_models.py"))
-FOLD = ["--dp-size", "2", "--sidp-fold-gpus", "--max-total-tokens", str(FOLD_KV_TOKENS)]
+FOLD = ["--dp-size", "2", "--overlay-fold-gpus", "--max-total-tokens", str(FOLD_KV_TOKENS)]
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +48,8 @@ def stopped_within(srv, seconds):
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["SIGKILL", "SIGSTOP"])
 def test_sidp_cas_rank_lost_while_loading_stops_the_group(log_dir, models, sig):
     name = f"sidp_cas_{sig.name.lower()}_dp1"
-    srv = ServerProcess("sgl_sidp.launch_server", ["--model-path", str(models["qwen3"]), *COMMON, "--sidp-mode", "sidp",
-                                                  "--sidp-sidp-force", "cas", *FOLD],
+    srv = ServerProcess("sgl_sidp.launch_server", ["--model-path", str(models["qwen3"]), *COMMON, "--overlay-mode", "sidp",
+                                                  "--sidp-service", "cas", *FOLD],
                         port=25100 if sig == signal.SIGKILL else 25200, log_path=log_dir / f"{name}.log", gpus="0")
     srv.start()
     victim = None
@@ -81,7 +81,7 @@ def test_zerodp_sink_that_fails_to_start_names_itself(log_dir, models, tmp_path)
     name = "zerodp_sink_fails"
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}  # empty: the sink waits for the source's
     srv = ServerProcess("sgl_sidp.launch_server", ["--model-path", str(models["qwen3_moe"]), *COMMON,
-                                                  "--sidp-mode", "zerodp", "--sidp-zerodp-source-timeout-s", "1", *FOLD],
+                                                  "--overlay-mode", "zerodp", "--zerodp-source-timeout-s", "1", *FOLD],
                         port=25300, log_path=log_dir / f"{name}.log", gpus="0", env=env)
     srv.start()
     try:
@@ -124,7 +124,7 @@ def launcher_refusal(args, log_path):
 def test_shift_refuses_the_deprecated_fused_all_reduce_flag(log_dir, models):
     """--enable-flashinfer-allreduce-fusion passes the raw-flag check; SGLang resolves it to a fused all-reduce +
     RMSNorm backend, which the launcher reads and refuses before any model memory is taken."""
-    rc, lines = launcher_refusal(["--model-path", str(models["qwen3"]), "--sidp-mode", "shift",
+    rc, lines = launcher_refusal(["--model-path", str(models["qwen3"]), "--overlay-mode", "shift",
                                   "--enable-flashinfer-allreduce-fusion"], log_dir / "shift_fused_all_reduce.log")
     assert rc == 2 and any("bypasses the all-reduce" in ln for ln in lines), lines
     summary(log_dir, "shift_fused_all_reduce", exit_code=rc, lines=lines)
@@ -134,6 +134,6 @@ def test_shift_refuses_a_model_whose_base_weights_leave_no_kv_room(log_dir):
     """Llama-3.1-70B (141 GB of bf16 weights) at --tp-size 1: no SP leaves KV room on this GPU; refused at launch."""
     from servers import model_args
 
-    rc, lines = launcher_refusal([*model_args("Llama-3.1-70B"), "--sidp-mode", "shift"], log_dir / "shift_70b_tp1.log")
+    rc, lines = launcher_refusal([*model_args("Llama-3.1-70B"), "--overlay-mode", "shift"], log_dir / "shift_70b_tp1.log")
     assert rc == 2 and any("no SP of --tp-size 1 leaves KV room" in ln for ln in lines), lines
     summary(log_dir, "shift_70b_tp1", exit_code=rc, lines=lines)

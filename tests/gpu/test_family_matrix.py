@@ -4,7 +4,7 @@ launch-time checks accept answers bit-identically to vanilla SGLang on a distinc
 Families: `scripts/make_family_models.py` (Hugging Face's own classes, a different random tensor in every layer,
 biases and norms included), built here. Which modes accept a family comes from the modes' architecture allowlists
 (`Feature.architectures`; `tests/test_families.py` checks the refusals on CPU). Modes needing DP ranks run both
-replicas folded onto GPU 0 (`--sidp-fold-gpus`, each replica capped at `FOLD_KV_TOKENS`): ZeroDP with `all` and with
+replicas folded onto GPU 0 (`--overlay-fold-gpus`, each replica capped at `FOLD_KV_TOKENS`): ZeroDP with `all` and with
 the default policy (calibrated at start-up), SiDP WaS, CaS and auto (B_th 64: prefill WaS, decode CaS), Shift's
 one-GPU wiring (SP = 1). SGLang's defaults otherwise: decode CUDA graphs and breakable prefill graphs.
 
@@ -32,16 +32,16 @@ ALL = MAKER["FAMILIES"]
 SELECTED = [f for f in (os.environ.get("SIDP_FAMILIES") or ",".join(ALL)).split(",") if f]
 PARALLEL = int(os.environ.get("SIDP_MATRIX_PARALLEL", "6"))
 CAP = ["--max-total-tokens", str(FOLD_KV_TOKENS)]  # every server shares GPU 0 with the others running at once
-FOLD = ["--dp-size", "2", "--sidp-fold-gpus", *CAP]
+FOLD = ["--dp-size", "2", "--overlay-fold-gpus", *CAP]
 
 #: mode -> [(case name, flags)]; a family runs a mode's cases when its architecture is in the mode's allowlist
 VARIANTS = {
-    "zerodp": [("zerodp_all", ["--sidp-mode", "zerodp", "--sidp-zerodp-layers", "all", *FOLD]),
-               ("zerodp_default", ["--sidp-mode", "zerodp", *FOLD])],
-    "sidp": [("sidp_was", ["--sidp-mode", "sidp", *FOLD]),
-             ("sidp_cas", ["--sidp-mode", "sidp", "--sidp-sidp-force", "cas", *FOLD]),
-             ("sidp_auto", ["--sidp-mode", "sidp", "--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64", *FOLD])],
-    "shift": [("shift_sp1", ["--sidp-mode", "shift", *CAP])],
+    "zerodp": [("zerodp_all", ["--overlay-mode", "zerodp", "--zerodp-layers", "all", *FOLD]),
+               ("zerodp_default", ["--overlay-mode", "zerodp", *FOLD])],
+    "sidp": [("sidp_was", ["--overlay-mode", "sidp", *FOLD]),
+             ("sidp_cas", ["--overlay-mode", "sidp", "--sidp-service", "cas", *FOLD]),
+             ("sidp_auto", ["--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th", "64", *FOLD])],
+    "shift": [("shift_sp1", ["--overlay-mode", "shift", *CAP])],
 }
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 MODELS_DIR = Path(os.environ.get("SIDP_MODELS_DIR", Path(__file__).resolve().parents[3] / "shared" / "models"))
 
 COMMON = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--enable-metrics",
-          "--sidp-batch-signal", "--sidp-signal-log-interval", "5"]
+          "--overlay-batch-signal", "--overlay-signal-log-interval", "5"]
 TOKENIZER = ["--tokenizer-path", str(__import__("sgl_sidp.launch_server").launch_server.DEFAULT_MODEL_DIR)]
 CASES = {
     "default": [],

@@ -1,6 +1,6 @@
 """Shift Parallelism in real SGLang servers (run with `pytest -m gpu`): exactness against vanilla SGLang.
 
-- One GPU, the wiring (`--tp-size 1 --sidp-shift-sp 1`): the base configuration is TP = 1 on the overlay's own GEMMs
+- One GPU, the wiring (`--tp-size 1 --shift-sp 1`): the base configuration is TP = 1 on the overlay's own GEMMs
   and hooks, so every hook, the base/shift choice per forward and the decode and (breakable) prefill CUDA graphs of
   both configurations run in a real server; against vanilla TP1 on the tiny 8-layer Qwen3 with a different random tensor per layer
   (`make_tiny_models.py --big`, $SIDP_TINY_DENSE): bit-identical (the same GEMMs on the same weights).
@@ -30,8 +30,8 @@ TINY_DENSE = Path(os.environ.get("SIDP_TINY_DENSE", "/tmp/tiny/qwen3-big"))
 
 def shift(log_dir, name, model, tp, extra=(), port=24000):
     gpus = ",".join(str(i) for i in range(tp))
-    return Server("sgl_sidp.launch_server", [*model, *COMMON, "--tp-size", str(tp), "--sidp-mode", "shift",
-                                             "--sidp-shift-threshold", "2", *extra],
+    return Server("sgl_sidp.launch_server", [*model, *COMMON, "--tp-size", str(tp), "--overlay-mode", "shift",
+                                             "--shift-threshold", "2", *extra],
                   port=port, log_path=log_dir / f"{name}.log", gpus=gpus)
 
 
@@ -59,7 +59,7 @@ def tiny_tp1_reference(log_dir):
 def test_tiny_dense_shift_wiring_on_one_gpu_is_bit_identical(log_dir, tiny_tp1_reference):
     alone, together = tiny_tp1_reference
     facts = {}
-    with shift(log_dir, "tiny_dense_shift_sp1", ["--model-path", str(TINY_DENSE)], 1, ["--sidp-shift-sp", "1"]) as srv:
+    with shift(log_dir, "tiny_dense_shift_sp1", ["--model-path", str(TINY_DENSE)], 1, ["--shift-sp", "1"]) as srv:
         for i, p in enumerate(PROMPTS):
             facts[f"alone_p{i}"] = answer_diff(alone[i], greedy(srv.base_url, p))
         got = at_once(srv.base_url, [(PROMPTS[i], None) for i in (1, 2, 3)])
@@ -113,14 +113,14 @@ def test_qwen3_32b_shift_tp2_matches_vanilla_tp2(log_dir):
 
 @pytest.mark.gpus(1)
 def test_tiny_dense_shift_threshold_calibrated_then_cached(log_dir, tiny_tp1_reference, tmp_path):
-    """`--sidp-shift-threshold` left at 0: the first start times prefills in both configurations before it captures
+    """`--shift-threshold` left at 0: the first start times prefills in both configurations before it captures
     any graph and caches the threshold; the second reads it. Answers stay bit-identical (SP = 1)."""
     alone, _ = tiny_tp1_reference
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
     model = ["--model-path", str(TINY_DENSE)]
     logs = []
     for start in (1, 2):
-        with Server("sgl_sidp.launch_server", [*model, *COMMON, "--sidp-mode", "shift", "--sidp-shift-sp", "1"],
+        with Server("sgl_sidp.launch_server", [*model, *COMMON, "--overlay-mode", "shift", "--shift-sp", "1"],
                     port=24600 + start, log_path=log_dir / f"tiny_dense_shift_calibrate_{start}.log", gpus="0",
                     env=env) as srv:
             got = [greedy(srv.base_url, p) for p in PROMPTS[:3]]
@@ -160,7 +160,7 @@ def test_mixed_layouts_match_vanilla_tp(log_dir, sp, tp_b, which):
         ref = [greedy(srv.base_url, q, n=n) for q in prompts]
     name = f"{which}_shift_sp{sp}_tp{tp_b}"
     facts = {}
-    with shift(log_dir, name, model, p, ["--sidp-shift-sp", str(sp)], port=25100 + p) as srv:
+    with shift(log_dir, name, model, p, ["--shift-sp", str(sp)], port=25100 + p) as srv:
         for i, q in enumerate(prompts):
             facts[f"alone_p{i}"] = answer_diff(ref[i], greedy(srv.base_url, q, n=n))
         log = srv.log_text()

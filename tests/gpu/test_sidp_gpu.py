@@ -1,6 +1,6 @@
 """SiDP WaS on two GPUs (run with `pytest -m gpu`): exactness against vanilla SGLang, KV capacity against vanilla DP2.
 
-Servers start through our launcher (`--dp-size 2 --sidp-mode sidp`); requests are pinned to DP0 and DP1 with
+Servers start through our launcher (`--dp-size 2 --overlay-mode sidp`); requests are pinned to DP0 and DP1 with
 SGLang's `routed_dp_rank`. Each rank streams the FFN layers the other owns (layer l is owned by DP rank l mod 2):
 
 - the tiny 8-layer dense Qwen3 with a different random tensor per layer (`make_tiny_models.py --big`, path in
@@ -28,7 +28,7 @@ TINY_DENSE = Path(os.environ.get("SIDP_TINY_DENSE", "/tmp/tiny/qwen3-big"))
 
 
 def sidp(log_dir, name, model, extra=(), port=23000):
-    return Server("sgl_sidp.launch_server", [*model, *COMMON, "--dp-size", "2", "--sidp-mode", "sidp", *extra],
+    return Server("sgl_sidp.launch_server", [*model, *COMMON, "--dp-size", "2", "--overlay-mode", "sidp", *extra],
                   port=port, log_path=log_dir / f"{name}.log", gpus="0,1")
 
 
@@ -112,7 +112,7 @@ def sidp_answers(srv, ref, facts, prefix="alone"):
 
 @pytest.mark.foldable
 def test_tiny_dense_cas_exact(log_dir, tiny_dense_reference):
-    """CaS (`--sidp-sidp-force cas`, eager) against vanilla TP1 (decode in CUDA graphs).
+    """CaS (`--sidp-service cas`, eager) against vanilla TP1 (decode in CUDA graphs).
 
     - Alone (the other rank idle, serving its owned layers from its scheduler): tokens and logprobs bit-identical.
     - One request per rank at once: each rank's own batch is vanilla's, but the owner's one GEMM covers both ranks'
@@ -123,7 +123,7 @@ def test_tiny_dense_cas_exact(log_dir, tiny_dense_reference):
     alone, together = tiny_dense_reference
     model = ["--model-path", str(TINY_DENSE)]
     facts = {}
-    with sidp(log_dir, "tiny_dense_sidp_cas", model, ["--sidp-sidp-force", "cas"], port=23700) as srv:
+    with sidp(log_dir, "tiny_dense_sidp_cas", model, ["--sidp-service", "cas"], port=23700) as srv:
         sidp_answers(srv, alone, facts)
         for a, b in ((1, 2), (2, 1), (3, 4)):
             flush_cache(srv.base_url)
@@ -141,7 +141,7 @@ def test_tiny_dense_cas_exact(log_dir, tiny_dense_reference):
 
 
 def test_tiny_dense_cas_graphs(log_dir, tiny_dense_reference):
-    """`--sidp-sidp-cas-graphs` (two GPUs: NCCL): CaS decodes replay the CaS graph set, every rank at one size.
+    """`--sidp-cas-graphs` (two GPUs: NCCL): CaS decodes replay the CaS graph set, every rank at one size.
 
     Alone, the idle rank sends one zero row per decode, so the owner's GEMM has M = 2 where vanilla's has M = 1: the
     bf16 results may round differently (as CaS with both ranks busy). Measured, not asserted; asserted: the set was
@@ -150,7 +150,7 @@ def test_tiny_dense_cas_graphs(log_dir, tiny_dense_reference):
     alone, _ = tiny_dense_reference
     facts = {}
     with sidp(log_dir, "tiny_dense_sidp_cas_graphs", ["--model-path", str(TINY_DENSE)],
-              ["--sidp-sidp-force", "cas", "--sidp-sidp-cas-graphs"], port=23750) as srv:
+              ["--sidp-service", "cas", "--sidp-cas-graphs"], port=23750) as srv:
         sidp_answers(srv, alone, facts)
         flush_cache(srv.base_url)
         got = at_once(srv.base_url, [(PROMPTS[1], 0), (PROMPTS[2], 1)])
@@ -169,7 +169,7 @@ def test_tiny_dense_auto_switches_mid_generation(log_dir, tiny_dense_reference):
     alone, _ = tiny_dense_reference
     facts = {}
     with sidp(log_dir, "tiny_dense_sidp_auto", ["--model-path", str(TINY_DENSE)],
-              ["--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64"], port=23800) as srv:
+              ["--sidp-service", "auto", "--sidp-b-th", "64"], port=23800) as srv:
         sidp_answers(srv, alone, facts)
         auto_log = srv.log_text()
     switches = re.findall(r"sgl-sidp sidp DP(\d) TP0: (WaS|CaS) from this iteration", auto_log)
@@ -183,7 +183,7 @@ def test_qwen3_8b_auto_exact_against_vanilla_tp1(log_dir, qwen3_8b_reference):
     """Qwen3-8B shapes (dummy weights), auto with B_th 64: WaS prefill, CaS decode, bit-identical to vanilla TP1."""
     model, ref = model_args("Qwen3-8B"), qwen3_8b_reference
     facts = {}
-    with sidp(log_dir, "qwen3_8b_sidp_auto", model, ["--sidp-sidp-force", "auto", "--sidp-sidp-b-th", "64"],
+    with sidp(log_dir, "qwen3_8b_sidp_auto", model, ["--sidp-service", "auto", "--sidp-b-th", "64"],
               port=23900) as srv:
         sidp_answers(srv, ref, facts)
         log = srv.log_text()

@@ -1,6 +1,6 @@
 """ZeroDP on two GPUs (run with `pytest -m gpu`): exactness, start-up calibration and its cache, a lost source.
 
-Servers start through our launcher (`--dp-size 2 --sidp-mode zerodp`); requests are pinned to the source
+Servers start through our launcher (`--dp-size 2 --overlay-mode zerodp`); requests are pinned to the source
 (DP0) or the sink (DP1) with SGLang's `routed_dp_rank`. Every sink answer is compared with a reference
 greedy answer (output tokens identical, logprobs identical to the last bit):
 
@@ -30,7 +30,7 @@ TINY_MOE = Path(os.environ.get("SIDP_TINY_MOE", "/tmp/tiny/qwen3-moe-big"))
 
 
 def zerodp(log_dir, name, model_args, extra=(), env=None, port=22000):
-    return Server("sgl_sidp.launch_server", [*model_args, *COMMON, "--dp-size", "2", "--sidp-mode", "zerodp",
+    return Server("sgl_sidp.launch_server", [*model_args, *COMMON, "--dp-size", "2", "--overlay-mode", "zerodp",
                                              "--enable-metrics", *extra],
                   port=port, log_path=log_dir / f"{name}.log", gpus="0,1", env=env)
 
@@ -67,7 +67,7 @@ def test_tiny_moe_calibrates_at_first_start_then_reads_the_cache(log_dir, tmp_pa
     bit. Second start: the sink reads the cache at once and decides the same."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
     model = ["--model-path", str(TINY_MOE)]
-    auto = ["--sidp-zerodp-expected-batch", "prefill:2048"]
+    auto = ["--zerodp-expected-batch", "prefill:2048"]
     with zerodp(log_dir, "tiny_zerodp_auto_first", model, auto, env=env) as srv:
         for i, p in enumerate(PROMPTS):
             compare(tiny_reference[i], greedy(srv.base_url, p, dp_rank=1), f"sink, prompt {i}")
@@ -97,7 +97,7 @@ def test_tiny_moe_lost_source_stops_the_server(log_dir):
     """Killing the source's scheduler stops the whole server within seconds, with a message naming the source."""
     if not (TINY_MOE / "config.json").is_file():
         pytest.skip(f"{TINY_MOE} missing")
-    srv = zerodp(log_dir, "tiny_zerodp_kill_source", ["--model-path", str(TINY_MOE)], ["--sidp-zerodp-layers", "all"],
+    srv = zerodp(log_dir, "tiny_zerodp_kill_source", ["--model-path", str(TINY_MOE)], ["--zerodp-layers", "all"],
                  port=22100)
     with srv:
         os.kill(child_pid(srv, "sglang::scheduler_DP0"), signal.SIGKILL)
@@ -121,7 +121,7 @@ def _sink_equals_source(srv, prompts, n=8):
 def test_qwen3_30b_all_layers_exact(log_dir, tmp_path):
     """Every MoE layer pulled: sink == source, and the sink holds 1.75x the source's KV cache."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
-    with zerodp(log_dir, "qwen3_30b_zerodp_all", model_args("Qwen3-30B-A3B"), ["--sidp-zerodp-layers", "all"], env=env) as srv:
+    with zerodp(log_dir, "qwen3_30b_zerodp_all", model_args("Qwen3-30B-A3B"), ["--zerodp-layers", "all"], env=env) as srv:
         _sink_equals_source(srv, PROMPTS[:4])
         log = srv.log_text()
     assert len(sink_line(log)) == 48
@@ -141,7 +141,7 @@ def test_tiny_moe_kept_layers_are_copied_from_the_source(log_dir, tmp_path, tiny
     """Layers 1 and 3 offloaded: the sink never held any layer's experts while loading, copied layers 0 and 2
     from the source once, and its answers equal vanilla bit for bit (a layer mix-up in the copy would show)."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}  # the source's calibration stays out of ~/.cache
-    with zerodp(log_dir, "tiny_zerodp_kept", ["--model-path", str(TINY_MOE)], ["--sidp-zerodp-layers", "1,3"],
+    with zerodp(log_dir, "tiny_zerodp_kept", ["--model-path", str(TINY_MOE)], ["--zerodp-layers", "1,3"],
                 env=env, port=22300) as srv:
         for i, p in enumerate(PROMPTS):
             compare(tiny_reference[i], greedy(srv.base_url, p, dp_rank=1), f"sink, prompt {i}")
@@ -159,7 +159,7 @@ def test_mixtral_starts_with_peak_extra_memory_bounded(log_dir, tmp_path, layers
     policy calibrates itself, sink == source. `all` folds onto one GPU (a sink then needs ~10 GB beside the source's
     93 GB); `auto` keeps most layers on the sink, so it needs two GPUs."""
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
-    with zerodp(log_dir, f"mixtral_zerodp_{layers}", model_args("Mixtral-8x7B"), ["--sidp-zerodp-layers", layers],
+    with zerodp(log_dir, f"mixtral_zerodp_{layers}", model_args("Mixtral-8x7B"), ["--zerodp-layers", layers],
                 env=env, port=22200) as srv:
         _sink_equals_source(srv, PROMPTS[:3], n=6)
         log = srv.log_text()
