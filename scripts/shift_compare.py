@@ -188,6 +188,20 @@ def report(out_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def plot(out_dir: Path) -> None:
+    """`compare.png` beside `compare.md`: burst throughput, TTFT per prompt length, low-traffic and trace TPOT."""
+    from sgl_sidp.bench.report import plot_configs
+
+    res = {p.stem: json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json")) if p.stem in CONFIGS}
+    metrics = {"burst tok/s (in+out)": {n: r["burst"].get("total_tok_s") for n, r in res.items()}}
+    for length in sorted({k for r in res.values() for k in r["ttft_ms"]}, key=int):
+        metrics[f"TTFT ms, {int(length):,}-token prompt"] = {n: r["ttft_ms"].get(length) for n, r in res.items()}
+    metrics["low-traffic TPOT ms"] = {n: r["low_traffic"].get("median_tpot_ms") for n, r in res.items()}
+    for t in sorted({k for r in res.values() for k in r["traces"]}):
+        metrics[f"{t}: median TPOT ms"] = {n: r["traces"].get(t, {}).get("median_tpot_ms") for n, r in res.items()}
+    plot_configs(out_dir / "compare.png", metrics, f"measured side by side ({out_dir.name})")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=".gpu/models/Qwen3-32B",
@@ -232,6 +246,7 @@ def main(argv=None) -> None:
             run_config(name, a)
     table = report(out)
     (out / "compare.md").write_text(table + "\n")
+    plot(out)
     print(table)
 
 

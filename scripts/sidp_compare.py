@@ -193,6 +193,18 @@ def report(out_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def plot(out_dir: Path) -> None:
+    """`compare.png` beside `compare.md`: decode step ms at each batch and each job's output tokens/s."""
+    from sgl_sidp.bench.report import plot_configs
+
+    res = {p.stem: json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json")) if p.stem in CONFIGS}
+    metrics = {f"step ms @ B={b}": {n: r["steps"].get(b, {}).get("step_ms") for n, r in res.items()}
+               for b in _keys(res, "steps")}
+    metrics.update({f"{j}: output tok/s": {n: r["jobs"].get(j, {}).get("output_tok_s") for n, r in res.items()}
+                    for j in _keys(res, "jobs")})
+    plot_configs(out_dir / "compare.png", metrics, f"measured side by side ({out_dir.name})")
+
+
 def _keys(res: dict, field: str) -> list[str]:
     keys = {k for r in res.values() for k in r[field]}
     return sorted(keys, key=lambda k: [int(x) for x in str(k).split("+")])
@@ -234,6 +246,7 @@ def main(argv=None) -> None:
             run_config(name, a)
     table = report(out)
     (out / "compare.md").write_text(table + "\n")
+    plot(out)
     print(table)
 
 

@@ -54,3 +54,5 @@ def test_report_puts_ratios_against_tp_and_dp(tmp_path):
     assert table[0] == "| metric | dp | shift | tp |"
     assert "| TTFT ms, 4,096-token prompt | 1100 (1.83x tp) | 540 (0.90x tp, 0.49x dp) | 600 (0.55x dp) |" in table
     assert any(line.startswith("| burst tok/s (in+out) |") and "19,656 (1.08x tp, 0.98x dp)" in line for line in table)
+    MOD["plot"](tmp_path)
+    assert (tmp_path / "compare.png").stat().st_size > 10_000

@@ -34,6 +34,8 @@ def test_report_merges_configurations_with_ratios(tmp_path):
     assert table[0] == "| config | KV tokens (per rank) | step ms @ B=1 | 768+256 tok/s (vs dp, vs tp) |"
     assert "| sidp_was | 354,513, 354,513 | - | 1,900 (0.95x, 0.76x) |" in table
     assert "| dp | 264,513, 264,513 | 19.0 | 2,000 (1.00x, 0.80x) |" in table
+    MOD["plot"](tmp_path)
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
 
 
 def test_unknown_configuration_is_refused_before_any_server(tmp_path):

@@ -149,3 +149,36 @@ def plot_requests(path: Path, rows: Sequence[dict], title: str = "") -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_configs(path: Path, metrics: dict[str, dict[str, float]], title: str = "") -> Path | None:
+    """One horizontal bar panel per metric (`metrics`: metric label -> configuration -> value, the unit in the
+    label), the configurations in the same order in every panel and each bar labelled with its value: the
+    comparison scripts' side-by-side picture. Writes a PNG (matplotlib, Agg) and returns its path; None when no
+    metric has a value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = {m: {c: v for c, v in by.items() if v is not None} for m, by in metrics.items()}
+    metrics = {m: by for m, by in metrics.items() if by}
+    if not metrics:
+        return None
+    configs = list(dict.fromkeys(c for by in metrics.values() for c in by))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics) + 1, 0.45 * len(configs) + 1.6),
+                             sharey=True, squeeze=False, constrained_layout=True)
+    for ax, (label, by) in zip(axes[0], metrics.items()):
+        vals = [by.get(c, 0.0) for c in configs]
+        bars = ax.barh(configs, vals, color="tab:blue")
+        ax.bar_label(bars, labels=[(f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}") if c in by else "-"
+                                   for c, v in zip(configs, vals)], fontsize=8)
+        ax.set_title(label, fontsize=9)
+        ax.invert_yaxis()
+        ax.margins(x=0.25)
+    if title:
+        fig.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
