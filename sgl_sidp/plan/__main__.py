@@ -1,10 +1,13 @@
-"""`python -m sgl_sidp.plan`: every configuration of a model on N GPUs, predicted (issue 21; a first version).
+"""Which configuration of a model serves a workload best on N GPUs of one node: every one predicted from one-GPU calibrations.
 
     python -m sgl_sidp.plan --model-path DIR --gpus N [--gpu H200] [--workload offline:512:2048:256] [--json]
+    python -m sgl_sidp.plan calibrate --model-path DIR --gpus N      # on one GPU: time the shards it needs
+    python -m sgl_sidp.plan measure-comm --gpus N                    # on the node: measure the interconnect table
 
-Prints one row per configuration: weights and KV tokens per GPU (SGLang's own memory accounting), and, for the
-configurations the planner models and has a one-GPU calibration of, throughput and TTFT/TPOT p50/p99 from a
-simulation of SGLang's scheduler on the workload. Every number is a prediction. Workloads: `offline:S:IN:OUT` (S
+Prints one row per configuration (vanilla TP x DP, DP attention, ZeroDP, SiDP, Shift): weights and KV tokens per GPU
+(SGLang's own memory accounting), and, where its shards are calibrated, throughput and TTFT/TPOT p50/p99 from a
+simulation of SGLang's scheduler on the workload, then the winner, why, and the command that starts it. Every
+number is a prediction. Workloads: `offline:S:IN:OUT` (S
 requests of IN prompt and OUT output tokens, all at once), `latency:IN:OUT` (one request), `trace:FILE[:SCALE]` (an
 Azure CSV or Mooncake JSONL trace; SCALE > 1 spreads arrivals out). Bad input: one line, exit code 2.
 """
