@@ -61,7 +61,8 @@ def workload(spec: str) -> list[SimRequest]:
 
 def launch_flags(row: dict) -> list[str]:
     """The `python -m sgl_sidp.launch_server` flags (besides the model's) that start configuration `row`, with the
-    decisions this cost model made for it (SiDP's B_th, Shift's SP and threshold)."""
+    decisions this cost model made for it (SiDP's B_th, Shift's SP and threshold, ZeroDP's capacity-bound policy at
+    the workload's context)."""
     t, dp, tp, sp = row["technique"], row["dp"], row["tp"], row["sp"]
     if t == "dp_attention":
         return ["--tp-size", str(dp), "--dp-size", str(dp), "--enable-dp-attention"]
@@ -70,8 +71,9 @@ def launch_flags(row: dict) -> list[str]:
         th = row.get("decisions", {}).get("shift_threshold")
         return flags + (["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else [])
     flags = (["--tp-size", str(tp)] if tp > 1 else []) + (["--dp-size", str(dp)] if dp > 1 else [])
-    if t == "zerodp":
-        return flags + ["--overlay-mode", "zerodp"]
+    if t == "zerodp":  # its runtime policy then picks the offload set with the same cost model (best_offload_count)
+        expected = row.get("decisions", {}).get("expected_batch")
+        return flags + ["--overlay-mode", "zerodp"] + (["--zerodp-expected-batch", expected] if expected else [])
     if t == "sidp":
         flags += ["--overlay-mode", "sidp", "--sidp-service", row["variant"]]
         b_th = row.get("decisions", {}).get("b_th")

@@ -415,8 +415,9 @@ class StepModel:
     def decisions(self) -> dict:
         """What the technique decides from this cost model (for the table and the launch command)."""
         c = self.config
-        if c.technique == "zerodp":
-            return {"offload_layers": len(self.offload_layers), "copy_ms_per_forward": round(self.copy_ms(), 3)}
+        if c.technique == "zerodp":  # the runtime decides the same way from `--zerodp-expected-batch kv:<context>`
+            return {"offload_layers": len(self.offload_layers), "copy_ms_per_forward": round(self.copy_ms(), 3),
+                    "expected_batch": f"kv:{self.context}"}
         if c.technique == "sidp":
             return {"b_th": self.b_th, "copy_ms_per_forward": round(self.copy_ms(), 3)}
         if c.technique == "shift":
