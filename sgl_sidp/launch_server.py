@@ -178,7 +178,8 @@ def resolve_auto(argv: list[str]) -> list[str]:
         return argv
     from sgl_sidp.peer.topology import gpu_name, visible_gpu_count
     from sgl_sidp.plan.__main__ import PlanError, plan, table
-    from sgl_sidp.plan.steps import GPUS, gpu_kind
+    from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.plan.steps import GPUS
 
     raw = sglang_raw_args(rest)
     n = raw.tp_size * raw.dp_size if flag_given(rest, "--tp-size", "--tp", "--dp-size", "--dp") else visible_gpu_count()

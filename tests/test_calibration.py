@@ -294,3 +294,27 @@ def test_bundled_gpu_names_match_whole_words_and_bad_files_are_skipped(tmp_path)
     cache.path(key).parent.mkdir(parents=True)
     cache.path(key).write_text("[1]")
     assert cache.get(key) is None
+
+
+def test_decode_step_interpolates_as_numpy_does():
+    """`decode_step_ms` interpolates one point at a time (the planner asks for millions): the same numbers as
+    `numpy.interp` over the table, clamped at both ends, on a bundled table with two contexts."""
+    import json
+
+    import numpy as np
+
+    from sgl_sidp.calibration.cache import BUNDLED_DIR
+    from sgl_sidp.calibration.table import Calibration
+
+    d = json.loads((BUNDLED_DIR / "h200_qwen3-8b_tp1.json").read_text())
+    c = Calibration.from_json(d.get("calibration", d))
+    xs = sorted(c.decode_ms)
+    lx = sorted(c.decode_ms_long)
+    per_row = [max(0.0, c.decode_ms_long[b] - c.decode_ms[b]) / (c.decode_context_long - c.decode_context[b]) / b
+               for b in lx]
+    for b in (0.5, 1, 3, 16, 100.5, 256, 400):
+        for ctx in (0, 256, 3000):
+            ms = np.interp(b, xs, [c.decode_ms[x] for x in xs])
+            extra = max(0.0, ctx - np.interp(b, xs, [c.decode_context[x] for x in xs]))
+            want = ms + b * extra * np.interp(b, lx, per_row)
+            assert c.decode_step_ms(b, ctx, 147_456) == pytest.approx(float(want), rel=1e-12)

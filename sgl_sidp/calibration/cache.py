@@ -22,6 +22,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Iterator
 
 from sgl_sidp.calibration.table import Calibration
 
@@ -126,18 +127,30 @@ class CalibrationCache:
             time.sleep(poll_s)
 
 
+def calibration_files(directories) -> Iterator[tuple[Path, dict]]:
+    """(path, JSON object) of every `*.json` in `directories`, in order and by name within each: bundled tables and
+    cache entries (`{"key", "calibration"}`) alike. Unreadable files and non-objects are skipped with a warning."""
+    for directory in directories:
+        for f in sorted(Path(directory).glob("*.json")):
+            try:
+                d = json.loads(f.read_text())
+            except (OSError, ValueError) as e:
+                logger.warning("sgl-sidp: skipping unreadable calibration table %s: %s", f, e)
+                continue
+            if isinstance(d, dict):
+                yield f, d
+            else:
+                logger.warning("sgl-sidp: skipping calibration table %s: not a JSON object", f)
+
+
 def find_bundled(model: str, gpu_name: str, directory: Path = BUNDLED_DIR) -> Path | None:
     """The bundled table measured on `model` (signature) and a GPU whose name holds the file's `gpu` as whole
     words ("H200" matches "NVIDIA H200" and "NVIDIA H200 NVL", not "NVIDIA H20"; "H20" does not match "NVIDIA H200").
     Unreadable files are skipped with a warning."""
-    for f in sorted(directory.glob("*.json")):
-        try:
-            d = json.loads(f.read_text())
-            gpu = str(d.get("gpu") or "")
-            if gpu and d.get("model") == model and re.search(rf"\b{re.escape(gpu)}\b", gpu_name, re.IGNORECASE):
-                return f
-        except (OSError, ValueError, AttributeError) as e:
-            logger.warning("sgl-sidp: skipping unreadable calibration table %s: %s", f, e)
+    for f, d in calibration_files([directory]):
+        gpu = str(d.get("gpu") or "")
+        if gpu and d.get("model") == model and re.search(rf"\b{re.escape(gpu)}\b", gpu_name, re.IGNORECASE):
+            return f
     return None
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -11,6 +13,18 @@ import numpy as np
 
 def _opt_float(v) -> float | None:
     return None if v is None else float(v)
+
+
+def _interp(x: float, xs, ys) -> float:
+    """`numpy.interp` at one point (clamped at the ends) without numpy's per-call cost: the planner's simulation asks
+    for millions of decode steps."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    x0, x1 = xs[i - 1], xs[i]
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
 
 
 class CalibrationError(RuntimeError):
@@ -130,20 +144,36 @@ class Calibration:
         Raises:
             CalibrationError: no decode points.
         """
+        xs, ys, ctxs, lx, per_row = self._decode_tables
+        ms = _interp(batch, xs, ys)
+        extra_tokens = max(0.0, context - _interp(batch, xs, ctxs))
+        if lx:
+            return ms + batch * extra_tokens * _interp(batch, lx, per_row)
+        if self.attention_gbps:
+            return ms + batch * extra_tokens * kv_bytes_per_token / (self.attention_gbps * 1e9) * 1e3
+        return ms
+
+    @property
+    def decode_batches(self) -> tuple[int, ...]:
+        """The calibrated decode batch sizes, ascending.
+
+        Raises:
+            CalibrationError: no decode points.
+        """
+        return self._decode_tables[0]
+
+    @functools.cached_property
+    def _decode_tables(self) -> tuple:
+        """`decode_step_ms`'s interpolation tables, built once: (batches, ms, each batch's context, the batches
+        measured at `decode_context_long`, each of those rows' cost per token of context)."""
         if not self.decode_ms:
             raise CalibrationError(f"calibration for {self.model} has no decode times")
-        xs = sorted(self.decode_ms)
-        ms = float(np.interp(batch, xs, [self.decode_ms[x] for x in xs]))
-        measured_ctx = float(np.interp(batch, xs, [self.decode_context.get(x, 0) for x in xs]))
-        extra_tokens = max(0.0, context - measured_ctx)
-        if self.decode_ms_long:
-            lx = sorted(self.decode_ms_long)
-            per_row = [max(0.0, self.decode_ms_long[b] - self.decode_ms[b])
-                       / max(1, self.decode_context_long - self.decode_context.get(b, 0)) / b for b in lx]
-            ms += batch * extra_tokens * float(np.interp(batch, lx, per_row))
-        elif self.attention_gbps:
-            ms += batch * extra_tokens * kv_bytes_per_token / (self.attention_gbps * 1e9) * 1e3
-        return ms
+        xs = tuple(sorted(self.decode_ms))
+        lx = tuple(sorted(self.decode_ms_long))
+        per_row = tuple(max(0.0, self.decode_ms_long[b] - self.decode_ms[b])
+                        / max(1, self.decode_context_long - self.decode_context.get(b, 0)) / b for b in lx)
+        return (xs, tuple(self.decode_ms[x] for x in xs), tuple(float(self.decode_context.get(x, 0)) for x in xs),
+                lx, per_row)
 
 
 def compare_decode(measured: Calibration, reference: Calibration, kv_bytes_per_token: int) -> list[str]:

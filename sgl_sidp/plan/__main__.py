@@ -131,8 +131,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
     rows = []
     for c in configs:
-        attn_tp = c.tp * (c.sp if c.technique == "shift" else 1)
-        frac = default_mem_fraction_static(kind["mib"], c.gpus if c.technique == "dp_attention" else attn_tp,
+        frac = default_mem_fraction_static(kind["mib"], c.gpus if c.technique == "dp_attention" else c.attn_tp,
                                            prefill_graph_buckets=0 if shapes.mla else 58, mla=shapes.mla,
                                            dp_attention_dp=c.dp if c.technique == "dp_attention" else 0)
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
@@ -206,12 +205,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
 
 
 def shard_attn_tp(c, role: str) -> int:
-    """The attention TP of the GPU that runs `role` of configuration `c` (its KV heads per token)."""
-    if c.technique == "dp_attention":
-        return 1
-    if c.technique == "shift" and role == "shift":
-        return c.sp * c.tp
-    return c.tp
+    """The attention TP of the GPU that runs `role` of configuration `c` (its KV heads per token): the
+    configuration's KV layout (`Configuration.attn_tp`), but TP_b for Shift's base shard, which is timed with
+    TP_b's heads."""
+    return c.tp if role == "base" else c.attn_tp
 
 
 def table(result: dict) -> str:
@@ -313,7 +310,7 @@ def measure_comm_main(argv: list[str]) -> None:
         print(f"sgl-sidp plan measure-comm: error: {problem}", file=sys.stderr)
         raise SystemExit(2)
     from sgl_sidp.plan.comm import InterconnectError
-    from sgl_sidp.plan.steps import gpu_kind
+    from sgl_sidp.plan.comm import gpu_kind
 
     try:
         table = measure_table(a.gpus, name, a.backend, iters=a.iters)

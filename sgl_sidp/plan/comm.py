@@ -32,6 +32,13 @@ def bus_factor(op: str, n: int) -> float:
     return 1.0
 
 
+def gpu_kind(name: str) -> str:
+    """"NVIDIA H200" and "H200" -> "h200": a GPU name as NVML or a hand-made table spells it, reduced to its kind
+    (names the interconnect tables and matches calibrations to GPUs)."""
+    words = name.lower().replace("nvidia", "").split()
+    return words[0] if words else ""
+
+
 class InterconnectError(ValueError):
     """The table lacks an operation or GPU count, or cannot be read."""
 
@@ -87,7 +94,7 @@ class Interconnect:
         Raises:
             InterconnectError: no table for that GPU kind.
         """
-        kind = gpu.lower().replace("nvidia", "").strip().split()[0] if gpu.strip() else ""
+        kind = gpu_kind(gpu)
         dirs = [directory] if directory is not None else [measured_dir(), TABLE_DIR]
         path = next((d / f"{kind}.json" for d in dirs if (d / f"{kind}.json").is_file()), dirs[-1] / f"{kind}.json")
         directory = path.parent

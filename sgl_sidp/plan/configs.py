@@ -95,6 +95,14 @@ class Configuration:
     def gpus(self) -> int:
         return self.dp * self.tp * self.sp
 
+    @property
+    def attn_tp(self) -> int:
+        """The attention TP of the KV cache's layout: each GPU holds 1/attn_tp of every token's KV heads (DP
+        attention: 1; Shift: SP x TP, its one cache in the TP = P layout)."""
+        if self.technique == "dp_attention":
+            return 1
+        return self.tp * (self.sp if self.technique == "shift" else 1)
+
     def shards(self, shapes: ModelShapes) -> dict[str, Shard]:
         """What one GPU computes, by role: "forward" for most; Shift has "shift" (TP = P) and "base": the TP_b model
         on 1/SP of the tokens, whose linears are the base configuration's and whose decode attention does the same
@@ -132,8 +140,7 @@ class Configuration:
                   **memory) -> dict[str, int]:
         """KV tokens of one replica's pool by role (as `weight_bytes_per_gpu`; a TP group's GPUs each hold their
         heads of every token), and "total": summed over the DP replicas (ZeroDP: one source, the rest sinks)."""
-        attn_tp = 1 if self.technique == "dp_attention" else self.tp * (self.sp if self.technique == "shift" else 1)
-        per_token = shapes.kv_bytes_per_token(attn_tp, elt)
+        per_token = shapes.kv_bytes_per_token(self.attn_tp, elt)
         out = {role: kv_tokens(free_before_load, mem_fraction_static, w, per_token)
                for role, w in self.weight_bytes_per_gpu(shapes, elt, **memory).items()}
         if self.technique == "zerodp":

@@ -33,20 +33,18 @@ overlap of collectives with compute, the vocabulary split's effect on a shard's 
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
-import json
 from pathlib import Path
 from typing import Mapping
 
-from sgl_sidp.calibration.cache import BUNDLED_DIR, default_cache_dir
+from sgl_sidp.calibration.cache import BUNDLED_DIR, calibration_files, default_cache_dir
 from sgl_sidp.calibration.cost import (DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB, KVModel,
                                        best_offload_count, first_lasting_win, shift_threshold, spread)
 from sgl_sidp.calibration.memory import ModelShapes
-from sgl_sidp.calibration.table import Calibration, CalibrationError
+from sgl_sidp.calibration.table import Calibration
 from sgl_sidp.model_info import model_signature
-from sgl_sidp.plan.comm import Interconnect
+from sgl_sidp.plan.comm import Interconnect, gpu_kind
 from sgl_sidp.plan.configs import Configuration, Shard
 from sgl_sidp.plan.sim import StepTimes
 
@@ -71,24 +69,16 @@ def shard_signature(hf: Mapping, shard: Shard) -> str:
     return model_signature(cfg, 1)
 
 
-def gpu_kind(name: str) -> str:
-    """"NVIDIA H200" and "H200" -> "h200": a GPU name as NVML or a hand-made table spells it, reduced to its kind."""
-    words = name.lower().replace("nvidia", "").split()
-    return words[0] if words else ""
-
-
 def find_calibration(signature: str, gpu_name: str, dirs: list[Path] | None = None) -> tuple[Calibration, Path] | None:
     """A calibration of `signature` on a GPU of `gpu_name`'s kind: in the start-up cache (`$SIDP_CALIBRATION_DIR`)
     or bundled with the package, as cache entries (`{"key", "calibration"}`) or plain tables."""
-    for d in dirs if dirs is not None else [default_cache_dir(), BUNDLED_DIR]:
-        for f in sorted(Path(d).glob("*.json")):
-            try:
-                data = json.loads(f.read_text())
-                cal = data.get("calibration", data)
-                if cal.get("model") == signature and gpu_kind(str(cal.get("gpu"))) == gpu_kind(gpu_name):
-                    return Calibration.from_json(cal), f
-            except (OSError, ValueError, KeyError, AttributeError, TypeError):
-                continue
+    for f, data in calibration_files(dirs if dirs is not None else [default_cache_dir(), BUNDLED_DIR]):
+        cal = data.get("calibration", data)
+        try:
+            if cal.get("model") == signature and gpu_kind(str(cal.get("gpu"))) == gpu_kind(gpu_name):
+                return Calibration.from_json(cal), f
+        except (ValueError, KeyError, AttributeError, TypeError):
+            continue
     return None
 
 
@@ -99,28 +89,15 @@ def request_overhead_ms(gpu_name: str, dirs: list[Path] | None = None) -> tuple[
     import statistics
 
     found = []
-    for d in dirs if dirs is not None else [default_cache_dir(), BUNDLED_DIR]:
-        for f in sorted(Path(d).glob("*.json")):
-            try:
-                data = json.loads(f.read_text())
-                if gpu_kind(str(data["calibration"]["gpu"])) == gpu_kind(gpu_name):
-                    found.append(float(data["request_overhead_ms"]["median_ms"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
+    for _, data in calibration_files(dirs if dirs is not None else [default_cache_dir(), BUNDLED_DIR]):
+        try:
+            if gpu_kind(str(data["calibration"]["gpu"])) == gpu_kind(gpu_name):
+                found.append(float(data["request_overhead_ms"]["median_ms"]))
+        except (ValueError, KeyError, TypeError):
+            continue
     if not found:
         return 0.0, "not measured"
     return statistics.median(found), f"median of {len(found)} shards' client TTFT less their calibrated prefill"
-
-
-def _interp(x: float, xs: list, ys: list) -> float:
-    """`numpy.interp` of one point (clamped at the ends), without numpy's per-call overhead."""
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    i = bisect.bisect_right(xs, x)
-    x0, x1 = xs[i - 1], xs[i]
-    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,44 +112,21 @@ class ShardClock:
     cal: Calibration
     kv_bytes_per_token: int
 
-    @functools.cached_property
-    def _decode_table(self) -> tuple:
-        """`Calibration.decode_step_ms`'s interpolation tables, built once (the simulation asks for every step)."""
-        cal = self.cal
-        if not cal.decode_ms:
-            raise CalibrationError(f"calibration for {cal.model} has no decode times")
-        xs = sorted(cal.decode_ms)
-        lx = sorted(cal.decode_ms_long)
-        per_row = [max(0.0, cal.decode_ms_long[b] - cal.decode_ms[b])
-                   / max(1, cal.decode_context_long - cal.decode_context.get(b, 0)) / b for b in lx]
-        return (xs, [cal.decode_ms[x] for x in xs], [float(cal.decode_context.get(x, 0)) for x in xs], lx, per_row)
-
-    def _step(self, batch: float, context: int) -> float:
-        """`Calibration.decode_step_ms(batch, context, kv_bytes_per_token)`, with scalar interpolation."""
-        xs, ys, ctxs, lx, per_row = self._decode_table
-        ms = _interp(batch, xs, ys)
-        extra = max(0.0, context - _interp(batch, xs, ctxs))
-        if lx:
-            return ms + batch * extra * _interp(batch, lx, per_row)
-        if self.cal.attention_gbps:
-            return ms + batch * extra * self.kv_bytes_per_token / (self.cal.attention_gbps * 1e9) * 1e3
-        return ms
-
     def decode_ms(self, batch: float, context: float) -> float:
         """A decode step of `batch` sequences of `context` tokens: the calibration's (`Calibration.decode_step_ms`),
         extended past its largest batch along the slope of its two largest batches."""
-        xs = self._decode_table[0]
-        ctx = int(context)
+        xs = self.cal.decode_batches
+        step = functools.partial(self.cal.decode_step_ms, context=int(context), kv_bytes_per_token=self.kv_bytes_per_token)
         if batch <= xs[-1] or len(xs) < 2:
-            return self._step(batch, ctx)
-        slope = (self._step(xs[-1], ctx) - self._step(xs[-2], ctx)) / (xs[-1] - xs[-2])
-        return self._step(xs[-1], ctx) + slope * (batch - xs[-1])
+            return step(batch)
+        slope = (step(xs[-1]) - step(xs[-2])) / (xs[-1] - xs[-2])
+        return step(xs[-1]) + slope * (batch - xs[-1])
 
     def more_tokens_ms(self, tokens: float, factor: float) -> float:
         """What the linear layers of a forward cost more when `tokens` become `factor` x `tokens` (no KV read: decode
         steps at context 0; past the largest calibrated batch, the prefill fit's per-token slope)."""
         def linear(t):
-            largest = max(self.cal.decode_ms)
+            largest = self.cal.decode_batches[-1]
             if t <= largest:
                 return self.decode_ms(t, 0)
             return self.decode_ms(largest, 0) + self.prefill_fit[1] * (t - largest)
