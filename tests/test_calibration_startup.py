@@ -52,7 +52,7 @@ def test_forward_time_measurement_logs_its_phase(monkeypatch, caplog):
     from sgl_sidp import process
     from sgl_sidp.calibration import measure
 
-    class Probe:  # a decode batch on CPU: SGLang's forward stands in as a sleep (`median_ms` below)
+    class Probe:  # a decode batch on CPU: SGLang's forward stands in as a sleep (`pipelined_ms`, `median_ms` below)
         used_graph, shared_kv = True, False
 
         def __init__(self, runner, bs, ctx):
@@ -71,12 +71,14 @@ def test_forward_time_measurement_logs_its_phase(monkeypatch, caplog):
     monkeypatch.setattr(measure, "feasible_points", lambda scheduler: ([1, 4], [256, 2048], [512]))
     monkeypatch.setattr(measure, "kv_bytes_per_token", lambda runner: 1000)
     monkeypatch.setattr(measure, "DecodeProbe", Probe)
+    monkeypatch.setattr(measure, "pipelined_ms", slow(4.0))
     monkeypatch.setattr(measure, "median_ms", slow(5.0))
     monkeypatch.setattr(measure, "time_prefill", slow(30.0))
     scheduler = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=None))
     with caplog.at_level(logging.INFO, logger=measure.__name__):
         m = measure.measure_forwards(scheduler, who="DP0 TP0")
-    assert m["decode_ms"] == {1: 5.0, 4: 5.0} and m["prefill_ms"] == {512: 30.0}
+    assert m["decode_ms"] == {1: 4.0, 4: 4.0} and m["decode_ms_alone"] == {1: 5.0, 4: 5.0}
+    assert m["decode_ms_long"] == {1: 4.0, 4: 4.0} and m["prefill_ms"] == {512: 30.0}
     lines = [r.getMessage() for r in caplog.records]
     head = r"sgl-sidp DP0 TP0: start-up calibration of the forward times: 0 s so far, limit 20 s; now "
     assert all(re.fullmatch(head + r"(decode batch (1 \(1|4 \(2) of 2\) at (256|2048) tokens of context|"

@@ -1,5 +1,6 @@
 """The launcher: default model, flag split, clear errors before any device work, --help."""
 
+import json
 import os
 import subprocess
 import sys
@@ -280,14 +281,19 @@ def test_auto_mode_starts_the_planner_s_winner_in_place_of_the_mode_and_layout_f
 
 
 @pytest.mark.skipif(not DENSE.is_dir(), reason=f"{DENSE} not found (the shared model configs)")
-def test_auto_mode_without_a_known_gpu_or_calibration_is_one_line(monkeypatch):
+def test_auto_mode_without_a_known_gpu_or_calibration_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: None)
     monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: None)
     with pytest.raises(SidpConfigError, match="this host's GPU 0 is not visible"):
         ls.resolve_auto(["--model-path", str(DENSE), "--overlay-mode", "auto"])
     monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: "NVIDIA H200")
     monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: 2)
+    uncalibrated = tmp_path / "qwen3-odd"  # a model no bundled calibration covers
+    uncalibrated.mkdir()
+    (uncalibrated / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 4,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 4096}))
     with pytest.raises(SidpConfigError, match="plan calibrate --model-path"):
-        ls.resolve_auto(["--model-path", str(MOE.parent / "Llama-3.1-70B"), "--overlay-mode", "auto"])
+        ls.resolve_auto(["--model-path", str(uncalibrated), "--overlay-mode", "auto"])
     with pytest.raises(SidpConfigError, match="--overlay-plan-workload is unused"):
         ls.parse(["--model-path", str(DENSE), "--overlay-plan-workload", "offline:1:2:3"])

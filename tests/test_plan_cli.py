@@ -27,8 +27,8 @@ def test_json_keeps_the_keys_scripts_rely_on(qwen3_8b):
     r = plan(qwen3_8b, 2, "H200", "offline:32:1024:64")
     by = {c["name"]: c for c in r["configurations"]}
     predicted = {n for n, c in by.items() if "total_tok_s" in c}
-    # bundled H200 shards: every configuration of 2 GPUs but DP attention (its 2-way shard is not bundled)
-    assert r["predicted"] is True and predicted == set(by) - {"dp2_attn"} and r["winner"] in predicted
+    # bundled H200 shards: every configuration of 2 GPUs
+    assert r["predicted"] is True and predicted == set(by) and r["winner"] in predicted
     assert {c["technique"] for c in by.values()} == {"vanilla", "dp_attention", "sidp", "shift"}
     assert r["launch"][:3] == ["python", "-m", "sgl_sidp.launch_server"] and r["objective"] == "throughput"
     for name in predicted:
@@ -106,3 +106,63 @@ def test_calibrate_times_each_missing_shard_once(qwen3_8b, tmp_path):
     assert sum(v.startswith("measured") for v in res.values()) == 3 and sum(v.startswith("failed") for v in res.values()) == 1
     again = calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path, server=server, measure_overhead=False)
     assert sum(v.startswith("cached") for v in again.values()) == 3 and len(started) == 5  # only the failed one retried
+
+
+def test_a_shard_too_big_for_the_gpu_is_timed_at_fewer_layers_and_extrapolated(tmp_path):
+    """Llama-3.1-70B's whole model (141 GB) on one H200: `calibrate` serves L20 and L40 versions of it and writes an L80
+    entry whose every point lies on the line through theirs; shards that fit are served whole."""
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.plan.calibrate import calibrate, layers_that_fit, shards_needed
+    from sgl_sidp.plan.steps import find_calibration
+
+    model = tmp_path / "llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False}))
+    hf = read_hf_config(str(model))
+    h200 = 143771 * 2**20
+    assert [layers_that_fit(hf, s, h200) for s in shards_needed(hf, 2).values()] == [40, 80, 80]  # tp1, tp2, dp2-attn
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    served = []
+
+    class Server(_FakeServer):
+        def start(self):  # a forward costs 1 ms + 0.1 ms per layer (decode), 10 + 2 per layer (prefill)
+            n = int(self.sig.split()[1][1:])
+            entry = {"model": self.sig, "gpu": "NVIDIA H200", "decode_ms": {"1": 1 + 0.1 * n},
+                     "prefill_ms": {"512": 10 + 2 * n}, "decode_context": {"1": 256}}
+            key = {"gpu": "NVIDIA H200", "model": self.sig, "dtype": "torch.bfloat16", "quantization": "",
+                   "attention_backend": "triton", "sglang": "0.5.17", "format": 2}
+            (self.cache / f"{len(served)}.json").write_text(json.dumps({"key": key, "calibration": entry}))
+
+    def server(args, log):
+        sig = "LlamaForCausalLM L{} ...".format(json.loads(args[args.index("--json-model-override-args") + 1])
+                                                .get("num_hidden_layers", 80))
+        served.append(sig)
+        return Server(cache, sig)
+
+    # the fake entries carry only the layer count in their signature: map each real signature to it
+    import sgl_sidp.plan.calibrate as cal_mod
+    real = cal_mod.find_calibration
+    try:
+        cal_mod.find_calibration = lambda sig, gpu, dirs: real(" ".join(sig.split()[:2]) + " ...", gpu, dirs)
+        res = calibrate(str(model), 2, "NVIDIA H200", cache_dir=cache, server=server, measure_overhead=False,
+                        gpu_bytes=h200)
+    finally:
+        cal_mod.find_calibration = real
+    assert served[:2] == ["LlamaForCausalLM L20 ...", "LlamaForCausalLM L40 ..."]
+    whole = next(sig for sig in res if "I28672" in sig)
+    assert res[whole].startswith("extrapolated from 20 and 40 layers")
+    cal = find_calibration(whole, "NVIDIA H200", [cache])[0]
+    assert cal.decode_ms[1] == pytest.approx(1 + 0.1 * 80) and cal.prefill_ms[512] == pytest.approx(10 + 2 * 80)
+    assert "extrapolated linearly in the layer count to 80 layers" in cal.source
+
+
+def test_extrapolate_layers_refuses_one_layer_count():
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.plan.calibrate import extrapolate_layers
+
+    c = Calibration(model="m", gpu="g", decode_ms={1: 2.0}, prefill_ms={}, copy_gbps=None, source="s")
+    with pytest.raises(ValueError, match="two layer counts"):
+        extrapolate_layers(c, c, 40, 40, 80, "m")

@@ -334,3 +334,119 @@ def test_the_first_implementations_schedule_of_real_traces(name, n, dp, kv):
     reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
     simulate(reqs, reps)
     assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The same, with the planner's step times (`steps.StepModel`): decode times that round the context to CONTEXT_STEP
+# tokens, which the simulation asks once per run of equal times (`StepTimes.decode_run`, `ReplicaSim._decodes`); the
+# reference asks `decode_ms` for every step.
+
+def _planner_times(technique: str = "vanilla", variant: str = "") -> StepTimes:
+    """A StepModel's step times, from a made-up calibration whose decode step grows with the context."""
+    from sgl_sidp.calibration.memory import ModelShapes
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.plan.comm import Interconnect, Link
+    from sgl_sidp.plan.configs import Configuration
+    from sgl_sidp.plan.steps import ShardClock, StepModel
+
+    shapes = ModelShapes(layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, vocab=1000, tied=False,
+                         intermediate=4096)
+    link = Link(latency_us=10.0, busbw_gbps=100.0, source="test")
+    ic = Interconnect("NVIDIA H200", {op: {2: link} for op in ("all_reduce", "all_gather", "reduce_scatter")}
+                      | {"peer_copy": {2: Link(0.0, 100.0, "test")}})
+    cal = Calibration(model="m", gpu="NVIDIA H200", decode_ms={1: 4.0, 32: 5.0, 256: 9.0},
+                      prefill_ms={512: 10.0, 2048: 30.0, 8192: 125.0}, copy_gbps=None, source="test",
+                      decode_ms_long={1: 4.5, 32: 7.0, 256: 21.0}, decode_context_long=4096)
+    dp = 2 if technique == "sidp" else 1
+    model = StepModel(Configuration("t", technique, dp, 1, variant=variant), shapes,
+                      {"forward": ShardClock(cal, shapes.kv_bytes_per_token(1))}, ic)
+    return model.step_times()
+
+
+@pytest.mark.parametrize("kind, seed, n, dp, limits, route, technique", [
+    ("burst", 1, 120, 1, dict(kv_tokens=60_000), None, "vanilla"),  # retracts
+    ("burst", 3, 60, 1, dict(kv_tokens=5_000, max_running=8), None, "vanilla"),  # rejects prompts past the KV cache
+    ("poisson", 4, 200, 1, dict(kv_tokens=100_000), None, "sidp"),
+    ("poisson", 5, 200, 3, dict(kv_tokens=40_000, chunked_prefill=512), None, "vanilla"),
+    ("slow", 6, 80, 1, dict(kv_tokens=300_000), None, "vanilla"),  # mostly idle: arrivals cut the runs of steps
+    ("prefix", 7, 200, 1, dict(kv_tokens=50_000), None, "vanilla"),  # radix hits, evictions between decode steps
+    ("prefix", 8, 200, 2, dict(kv_tokens=20_000, chunked_prefill=2048), None, "sidp"),  # the queue's head waits
+    ("prefix", 9, 150, 2, dict(kv_tokens=40_000, max_running=16), _least_loaded, "vanilla"),
+    ("long", 10, 40, 1, dict(kv_tokens=200_000), None, "vanilla"),  # reserved outputs clipped at 4,096
+    ("long", 11, 40, 2, dict(kv_tokens=60_000, max_running=4), None, "sidp"),
+])
+def test_runs_of_equal_step_times_give_the_first_implementations_schedule(kind, seed, n, dp, limits, route, technique):
+    times = _planner_times(technique, "auto" if technique == "sidp" else "")
+    assert times.decode_run is not None
+    rows = _workload(kind, seed, n)
+    ref_reqs = [SimRequest(*r) for r in rows]
+    ref_reps = [_RefReplicaSim(ReplicaLimits(**limits), StepTimes(times.decode_ms, times.prefill_ms))
+                for _ in range(dp)]
+    _ref_simulate(ref_reqs, ref_reps, route)
+    reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(**limits), times) for _ in range(dp)]
+    simulate(reqs, reps, route)
+    assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
+    assert summarize(reqs) == summarize(ref_reqs)
+
+
+@pytest.mark.parametrize("name, n, dp, kv", [("AzureLLMInferenceTrace_code.csv", 2500, 2, 60_000),
+                                             ("conversation_trace.jsonl", 600, 1, 400_000),
+                                             ("conversation_trace.jsonl", 600, 2, 150_000)])
+def test_runs_of_equal_step_times_on_real_traces(name, n, dp, kv):
+    if not (TRACES / name).is_file():
+        pytest.skip(f"{TRACES / name} missing")
+    from sgl_sidp.bench.traces import load_trace
+
+    times = _planner_times()
+    rows = [(r.arrival_s, r.input_len, max(1, r.output_len), r.hash_ids) for r in load_trace(TRACES / name)[:n]]
+    ref_reqs = [SimRequest(*r) for r in rows]
+    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), StepTimes(times.decode_ms, times.prefill_ms)) for _ in range(dp)]
+    _ref_simulate(ref_reqs, ref_reps)
+    reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(kv), times) for _ in range(dp)]
+    simulate(reqs, reps)
+    assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
+
+
+def test_simulating_again_on_the_same_replicas_goes_on_from_where_they_are():
+    """A second `simulate` on replicas that ran before (round robin runs each replica through its own requests)."""
+    rows = _workload("prefix", 12, 120)
+    ref_reqs = [SimRequest(*r) for r in rows]
+    ref_reps = [_RefReplicaSim(ReplicaLimits(30_000), CTX_TIMES) for _ in range(2)]
+    _ref_simulate(ref_reqs[:60], ref_reps)
+    later = [SimRequest(r.arrival_s + 1000.0, r.input_len, r.output_len, r.hash_ids) for r in ref_reqs[60:]]
+    _ref_simulate(later, ref_reps)
+    reqs = [SimRequest(*r) for r in rows]
+    reps = [ReplicaSim(ReplicaLimits(30_000), CTX_TIMES) for _ in range(2)]
+    simulate(reqs[:60], reps)
+    later_new = [SimRequest(r.arrival_s + 1000.0, r.input_len, r.output_len, r.hash_ids) for r in reqs[60:]]
+    simulate(later_new, reps)
+    assert _outcome(reqs[:60] + later_new, reps) == _outcome(ref_reqs[:60] + later, ref_reps)
+
+
+def _aging_prefixes(seed: int) -> list[tuple]:
+    """Long requests on prefixes that short ones cached before them, among short requests with blocks of their own:
+    in a full radix cache a long request's prefix grows old, and the step that finishes it may have to evict it
+    just before the request inserts it again."""
+    rnd = random.Random(seed)
+    rows, now = [], 0.0
+    for i in range(60):
+        now += rnd.expovariate(30.0)
+        if i % 6 == 0:
+            p = rnd.randint(0, 3)
+            rows.append((now, 2 * 512 + 1, rnd.randint(100, 300), (1000 + 10 * p, 1001 + 10 * p, 5000 + i)))
+            rows.append((now, 2 * 512, 1, (1000 + 10 * p, 1001 + 10 * p)))
+        else:
+            k = rnd.randint(1, 3)
+            rows.append((now, k * 512, rnd.randint(1, 20), tuple(10 ** 6 + 10 * i + j for j in range(k))))
+    return sorted(rows, key=lambda r: r[0])
+
+
+@pytest.mark.parametrize("seed, kv", [(175, 5000), (1, 3000), (2, 4000)])
+def test_the_step_that_finishes_a_request_evicts_before_the_request_inserts_its_blocks(seed, kv):
+    rows = _aging_prefixes(seed)
+    ref_reqs = [SimRequest(*r) for r in rows]
+    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), CTX_TIMES)]
+    _ref_simulate(ref_reqs, ref_reps)
+    reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(kv), CTX_TIMES)]
+    simulate(reqs, reps)
+    assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)

@@ -129,3 +129,50 @@ def test_latency_ranking_keeps_to_configurations_that_keep_up():
             {"name": "c", "total_tok_s": 50.0, "e2e_ms_p50": 1.0}, {"name": "d"}]
     assert [r["name"] for r in rank(rows, "latency")] == ["b", "a", "c"]
     assert [r["name"] for r in rank(rows, "throughput")] == ["a", "b", "c"]
+
+
+def _context_cal(scale: float = 1.0) -> Calibration:
+    """A calibration whose decode step grows with the context (two contexts per batch)."""
+    return Calibration(model="m", gpu="NVIDIA H200", decode_ms={b: scale * (1 + 0.01 * b) for b in (1, 64, 256)},
+                       prefill_ms={t: scale * (2 + 0.01 * t) for t in (512, 2048, 8192)}, copy_gbps=None,
+                       source="test", decode_ms_long={b: scale * (1.5 + 0.03 * b) for b in (1, 64, 256)},
+                       decode_context_long=4096)
+
+
+def test_decode_run_says_for_how_many_steps_the_rounded_decode_time_lasts():
+    """`decode_run(b, ctx)` is (`decode_ms(b, ctx)`, steps): the time of the contexts ctx + i for i < steps, which
+    round to the same multiple of CONTEXT_STEP (round() goes to even on a tie), and not of ctx + steps. The
+    simulation's contexts are means of whole tokens (S / b, growing by b a step), ties included."""
+    import random
+
+    from sgl_sidp.plan.steps import CONTEXT_STEP
+
+    m = StepModel(Configuration("tp1", "vanilla", 1, 1), SHAPES, {"forward": ShardClock(_context_cal(), 4096)}, IC)
+    rnd = random.Random(0)
+    cases = [(rnd.randint(1, 300), None) for _ in range(1500)]
+    cases += [(b, CONTEXT_STEP * q + CONTEXT_STEP // 2) for b in (1, 3, 64) for q in (0, 1, 2, 7, 8)]  # on a tie
+    for b, mean in cases:
+        s = rnd.randint(0, 20_000 * b) if mean is None else mean * b - rnd.randint(0, 40) * b
+        ms, steps = m.decode_run(b, s / b)
+        assert steps >= 1 and ms == m.decode_ms(b, s / b)
+        q = round(s / b / CONTEXT_STEP)
+        assert all(round((s + i * b) / b / CONTEXT_STEP) == q for i in range(steps))
+        assert all(m.decode_ms(b, (s + i * b) / b) == ms for i in range(steps))
+        assert round((s + steps * b) / b / CONTEXT_STEP) != q
+
+
+def test_step_models_of_equal_clocks_share_one():
+    """Equal clocks (the same calibration and KV bytes, distinct objects, as the planner makes them for each
+    configuration) are one clock to the step models, its memo of decode times shared; an unequal one is not."""
+    kv = SHAPES.kv_bytes_per_token(1)
+    one = StepModel(Configuration("tp1", "vanilla", 1, 1), SHAPES, {"forward": ShardClock(_context_cal(), kv)}, IC)
+    two = StepModel(Configuration("sidp_dp2_was", "sidp", 2, 1, variant="was"), SHAPES,
+                    {"forward": ShardClock(_context_cal(), kv)}, IC)
+    other = StepModel(Configuration("tp1", "vanilla", 1, 1), SHAPES, {"forward": ShardClock(_context_cal(2.0), kv)},
+                      IC)
+    assert one.clocks["forward"] is two.clocks["forward"] and other.clocks["forward"] is not one.clocks["forward"]
+    fresh = ShardClock(_context_cal(), kv)
+    for b, ctx in ((1, 0), (64, 1000), (300, 5000)):
+        assert one.clock.decode_ms(b, ctx) == fresh._decode_uncached(b, ctx)
+        assert one.decode_ms(b, ctx) == fresh.decode_ms(b, 32 * round(ctx / 32))  # (no all-reduce at TP1)
+    assert other.decode_ms(64, 1024) > one.decode_ms(64, 1024)

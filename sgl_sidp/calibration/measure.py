@@ -39,9 +39,9 @@ logger = logging.getLogger(__name__)
 
 #: Default decode batch sizes and the two contexts each is timed at; prefill chunk sizes.
 #: (Decode time is concave in the batch for MoE models, so the batches are spaced by 4x at most.)
-DECODE_BATCHES = (1, 4, 16, 64, 128, 256)
+DECODE_BATCHES = (1, 4, 16, 32, 64, 128, 256)
 DECODE_CONTEXTS = (256, 2048)
-PREFILL_TOKENS = (128, 512, 2048, 4096, 8192)
+PREFILL_TOKENS = (16, 128, 512, 2048, 4096, 8192)
 
 
 def kv_bytes_per_token(model_runner) -> int:
@@ -78,6 +78,28 @@ def median_ms(fn: Callable[[], object], iters: int, warmup: int = 2) -> float:
     return statistics.median(times)
 
 
+def pipelined_ms(fn: Callable[[], object], iters: int, rounds: int = 3, warmup: int = 2) -> float:
+    """Mean ms per call of `fn()` issued `iters` times back to back on the current stream (no host sync between
+    calls, so one call's host work overlaps the GPU work of the call before), median over `rounds` rounds.
+
+    This is how SGLang's overlap scheduler (`Scheduler.event_loop_overlap`) runs decode steps: the next batch is
+    prepared while the GPU runs the current one, so a step costs max(host, GPU) time, not their sum as
+    `median_ms` of one call does.
+    """
+    for _ in range(warmup):
+        fn()
+    per_call = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) / iters)
+    return statistics.median(per_call)
+
+
 class DecodeProbe:
     """A synthetic decode batch of `bs` rows of `context` tokens, run through `ModelRunner.forward`.
 
@@ -91,7 +113,7 @@ class DecodeProbe:
         self.mr = mr = model_runner
         dev = mr.device
         alloc = mr.token_to_kv_pool_allocator
-        self.shared_kv = bs * context > alloc.available_size() // 2
+        self.shared_kv = bs * context > alloc.available_size() * 9 // 10
         self.kv = alloc.alloc(context if self.shared_kv else bs * context)
         if self.kv is None:
             raise RuntimeError(f"no room for {context} KV tokens")
@@ -99,6 +121,7 @@ class DecodeProbe:
         kv_rows = self.kv.to(torch.int32).view(1 if self.shared_kv else bs, context)
         mr.req_to_token_pool.req_to_token[rows, :context] = kv_rows
         seq = torch.full((bs,), context, dtype=torch.int64, device=dev)
+        seq_cpu = seq.cpu()  # once here: a `.cpu()` per forward would sync the host with the GPU
         vocab = int(mr.model_config.vocab_size)
         ids = torch.randint(0, vocab, (bs,), generator=torch.Generator().manual_seed(bs)).to(dev)
 
@@ -106,7 +129,7 @@ class DecodeProbe:
             return ForwardBatch(
                 forward_mode=ForwardMode.DECODE, batch_size=bs,
                 input_ids=ids.clone(),
-                req_pool_indices=rows, seq_lens=seq.clone(), orig_seq_lens=seq.clone(), seq_lens_cpu=seq.cpu(),
+                req_pool_indices=rows, seq_lens=seq.clone(), orig_seq_lens=seq.clone(), seq_lens_cpu=seq_cpu.clone(),
                 out_cache_loc=torch.zeros(bs, dtype=torch.int64, device=dev),  # SGLang's padding slot
                 seq_lens_sum=bs * context, positions=seq - 1, return_logprob=False,
                 capture_hidden_mode=CaptureHiddenMode.NULL, spec_algorithm=mr.spec_algorithm,
@@ -195,10 +218,11 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
 
     Returns:
         {"decode_ms": {bs: ms}, "decode_context": {bs: tokens}, "decode_ms_long": {bs: ms},
-         "decode_context_long": tokens, "attention_gbps": float | None, "prefill_ms": {tokens: ms},
-         "graph": bool, "seconds": float}. `decode_ms` is at the shorter context, `decode_ms_long`
-        at the longer one (only batches whose rows had their own KV); `attention_gbps` is fitted
-        from the largest of those batches.
+         "decode_ms_alone": {bs: ms}, "decode_context_long": tokens, "attention_gbps": float | None,
+         "prefill_ms": {tokens: ms}, "graph": bool, "seconds": float}. `decode_ms` is at the shorter
+        context, `decode_ms_long` at the longer one (only batches whose rows had their own KV), both
+        pipelined (`pipelined_ms`); `decode_ms_alone` is one forward alone at the shorter context
+        (`median_ms`); `attention_gbps` is fitted from the largest batch with its own KV.
         Points past `budget_s` are skipped (and missing from the result).
     """
     t0 = time.monotonic()
@@ -206,7 +230,8 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
     bs_list, ctxs, prefill = feasible_points(scheduler)
     short, long_ = (ctxs[0], ctxs[-1]) if ctxs else (None, None)
     kvb = kv_bytes_per_token(mr)
-    out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "prefill_ms": {}, "graph": True,
+    out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "decode_ms_alone": {}, "prefill_ms": {},
+           "graph": True,
            "decode_context_long": long_ if long_ != short else 0}
     rates = []
     progress = Progress(f"sgl-sidp {who}: start-up calibration of the forward times", logger, limit_s=budget_s)
@@ -218,7 +243,9 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
                 progress.at(f"decode batch {bs} ({i} of {len(bs_list)}) at {ctx} tokens of context")
                 probe = DecodeProbe(mr, bs, ctx)
                 try:
-                    ms = median_ms(probe.run, iters)
+                    ms = pipelined_ms(probe.run, iters)
+                    if ctx == short:
+                        out["decode_ms_alone"][bs] = median_ms(probe.run, iters)
                 finally:
                     probe.close()
                 out["graph"] &= bool(probe.used_graph)
@@ -303,8 +330,10 @@ def describe_measurement(m: dict) -> str:
     kv_rate = f"{m['attention_gbps']:.0f} GB/s" if m["attention_gbps"] else "not measured"
     return "; ".join([
         f"{m['seconds']:.1f} s, {'CUDA graphs' if m['graph'] else 'eager'}",
-        f"decode at {ctx} tokens of context: " + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m["decode_ms"].items())),
+        f"decode steps back to back at {ctx} tokens of context: " + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m["decode_ms"].items())),
         f"at {m['decode_context_long']} tokens: " + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m["decode_ms_long"].items())),
+        "one forward alone (host work not overlapped): "
+        + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_alone", {}).items())),
         f"KV read rate {kv_rate}",
         "prefill " + ", ".join(f"{t} tokens {ms:.1f} ms" for t, ms in sorted(m["prefill_ms"].items())),
     ])

@@ -81,7 +81,8 @@ def ensure_forward_times(scheduler, who: str, cache: CalibrationCache | None = N
         f"{'CUDA graphs' if m['graph'] else 'eager'}, {key.attention_backend} attention)",
         decode_context=m["decode_context"], attention_gbps=m["attention_gbps"], sglang=key.sglang,
         measure_s=round(m["seconds"], 2), decode_ms_long=m["decode_ms_long"],
-        decode_context_long=m["decode_context_long"],
+        decode_context_long=m["decode_context_long"], decode_timing="pipelined",
+        decode_ms_alone=m["decode_ms_alone"],
     )
     if tp0:
         path = cache.put(key, cal)

@@ -58,6 +58,12 @@ class Calibration:
             points instead of from `attention_gbps` (a small batch's attention is latency-bound, far
             slower per byte than a big batch's). Empty for tables measured at one context.
         decode_context_long: tokens per sequence of every `decode_ms_long` point (0: none).
+        decode_timing: how the decode points were timed: "pipelined" (forwards back to back, the host's
+            preparation of a step overlapping the GPU's previous one, as SGLang's overlap scheduler runs
+            them; `measure.pipelined_ms`) or "alone" (one forward with its host preparation; tables
+            measured before this field existed).
+        decode_ms_alone: with "pipelined", one forward alone at the `decode_context` points (ms, by
+            batch): what the host adds when nothing overlaps it.
     """
 
     model: str
@@ -74,6 +80,8 @@ class Calibration:
     measure_s: float = 0.0
     decode_ms_long: dict[int, float] = dataclasses.field(default_factory=dict)
     decode_context_long: int = 0
+    decode_timing: str = "alone"
+    decode_ms_alone: dict[int, float] = dataclasses.field(default_factory=dict)
 
     # ------------------------------------------------------------------ files
     @classmethod
@@ -98,6 +106,8 @@ class Calibration:
             measure_s=float(d.get("measure_s", 0.0)),
             decode_ms_long={int(k): float(v) for k, v in d.get("decode_ms_long", {}).items()},
             decode_context_long=int(d.get("decode_context_long", 0)),
+            decode_timing=str(d.get("decode_timing", "alone")),
+            decode_ms_alone={int(k): float(v) for k, v in d.get("decode_ms_alone", {}).items()},
         )
 
     @classmethod
@@ -111,6 +121,17 @@ class Calibration:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    def pipelined(self, host_ms: float | None) -> "Calibration":
+        """This table with decode times as SGLang's overlap scheduler runs them: itself if its decode points were
+        timed pipelined; else (timed alone) every decode point less `host_ms`, the host time a forward alone adds
+        (`plan.steps.host_time_alone_ms`), at least half the point; unchanged when `host_ms` is None."""
+        if self.decode_timing == "pipelined" or host_ms is None:
+            return self
+        less = lambda t: {b: max(ms - host_ms, ms / 2) for b, ms in t.items()}  # noqa: E731
+        return dataclasses.replace(self, decode_ms=less(self.decode_ms), decode_ms_long=less(self.decode_ms_long),
+                                   decode_timing="pipelined",
+                                   source=f"{self.source}; timed alone, less {host_ms:.2f} ms of host time per step")
 
     # ------------------------------------------------------------------ lookups
     def forward_ms(self, expected: "ExpectedBatch") -> float:

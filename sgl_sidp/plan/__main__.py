@@ -21,11 +21,12 @@ from pathlib import Path
 
 from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, dtype_bytes
 from sgl_sidp.model_info import read_hf_config
+from sgl_sidp.plan.calibrate import unservable
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
-from sgl_sidp.plan.configs import configurations
+from sgl_sidp.plan.configs import configurations, shard_of
 from sgl_sidp.plan.sim import ReplicaLimits, ReplicaSim, SimRequest, simulate, summarize
-from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, request_overhead_ms, shard_roles,
-                                 shard_signature)
+from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
+                                 shard_roles, shard_signature)
 
 DECODE_CONTEXTS, DECODE_BATCHES, PREFILL_TOKENS = (256, 2048), (1, 8, 32, 64, 128, 256), (512, 2048, 4096, 8192)
 
@@ -127,7 +128,9 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     except InterconnectError as e:
         raise PlanError(str(e)) from None
     kind, free = GPUS[gpu], GPUS[gpu]["free_before_load_gib"] * GIB
-    overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs)
+    overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs,
+                                                    model=shard_signature(hf, shard_of(shapes, 1, 1, 1)))
+    host_ms = host_time_alone_ms(kind["name"], calibration_dirs)
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
     rows = []
     for c in configs:
@@ -142,9 +145,11 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             sig = shard_signature(hf, shard)
             found = find_calibration(sig, kind["name"], calibration_dirs)
             if found is None:
-                missing.append(f"'{sig}' (--json-model-override-args '{json.dumps(shard.override_args(shapes))}')")
+                why = unservable(hf, shard)
+                missing.append(f"'{sig}' ({why})" if why else
+                               f"'{sig}' (--json-model-override-args '{json.dumps(shard.override_args(shapes))}')")
                 continue
-            clocks[role] = ShardClock(found[0], shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt))
+            clocks[role] = ShardClock(found[0].pipelined(host_ms), shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt))
             row.setdefault("calibrations", {})[role] = str(found[1])
         model = StepModel(c, shapes, clocks, ic, elt, int(context)) if not missing else None
         memory = {}
@@ -156,8 +161,9 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         kv = c.kv_tokens(shapes, free, frac, elt, **memory)
         row.update({"weights_gb_per_gpu": round(max(weights.values()) / 1e9, 2), "kv_tokens_total": kv["total"]})
         if missing:
-            row["not_predicted"] = (f"no calibration of the shard {' or '.join(missing)} on {kind['name']}: run "
-                                    f"python -m sgl_sidp.plan calibrate --model-path {model_path} --gpus {n_gpus}")
+            row["not_predicted"] = f"no calibration of the shard {' or '.join(missing)} on {kind['name']}" + (
+                "" if all(unservable(hf, s) for s in shard_roles(c, shapes).values()) else
+                f": run python -m sgl_sidp.plan calibrate --model-path {model_path} --gpus {n_gpus}")
             continue
         if min(v for k, v in kv.items() if k != "total") <= 0:
             row["not_predicted"] = "the weights leave no KV cache"
@@ -256,7 +262,7 @@ def write_png(result: dict, path: Path) -> None:
 
 def calibrate_main(argv: list[str]) -> None:
     """`python -m sgl_sidp.plan calibrate --model-path DIR --gpus N`: time every missing shard on this host's GPU."""
-    from sgl_sidp.peer.topology import gpu_name
+    from sgl_sidp.peer.topology import gpu_memory_bytes, gpu_name
     from sgl_sidp.plan.calibrate import calibrate
 
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan calibrate",
@@ -277,7 +283,7 @@ def calibrate_main(argv: list[str]) -> None:
     # a SIGTERM (`timeout`, a job scheduler) must stop the shard's server too: as an exception, `calibrate`'s
     # clean-up runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    results = calibrate(a.model_path, a.gpus, name, timeout_s=a.timeout_s)
+    results = calibrate(a.model_path, a.gpus, name, timeout_s=a.timeout_s, gpu_bytes=gpu_memory_bytes(0))
     for sig, what in results.items():
         print(f"{sig}: {what}")
     raise SystemExit(0 if all(not w.startswith("failed") for w in results.values()) else 1)

@@ -5,19 +5,27 @@ For each shard not calibrated yet, SGLang serves the model with the shard's size
 forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and two contexts, one-request prefills;
 `sgl_sidp.calibration.measure`) and caches them under the shard's signature; the server is stopped as soon as the
 entry appears. One shard at a time, so nothing else runs on the GPU while it is timed.
+
+A shard whose weights do not fit this GPU (Llama-3.1-70B's full model on one H200) is served twice with fewer decoder
+layers (the largest of L/2, L/4, ... that fits, and half that) and each timed point is extrapolated linearly in the
+layer count to L (`extrapolate_layers`): a forward is its layers one after another plus what does not repeat
+(embedding, lm_head, the host's work), so two layer counts give both parts. The entry written for L says so in its
+`source`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-from sgl_sidp.calibration.cache import default_cache_dir
-from sgl_sidp.calibration.memory import ModelShapes
-from sgl_sidp.model_info import read_hf_config
+from sgl_sidp.calibration.cache import CalibrationCache, CalibrationKey, default_cache_dir
+from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, free_before_load
+from sgl_sidp.calibration.table import Calibration
+from sgl_sidp.model_info import model_signature, read_hf_config
 from sgl_sidp.plan.configs import Shard, configurations
 from sgl_sidp.plan.steps import find_calibration, shard_roles, shard_signature
 
@@ -33,6 +41,77 @@ def shards_needed(hf: dict, n_gpus: int) -> dict[str, Shard]:
         for shard in shard_roles(c, shapes).values():
             out.setdefault(shard_signature(hf, shard), shard)
     return out
+
+
+#: KV room a shard's server needs beside its weights for the calibration's decode points (batch 256 at 2,048 tokens of
+#: context holds 512K tokens: 4 GiB at Llama-3.1-70B's 320 KiB per token is enough for the points that own their KV)
+CALIBRATION_KV_BYTES = 4 * GIB
+
+
+#: architectures whose SGLang 0.5.17 class computes head_dim as hidden_size / num_attention_heads, ignoring the
+#: config's head_dim (`sglang/srt/models/mixtral.py`, `MixtralAttention.__init__`): a TP shard, fewer heads at the same
+#: hidden size, would build a KV pool of one head size and attention of another, so one GPU cannot serve it
+HEAD_DIM_FROM_HIDDEN = frozenset({"MixtralForCausalLM"})
+
+
+def unservable(hf: dict, shard: Shard) -> str | None:
+    """Why one GPU cannot serve `shard` of `hf` with `--json-model-override-args` (None: it can)."""
+    arch = (hf.get("architectures") or [""])[0]
+    shapes = ModelShapes.of(hf)
+    if arch in HEAD_DIM_FROM_HIDDEN and shard.heads != shapes.heads:
+        return (f"SGLang's {arch} derives head_dim from hidden_size / heads, so a shard of {shard.heads} of its "
+                f"{shapes.heads} heads cannot be served on one GPU")
+    return None
+
+
+def layers_that_fit(hf: dict, shard: Shard, gpu_bytes: int | None) -> int:
+    """How many of `shard`'s decoder layers one GPU of `gpu_bytes` bytes can serve for calibration: all of them when
+    its weights and `CALIBRATION_KV_BYTES` fit under SGLang's default `--mem-fraction-static` for that GPU
+    (`memory.default_mem_fraction_static`, `memory.free_before_load`), else the largest L/2^k that does (1 at least);
+    all when `gpu_bytes` is None (not known)."""
+    shapes = ModelShapes.of(hf)
+    layers = shapes.layers
+    if gpu_bytes is None:
+        return layers
+    room = free_before_load(gpu_bytes) * default_mem_fraction_static(gpu_bytes / 2**20) - CALIBRATION_KV_BYTES
+    cfg = dict(hf.get("text_config", hf))
+    cfg.update(shard.override_args(shapes))
+    n = layers
+    while n > 1 and ModelShapes.of({**cfg, "num_hidden_layers": n}).weight_bytes() > room:
+        n //= 2
+    return n
+
+
+def extrapolate_layers(near: Calibration, far: Calibration, near_layers: int, far_layers: int, layers: int,
+                       model: str) -> Calibration:
+    """The calibration of `layers` decoder layers from two measured at `near_layers` < `far_layers` (same shard
+    otherwise): every point present in both is extended along the line through them,
+    t(L) = t_far + (t_far - t_near) * (L - far_layers) / (far_layers - near_layers) ms, and never below t_far (more
+    layers are never faster). Contexts, the KV read rate and copy rates are the far one's.
+
+    Checked on Qwen3-8B on one H200 (`benchmarks/results/plan/calibrate_h200_2026-11-24/`): L36 from L9 and L18
+    against L36 measured, decode steps within 3.1 % (batch 1-256, contexts 256 and 2,048), prefills of 2,048 to 8,192
+    tokens within 2.8 %, but prefills of 16 to 512 tokens 11-63 % short (SGLang ran them host-bound at 4.3-4.4 ms at
+    L9 and L18 but 12.3-14.3 ms at L36).
+
+    Raises:
+        ValueError: `near_layers` is not below `far_layers`.
+    """
+    if not near_layers < far_layers:
+        raise ValueError(f"need two layer counts, the first below the second, got {near_layers} and {far_layers}")
+    k = (layers - far_layers) / (far_layers - near_layers)
+
+    def line(a: dict, b: dict) -> dict:
+        return {x: max(b[x], b[x] + (b[x] - a[x]) * k) for x in sorted(set(a) & set(b))}
+
+    return dataclasses.replace(
+        far, model=model, decode_ms=line(near.decode_ms, far.decode_ms), prefill_ms=line(near.prefill_ms, far.prefill_ms),
+        decode_ms_long=line(near.decode_ms_long, far.decode_ms_long),
+        decode_ms_alone=line(near.decode_ms_alone, far.decode_ms_alone),
+        decode_context={b: c for b, c in far.decode_context.items() if b in near.decode_ms},
+        measure_s=near.measure_s + far.measure_s,
+        source=f"extrapolated linearly in the layer count to {layers} layers from servers of {near_layers} and "
+               f"{far_layers} layers (the whole shard does not fit one GPU); {far.source}")
 
 
 #: prompt lengths whose client TTFT, less the calibrated prefill of the same length, is a request's time outside
@@ -67,11 +146,13 @@ def record_request_overhead(srv, entry: Path, repeats: int = 3) -> str:
 
 def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | None = None, port: int = 26500,
               timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
-              measure_overhead: bool = True) -> dict[str, str]:
-    """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this host's GPU 0 (named `gpu_name`), and
-    record each served shard's request overhead (`record_request_overhead`; `measure_overhead` False: not).
+              measure_overhead: bool = True, gpu_bytes: int | None = None) -> dict[str, str]:
+    """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this host's GPU 0 (named `gpu_name`, of
+    `gpu_bytes` bytes: a shard that does not fit is timed at two smaller layer counts, `layers_that_fit`, and
+    extrapolated, `extrapolate_layers`), and record each served shard's request overhead (`record_request_overhead`;
+    `measure_overhead` False: not).
 
-    Returns: signature -> "cached <file>", "measured in N s <file>" or why it failed.
+    Returns: signature -> "cached <file>", "measured in N s <file>" (or "extrapolated from ...") or why it failed.
     """
     from sgl_sidp.bench.server import ServerProcess
     from sgl_sidp.launch_server import DEFAULT_MODEL_DIR
@@ -81,14 +162,14 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
     shapes = ModelShapes.of(hf)
     server = server or (lambda args, log: ServerProcess("sgl_sidp.launch_server", args, port=port, log_path=log, gpus="0",
                                                         env={"SIDP_CALIBRATION_DIR": str(cache_dir)}))
-    results = {}
-    for sig, shard in shards_needed(hf, n_gpus).items():
+
+    def serve(sig: str, overrides: dict) -> tuple[str, Path | None]:
+        """Time one shard (`overrides` for `--json-model-override-args`) whose signature is `sig`."""
         found = find_calibration(sig, gpu_name, [cache_dir])
         if found is not None:
-            results[sig] = f"cached {found[1]}"
-            continue
+            return f"cached {found[1]}", found[1]
         args = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(DEFAULT_MODEL_DIR),
-                "--json-model-override-args", json.dumps(shard.override_args(shapes)), "--overlay-calibrate", *SERVER_ARGS]
+                "--json-model-override-args", json.dumps(overrides), "--overlay-calibrate", *SERVER_ARGS]
         log = (log_dir or cache_dir) / f"calibrate-{sig.replace(' ', '_').replace('/', '-')}.log"
         srv = server(args, log)
         t0 = time.monotonic()
@@ -97,15 +178,45 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
             while True:
                 found = find_calibration(sig, gpu_name, [cache_dir])
                 if found is not None:
-                    results[sig] = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
+                    result = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
                     if measure_overhead:
-                        results[sig] += f"; {record_request_overhead(srv, found[1])}"
-                    break
+                        result += f"; {record_request_overhead(srv, found[1])}"
+                    return result, found[1]
                 if srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
-                    results[sig] = f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; see {log}"
-                    break
+                    return f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; see {log}", None
                 time.sleep(1.0)
         finally:
             srv.stop()
+
+    results = {}
+    for sig, shard in shards_needed(hf, n_gpus).items():
+        overrides = shard.override_args(shapes)
+        fit = layers_that_fit(hf, shard, gpu_bytes)
+        found = find_calibration(sig, gpu_name, [cache_dir])
+        if found is not None:
+            results[sig] = f"cached {found[1]}"
+        elif unservable(hf, shard):
+            results[sig] = f"failed: {unservable(hf, shard)}"
+        elif fit == shapes.layers:
+            results[sig] = serve(sig, overrides)[0]
+        elif fit < 2:
+            results[sig] = f"failed: not even {fit} decoder layer(s) of this shard fit one GPU of {gpu_bytes / GIB:.0f} GiB"
+        else:
+            parts = []
+            for n in (fit // 2, fit):
+                cfg = {**hf.get("text_config", hf), **overrides, "num_hidden_layers": n}
+                part_sig = model_signature(cfg, 1)
+                parts.append((n, part_sig, *serve(part_sig, {**overrides, "num_hidden_layers": n})))
+                print(f"sgl-sidp plan calibrate: {part_sig} (for {sig}): {parts[-1][2]}", file=sys.stderr, flush=True)
+            if any(p[3] is None for p in parts):
+                results[sig] = f"failed: {next(p[2] for p in parts if p[3] is None)}"
+            else:
+                (n0, _, _, f0), (n1, _, _, f1) = parts
+                far = json.loads(f1.read_text())
+                cal = extrapolate_layers(find_calibration(parts[0][1], gpu_name, [cache_dir])[0],
+                                         find_calibration(parts[1][1], gpu_name, [cache_dir])[0], n0, n1, shapes.layers, sig)
+                key = CalibrationKey(**{**far["key"], "model": sig})
+                out = CalibrationCache(cache_dir).put(key, cal)
+                results[sig] = f"extrapolated from {n0} and {n1} layers {out}"
         print(f"sgl-sidp plan calibrate: {sig}: {results[sig]}", file=sys.stderr, flush=True)
     return results

@@ -20,11 +20,14 @@ What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.manag
 What it leaves out: the overlap scheduler's CPU time (an iteration lasts its forward), mixed chunks, priorities,
 retraction of a request mid-prefill, the tokenizer and detokenizer, and eviction below a block.
 
-How it runs (an hour-long trace in a fraction of a second besides the step-time functions' own): an iteration costs
+How it runs (an hour-long trace of 12,000 requests, one configuration, in about half a second): an iteration costs
 O(1) besides the requests it admits, finishes or retracts. Running sums stand for the sums over the running batch
 SGLang takes (where an admission comes within 1e-9 of the line, the reserved tokens are summed request by request as
-`PrefillAdder` does, so the floats are SGLang's order of operations); `decode_ms` is called once per distinct (batch,
-mean context); and between two arrivals each DP replica runs on its own (`ReplicaSim.advance`).
+`PrefillAdder` does, so the floats are SGLang's order of operations). Decode steps that admit, finish, retract and
+evict nothing but whole blocks run many at a time (`ReplicaSim._decodes`): one call of the step times per run of
+steps of equal time (`StepTimes.decode_run`: the planner's round the context to 32 tokens), the clock summed a step
+at a time (the same floats as one step at a time), the sums moved once. DP replicas share nothing: with round-robin
+routing each runs through its own requests on its own (`simulate`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
-import itertools
 import math
 from typing import Callable, Sequence
 
@@ -42,6 +44,20 @@ MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 BLOCK_TOKENS = 512
 _TIE = 1e-9  # relative: closer than this to the admission line, the reserved tokens are summed per request
+_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS  # per decode step
+
+
+def _ratios() -> tuple[float, ...]:
+    """`new_token_ratio` after 0, 1, 2... decode steps since its reset, decayed one step at a time as `_decode` does
+    (the same floats), down to MIN_NEW_TOKEN_RATIO."""
+    out = [INIT_NEW_TOKEN_RATIO]
+    while out[-1] > MIN_NEW_TOKEN_RATIO:
+        out.append(max(MIN_NEW_TOKEN_RATIO, out[-1] - _RATIO_DECAY))
+    return tuple(out)
+
+
+_RATIOS = _ratios()
+_RATIO_STEPS = {r: i for i, r in enumerate(_RATIOS)}  # ratio -> decode steps since its reset (it is one of _RATIOS)
 
 
 @dataclasses.dataclass
@@ -90,11 +106,18 @@ class StepTimes:
     request's (new tokens, tokens already in its KV) in the prefill batch.
 
     Both must be pure functions of their arguments: a `ReplicaSim` calls `decode_ms` once per distinct (batch, mean
-    context) and reuses the result."""
+    context) and reuses the result.
+
+    `decode_run(batch, mean context) -> (ms, steps)`, optional, is `decode_ms` and for how many decode steps it
+    stays the same as the mean context grows by one token a step (`decode_ms(batch, context + i) == ms` for every
+    0 <= i < steps; steps >= 1): step times that round the context (`steps.StepModel`) let the simulation ask once
+    per run of equal steps instead of once per step. Where it is given, the simulation calls it instead of
+    `decode_ms`."""
 
     def __init__(self, decode_ms: Callable[[int, float], float],
-                 prefill_ms: Callable[[Sequence[tuple[int, int]]], float]):
-        self.decode_ms, self.prefill_ms = decode_ms, prefill_ms
+                 prefill_ms: Callable[[Sequence[tuple[int, int]]], float],
+                 decode_run: Callable[[int, float], tuple[float, int]] | None = None):
+        self.decode_ms, self.prefill_ms, self.decode_run = decode_ms, prefill_ms, decode_run
 
 
 class RadixBlocks:
@@ -113,39 +136,34 @@ class RadixBlocks:
 
     def hit(self, hash_ids: Sequence[int] | None) -> int:
         """Cached prompt tokens: the leading blocks present (touched as used)."""
-        n = 0
+        n, blocks = 0, self.blocks
         for h in hash_ids or ():
-            if h not in self.blocks:
+            if h not in blocks:
                 break
-            self.blocks.move_to_end(h)
+            blocks.move_to_end(h)
             n += 1
         if n:
             self.version += 1
         return n * BLOCK_TOKENS
 
     def insert(self, hash_ids: Sequence[int] | None) -> None:
+        """Add the blocks, or touch those present: they become the most recently used, in their order."""
+        blocks, touch = self.blocks, self.blocks.move_to_end
         for h in hash_ids or ():
-            self.blocks[h] = None
-            self.blocks.move_to_end(h)
+            if h in blocks:
+                touch(h)
+            else:
+                blocks[h] = None  # a new key goes last
         if hash_ids:
             self.version += 1
 
     def evict(self, tokens: int) -> None:
+        """Drop the least recently used blocks that hold `tokens` (all of them if they hold fewer)."""
         if tokens > 0 and self.blocks:
             self.version += 1
-        while tokens > 0 and self.blocks:
-            self.blocks.popitem(last=False)
-            tokens -= BLOCK_TOKENS
-
-
-class _Running:
-    """A running request, and the decode step count at which its `decoded` and `held` were last brought up to date
-    (every decode step adds one to both, for every running request: they are written when read)."""
-
-    __slots__ = ("req", "since")
-
-    def __init__(self, req: SimRequest, since: int):
-        self.req, self.since = req, since
+        k, pop = -(-tokens // BLOCK_TOKENS), self.blocks.popitem  # ceil(tokens / BLOCK_TOKENS) blocks
+        for _ in range(k if k < len(self.blocks) else len(self.blocks)):
+            pop(False)  # the least recently used
 
 
 class ReplicaSim:
@@ -158,7 +176,8 @@ class ReplicaSim:
     Every iteration costs O(1) besides the requests it admits, finishes or retracts: the running batch's sums
     (contexts, remaining outputs clipped at 4,096) are kept up to date, the running requests' `decoded` and `held`
     are written when they finish, are retracted or `running` is read, and a waiting request that did not fit is not
-    looked up in the radix cache again while the cache is unchanged.
+    looked up in the radix cache again while the cache is unchanged. `step` runs one iteration; `advance` runs them
+    up to a time, the decode steps between two events many at a time (`_decodes`, `_quiet_decodes`).
     """
 
     def __init__(self, limits: ReplicaLimits, times: StepTimes):
@@ -169,8 +188,11 @@ class ReplicaSim:
         self.cache = RadixBlocks()
         self.used = 0  # KV tokens held by running (and chunked) requests
         self.ratio = INIT_NEW_TOKEN_RATIO
-        self.iterations = collections.Counter()
-        self._running: dict[int, _Running] = {}  # join number -> running request, in the order they joined
+        self._prefills = self._decodes_run = 0  # iterations run (`iterations`)
+        # join number -> (running request, the decode step count at which its `decoded` and `held` were last brought
+        # up to date: every decode step adds one to both, for every running request, so they are written when read),
+        # in the order they joined
+        self._running: dict[int, tuple[SimRequest, int]] = {}
         self._joins = 0  # join numbers handed out
         self._steps = 0  # decode steps run
         self._ctx_sum = 0  # tokens: sum of the running requests' input_len + decoded
@@ -180,179 +202,204 @@ class ReplicaSim:
         self._unclip: list[tuple[int, int]] = []  # heap of (decode step after which CLIP are left, join number)
         self._hit_memo: tuple[SimRequest, int, int] | None = None  # (request, cache version after its hit, tokens)
         self._decode_memo: dict[tuple[int, float], float] = {}  # (batch, mean context) -> decode_ms
+        # (batch, mean context) -> (ms, steps): the decode step's time and for how many steps it stays the same
+        self._decode_run = times.decode_run or self._decode_one
+
+    @property
+    def iterations(self) -> collections.Counter:
+        """Iterations run, by kind: "prefill", "decode" (a new Counter, without kinds not run)."""
+        return +collections.Counter(prefill=self._prefills, decode=self._decodes_run)
 
     @property
     def running(self) -> list[SimRequest]:
         """The running requests, in the order they joined the batch (a new list; its `decoded` and `held` up to
         date)."""
-        for run in self._running.values():
-            self._sync(run)
-        return [run.req for run in self._running.values()]
+        running, steps = self._running, self._steps
+        for j, (req, since) in running.items():
+            req.decoded += steps - since
+            req.held += steps - since
+            running[j] = (req, steps)
+        return [req for req, _ in running.values()]
 
     # ------------------------------------------------------------------ KV
-    def _free(self) -> int:
-        return self.limits.kv_tokens - self.used - self.cache.tokens
-
-    def _take(self, tokens: int) -> None:
-        """Hold `tokens` more, evicting cached blocks where the free pool is short."""
-        short = tokens - self._free()
-        if short > 0:
-            self.cache.evict(short)
-        self.used += tokens
-
+    # A forward takes its tokens from the free pool (kv_tokens - used - cached blocks' tokens), evicting cached blocks
+    # where that is short: `short = tokens - free; if short > 0: cache.evict(short); used += tokens`, written out
+    # where it runs.
     def _reserved(self) -> float:
         """The running requests' reserved decode tokens, summed one request at a time as `PrefillAdder` does."""
         return sum(min(r.output_len - r.decoded, CLIP_MAX_NEW_TOKENS) * self.ratio for r in self.running)
 
     # ------------------------------------------------------------------ running batch
-    def _sync(self, run: _Running) -> None:
-        steps = self._steps - run.since
-        if steps:
-            run.req.decoded += steps
-            run.req.held += steps
-            run.since = self._steps
-
     def _join(self, req: SimRequest) -> None:
-        j = self._joins
+        j, steps = self._joins, self._steps
         self._joins += 1
-        self._running[j] = _Running(req, self._steps)
+        self._running[j] = (req, steps)
         self._ctx_sum += req.input_len + req.decoded
         left = req.output_len - req.decoded
-        self._out_sum += min(left, CLIP_MAX_NEW_TOKENS)
         if left > CLIP_MAX_NEW_TOKENS:
+            self._out_sum += CLIP_MAX_NEW_TOKENS
             self._clipped += 1
-            heapq.heappush(self._unclip, (self._steps + left - CLIP_MAX_NEW_TOKENS, j))
-        heapq.heappush(self._finish, (self._steps + left, j))
+            heapq.heappush(self._unclip, (steps + left - CLIP_MAX_NEW_TOKENS, j))
+        else:
+            self._out_sum += left
+        heapq.heappush(self._finish, (steps + left, j))
 
     def _leave(self, j: int) -> SimRequest:
         """Take running request `j` out of the batch and its sums, its `decoded` and `held` up to date."""
-        run = self._running.pop(j)
-        self._sync(run)
-        req = run.req
+        req, since = self._running.pop(j)
+        req.decoded += self._steps - since
+        req.held += self._steps - since
         self._ctx_sum -= req.input_len + req.decoded
         left = req.output_len - req.decoded
-        self._out_sum -= min(left, CLIP_MAX_NEW_TOKENS)
         if left > CLIP_MAX_NEW_TOKENS:
+            self._out_sum -= CLIP_MAX_NEW_TOKENS
             self._clipped -= 1
+        else:
+            self._out_sum -= left
         return req
-
-    def _cached_tokens(self, req: SimRequest) -> int:
-        """`self.cache.hit(req.hash_ids)`; a repeat for the same request with the cache unchanged since is skipped
-        (it would find the same blocks and leave their order as it is)."""
-        memo = self._hit_memo
-        if memo is not None and memo[0] is req and memo[1] == self.cache.version:
-            return memo[2]
-        tokens = self.cache.hit(req.hash_ids)
-        self._hit_memo = (req, self.cache.version, tokens)
-        return tokens
 
     # ------------------------------------------------------------------ iterations
     def _admission_need(self, req: SimRequest) -> int:
         """KV tokens `req` needs to be admitted: its uncached prompt + min(output, 4,096) + 1 (its cached prefix looked
-        up, and set as its `cached` and `prefilled`)."""
-        req.cached = min(self._cached_tokens(req), req.input_len - 1)
-        req.prefilled = req.cached
-        return req.input_len - req.cached + min(req.output_len, CLIP_MAX_NEW_TOKENS) + 1
+        up, and set as its `cached` and `prefilled`).
+
+        The lookup is `self.cache.hit(req.hash_ids)`, but a repeat for the same request with the cache unchanged
+        since is skipped (it would find the same blocks and leave their order as it is)."""
+        memo, cache = self._hit_memo, self.cache
+        if memo is not None and memo[0] is req and memo[1] == cache.version:
+            tokens = memo[2]
+        else:
+            tokens = cache.hit(req.hash_ids)
+            self._hit_memo = (req, cache.version, tokens)
+        # (comparisons, not min(): a builtin call costs several times more, and this runs for every admission)
+        cached = req.cached = req.prefilled = tokens if tokens < req.input_len - 1 else req.input_len - 1
+        out = req.output_len
+        return req.input_len - cached + (out if out < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS) + 1
 
     def _prefill_batch(self) -> list[tuple[SimRequest, int]]:
         """(request, new tokens) of the next prefill batch, admitted as `PrefillAdder` does; [] if none fits."""
-        batch, chunk, budget = [], self.limits.chunked_prefill, self.limits.max_prefill_tokens
-        running, max_running = len(self._running), self.limits.max_running
-        base = self.limits.kv_tokens - self.used  # free + evictable KV tokens
+        limits, chunked = self.limits, self.chunked
+        chunk, budget = limits.chunked_prefill, limits.max_prefill_tokens
+        room = limits.max_running - len(self._running)  # requests the batch may take
+        if room <= 0 or chunk <= 0 or budget <= 0:
+            return []
+        batch = []
+        if chunked is not None:  # the chunked prompt goes on first, admitted already
+            take = chunked.input_len - chunked.prefilled
+            if take >= chunk:
+                return [(chunked, chunk)]  # still chunked (or just done), last in its batch
+            batch.append((chunked, take))
+            chunk -= take
+            budget -= take
+        base = limits.kv_tokens - self.used  # free + evictable KV tokens
         reserved = self.ratio * self._out_sum
         # rem_total as PrefillAdder computes it, but with the reserved tokens as one product instead of a sum of one
         # product per running request: they differ in the last bits only, so where an admission is that close to
         # the line the per-request sum is taken and the admissions so far are replayed on it.
-        rem_total, needs = base - reserved, []
-        for req in itertools.chain((self.chunked,) if self.chunked else (), self.waiting):
-            if running + len(batch) >= max_running or chunk <= 0 or budget <= 0:
+        rem_total, margin = base - reserved, _TIE * (abs(base) + reserved + 1.0)
+        for req in self.waiting:
+            if len(batch) >= room or chunk <= 0 or budget <= 0:
                 break
-            if req is not self.chunked:
-                need = self._admission_need(req)
-                if needs is not None and abs(need - rem_total) <= _TIE * (abs(base) + reserved + 1.0):
-                    rem_total = base - self._reserved()
-                    for n in needs:
-                        rem_total -= n
-                    needs = None
-                if need >= rem_total:
-                    break
-                rem_total -= need
-                if needs is not None:
-                    needs.append(need)
-            take = min(req.input_len - req.prefilled, chunk)
-            batch.append((req, take))
-            chunk -= take
-            budget -= take
-            if req.prefilled + take < req.input_len:
+            need = self._admission_need(req)
+            if abs(need - rem_total) <= margin:  # (once replayed, margin is -1: no more)
+                rem_total, margin = base - self._reserved(), -1.0
+                for r, _ in batch:
+                    if r is not chunked:  # its need, as `_admission_need` computed it
+                        rem_total -= r.input_len - r.cached + min(r.output_len, CLIP_MAX_NEW_TOKENS) + 1
+            if need >= rem_total:
+                break
+            rem_total -= need
+            left = req.input_len - req.prefilled
+            if left > chunk:
+                batch.append((req, chunk))
                 break  # one chunked request at a time, last in its batch
+            batch.append((req, left))
+            chunk -= left
+            budget -= left
         return batch
-
-    def _head_waits(self) -> bool:
-        """Whether the first waiting request does not fit (`_prefill_batch` would return []), when nothing is
-        chunked and the running batch and prefill limits leave room for it."""
-        need = self._admission_need(self.waiting[0])
-        base = self.limits.kv_tokens - self.used
-        reserved = self.ratio * self._out_sum
-        rem_total = base - reserved
-        if abs(need - rem_total) <= _TIE * (abs(base) + reserved + 1.0):
-            rem_total = base - self._reserved()
-        return need >= rem_total
 
     def step(self) -> bool:
         """Run one iteration at the current clock; False when there was nothing to run."""
         batch = self._prefill_batch() if (self.waiting or self.chunked) else []
-        if not batch and not self._running and not self.chunked and self.waiting:
-            self.waiting.popleft().rejected = True  # it can never fit, even alone
-            return True
         if batch:
-            self.clock += self.times.prefill_ms([(t, r.prefilled) for r, t in batch]) / 1e3
-            self.iterations["prefill"] += 1
-            chunked, self.chunked = self.chunked, None
-            for req, take in batch:
-                if req is not chunked:
-                    self.waiting.popleft()  # the batch's waiting requests are the head of the queue, in order
-                self._take(take)
-                req.held += take
-                req.prefilled += take
-                if req.prefilled < req.input_len:
-                    self.chunked = req
-                    continue
-                req.decoded = 1  # the prefill forward samples the first token
-                req.first_token_s = req.first_token_s or self.clock
-                if req.decoded >= req.output_len:
-                    self._finished(req)
-                else:
-                    self._join(req)
+            self._prefill(batch)
             return True
         if not self._running:
-            return False
+            if self.chunked or not self.waiting:
+                return False
+            self.waiting.popleft().rejected = True  # it can never fit, even alone
+            return True
         self._decode()
         return True
 
-    def _decode(self) -> None:
-        """One decode step of every running request (retracting first where the KV cache is short)."""
-        while self.limits.kv_tokens - self.used < len(self._running) and len(self._running) > 1:
-            self._retract()  # fewer free and evictable tokens than running requests
-        n = len(self._running)
-        key = (n, self._ctx_sum / n)  # (batch, mean context)
+    def _prefill(self, batch: list[tuple[SimRequest, int]]) -> None:
+        """Run the prefill forward of `batch` (`_prefill_batch`'s)."""
+        clock = self.clock = self.clock + self.times.prefill_ms([(t, r.prefilled) for r, t in batch]) / 1e3
+        self._prefills += 1
+        chunked, self.chunked = self.chunked, None
+        kv, cache = self.limits.kv_tokens, self.cache
+        for req, take in batch:
+            if req is not chunked:
+                self.waiting.popleft()  # the batch's waiting requests are the head of the queue, in order
+            used = self.used
+            short = take - (kv - used - len(cache.blocks) * BLOCK_TOKENS)  # take `take` tokens
+            if short > 0:
+                cache.evict(short)
+            self.used = used + take
+            req.held += take
+            req.prefilled += take
+            if req.prefilled < req.input_len:
+                self.chunked = req
+                continue
+            req.decoded = 1  # the prefill forward samples the first token
+            req.first_token_s = req.first_token_s or clock
+            if req.output_len <= 1:
+                self._finished(req)
+            else:
+                self._join(req)
+
+    def _decode_one(self, n: int, ctx: float) -> tuple[float, int]:
+        """(`decode_ms(n, ctx)`, 1), each (batch, mean context) asked once: `_decode_run` of step times without
+        `decode_run`."""
+        key = (n, ctx)
         ms = self._decode_memo.get(key)
         if ms is None:
-            ms = self._decode_memo[key] = self.times.decode_ms(*key)
+            ms = self._decode_memo[key] = self.times.decode_ms(n, ctx)
+        return ms, 1
+
+    def _decode(self, ms: float | None = None) -> None:
+        """One decode step of every running request (retracting first where the KV cache is short); `ms`, if given,
+        its time for the running batch as it is."""
+        running = self._running
+        while self.limits.kv_tokens - self.used < len(running) and len(running) > 1:
+            self._retract()  # fewer free and evictable tokens than running requests
+            ms = None
+        n, steps, ctx_sum = len(running), self._steps, self._ctx_sum
+        if ms is None:
+            ms = self._decode_run(n, ctx_sum / n)[0]
         self.clock += ms / 1e3
-        self.iterations["decode"] += 1
-        self._take(n)
-        self._steps += 1
-        self._ctx_sum += n
+        self._decodes_run += 1
+        short = n - (self.limits.kv_tokens - self.used - len(self.cache.blocks) * BLOCK_TOKENS)  # take n tokens
+        if short > 0:
+            self.cache.evict(short)
+        self.used += n
+        steps = self._steps = steps + 1
+        self._ctx_sum = ctx_sum + n
         self._out_sum -= n - self._clipped  # a request with more than CLIP output tokens left reserves CLIP still
-        while self._unclip and self._unclip[0][0] <= self._steps:
-            if heapq.heappop(self._unclip)[1] in self._running:
-                self._clipped -= 1
-        while self._finish and self._finish[0][0] <= self._steps:
-            j = heapq.heappop(self._finish)[1]
-            if j in self._running:  # else retracted since
+        if self._unclip and self._unclip[0][0] <= steps:
+            self._pop_unclipped()
+        finish = self._finish
+        while finish and finish[0][0] <= steps:
+            j = heapq.heappop(finish)[1]
+            if j in running:  # else retracted since
                 self._finished(self._leave(j))
-        step = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS
-        self.ratio = max(MIN_NEW_TOKEN_RATIO, self.ratio - step)
+        self.ratio = max(MIN_NEW_TOKEN_RATIO, self.ratio - _RATIO_DECAY)
+
+    def _pop_unclipped(self) -> None:
+        """Count out of `_clipped` the running requests left with CLIP_MAX_NEW_TOKENS output tokens by now."""
+        while self._unclip and self._unclip[0][0] <= self._steps:
+            if heapq.heappop(self._unclip)[1] in self._running:  # else finished or retracted since
+                self._clipped -= 1
 
     def _finished(self, req: SimRequest) -> None:
         req.finish_s = self.clock
@@ -363,7 +410,7 @@ class ReplicaSim:
     def _retract(self) -> None:
         """Send the running request with the most output (the first of them to join) back to the queue."""
         steps = self._steps
-        j = max(self._running, key=lambda k: self._running[k].req.decoded + steps - self._running[k].since)
+        j = max(self._running, key=lambda k: self._running[k][0].decoded + steps - self._running[k][1])
         victim = self._leave(j)
         self.used -= victim.held
         victim.prefilled = victim.decoded = victim.held = 0
@@ -375,36 +422,184 @@ class ReplicaSim:
         """Run every iteration that starts before `until_s` (s, on this replica's clock), or until there is nothing
         left to run.
 
-        A decode step that admits, finishes, retracts and evicts nothing runs here (what `step` would do, without
-        its general checks); any other iteration through `step`."""
-        limits, running, memo = self.limits, self._running, self._decode_memo
+        Every iteration runs as `step` would run it. Where no prefill can run, decode steps run many at a time:
+        `_decodes` while no request may be admitted (none waits, or there is no room for one), `_quiet_decodes` while
+        the head of the queue waits for KV tokens (the steps that finish or retract requests through `_decode`)."""
+        limits, running = self.limits, self._running
         kv, max_running = limits.kv_tokens, limits.max_running
         prefills = limits.chunked_prefill > 0 and limits.max_prefill_tokens > 0
-        decay = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS
         while self.clock < until_s:
             n = len(running)
-            if (not n  # a prefill, a rejection, or nothing to run
-                    or (self.chunked and n < max_running and prefills)  # the chunked prompt goes on
-                    or (self.waiting and n < max_running and prefills and not self._head_waits())  # admits one
-                    or n > kv - self.used - self.cache.tokens  # retracts, or evicts cached blocks
-                    or self._finish[0][0] <= self._steps + 1):  # a request finishes (or a retracted one's entry)
+            if not n or (self.chunked and n < max_running and prefills):  # a prefill, a rejection, or nothing to run
                 if not (self.waiting or running or self.chunked) or not self.step():
                     return
+            elif self.waiting and n < max_running and prefills:  # the head of the queue may be admitted
+                batch = self._prefill_batch()  # [] where the head of the queue waits (`step` would decode)
+                if batch:
+                    self._prefill(batch)
+                elif n > kv - self.used or self._finish[0][0] <= self._steps + 1:  # retracts or finishes a request
+                    self._decode()
+                else:
+                    self._quiet_decodes(until_s)
+            else:
+                self._decodes(until_s)
+
+    def _decodes(self, until_s: float) -> None:
+        """`advance`'s iterations from the next one while they are decode steps and no request may be admitted (none
+        waiting, or no room for one): up to `until_s`, or until a prefill may run (a finish made room for a waiting
+        request, a retraction queued one) or nothing runs.
+
+        What `_decode` does, step after step, in one loop that keeps the replica's sums in locals (written back on
+        the way out): from one step that finishes a request to the next, the steps in between (quiet: they admit,
+        finish and retract nothing) run as a pass per run of equal step times (`_decode_run`), their sums moved by
+        whole steps at its end; a step that finishes requests runs as `_decode` runs it (`_leave` and `_finished`
+        written out); one that retracts goes through `_decode` itself.
+
+        Each step's time is added to the clock one at a time, as `_decode` adds it, and the ratio is `_RATIOS`'
+        entry for the steps since its reset, so the floats are `_decode`'s. The quiet steps' evictions and the next
+        finishing step's are made at once: each step evicts the least recently used blocks that cover what the free
+        tokens lack for it (`ceil(short / BLOCK_TOKENS)`), and with no lookup or insert in between, that is the
+        oldest ceil((k x n - free) / BLOCK_TOKENS) blocks for k steps, as one eviction of k x n - free tokens takes."""
+        limits, running, waiting, cache = self.limits, self._running, self.waiting, self.cache
+        kv, max_running = limits.kv_tokens, limits.max_running
+        prefills = limits.chunked_prefill > 0 and limits.max_prefill_tokens > 0
+        finish, unclip, decode_run, heappop = self._finish, self._unclip, self._decode_run, heapq.heappop
+        last_ratio = len(_RATIOS) - 1
+        clock, used, steps, ctx_sum, out, clipped = (self.clock, self.used, self._steps, self._ctx_sum, self._out_sum,
+                                                     self._clipped)
+        decays, ran = _RATIO_STEPS[self.ratio], 0  # decode steps since the ratio's reset; run here
+        while clock < until_s:
+            n = len(running)
+            if not n or ((self.chunked or waiting) and n < max_running and prefills):
+                break
+            if n > kv - used:  # retracts first: through `_decode`, the sums written back and read again
+                self.clock, self.used, self._steps, self._ctx_sum, self._out_sum, self._clipped = (
+                    clock, used, steps, ctx_sum, out, clipped)
+                self.ratio = _RATIOS[min(decays, last_ratio)]
+                self._decode()
+                clock, used, steps, ctx_sum, out, clipped = (self.clock, self.used, self._steps, self._ctx_sum,
+                                                             self._out_sum, self._clipped)
+                decays = _RATIO_STEPS[self.ratio]  # (`_decode` counted its iteration)
                 continue
-            key = (n, self._ctx_sum / n)  # (batch, mean context)
-            ms = memo.get(key)
-            if ms is None:
-                ms = memo[key] = self.times.decode_ms(*key)
-            self.clock += ms / 1e3
-            self.iterations["decode"] += 1
-            self.used += n
-            self._steps += 1
-            self._ctx_sum += n
-            self._out_sum -= n - self._clipped
-            while self._unclip and self._unclip[0][0] <= self._steps:
-                if heapq.heappop(self._unclip)[1] in running:
-                    self._clipped -= 1
-            self.ratio = max(MIN_NEW_TOKEN_RATIO, self.ratio - decay)
+            # quiet steps, up to the step after which a request finishes or comes down to CLIP_MAX_NEW_TOKENS output
+            # tokens left (the heaps' first entries), the last one the KV pool covers without retracting, until_s
+            # (comparisons, not min(): a builtin call costs several times more, and this runs for every event)
+            limit, covered = finish[0][0] - steps - 1, (kv - used - n) // n + 1
+            if covered < limit:
+                limit = covered
+            if unclip and unclip[0][0] - steps < limit:
+                limit = unclip[0][0] - steps
+            done, run_end, free = 0, 0, kv - used - len(cache.blocks) * BLOCK_TOKENS
+            while done < limit and clock < until_s:  # a pass per run of equal step times
+                ms, run = decode_run(n, (ctx_sum + done * n) / n)
+                dt, run_end = ms / 1e3, done + run
+                for done in range(done + 1, (run_end if run_end < limit else limit) + 1):
+                    clock += dt
+                    if clock >= until_s:
+                        break
+            if done:
+                used += done * n
+                steps += done
+                ctx_sum += done * n
+                out -= done * (n - clipped)  # a request with more than CLIP output tokens left reserves CLIP still
+                decays += done
+                ran += done
+                while unclip and unclip[0][0] <= steps:  # `_pop_unclipped`
+                    if heappop(unclip)[1] in running:
+                        clipped -= 1
+            # next, unless it is time, more quiet steps come first (an unclip) or a retraction: the step after which
+            # a request finishes (or a retracted one's entry is dropped)
+            finishing = clock < until_s and finish[0][0] <= steps + 1 and n <= kv - used
+            if (done + finishing) * n > free:  # the steps' evictions (see above)
+                cache.evict((done + finishing) * n - free)
+            if not finishing:
+                continue
+            if not (done and done < run_end):  # (else it is in the run of equal times the quiet steps were in)
+                ms = decode_run(n, ctx_sum / n)[0]
+            clock += ms / 1e3
+            used += n
+            steps += 1
+            ctx_sum += n
+            out -= n - clipped
+            decays += 1
+            ran += 1
+            while unclip and unclip[0][0] <= steps:  # `_pop_unclipped`
+                if heappop(unclip)[1] in running:
+                    clipped -= 1
+            while finish and finish[0][0] <= steps:
+                j = heappop(finish)[1]
+                if j not in running:  # retracted since
+                    continue
+                req, since = running.pop(j)  # `_leave`
+                req.decoded += steps - since
+                req.held += steps - since
+                ctx_sum -= req.input_len + req.decoded
+                left = req.output_len - req.decoded
+                if left > CLIP_MAX_NEW_TOKENS:
+                    out -= CLIP_MAX_NEW_TOKENS
+                    clipped -= 1
+                else:
+                    out -= left
+                req.finish_s = clock  # `_finished`
+                used -= req.held
+                req.held = 0
+                cache.insert(req.hash_ids)
+        self.clock, self.used, self._steps, self._ctx_sum, self._out_sum, self._clipped = (
+            clock, used, steps, ctx_sum, out, clipped)
+        self.ratio = _RATIOS[min(decays, last_ratio)]
+        self._decodes_run += ran
+
+    def _quiet_decodes(self, until_s: float) -> None:
+        """Decode steps that admit, finish and retract nothing while the head of the queue waits for KV tokens (with
+        room for it in the batch), from the next one, which `advance` found to be one: what `_decode` would do, step
+        after step (evicting cached blocks where the free tokens fall short), without its checks.
+
+        They run up to the first of: the step after which a request finishes or comes down to CLIP_MAX_NEW_TOKENS
+        output tokens left (the heaps' first entries); the last step the free and evictable KV tokens cover without
+        retracting; a clock at or past `until_s`; a step before which the head of the queue fits (`_prefill_batch`'s
+        test of the head, redone before each step from the running sums, the head looked up in the cache again
+        after an eviction, as `_prefill_batch` would; a test within the tie margin stops them too, for `advance` to
+        decide exactly). The floats are `_decode`'s, as in `_decodes`."""
+        n, steps, kv, cache = len(self._running), self._steps, self.limits.kv_tokens, self.cache
+        used, ctx_sum, out = self.used, self._ctx_sum, self._out_sum
+        limit = min(self._finish[0][0] - steps - 1,  # a request finishes after step limit + 1
+                    (kv - used - n) // n + 1)  # the KV pool, free and evictable, covers `limit` steps
+        if self._unclip:
+            limit = min(limit, self._unclip[0][0] - steps)  # ends on the step after which it is popped
+        dec = n - self._clipped  # reserved tokens one step takes off `_out_sum`
+        since_reset, last_ratio = _RATIO_STEPS[self.ratio], len(_RATIOS) - 1
+        free = kv - used - len(cache.blocks) * BLOCK_TOKENS  # free tokens before the next step
+        head = self.waiting[0]
+        need, version = self._admission_need(head), cache.version
+        clock, done, run = self.clock, 0, 0  # run: steps left at the decode time `dt`
+        while done < limit and clock < until_s:
+            if done:  # `_prefill_batch`'s test of the head (`advance` ran it before the first step)
+                if cache.version != version:  # evicted since the head's lookup
+                    need, version = self._admission_need(head), cache.version
+                base = kv - (used + done * n)
+                decays = since_reset + done
+                reserved = _RATIOS[decays if decays < last_ratio else last_ratio] * (out - done * dec)
+                rem_total = base - reserved
+                if need < rem_total or abs(need - rem_total) <= _TIE * (abs(base) + reserved + 1.0):
+                    break
+            if free < n:  # as a step taking its tokens evicts
+                cache.evict(n - free)
+                free = kv - (used + done * n) - len(cache.blocks) * BLOCK_TOKENS
+            if not run:
+                ms, run = self._decode_run(n, (ctx_sum + done * n) / n)
+                dt = ms / 1e3
+            clock += dt
+            done += 1
+            run -= 1
+            free -= n
+        self.clock, self.ratio = clock, _RATIOS[min(since_reset + done, last_ratio)]
+        self._decodes_run += done
+        self.used = used + done * n
+        self._steps = steps + done
+        self._ctx_sum = ctx_sum + done * n
+        self._out_sum = out - done * dec
+        if self._unclip and self._unclip[0][0] <= self._steps:
+            self._pop_unclipped()
 
 
 def simulate(requests: Sequence[SimRequest], replicas: Sequence[ReplicaSim],
@@ -415,17 +610,36 @@ def simulate(requests: Sequence[SimRequest], replicas: Sequence[ReplicaSim],
 
     A request is routed once every replica has run each iteration that starts before it arrives (a request arriving
     at the clock of a replica's next iteration is queued before that iteration); replicas share nothing else, so
-    each runs on its own between arrivals."""
+    each runs on its own between arrivals. Round robin reads no replica's state: there each replica runs through its
+    own requests on its own, one replica after the other (running a replica up to an arrival that is not its own and
+    on from there is the same as running it on without stopping)."""
     pending = sorted(requests, key=lambda r: r.arrival_s)
-    for rr, req in enumerate(pending):
+    if route is None:
+        for i, rep in enumerate(replicas):
+            for req in pending[i::len(replicas)]:  # (`_arrive`, written out)
+                if rep.clock < req.arrival_s:
+                    rep.advance(req.arrival_s)
+                    if rep.clock < req.arrival_s:
+                        rep.clock = req.arrival_s
+                rep.waiting.append(req)
+            rep.advance()
+        return requests
+    for req in pending:
         for rep in replicas:
-            rep.advance(req.arrival_s)
-        target = replicas[route(req, replicas) if route else rr % len(replicas)]
-        target.clock = max(target.clock, req.arrival_s)
-        target.waiting.append(req)
+            if rep.clock < req.arrival_s:  # else it has nothing to run before the arrival
+                rep.advance(req.arrival_s)
+        _arrive(replicas[route(req, replicas)], req)
     for rep in replicas:
         rep.advance()
     return requests
+
+
+def _arrive(rep: ReplicaSim, req: SimRequest) -> None:
+    """Queue `req` at `rep` once `rep` has run every iteration that starts before it arrives."""
+    if rep.clock < req.arrival_s:
+        rep.advance(req.arrival_s)
+    rep.clock = max(rep.clock, req.arrival_s)
+    rep.waiting.append(req)
 
 
 def summarize(requests: Sequence[SimRequest]) -> dict:
@@ -434,16 +648,19 @@ def summarize(requests: Sequence[SimRequest]) -> dict:
 
     done = [r for r in requests if r.finish_s is not None]
     if not done:
-        return {"requests": 0, "rejected": sum(r.rejected for r in requests)}
-    start = min(r.arrival_s for r in requests)
-    makespan = max(r.finish_s for r in done) - start
-    ttft = np.array([r.ttft_s for r in done]) * 1e3
-    tpot = np.array([r.tpot_s for r in done if r.output_len > 1] or [0.0]) * 1e3
-    e2e = np.array([r.finish_s - r.arrival_s for r in done]) * 1e3
-    out_tokens = sum(r.output_len for r in done)
+        return {"requests": 0, "rejected": sum([r.rejected for r in requests])}
+    start = min([r.arrival_s for r in requests])
+    arrival, first = np.array([r.arrival_s for r in done]), np.array([r.first_token_s for r in done])
+    finish, out = np.array([r.finish_s for r in done]), np.array([r.output_len for r in done])
+    makespan = float(finish.max()) - start
+    ttft = (first - arrival) * 1e3  # SimRequest.ttft_s, element by element (the same floats)
+    several = out > 1
+    tpot = ((finish - first)[several] / (out[several] - 1) if several.any() else np.zeros(1)) * 1e3  # .tpot_s
+    e2e = (finish - arrival) * 1e3
+    out_tokens, prompt_tokens = int(out.sum()), sum([r.input_len for r in done])
+    p50, p99 = (lambda a: float(np.percentile(a, 50))), (lambda a: float(np.percentile(a, 99)))
     return {"requests": len(done), "makespan_s": makespan,
-            "total_tok_s": (out_tokens + sum(r.input_len for r in done)) / makespan, "output_tok_s": out_tokens / makespan,
-            "ttft_ms_p50": float(np.percentile(ttft, 50)), "ttft_ms_p99": float(np.percentile(ttft, 99)),
-            "tpot_ms_p50": float(np.percentile(tpot, 50)), "tpot_ms_p99": float(np.percentile(tpot, 99)),
-            "e2e_ms_p50": float(np.percentile(e2e, 50)), "e2e_ms_p99": float(np.percentile(e2e, 99)),
-            "retractions": sum(r.retractions for r in requests), "rejected": sum(r.rejected for r in requests)}
+            "total_tok_s": (out_tokens + prompt_tokens) / makespan, "output_tok_s": out_tokens / makespan,
+            "ttft_ms_p50": p50(ttft), "ttft_ms_p99": p99(ttft), "tpot_ms_p50": p50(tpot), "tpot_ms_p99": p99(tpot),
+            "e2e_ms_p50": p50(e2e), "e2e_ms_p99": p99(e2e),
+            "retractions": sum([r.retractions for r in requests]), "rejected": sum([r.rejected for r in requests])}

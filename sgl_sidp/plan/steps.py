@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import Mapping
 
@@ -57,6 +58,9 @@ GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 
 #: Where one source's egress saturates when several readers pull from it at once (GB/s, H200, measured by ZeroDP:
 #: benchmarks/results/zerodp/README.md); the peer-copy entry of the interconnect table is one idle pair's rate.
 SOURCE_EGRESS_GBPS = 350.0
+
+#: prefills of at least this many tokens fix the prefill fit (`ShardClock.prefill_fit`); smaller ones its floor
+PREFILL_FIT_FROM = 512
 
 #: decode steps are predicted at contexts rounded to this many tokens (`StepModel.decode_ms`)
 CONTEXT_STEP = 32
@@ -82,22 +86,61 @@ def find_calibration(signature: str, gpu_name: str, dirs: list[Path] | None = No
     return None
 
 
-def request_overhead_ms(gpu_name: str, dirs: list[Path] | None = None) -> tuple[float, str]:
-    """(ms, where from) a request spends outside forwards before its first token on this GPU kind (HTTP server,
-    tokenizer manager, scheduler, detokenizer): the median of what `plan calibrate` measured with each shard it
-    served (`calibrate.record_request_overhead`, in the cached or bundled entries); (0.0, "not measured") if none."""
-    import statistics
-
-    found = []
+def _entries_of_kind(gpu_name: str, dirs: list[Path] | None):
+    """The cached or bundled calibration entries (`{"key", "calibration", ...}`) measured on `gpu_name`'s kind."""
     for _, data in calibration_files(dirs if dirs is not None else [default_cache_dir(), BUNDLED_DIR]):
         try:
             if gpu_kind(str(data["calibration"]["gpu"])) == gpu_kind(gpu_name):
-                found.append(float(data["request_overhead_ms"]["median_ms"]))
+                yield data
+        except (KeyError, TypeError):
+            continue
+
+
+def model_part(signature: str) -> str:
+    """The words of a shard signature that name the model, not the shard: architecture, layers, experts, hidden size
+    ("Qwen3ForCausalLM L36 H4096 I6144 A16/4 tp1" -> "Qwen3ForCausalLM L36 H4096")."""
+    words = signature.split()
+    hidden = next((i for i, w in enumerate(words) if w.startswith("H") and w[1:].isdigit()), len(words) - 1)
+    return " ".join(words[:hidden + 1])
+
+
+def request_overhead_ms(gpu_name: str, dirs: list[Path] | None = None, model: str | None = None) -> tuple[float, str]:
+    """(ms, where from) a request spends outside forwards before its first token on this GPU kind (HTTP server,
+    tokenizer manager, scheduler, detokenizer): the median of what `plan calibrate` measured with each shard it
+    served (`calibrate.record_request_overhead`, in the cached or bundled entries), over the shards of `model` (a
+    signature's `model_part`) where any has it (it grows with the model: 4-6 ms for Qwen3-8B on H200, 8-18 ms for
+    Llama-3.1-70B), else over every shard of this GPU kind; (0.0, "not measured") if none."""
+    import statistics
+
+    found = {}
+    for data in _entries_of_kind(gpu_name, dirs):
+        try:
+            found[str(data["calibration"]["model"])] = float(data["request_overhead_ms"]["median_ms"])
         except (ValueError, KeyError, TypeError):
             continue
+    own = [v for sig, v in found.items() if model is not None and model_part(sig) == model_part(model)]
+    if own:
+        return statistics.median(own), f"median of {len(own)} of this model's shards' client TTFT less their prefill"
     if not found:
         return 0.0, "not measured"
-    return statistics.median(found), f"median of {len(found)} shards' client TTFT less their calibrated prefill"
+    return statistics.median(found.values()), f"median of {len(found)} shards' client TTFT less their calibrated prefill"
+
+
+def host_time_alone_ms(gpu_name: str, dirs: list[Path] | None = None) -> float | None:
+    """What a decode forward timed alone adds over one in a pipeline of forwards on this GPU kind (ms): the host's
+    preparation of the step, which SGLang's overlap scheduler hides behind the previous step. The median, over every
+    point of the calibrations measured both ways (`decode_timing` "pipelined" with `decode_ms_alone`), of the
+    difference; None if there are none. `Calibration.pipelined` takes it off tables timed alone (measured before
+    pipelined timing): 0.34 ms on H200 (126 points, 2026-11-24)."""
+    import statistics
+
+    diffs = []
+    for data in _entries_of_kind(gpu_name, dirs):
+        cal = data["calibration"]
+        if cal.get("decode_timing") == "pipelined" and "extrapolated" not in str(cal.get("source", "")):
+            alone = cal.get("decode_ms_alone", {})
+            diffs += [float(alone[b]) - float(ms) for b, ms in cal.get("decode_ms", {}).items() if b in alone]
+    return statistics.median(diffs) if diffs else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,16 +154,27 @@ class ShardClock:
 
     cal: Calibration
     kv_bytes_per_token: int
+    #: `decode_ms`'s answers, (batch, whole context) -> ms: each computed once, for every `StepModel` given an equal
+    #: clock (`shared_clock`; a planning run asks the same shards, under several configurations, for thousands)
+    _decode_memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def decode_ms(self, batch: float, context: float) -> float:
         """A decode step of `batch` sequences of `context` tokens: the calibration's (`Calibration.decode_step_ms`),
         extended past its largest batch along the slope of its two largest batches."""
-        xs = self.cal.decode_batches
-        step = functools.partial(self.cal.decode_step_ms, context=int(context), kv_bytes_per_token=self.kv_bytes_per_token)
+        key = (batch, int(context))
+        ms = self._decode_memo.get(key)
+        if ms is None:
+            ms = self._decode_memo[key] = self._decode_uncached(batch, int(context))
+        return ms
+
+    def _decode_uncached(self, batch: float, ctx: int) -> float:
+        xs, kv = self.cal.decode_batches, self.kv_bytes_per_token
+        step = self.cal.decode_step_ms
         if batch <= xs[-1] or len(xs) < 2:
-            return step(batch)
-        slope = (step(xs[-1]) - step(xs[-2])) / (xs[-1] - xs[-2])
-        return step(xs[-1]) + slope * (batch - xs[-1])
+            return step(batch, ctx, kv)
+        last = step(xs[-1], ctx, kv)
+        slope = (last - step(xs[-2], ctx, kv)) / (xs[-1] - xs[-2])
+        return last + slope * (batch - xs[-1])
 
     def more_tokens_ms(self, tokens: float, factor: float) -> float:
         """What the linear layers of a forward cost more when `tokens` become `factor` x `tokens` (no KV read: decode
@@ -135,22 +189,53 @@ class ShardClock:
     @functools.cached_property
     def prefill_fit(self) -> tuple[float, float, float]:
         """(c ms, a ms per token, b ms per token^2) of one fresh request of T tokens taking c + a T + b T^2: the
-        linear layers and the causal attention, least squares over the measured one-request prefills (the
-        attention is what makes a batch of short prompts faster than one long prompt of the same tokens)."""
+        linear layers and the causal attention, least squares over the measured one-request prefills of at least
+        `PREFILL_FIT_FROM` tokens where three are (below it a prefill costs about the same whatever its size:
+        `prefill_floor`), else over all (the attention is what makes a batch of short prompts faster than one long
+        prompt of the same tokens)."""
         import numpy as np
 
-        xs = np.array(sorted(self.cal.prefill_ms), dtype=float)
+        sizes = sorted(self.cal.prefill_ms)
+        big = [t for t in sizes if t >= PREFILL_FIT_FROM]
+        xs = np.array(big if len(big) >= 3 else sizes, dtype=float)
         ys = np.array([self.cal.prefill_ms[int(x)] for x in xs])
         coef = np.linalg.lstsq(np.stack([np.ones_like(xs), xs, xs ** 2], 1), ys, rcond=None)[0]
         return tuple(float(max(0.0, v)) for v in coef)
 
+    @functools.cached_property
+    def prefill_floor(self) -> float:
+        """The least a prefill forward costs (ms): the calibration's smallest one-request prefill when it is below
+        `PREFILL_FIT_FROM` tokens (SGLang 0.5.17 runs a 16-token prefill of Qwen3-8B on an H200 in 12.3 ms, a
+        512-token one in 14.3 ms), else 0."""
+        small = min(self.cal.prefill_ms, default=PREFILL_FIT_FROM)
+        return self.cal.prefill_ms[small] if small < PREFILL_FIT_FROM else 0.0
+
     def prefill_ms(self, parts, share: float = 1.0) -> float:
         """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + share x (a x new
-        tokens + b x each request's attention, new x (new + 2 x prefix)) (`prefill_fit`); `share` < 1 when this
-        GPU runs only that part of the tokens' linears and attention (Shift's base configuration: 1/SP)."""
+        tokens + b x each request's attention, new x (new + 2 x prefix)) (`prefill_fit`), at least `prefill_floor`;
+        `share` < 1 when this GPU runs only that part of the tokens' linears and attention (Shift's base
+        configuration: 1/SP)."""
         c, a, b = self.prefill_fit
-        new = sum(n for n, _ in parts)
-        return c + share * (a * new + b * sum(n * (n + 2 * p) for n, p in parts))
+        new = attention = 0
+        for n, p in parts:  # one loop, not two sums of generators: the simulation calls this for every prefill
+            new += n
+            attention += n * (n + 2 * p)
+        return max(self.prefill_floor, c + share * (a * new + b * attention))
+
+
+#: the clocks `StepModel`s were last given, the first of equal ones (with its `decode_ms` memo) standing for all
+_CLOCKS: list[ShardClock] = []
+
+
+def shared_clock(clock: ShardClock) -> ShardClock:
+    """An equal `ShardClock` seen before (same calibration and KV bytes, compared by value), else `clock`: equal
+    clocks give equal times, so `StepModel`s share one and its memo."""
+    for seen in _CLOCKS:
+        if seen == clock:
+            return seen
+    _CLOCKS.append(clock)
+    del _CLOCKS[:-16]
+    return clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,9 +260,17 @@ class StepModel:
 
     def __init__(self, config: Configuration, shapes: ModelShapes, clocks: Mapping[str, ShardClock],
                  ic: Interconnect, elt: int = 2, context: int = 1024):
-        self.config, self.shapes, self.clocks, self.ic, self.elt = config, shapes, dict(clocks), ic, elt
+        self.config, self.shapes, self.ic, self.elt = config, shapes, ic, elt
+        self.clocks = {role: shared_clock(clock) for role, clock in clocks.items()}
         self.context = max(1, int(context))
-        self._decode_memo: dict[tuple, float] = {}
+        # (role, batch, rounded context / CONTEXT_STEP) -> (decode ms, where its run ends: `_decode_run`, odd)
+        self._decode_memo: dict[tuple, tuple[float, float, int]] = {}
+        # the simulation asks for the same pieces of prefills over and over: each computed once (pure functions of
+        # their keys; the streamed bytes of the offload set they were computed for)
+        self._collective_memo: dict[tuple, float] = {}
+        self._gathered_memo: dict[tuple, tuple[float, float]] = {}
+        self._stream_memo: tuple | None = None  # (offload_layers, bytes, slowdown ms, copy_ms)
+        self._prefill_memo: dict[tuple, float] = {}  # (role, (new, prefix)) -> ms of one-request prefills
         cal = next(iter(self.clocks.values())).cal
         self.copy_gbps = ic.links["peer_copy"][2].busbw_gbps if "peer_copy" in ic.links else (cal.copy_gbps or 0.0)
         self.copy_rate = cal.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD
@@ -191,8 +284,12 @@ class StepModel:
 
     def _collective_ms(self, op: str, n: int, tokens: float, per_layer: int = 2, width: int | None = None) -> float:
         """`per_layer` x L calls of `op` over `n` GPUs on a buffer of `tokens` x `width` (default hidden) elements."""
-        nbytes = tokens * (width or self.shapes.hidden) * self.elt
-        return per_layer * self.shapes.layers * self.ic.time_us(op, n, nbytes) / 1e3
+        key = (op, n, tokens, per_layer, width)
+        ms = self._collective_memo.get(key)
+        if ms is None:
+            nbytes = tokens * (width or self.shapes.hidden) * self.elt
+            ms = self._collective_memo[key] = per_layer * self.shapes.layers * self.ic.time_us(op, n, nbytes) / 1e3
+        return ms
 
     @functools.cached_property
     def ffn_share(self) -> float:
@@ -218,25 +315,35 @@ class StepModel:
 
     def _streamed(self, compute_ms: float) -> float:
         """A forward of `compute_ms` that pulls `streamed_bytes` meanwhile (the pulls hide when shorter)."""
-        nbytes = self.streamed_bytes()
+        memo = self._stream_memo
+        if memo is None or memo[0] is not self.offload_layers:  # computed once per offload set (`choose_offload`)
+            nbytes = self.streamed_bytes()
+            memo = self._stream_memo = (self.offload_layers, nbytes, self.copy_slowdown * nbytes / 1e9, self.copy_ms())
+        _, nbytes, slowdown_ms, copy_ms = memo
         if not nbytes:
             return compute_ms
-        return max(compute_ms + self.copy_slowdown * nbytes / 1e9, self.copy_ms())
+        return max(compute_ms + slowdown_ms, copy_ms)
 
     # ------------------------------------------------------------------ vanilla TP
     def _tp_decode(self, b: float, ctx: float, clock: ShardClock | None = None, tp: int | None = None) -> float:
         return (clock or self.clock).decode_ms(b, ctx) + self._collective_ms("all_reduce", tp or self.config.tp, b)
 
-    def _tp_prefill(self, parts, clock: ShardClock | None = None, tp: int | None = None) -> float:
-        new = sum(n for n, _ in parts)
+    def _tp_prefill(self, parts, new: int, clock: ShardClock | None = None, tp: int | None = None) -> float:
+        """A prefill of `parts` (`new` tokens in all) on the TP shard."""
         return (clock or self.clock).prefill_ms(parts) + self._collective_ms("all_reduce", tp or self.config.tp, new)
 
     # ------------------------------------------------------------------ gathered FFN (DP attention, CaS)
     def _gathered(self, base_ms: float, tokens: float, n: int) -> float:
         """`base_ms` of a forward whose FFN runs on the tokens of `n` ranks: + the FFN's share of the linear time
         of n x `tokens` less `tokens`, + per layer an all-gather and a reduce-scatter of n x `tokens`."""
-        extra = self.ffn_share * self.clock.more_tokens_ms(tokens, n)
-        comm = (self._collective_ms("all_gather", n, n * tokens, 1) + self._collective_ms("reduce_scatter", n, n * tokens, 1))
+        key = (tokens, n)
+        extra_comm = self._gathered_memo.get(key)
+        if extra_comm is None:
+            extra = self.ffn_share * self.clock.more_tokens_ms(tokens, n)
+            comm = (self._collective_ms("all_gather", n, n * tokens, 1)
+                    + self._collective_ms("reduce_scatter", n, n * tokens, 1))
+            extra_comm = self._gathered_memo[key] = (extra, comm)
+        extra, comm = extra_comm
         return base_ms + extra + comm
 
     # ------------------------------------------------------------------ SiDP
@@ -257,9 +364,8 @@ class StepModel:
             return self._streamed(base)
         return self._gathered(base, b, self.config.dp)
 
-    def _sidp_prefill(self, parts, variant: str) -> float:
-        new = sum(n for n, _ in parts)
-        base = self._tp_prefill(parts)
+    def _sidp_prefill(self, parts, new: int, variant: str) -> float:
+        base = self._tp_prefill(parts, new)
         if variant == "was" or (variant == "auto" and new >= self.b_th):
             return self._streamed(base)
         return self._gathered(base, new, self.config.dp)
@@ -270,9 +376,8 @@ class StepModel:
         return (self.clocks["base"].decode_ms(b / c.sp, ctx) + self._collective_ms("all_reduce", c.tp, b / c.sp)
                 + self._ulysses_ms(b))
 
-    def _shift_base_prefill(self, parts) -> float:
+    def _shift_base_prefill(self, parts, new: int) -> float:
         c = self.config
-        new = sum(n for n, _ in parts)
         return (self.clocks["base"].prefill_ms(parts, share=1 / c.sp) + self._collective_ms("all_reduce", c.tp, new / c.sp)
                 + self._ulysses_ms(new))
 
@@ -292,7 +397,7 @@ class StepModel:
         for b in (1, 8, 32, 64, 128, 256):
             points[b] = (self._tp_decode(b, 1024, self.clocks["shift"], p), self._shift_base_decode(b, 1024))
         for t in (512, 1024, 2048, 4096, 8192):
-            points[t] = (self._tp_prefill([(t, 0)], self.clocks["shift"], p), self._shift_base_prefill([(t, 0)]))
+            points[t] = (self._tp_prefill([(t, 0)], t, self.clocks["shift"], p), self._shift_base_prefill([(t, 0)], t))
         return shift_threshold(points)
 
     def _shift_decode(self, b: float, ctx: float) -> float:
@@ -300,10 +405,10 @@ class StepModel:
             return self._shift_base_decode(b, ctx)
         return self._tp_decode(b, ctx, self.clocks["shift"], self.config.sp * self.config.tp)
 
-    def _shift_prefill(self, parts) -> float:
-        if sum(n for n, _ in parts) > self.shift_threshold:
-            return self._shift_base_prefill(parts)
-        return self._tp_prefill(parts, self.clocks["shift"], self.config.sp * self.config.tp)
+    def _shift_prefill(self, parts, new: int) -> float:
+        if new > self.shift_threshold:
+            return self._shift_base_prefill(parts, new)
+        return self._tp_prefill(parts, new, self.clocks["shift"], self.config.sp * self.config.tp)
 
     # ------------------------------------------------------------------ ZeroDP
     offload_layers: tuple[int, ...] = ()
@@ -324,12 +429,28 @@ class StepModel:
         context rounded to `CONTEXT_STEP` tokens and each (role, b, context) computed once: a simulation asks for
         millions of steps whose context grows by one token at a time (the rounding moves a step by a fraction of a
         percent: a step's context cost per token is b x a few ns)."""
-        q = CONTEXT_STEP * round(ctx / CONTEXT_STEP)
-        key = (role, b, q)
-        ms = self._decode_memo.get(key)
-        if ms is None:
-            ms = self._decode_memo[key] = self._decode_uncached(b, q, role)
-        return ms
+        return self.decode_run(b, ctx, role)[0]
+
+    def decode_run(self, b: int, ctx: float, role: str = "") -> tuple[float, int]:
+        """(`decode_ms(b, ctx, role)`, steps): and for how many decode steps, the context growing by one token a step
+        (ctx, ctx + 1, ...), it stays the same: the contexts that round to the same multiple of `CONTEXT_STEP`
+        (`sim.StepTimes.decode_run`).
+
+        round() goes to even on a tie, so from q = round(ctx / CONTEXT_STEP) it moves on at the first context past
+        h = CONTEXT_STEP x (q + 1/2), or at h itself when q is odd. The simulation's contexts are means of whole
+        tokens over the batch (S / b): h - ctx is a whole number only when the mean is one (exact in floats), and is
+        otherwise at least 1 / b away from one, far more than the floats' error, so floor and ceil are exact."""
+        return self._decode_run(role, b, ctx)
+
+    def _decode_run(self, role: str, b: int, ctx: float) -> tuple[float, int]:
+        """`decode_run`, the role first (for `step_times`' partial)."""
+        q = round(ctx / CONTEXT_STEP)
+        memo = self._decode_memo.get((role, b, q))  # (ms, h, q odd)
+        if memo is None:
+            ms = self._decode_uncached(b, CONTEXT_STEP * q, role)
+            memo = self._decode_memo[role, b, q] = (ms, CONTEXT_STEP * q + CONTEXT_STEP / 2, q % 2)
+        ms, h, odd = memo  # ctx <= h (< h when q is odd): steps >= 1
+        return ms, math.ceil(h - ctx) if odd else math.floor(h - ctx) + 1
 
     def _decode_uncached(self, b: float, ctx: int, role: str) -> float:
         c = self.config
@@ -343,19 +464,38 @@ class StepModel:
         return self._streamed(base) if role == "sink" else base
 
     def prefill_ms(self, parts, role: str = "") -> float:
-        """One prefill forward of `parts` ((new tokens, tokens in KV) per request) on one replica."""
+        """One prefill forward of `parts` ((new tokens, tokens in KV) per request) on one replica (a one-request
+        prefill computed once: a simulation asks for the same chunks of long prompts many times)."""
+        return self._prefill_ms(role, parts)
+
+    def _prefill_ms(self, role: str, parts) -> float:
+        """`prefill_ms`, the role first (for `step_times`' partial)."""
+        if len(parts) == 1:
+            key = (role, parts[0])
+            ms = self._prefill_memo.get(key)
+            if ms is None:
+                ms = self._prefill_memo[key] = self._prefill_uncached(parts, role)
+            return ms
+        return self._prefill_uncached(parts, role)
+
+    def _prefill_uncached(self, parts, role: str) -> float:
         c = self.config
+        new = parts[0][0] if len(parts) == 1 else sum([n for n, _ in parts])  # new tokens in all
         if c.technique == "dp_attention":
-            return self._gathered(self.clock.prefill_ms(parts), sum(n for n, _ in parts), c.gpus)
+            return self._gathered(self.clock.prefill_ms(parts), new, c.gpus)
         if c.technique == "sidp":
-            return self._sidp_prefill(parts, c.variant)
+            return self._sidp_prefill(parts, new, c.variant)
         if c.technique == "shift":
-            return self._shift_prefill(parts)
-        base = self._tp_prefill(parts)
+            return self._shift_prefill(parts, new)
+        base = self._tp_prefill(parts, new)
         return self._streamed(base) if role == "sink" else base
 
     def step_times(self, role: str = "") -> StepTimes:
-        return StepTimes(functools.partial(self.decode_ms, role=role), functools.partial(self.prefill_ms, role=role))
+        """The simulation's step times of a replica in `role` ("sink" for a ZeroDP sink, else "")."""
+        # not functools.partial(..., role=role): a partial with a keyword builds a dict on every call, which the
+        # simulation's hundreds of thousands of calls add up to a second or more (a positional one costs nothing)
+        return StepTimes(lambda b, ctx: self.decode_ms(b, ctx, role), functools.partial(self._prefill_ms, role),
+                         functools.partial(self._decode_run, role))
 
     def replicas(self, kv: Mapping[str, int]) -> list[Replica]:
         """The simulation's replicas: `kv` is `Configuration.kv_tokens` (by role) of this configuration."""
