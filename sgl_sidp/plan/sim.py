@@ -20,14 +20,14 @@ What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.manag
 What it leaves out: the overlap scheduler's CPU time (an iteration lasts its forward), mixed chunks, priorities,
 retraction of a request mid-prefill, the tokenizer and detokenizer, and eviction below a block.
 
-How it runs (an hour-long trace of 12,000 requests, one configuration, in about half a second): an iteration costs
-O(1) besides the requests it admits, finishes or retracts. Running sums stand for the sums over the running batch
-SGLang takes (where an admission comes within 1e-9 of the line, the reserved tokens are summed request by request as
-`PrefillAdder` does, so the floats are SGLang's order of operations). Decode steps that admit, finish, retract and
-evict nothing but whole blocks run many at a time (`ReplicaSim._decodes`): one call of the step times per run of
-steps of equal time (`StepTimes.decode_run`: the planner's round the context to 32 tokens), the clock summed a step
-at a time (the same floats as one step at a time), the sums moved once. DP replicas share nothing: with round-robin
-routing each runs through its own requests on its own (`simulate`).
+How it runs (an hour-long trace of 12,000 requests under one configuration in about half a second): an iteration
+costs O(1) besides the requests it admits, finishes or retracts. Running sums stand for the sums over the running
+batch SGLang takes (where an admission comes within 1e-9 of the line, the reserved tokens are summed request by
+request as `PrefillAdder` does, so the floats are SGLang's order of operations). The decode steps between two events
+(an arrival, an admission, a finish, a retraction) run as a loop over them that asks the step times once per run of
+steps of equal time (`StepTimes.decode_run`: the planner's round the context to 32 tokens) and moves the sums once,
+the clock still summed a step at a time (`ReplicaSim._decodes`): the floats are those of one step at a time. DP
+replicas share nothing: with round-robin routing each runs through its own requests on its own (`simulate`).
 """
 
 from __future__ import annotations
