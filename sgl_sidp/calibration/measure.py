@@ -231,8 +231,7 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
     short, long_ = (ctxs[0], ctxs[-1]) if ctxs else (None, None)
     kvb = kv_bytes_per_token(mr)
     out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "decode_ms_alone": {}, "prefill_ms": {},
-           "graph": True,
-           "decode_context_long": long_ if long_ != short else 0}
+           "graph": True, "decode_context_long": long_ if long_ != short else 0}
     rates = []
     progress = Progress(f"sgl-sidp {who}: start-up calibration of the forward times", logger, limit_s=budget_s)
     with torch.inference_mode(), progress:

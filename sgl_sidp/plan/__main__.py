@@ -140,12 +140,13 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
                "mem_fraction_static": frac}
         rows.append(row)
-        clocks, missing = {}, []
+        clocks, missing, calibratable = {}, [], False
         for role, shard in shard_roles(c, shapes).items():
             sig = shard_signature(hf, shard)
             found = find_calibration(sig, kind["name"], calibration_dirs)
             if found is None:
                 why = unservable(hf, shard)
+                calibratable |= why is None
                 missing.append(f"'{sig}' ({why})" if why else
                                f"'{sig}' (--json-model-override-args '{json.dumps(shard.override_args(shapes))}')")
                 continue
@@ -162,8 +163,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         row.update({"weights_gb_per_gpu": round(max(weights.values()) / 1e9, 2), "kv_tokens_total": kv["total"]})
         if missing:
             row["not_predicted"] = f"no calibration of the shard {' or '.join(missing)} on {kind['name']}" + (
-                "" if all(unservable(hf, s) for s in shard_roles(c, shapes).values()) else
-                f": run python -m sgl_sidp.plan calibrate --model-path {model_path} --gpus {n_gpus}")
+                f": run python -m sgl_sidp.plan calibrate --model-path {model_path} --gpus {n_gpus}" if calibratable else "")
             continue
         if min(v for k, v in kv.items() if k != "total") <= 0:
             row["not_predicted"] = "the weights leave no KV cache"

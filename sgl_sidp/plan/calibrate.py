@@ -25,9 +25,9 @@ from typing import Callable
 from sgl_sidp.calibration.cache import CalibrationCache, CalibrationKey, default_cache_dir
 from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, free_before_load
 from sgl_sidp.calibration.table import Calibration
-from sgl_sidp.model_info import model_signature, read_hf_config
+from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.configs import Shard, configurations
-from sgl_sidp.plan.steps import find_calibration, shard_roles, shard_signature
+from sgl_sidp.plan.steps import find_calibration, shard_config, shard_roles, shard_signature
 
 #: what the launcher needs on the lent GPU hosts (the wheelhouse has no FlashInfer or FA3)
 SERVER_ARGS = ("--attention-backend", "triton", "--sampling-backend", "pytorch")
@@ -74,10 +74,8 @@ def layers_that_fit(hf: dict, shard: Shard, gpu_bytes: int | None) -> int:
     if gpu_bytes is None:
         return layers
     room = free_before_load(gpu_bytes) * default_mem_fraction_static(gpu_bytes / 2**20) - CALIBRATION_KV_BYTES
-    cfg = dict(hf.get("text_config", hf))
-    cfg.update(shard.override_args(shapes))
     n = layers
-    while n > 1 and ModelShapes.of({**cfg, "num_hidden_layers": n}).weight_bytes() > room:
+    while n > 1 and ModelShapes.of(shard_config(hf, shard, num_hidden_layers=n)).weight_bytes() > room:
         n //= 2
     return n
 
@@ -193,30 +191,29 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
         overrides = shard.override_args(shapes)
         fit = layers_that_fit(hf, shard, gpu_bytes)
         found = find_calibration(sig, gpu_name, [cache_dir])
+        why_not = unservable(hf, shard)
         if found is not None:
             results[sig] = f"cached {found[1]}"
-        elif unservable(hf, shard):
-            results[sig] = f"failed: {unservable(hf, shard)}"
+        elif why_not:
+            results[sig] = f"failed: {why_not}"
         elif fit == shapes.layers:
             results[sig] = serve(sig, overrides)[0]
         elif fit < 2:
             results[sig] = f"failed: not even {fit} decoder layer(s) of this shard fit one GPU of {gpu_bytes / GIB:.0f} GiB"
         else:
-            parts = []
+            timed = {}  # layers -> (what `serve` says, the cache entry it found or wrote, or None)
             for n in (fit // 2, fit):
-                cfg = {**hf.get("text_config", hf), **overrides, "num_hidden_layers": n}
-                part_sig = model_signature(cfg, 1)
-                parts.append((n, part_sig, *serve(part_sig, {**overrides, "num_hidden_layers": n})))
-                print(f"sgl-sidp plan calibrate: {part_sig} (for {sig}): {parts[-1][2]}", file=sys.stderr, flush=True)
-            if any(p[3] is None for p in parts):
-                results[sig] = f"failed: {next(p[2] for p in parts if p[3] is None)}"
+                part_sig = shard_signature(hf, shard, num_hidden_layers=n)
+                timed[n] = serve(part_sig, {**overrides, "num_hidden_layers": n})
+                print(f"sgl-sidp plan calibrate: {part_sig} (for {sig}): {timed[n][0]}", file=sys.stderr, flush=True)
+            failed = [what for what, entry in timed.values() if entry is None]
+            if failed:
+                results[sig] = f"failed: {failed[0]}"
             else:
-                (n0, _, _, f0), (n1, _, _, f1) = parts
-                far = json.loads(f1.read_text())
-                cal = extrapolate_layers(find_calibration(parts[0][1], gpu_name, [cache_dir])[0],
-                                         find_calibration(parts[1][1], gpu_name, [cache_dir])[0], n0, n1, shapes.layers, sig)
-                key = CalibrationKey(**{**far["key"], "model": sig})
-                out = CalibrationCache(cache_dir).put(key, cal)
-                results[sig] = f"extrapolated from {n0} and {n1} layers {out}"
+                near, far = (json.loads(timed[n][1].read_text()) for n in (fit // 2, fit))
+                cal = extrapolate_layers(Calibration.from_json(near["calibration"]),
+                                         Calibration.from_json(far["calibration"]), fit // 2, fit, shapes.layers, sig)
+                out = CalibrationCache(cache_dir).put(CalibrationKey(**{**far["key"], "model": sig}), cal)
+                results[sig] = f"extrapolated from {fit // 2} and {fit} layers {out}"
         print(f"sgl-sidp plan calibrate: {sig}: {results[sig]}", file=sys.stderr, flush=True)
     return results

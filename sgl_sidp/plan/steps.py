@@ -66,11 +66,17 @@ PREFILL_FIT_FROM = 512
 CONTEXT_STEP = 32
 
 
-def shard_signature(hf: Mapping, shard: Shard) -> str:
-    """The calibration signature (`model_info.model_signature` at TP1) of SGLang running `hf` with `shard`'s sizes."""
+def shard_config(hf: Mapping, shard: Shard, **more) -> dict:
+    """The config SGLang runs for `shard` of `hf`: the text config with `shard.override_args` and `more` on top."""
     cfg = dict(hf.get("text_config", hf))
-    cfg.update(shard.override_args(ModelShapes.of(hf)))
-    return model_signature(cfg, 1)
+    cfg.update(shard.override_args(ModelShapes.of(hf)), **more)
+    return cfg
+
+
+def shard_signature(hf: Mapping, shard: Shard, **more) -> str:
+    """The calibration signature (`model_info.model_signature` at TP1) of SGLang running `hf` with `shard`'s sizes
+    (and the config keys `more`, e.g. fewer `num_hidden_layers`)."""
+    return model_signature(shard_config(hf, shard, **more), 1)
 
 
 def find_calibration(signature: str, gpu_name: str, dirs: list[Path] | None = None) -> tuple[Calibration, Path] | None:
