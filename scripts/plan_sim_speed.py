@@ -6,8 +6,8 @@
 Runs the planner (`sgl_sidp.plan.__main__.plan`) on each workload and number of GPUs, timing every `simulate` call
 it makes (one per predicted configuration), and prints one line per configuration: workload, GPUs, configuration
 (DP replicas), simulated requests, seconds (best of --repeat), of which in the configuration's step-time functions
-(`StepTimes.decode_ms` and `prefill_ms`, timed in a second run; the rest is the simulation's own), and the predicted
-total tokens/s. A speed check, not a test: the numbers depend on the machine.
+(`StepTimes.decode_ms`, `prefill_ms` and `decode_run`, timed in a second run; the rest is the simulation's own),
+and the predicted total tokens/s. A speed check, not a test: the numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -40,21 +40,21 @@ def main() -> None:
     timings: list[tuple[int, int, float, float]] = []  # (replicas, requests, seconds, seconds in step times)
 
     def clocked(times: StepTimes, spent: list[float]) -> StepTimes:
-        def decode_ms(batch, context):
-            t0 = time.perf_counter()
-            try:
-                return times.decode_ms(batch, context)
-            finally:
-                spent[0] += time.perf_counter() - t0
+        """`times` with every call's seconds added to `spent[0]` (`decode_run` kept, so the simulation takes the
+        same path as in the planner)."""
+        def timer(fn):
+            if fn is None:
+                return None
 
-        def prefill_ms(parts):
-            t0 = time.perf_counter()
-            try:
-                return times.prefill_ms(parts)
-            finally:
-                spent[0] += time.perf_counter() - t0
+            def wrapped(*args):
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args)
+                finally:
+                    spent[0] += time.perf_counter() - t0
+            return wrapped
 
-        return StepTimes(decode_ms, prefill_ms)
+        return StepTimes(timer(times.decode_ms), timer(times.prefill_ms), timer(times.decode_run))
 
     def timed(requests, replicas, route=None):
         best, out = float("inf"), None
