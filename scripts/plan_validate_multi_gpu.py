@@ -1,12 +1,17 @@
 """The planner's predictions for N GPUs next to a multi-GPU measurement of vanilla SGLang and the overlay, side by side.
 
     python scripts/plan_validate_multi_gpu.py DIR --model-path ../shared/models/Qwen3-8B [--gpu H200]
+    python scripts/plan_validate_multi_gpu.py --forwards TP2.json [TP2.json ...] --gpus 2 --model-path MODEL
 
 DIR holds `scripts/shift_compare.py` results (`tp.json`, `dp.json`, `dp_attn.json`, `shift.json`, each run on the same
 N GPUs). For each configuration measured, the planner predicts the same numbers from the model's config.json and the
 calibrations of its shards (one GPU each, never this measurement): KV tokens, the TTFT of single prompts and the
 burst's throughput, TTFT and TPOT. Prints a markdown table with every error (predicted / measured - 1), then the
 measured and predicted ranking of the configurations on the burst.
+
+With `--forwards`: the forwards of TP-N servers (`--overlay-calibrate` cache entries of the whole model served at
+`--tp N` on N GPUs, `scripts/gpu_calibrate_model.sh OUT MODEL --tp N`) next to the planner's `tpN` decode steps and
+prefills (its TP-N shard's calibration on one GPU plus the modelled all-reduces).
 """
 
 from __future__ import annotations
@@ -59,12 +64,44 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[t
     return out
 
 
+def forwards_table(files: list[Path], model_path: str, gpu: str, n: int) -> list[str]:
+    """Markdown rows: the planner's `tp{n}` decode steps (contexts 256 and 2,048) and prefills of 512 tokens or more
+    next to the same points of the TP-`n` servers' calibrations in `files` (their mean; each listed)."""
+    from sgl_sidp.calibration.table import Calibration
+
+    reals = []
+    for f in files:
+        data = json.loads(Path(f).read_text())
+        reals.append(Calibration.from_json(data.get("calibration", data)))
+    row = next(c for c in plan(model_path, n, gpu, "latency:2048:4")["configurations"] if c["name"] == f"tp{n}")
+    out = ["| number | predicted | measured (each server) | error |", "|---|---:|---:|---:|"]
+    points = [(f"decode step, batch {b}, context {ctx}", p, [r.decode_ms.get(int(b)) if ctx == "256" else
+                                                           r.decode_ms_long.get(int(b)) for r in reals])
+              for ctx in ("256", "2048") for b, p in row["decode_step_ms"][ctx].items()]
+    points += [(f"prefill of {int(t):,} tokens", p, [r.prefill_ms.get(int(t)) for r in reals])
+               for t, p in row["prefill_ms"].items() if int(t) >= 512]
+    for what, pred, ms in points:
+        if None in ms:
+            continue
+        mean = sum(ms) / len(ms)
+        out.append(f"| {what} | {pred:.2f} ms | {' / '.join(f'{v:.2f}' for v in ms)} ms | {pred / mean - 1:+.1%} |")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dir", type=Path, help="a folder of shift_compare.py results run on N GPUs")
+    ap.add_argument("dir", type=Path, nargs="?", help="a folder of shift_compare.py results run on N GPUs")
     ap.add_argument("--model-path", required=True, help="the model's config folder the measurement served")
     ap.add_argument("--gpu", default="H200", help="GPU kind the measurement ran on (default: H200)")
+    ap.add_argument("--forwards", type=Path, nargs="+", default=None,
+                    help="calibrations of TP-N servers of the model (instead of DIR): their forwards against tpN's")
+    ap.add_argument("--gpus", type=int, default=2, help="N, with --forwards (default: 2)")
     a = ap.parse_args(argv)
+    if a.forwards:
+        print("\n".join(forwards_table(a.forwards, a.model_path, a.gpu, a.gpus)))
+        return
+    if a.dir is None:
+        ap.error("give DIR (shift_compare.py results) or --forwards")
     measured = {p.stem: json.loads(p.read_text()) for p in sorted(a.dir.glob("*.json")) if p.stem in NAMES}
     n = max(len(m["kv_tokens"]) for m in measured.values())  # DP runs log one pool per GPU
     print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")

@@ -43,7 +43,8 @@ def test_calibrate_runtime_measures_on_dp_rank_0_only(monkeypatch):
 
 def test_forward_time_measurement_logs_its_phase(monkeypatch, caplog):
     """While the start-up calibration measures, it logs (every `PROGRESS_EVERY_S`, 10 s in a server) which point it
-    measures: decode batch x of y at a context, or a prefill of T tokens; with its budget."""
+    measures: decode batch x of y at a context, an eager decode batch, or a prefill of T tokens; with its budget. The
+    eager batches run with SGLang's decode graphs unset, and the graphs are back afterwards."""
     import logging
     import re
     import time
@@ -74,13 +75,20 @@ def test_forward_time_measurement_logs_its_phase(monkeypatch, caplog):
     monkeypatch.setattr(measure, "pipelined_ms", slow(4.0))
     monkeypatch.setattr(measure, "median_ms", slow(5.0))
     monkeypatch.setattr(measure, "time_prefill", slow(30.0))
-    scheduler = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=None))
+    runner = SimpleNamespace(req_to_token_pool=SimpleNamespace(size=600), decode_cuda_graph_runner="graphs")
+    graphs_seen = []
+    monkeypatch.setattr(measure, "pipelined_ms", lambda fn, iters: (graphs_seen.append(runner.decode_cuda_graph_runner),
+                                                                    slow(4.0)())[1])
+    scheduler = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=runner))
     with caplog.at_level(logging.INFO, logger=measure.__name__):
         m = measure.measure_forwards(scheduler, who="DP0 TP0")
     assert m["decode_ms"] == {1: 4.0, 4: 4.0} and m["decode_ms_alone"] == {1: 5.0, 4: 5.0}
+    assert m["decode_ms_eager"] == {256: 4.0, 512: 4.0} and m["decode_eager_context"] == 256
+    assert graphs_seen == ["graphs"] * 4 + [None] * 4 and runner.decode_cuda_graph_runner == "graphs"
     assert m["decode_ms_long"] == {1: 4.0, 4: 4.0} and m["prefill_ms"] == {512: 30.0}
     lines = [r.getMessage() for r in caplog.records]
-    head = r"sgl-sidp DP0 TP0: start-up calibration of the forward times: 0 s so far, limit 20 s; now "
+    head = r"sgl-sidp DP0 TP0: start-up calibration of the forward times: \d+ s so far, limit 20 s; now "
     assert all(re.fullmatch(head + r"(decode batch (1 \(1|4 \(2) of 2\) at (256|2048) tokens of context|"
-                                   r"prefill of 512 tokens \(1 of 1\))", m) for m in lines), lines
+                                   r"eager decode batch (256|512) at (256|2048) tokens of context|prefill of 512 tokens \(1 of 1\))", m)
+               for m in lines), lines
     assert any("decode batch 4 (2 of 2)" in m for m in lines) and any("prefill of 512" in m for m in lines)

@@ -166,3 +166,43 @@ def test_extrapolate_layers_refuses_one_layer_count():
     c = Calibration(model="m", gpu="g", decode_ms={1: 2.0}, prefill_ms={}, copy_gbps=None, source="s")
     with pytest.raises(ValueError, match="two layer counts"):
         extrapolate_layers(c, c, 40, 40, 80, "m")
+
+
+def test_measure_comm_takes_the_all_reduce_from_tp_forwards_of_a_calibrated_model(qwen3_8b, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """`measure-comm --model-path`: each TP size's shard must be calibrated before anything runs (one line, exit 2,
+    naming `plan calibrate`); `forward_all_reduce` serves the model at --tp-size 2 and fits what its forwards take over
+    the shard's."""
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.model_info import model_signature, read_hf_config
+    from sgl_sidp.peer import topology
+    from sgl_sidp.plan.__main__ import main
+    from sgl_sidp.plan.calibrate import forward_all_reduce, tp_shard_calibrations
+
+    monkeypatch.setattr(topology, "visible_gpu_count", lambda: 2)
+    monkeypatch.setattr(topology, "gpu_name", lambda i: "NVIDIA H100 80GB HBM3")  # no H100 shard is bundled
+    with pytest.raises(SystemExit) as e:
+        main(["measure-comm", "--gpus", "2", "--model-path", qwen3_8b])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "TP2 shard" in err[0] and "plan calibrate" in err[0], err
+
+    shards = tp_shard_calibrations(qwen3_8b, 2, "NVIDIA H200")  # the bundled TP2 shard
+    shard, hf = shards[2], read_hf_config(qwen3_8b)
+    extra = lambda tokens: 72 * (2.0 + tokens * 4096 * 2 / 300e3) / 1e3  # noqa: E731  2 x 36 all-reduces
+    started = []
+
+    class TP2Server(_FakeServer):
+        def start(self):
+            real = Calibration(model=model_signature(hf, 2), gpu="NVIDIA H200",
+                               decode_ms={b: ms + extra(b) for b, ms in shard.decode_ms.items()},
+                               prefill_ms={t: ms + extra(t) for t, ms in shard.prefill_ms.items()}, copy_gbps=None,
+                               source="test")
+            (self.cache / "tp2.json").write_text(json.dumps({"key": {}, "calibration": real.to_json()}))
+
+    def server(args, log):
+        started.append(args[args.index("--tp-size") + 1])
+        return TP2Server(tmp_path, "")
+
+    links = forward_all_reduce(qwen3_8b, shards, "NVIDIA H200", cache_dir=tmp_path, server=server)
+    assert started == ["2"] and links[2]["latency_us"] == pytest.approx(2.0, abs=1e-6)
+    assert links[2]["busbw_gbps"] == pytest.approx(300.0, rel=1e-6) and "TP2 forwards" in links[2]["source"]

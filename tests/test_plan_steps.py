@@ -57,6 +57,29 @@ def test_vanilla_tp_adds_two_all_reduces_per_layer():
     assert two.prefill_ms([(2048, 0)]) == pytest.approx(0.5 * (2 + 20.48) + collective_ms("all_reduce", 2, 2048), rel=1e-6)
 
 
+def test_batches_past_the_largest_decode_graph_take_at_least_the_eager_step():
+    """SGLang runs a decode batch larger than its largest CUDA graph eagerly, bound by the host's launches: the step
+    is the graph model's or the calibrated eager step (interpolated in the batch), whichever is longer; up to the
+    graph limit, and for a calibration without eager points, the graph model alone."""
+    import dataclasses
+
+    from sgl_sidp.calibration.memory import default_decode_graph_max_bs
+
+    eager = ShardClock(dataclasses.replace(cal(), decode_ms_eager={256: 20.0, 512: 30.0}, decode_eager_context=256),
+                       SHAPES.kv_bytes_per_token(1))
+    assert eager.eager_ms(384) == pytest.approx(25.0) and clock().eager_ms(384) == 0.0
+    tp1 = Configuration("tp1", "vanilla", 1, 1)
+    model = StepModel(tp1, SHAPES, {"forward": eager}, IC, graph_max_bs=256)
+    assert model.decode_ms(256, 0) == pytest.approx(1 + 0.01 * 256)  # in a graph
+    assert model.decode_ms(384, 0) == pytest.approx(25.0)  # eager, host-bound
+    assert model.decode_ms(4000, 0) == pytest.approx(1 + 0.01 * 4000)  # eager, but the GPU's work is longer
+    assert StepModel(tp1, SHAPES, {"forward": eager}, IC).decode_ms(384, 0) == pytest.approx(1 + 0.01 * 384)
+    # SGLang 0.5.17's `ServerArgs._handle_gpu_memory_settings`: H200 (143,771 MiB) and H100 (81,559 MiB) capture
+    # decode graphs up to 256 below TP4 and 512 from TP4
+    assert [default_decode_graph_max_bs(m, tp) for m in (143_771, 81_559) for tp in (1, 2, 4, 8)] == [256, 256, 512, 512] * 2
+    assert Calibration.from_json(eager.cal.to_json()) == eager.cal
+
+
 def test_sidp_was_is_the_longer_of_compute_and_copies_and_auto_switches_at_b_th():
     c = {v: StepModel(Configuration(f"sidp_dp2_{v}", "sidp", 2, 1, variant=v), SHAPES, {"forward": clock()}, SLOW_COPIES)
          for v in ("was", "cas", "auto")}

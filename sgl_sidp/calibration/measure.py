@@ -25,6 +25,7 @@ Every step frees what it allocates; the time spent is bounded by `budget_s`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import time
@@ -41,6 +42,10 @@ logger = logging.getLogger(__name__)
 #: (Decode time is concave in the batch for MoE models, so the batches are spaced by 4x at most.)
 DECODE_BATCHES = (1, 4, 16, 32, 64, 128, 256)
 DECODE_CONTEXTS = (256, 2048)
+#: decode batches also timed eagerly (no CUDA graph): SGLang runs a batch larger than its largest decode graph that
+#: way (on H200 below TP4 the graphs stop at 256, `ServerArgs` `cuda_graph_config.decode.max_bs`), and on 2 x H200 a
+#: TP2 decode step of 512 rows took 48-77 ms eagerly where the graphs' 256 took 21 ms
+EAGER_BATCHES = (256, 512)
 PREFILL_TOKENS = (16, 128, 512, 2048, 4096, 8192)
 
 
@@ -147,6 +152,18 @@ class DecodeProbe:
         self.mr.token_to_kv_pool_allocator.free(self.kv)
 
 
+@contextlib.contextmanager
+def eager(model_runner):
+    """Within it, `ModelRunner.forward` runs decode batches eagerly: SGLang's `_forward_raw` replays a decode graph
+    only when `decode_cuda_graph_runner` is set, so it is unset meanwhile (and restored)."""
+    runner = model_runner.decode_cuda_graph_runner
+    model_runner.decode_cuda_graph_runner = None
+    try:
+        yield
+    finally:
+        model_runner.decode_cuda_graph_runner = runner
+
+
 def time_prefill(scheduler, tokens: int, iters: int = 2) -> float:
     """Median ms of a one-request prefill of `tokens` tokens (SGLang's `profile_and_init_predictor` path)."""
     from sglang.srt.layers.dp_attention import set_is_extend_in_batch
@@ -219,10 +236,13 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
     Returns:
         {"decode_ms": {bs: ms}, "decode_context": {bs: tokens}, "decode_ms_long": {bs: ms},
          "decode_ms_alone": {bs: ms}, "decode_context_long": tokens, "attention_gbps": float | None,
+         "decode_ms_eager": {bs: ms}, "decode_eager_context": tokens, "decode_ms_eager_long": {bs: ms},
          "prefill_ms": {tokens: ms}, "graph": bool, "seconds": float}. `decode_ms` is at the shorter
         context, `decode_ms_long` at the longer one (only batches whose rows had their own KV), both
         pipelined (`pipelined_ms`); `decode_ms_alone` is one forward alone at the shorter context
-        (`median_ms`); `attention_gbps` is fitted from the largest batch with its own KV.
+        (`median_ms`); `attention_gbps` is fitted from the largest batch with its own KV; `decode_ms_eager` are
+        `EAGER_BATCHES` run without a graph (`eager`) at the shorter context (`decode_ms_eager_long`: at the longer
+        one, where the rows had their own KV).
         Points past `budget_s` are skipped (and missing from the result).
     """
     t0 = time.monotonic()
@@ -231,7 +251,8 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
     short, long_ = (ctxs[0], ctxs[-1]) if ctxs else (None, None)
     kvb = kv_bytes_per_token(mr)
     out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "decode_ms_alone": {}, "prefill_ms": {},
-           "graph": True, "decode_context_long": long_ if long_ != short else 0}
+           "graph": True, "decode_context_long": long_ if long_ != short else 0, "decode_ms_eager": {},
+           "decode_eager_context": short or 0, "decode_ms_eager_long": {}}
     rates = []
     progress = Progress(f"sgl-sidp {who}: start-up calibration of the forward times", logger, limit_s=budget_s)
     with torch.inference_mode(), progress:
@@ -255,6 +276,22 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
             extra_ms = out["decode_ms_long"].get(bs, 0.0) - out["decode_ms"][bs]
             if bs in out["decode_ms_long"] and extra_ms > 0.2:  # below 0.2 ms the difference is noise
                 rates.append(bs * (long_ - short) * kvb / (extra_ms * 1e-3) / 1e9)
+        rows = mr.req_to_token_pool.size - 1
+        for bs in [b for b in EAGER_BATCHES if b <= rows]:
+            if time.monotonic() - t0 > budget_s or short is None:
+                break
+            for ctx in dict.fromkeys((short, long_)):
+                progress.at(f"eager decode batch {bs} at {ctx} tokens of context")
+                probe = DecodeProbe(mr, bs, ctx)
+                try:
+                    with eager(mr):
+                        ms = pipelined_ms(probe.run, iters)
+                finally:
+                    probe.close()
+                if ctx == short:
+                    out["decode_ms_eager"][bs] = ms
+                elif not probe.shared_kv:
+                    out["decode_ms_eager_long"][bs] = ms
         for i, t in enumerate(prefill, 1):
             if time.monotonic() - t0 > budget_s:
                 break
@@ -334,5 +371,9 @@ def describe_measurement(m: dict) -> str:
         "one forward alone (host work not overlapped): "
         + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_alone", {}).items())),
         f"KV read rate {kv_rate}",
+        f"eager (no CUDA graph) at {m.get('decode_eager_context', 0)} tokens: "
+        + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_eager", {}).items()))
+        + f", at {m['decode_context_long']} tokens: "
+        + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_eager_long", {}).items())),
         "prefill " + ", ".join(f"{t} tokens {ms:.1f} ms" for t, ms in sorted(m["prefill_ms"].items())),
     ])

@@ -136,6 +136,19 @@ class ModelShapes:
         return 2 * self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * elt
 
 
+def default_decode_graph_max_bs(gpu_mib: float, tp: int = 1) -> int:
+    """SGLang 0.5.17's largest decode batch captured in a CUDA graph on a GPU of `gpu_mib` MiB at TP size `tp`
+    (`ServerArgs._handle_gpu_memory_settings`, `cuda_graph_config.decode.max_bs`): 24/80 under 35 GiB, 32/160 under
+    60 GiB, 256/512 under 160 GiB (TP below 4 / from 4), else 512. A larger batch runs eagerly."""
+    if gpu_mib < 35 * 1024:
+        return 24 if tp < 4 else 80
+    if gpu_mib < 60 * 1024:
+        return 32 if tp < 4 else 160
+    if gpu_mib < 160 * 1024:
+        return 256 if tp < 4 else 512
+    return 512
+
+
 def default_mem_fraction_static(gpu_mib: float, tp: int = 1, chunked_prefill: int | None = None,
                                 decode_graph_max_bs: int | None = None, prefill_graph_buckets: int = 58,
                                 mla: bool = False, dp_attention_dp: int = 0) -> float:
@@ -149,8 +162,7 @@ def default_mem_fraction_static(gpu_mib: float, tp: int = 1, chunked_prefill: in
     if chunked_prefill is None:
         chunked_prefill = 2048 if gpu_mib < 35 * 1024 else 4096 if gpu_mib < 60 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384
     if decode_graph_max_bs is None:
-        decode_graph_max_bs = (24 if tp < 4 else 80) if gpu_mib < 35 * 1024 else (32 if tp < 4 else 160) if gpu_mib < 60 * 1024 \
-            else (256 if tp < 4 else 512) if gpu_mib < 160 * 1024 else 512
+        decode_graph_max_bs = default_decode_graph_max_bs(gpu_mib, tp)
     reserved = 512 + max(chunked_prefill, 2048) * 1.5 + tp / 8 * 1024 + decode_graph_max_bs * 2
     if dp_attention_dp:
         reserved += decode_graph_max_bs * dp_attention_dp * (3 + (1.5 if decode_graph_max_bs > 300 else 0))

@@ -82,7 +82,8 @@ def ensure_forward_times(scheduler, who: str, cache: CalibrationCache | None = N
         decode_context=m["decode_context"], attention_gbps=m["attention_gbps"], sglang=key.sglang,
         measure_s=round(m["seconds"], 2), decode_ms_long=m["decode_ms_long"],
         decode_context_long=m["decode_context_long"], decode_timing="pipelined",
-        decode_ms_alone=m["decode_ms_alone"],
+        decode_ms_alone=m["decode_ms_alone"], decode_ms_eager=m["decode_ms_eager"],
+        decode_eager_context=m["decode_eager_context"],
     )
     if tp0:
         path = cache.put(key, cal)

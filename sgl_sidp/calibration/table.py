@@ -64,6 +64,11 @@ class Calibration:
             measured before this field existed).
         decode_ms_alone: with "pipelined", one forward alone at the `decode_context` points (ms, by
             batch): what the host adds when nothing overlaps it.
+        decode_ms_eager: decode steps run eagerly, without a CUDA graph (ms, by batch, pipelined), at
+            `decode_eager_context` tokens per sequence: how SGLang runs a batch larger than its largest decode
+            graph (`ModelRunner._forward_raw`; on H200 256 below TP4, `ServerArgs` `cuda_graph_config.decode.max_bs`).
+            Empty for tables measured before this field existed.
+        decode_eager_context: tokens per sequence of the `decode_ms_eager` points.
     """
 
     model: str
@@ -82,6 +87,8 @@ class Calibration:
     decode_context_long: int = 0
     decode_timing: str = "alone"
     decode_ms_alone: dict[int, float] = dataclasses.field(default_factory=dict)
+    decode_ms_eager: dict[int, float] = dataclasses.field(default_factory=dict)
+    decode_eager_context: int = 0
 
     # ------------------------------------------------------------------ files
     @classmethod
@@ -108,6 +115,8 @@ class Calibration:
             decode_context_long=int(d.get("decode_context_long", 0)),
             decode_timing=str(d.get("decode_timing", "alone")),
             decode_ms_alone={int(k): float(v) for k, v in d.get("decode_ms_alone", {}).items()},
+            decode_ms_eager={int(k): float(v) for k, v in d.get("decode_ms_eager", {}).items()},
+            decode_eager_context=int(d.get("decode_eager_context", 0)),
         )
 
     @classmethod

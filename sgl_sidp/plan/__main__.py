@@ -2,7 +2,7 @@
 
     python -m sgl_sidp.plan --model-path DIR --gpus N [--gpu H200] [--workload offline:512:2048:256] [--json]
     python -m sgl_sidp.plan calibrate --model-path DIR --gpus N      # on one GPU: time the shards it needs
-    python -m sgl_sidp.plan measure-comm --gpus N                    # on the node: measure the interconnect table
+    python -m sgl_sidp.plan measure-comm --gpus N [--model-path DIR] # on the node: measure the interconnect table
 
 Prints one row per configuration (vanilla TP x DP, DP attention, ZeroDP, SiDP, Shift): weights and KV tokens per GPU
 (SGLang's own memory accounting), and, where its shards are calibrated, throughput and TTFT/TPOT p50/p99 from a
@@ -19,7 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, dtype_bytes
+from sgl_sidp.calibration.memory import (GIB, ModelShapes, default_decode_graph_max_bs, default_mem_fraction_static,
+                                        dtype_bytes)
 from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.calibrate import unservable
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
@@ -134,7 +135,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
     rows = []
     for c in configs:
-        frac = default_mem_fraction_static(kind["mib"], c.gpus if c.technique == "dp_attention" else c.attn_tp,
+        server_tp = c.gpus if c.technique == "dp_attention" else c.attn_tp  # SGLang's --tp-size of one replica
+        frac = default_mem_fraction_static(kind["mib"], server_tp,
                                            prefill_graph_buckets=0 if shapes.mla else 58, mla=shapes.mla,
                                            dp_attention_dp=c.dp if c.technique == "dp_attention" else 0)
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
@@ -152,7 +154,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                 continue
             clocks[role] = ShardClock(found[0].pipelined(host_ms), shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt))
             row.setdefault("calibrations", {})[role] = str(found[1])
-        model = StepModel(c, shapes, clocks, ic, elt, int(context)) if not missing else None
+        model = (StepModel(c, shapes, clocks, ic, elt, int(context), default_decode_graph_max_bs(kind["mib"], server_tp))
+                 if not missing else None)
         memory = {}
         if c.technique == "zerodp":
             none = c.kv_tokens(shapes, free, frac, elt, sink_offload=())["sink"]
@@ -261,17 +264,20 @@ def write_png(result: dict, path: Path) -> None:
 
 
 def calibrate_main(argv: list[str]) -> None:
-    """`python -m sgl_sidp.plan calibrate --model-path DIR --gpus N`: time every missing shard on this host's GPU."""
+    """`python -m sgl_sidp.plan calibrate --model-path DIR --gpus N`: time every missing shard on this process's first
+    visible GPU."""
     from sgl_sidp.peer.topology import gpu_memory_bytes, gpu_name
     from sgl_sidp.plan.calibrate import calibrate
 
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan calibrate",
-                                 description="Time, on this host's GPU 0, every shard the model's configurations on N "
+                                 description="Time, on the first visible GPU (CUDA_VISIBLE_DEVICES), every shard the model's configurations on N "
                                  "GPUs need (SGLang with the shard's sizes and --overlay-calibrate), caching each in "
                                  "$SIDP_CALIBRATION_DIR.")
     ap.add_argument("--model-path", required=True, help="a folder with the model's config.json")
     ap.add_argument("--gpus", type=int, required=True, help="GPUs of the node to plan for")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="seconds one shard may take (default: 600)")
+    ap.add_argument("--port", type=int, default=26500,
+                    help="HTTP port of the shard's server (default: 26500; another one per calibration run side by side)")
     a = ap.parse_args(argv)
     name = gpu_name(0)
     if read_hf_config(a.model_path) is None or name is None:
@@ -283,23 +289,26 @@ def calibrate_main(argv: list[str]) -> None:
     # a SIGTERM (`timeout`, a job scheduler) must stop the shard's server too: as an exception, `calibrate`'s
     # clean-up runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    results = calibrate(a.model_path, a.gpus, name, timeout_s=a.timeout_s, gpu_bytes=gpu_memory_bytes(0))
+    results = calibrate(a.model_path, a.gpus, name, port=a.port, timeout_s=a.timeout_s, gpu_bytes=gpu_memory_bytes(0))
     for sig, what in results.items():
         print(f"{sig}: {what}")
     raise SystemExit(0 if all(not w.startswith("failed") for w in results.values()) else 1)
 
 
 def measure_comm_main(argv: list[str]) -> None:
-    """`python -m sgl_sidp.plan measure-comm --gpus N`: time the collectives on this node's GPUs and write the
-    interconnect table `plan` then reads for this GPU kind (in place of the bundled one)."""
+    """`python -m sgl_sidp.plan measure-comm --gpus N [--model-path DIR]`: time the collectives on this node's GPUs
+    and write the interconnect table `plan` then reads for this GPU kind (in place of the bundled one)."""
     from sgl_sidp.peer.topology import gpu_name, visible_gpu_count
-    from sgl_sidp.plan.comm import measure_table, measured_dir
+    from sgl_sidp.plan.calibrate import forward_all_reduce, tp_shard_calibrations
+    from sgl_sidp.plan.comm import InterconnectError, gpu_kind, measure_table, measured_dir
 
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan measure-comm",
                                  description="Time all-reduce, all-gather, reduce-scatter, all-to-all and broadcast "
-                                 "over 2, 4, 8... of this node's GPUs (NCCL) and one GPU pair's peer copy, fit each as "
-                                 "latency + bytes / bus bandwidth, and write the table the planner reads for this GPU "
-                                 "kind.")
+                                 "over 2, 4, 8... of this node's GPUs (NCCL in a CUDA graph) and one GPU pair's peer "
+                                 "copy, fit each as latency + bytes / bus bandwidth, and write the table the planner "
+                                 "reads for this GPU kind. With --model-path, the all-reduce is measured inside "
+                                 "SGLang's own TP forwards instead (its custom all-reduce is faster than NCCL at "
+                                 "decode sizes).")
     ap.add_argument("--gpus", type=int, required=True, help="GPUs to use, from GPU 0 (at least 2)")
     ap.add_argument("--out", type=Path, default=None,
                     help="the table's file (default: <kind>.json in the calibration cache's interconnect folder, "
@@ -307,22 +316,35 @@ def measure_comm_main(argv: list[str]) -> None:
     ap.add_argument("--backend", choices=("nccl", "gloo"), default="nccl",
                     help="nccl: the GPUs (default); gloo: CPU processes, to check the code path without GPUs")
     ap.add_argument("--iters", type=int, default=20, help="timed calls per size (default: 20)")
+    ap.add_argument("--model-path", default=None,
+                    help="a model whose TP shards are calibrated (python -m sgl_sidp.plan calibrate): serve it at TP "
+                    "2, 4, ... on these GPUs and take the all-reduce from its forwards less its shards' (a server "
+                    "start per TP size)")
     a = ap.parse_args(argv)
     name = gpu_name(0) if a.backend == "nccl" else "CPU (gloo)"
     visible = visible_gpu_count() or 0
     problem = ("--gpus must be at least 2" if a.gpus < 2 else
-               f"--gpus {a.gpus}: {visible} CUDA GPU(s) visible" if a.backend == "nccl" and a.gpus > visible else "")
+               f"--gpus {a.gpus}: {visible} CUDA GPU(s) visible" if a.backend == "nccl" and a.gpus > visible else
+               "--model-path needs --backend nccl" if a.model_path and a.backend != "nccl" else
+               f"--model-path {a.model_path}: no config.json there" if a.model_path and read_hf_config(a.model_path) is None
+               else "")
+    shards = {}
+    try:
+        if not problem and a.model_path:
+            shards = tp_shard_calibrations(a.model_path, a.gpus, name)
+    except InterconnectError as e:
+        problem = str(e)
     if problem:
         print(f"sgl-sidp plan measure-comm: error: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    from sgl_sidp.plan.comm import InterconnectError
-    from sgl_sidp.plan.comm import gpu_kind
-
     try:
         table = measure_table(a.gpus, name, a.backend, iters=a.iters)
     except InterconnectError as e:
         print(f"sgl-sidp plan measure-comm: error: {e}", file=sys.stderr)
         raise SystemExit(1) from None
+    if shards:
+        for n, link in forward_all_reduce(a.model_path, shards, name).items():
+            table["links"]["all_reduce"][n] = link
     out = a.out or measured_dir() / f"{gpu_kind(name)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1))

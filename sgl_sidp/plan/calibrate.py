@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -106,6 +107,7 @@ def extrapolate_layers(near: Calibration, far: Calibration, near_layers: int, fa
         far, model=model, decode_ms=line(near.decode_ms, far.decode_ms), prefill_ms=line(near.prefill_ms, far.prefill_ms),
         decode_ms_long=line(near.decode_ms_long, far.decode_ms_long),
         decode_ms_alone=line(near.decode_ms_alone, far.decode_ms_alone),
+        decode_ms_eager=line(near.decode_ms_eager, far.decode_ms_eager),
         decode_context={b: c for b, c in far.decode_context.items() if b in near.decode_ms},
         measure_s=near.measure_s + far.measure_s,
         source=f"extrapolated linearly in the layer count to {layers} layers from servers of {near_layers} and "
@@ -142,49 +144,131 @@ def record_request_overhead(srv, entry: Path, repeats: int = 3) -> str:
     return f"request overhead {np.median(over):.1f} ms"
 
 
+def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str, cache_dir: Path,
+                      server: Callable, log: Path, timeout_s: float, measure_overhead: bool = True) -> tuple[str, Path | None]:
+    """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate` and `flags`; `server(args, log)`
+    makes the `bench.server.ServerProcess`) until the calibration of signature `sig` appears in `cache_dir`, then
+    record the request overhead (`record_request_overhead`, unless `measure_overhead` is False) and stop the server.
+    A calibration already there is returned without serving.
+
+    Returns: (what happened: "cached <file>", "measured in N s <file>[; request overhead ...]" or "failed: ...",
+    the cache entry or None).
+    """
+    from sgl_sidp.launch_server import DEFAULT_MODEL_DIR
+
+    found = find_calibration(sig, gpu_name, [cache_dir])
+    if found is not None:
+        return f"cached {found[1]}", found[1]
+    args = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(DEFAULT_MODEL_DIR),
+            *flags, "--overlay-calibrate", *SERVER_ARGS]
+    srv = server(args, log)
+    t0 = time.monotonic()
+    srv.start()
+    try:
+        while True:
+            found = find_calibration(sig, gpu_name, [cache_dir])
+            if found is not None:
+                result = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
+                if measure_overhead:
+                    result += f"; {record_request_overhead(srv, found[1])}"
+                return result, found[1]
+            if srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
+                return f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; see {log}", None
+            time.sleep(1.0)
+    finally:
+        srv.stop()
+
+
+def tp_shard_calibrations(model_path: str, n_gpus: int, gpu_name: str,
+                          calibration_dirs: list[Path] | None = None) -> dict[int, Calibration]:
+    """n -> the calibration of `model_path`'s TP-n shard on `gpu_name`'s kind, for n = 2, 4, ... `n_gpus` (cache or
+    bundled; `calibration_dirs` to look elsewhere).
+
+    Raises:
+        InterconnectError: a shard has no calibration (one line naming the command that makes it).
+    """
+    from sgl_sidp.plan.comm import InterconnectError
+    from sgl_sidp.plan.configs import shard_of
+
+    hf = read_hf_config(model_path)
+    shapes = ModelShapes.of(hf)
+    out = {}
+    for n in (2 ** k for k in range(1, 8)):
+        if n > n_gpus:
+            break
+        sig = shard_signature(hf, shard_of(shapes, n, n, n))
+        found = find_calibration(sig, gpu_name, calibration_dirs)
+        if found is None:
+            raise InterconnectError(f"no calibration of {model_path}'s TP{n} shard '{sig}' on {gpu_name}: run "
+                                    f"python -m sgl_sidp.plan calibrate --model-path {model_path} --gpus {n_gpus} first")
+        out[n] = found[0]
+    return out
+
+
+def forward_all_reduce(model_path: str, shards: dict[int, Calibration], gpu_name: str, cache_dir: Path | None = None,
+                       port: int = 26500, timeout_s: float = 600.0, server: Callable | None = None) -> dict[int, dict]:
+    """The all-reduce SGLang pays inside its TP forwards on this node, for each TP size n of `shards`
+    (`tp_shard_calibrations`): the model served whole at `--tp-size n` on GPUs 0..n-1 with `--overlay-calibrate`, its
+    forwards less its TP-n shard's forwards on one GPU, over the forward's 2L all-reduces
+    (`comm.forward_all_reduce_points`), fitted as latency + bytes / bus bandwidth (`comm.fit`).
+
+    Returns: n -> the interconnect table's all_reduce entry ({"latency_us", "busbw_gbps", "source"}); an n whose
+    server failed is missing (its line on stderr says why).
+    """
+    from sgl_sidp.bench.server import ServerProcess
+    from sgl_sidp.model_info import model_signature
+    from sgl_sidp.plan.comm import fit, forward_all_reduce_points
+
+    cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    hf = read_hf_config(model_path)
+    shapes = ModelShapes.of(hf)
+    links = {}
+    for n, shard in sorted(shards.items()):
+        gpus = ",".join(str(i) for i in range(n))
+        make = server or (lambda args, log, gpus=gpus: ServerProcess(
+            "sgl_sidp.launch_server", args, port=port, log_path=log, gpus=gpus,
+            env={"SIDP_CALIBRATION_DIR": str(cache_dir)}))
+        sig = model_signature(hf, n)
+        what, entry = serve_calibration(model_path, sig, ["--tp-size", str(n)], gpu_name, cache_dir, make,
+                                        cache_dir / f"measure-comm-tp{n}.log", timeout_s, measure_overhead=False)
+        print(f"sgl-sidp plan measure-comm: {sig}: {what}", file=sys.stderr, flush=True)
+        if entry is None:
+            continue
+        data = json.loads(entry.read_text())
+        pts = forward_all_reduce_points(Calibration.from_json(data.get("calibration", data)), shard, shapes.layers,
+                                        shapes.hidden)
+        lat, bw = fit(pts, "all_reduce", n)
+        links[n] = {"latency_us": round(lat, 2), "busbw_gbps": round(bw, 1),
+                    "source": f"measured by measure-comm in SGLang's TP{n} forwards of {Path(model_path).name} "
+                              f"less its TP{n} shard's on one GPU, per all-reduce, {len(pts)} points (decode batches "
+                              f"at two contexts, prefills of 2,048 tokens or more)"}
+    return links
+
+
 def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | None = None, port: int = 26500,
               timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
               measure_overhead: bool = True, gpu_bytes: int | None = None) -> dict[str, str]:
-    """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this host's GPU 0 (named `gpu_name`, of
-    `gpu_bytes` bytes: a shard that does not fit is timed at two smaller layer counts, `layers_that_fit`, and
+    """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this process's first visible GPU (the first
+    of CUDA_VISIBLE_DEVICES, else GPU 0; named `gpu_name`, of `gpu_bytes` bytes: a shard that does not fit is timed at two smaller layer counts, `layers_that_fit`, and
     extrapolated, `extrapolate_layers`), and record each served shard's request overhead (`record_request_overhead`;
     `measure_overhead` False: not).
 
     Returns: signature -> "cached <file>", "measured in N s <file>" (or "extrapolated from ...") or why it failed.
     """
     from sgl_sidp.bench.server import ServerProcess
-    from sgl_sidp.launch_server import DEFAULT_MODEL_DIR
 
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     hf = read_hf_config(model_path)
     shapes = ModelShapes.of(hf)
-    server = server or (lambda args, log: ServerProcess("sgl_sidp.launch_server", args, port=port, log_path=log, gpus="0",
+    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+    server = server or (lambda args, log: ServerProcess("sgl_sidp.launch_server", args, port=port, log_path=log, gpus=gpu,
                                                         env={"SIDP_CALIBRATION_DIR": str(cache_dir)}))
 
     def serve(sig: str, overrides: dict) -> tuple[str, Path | None]:
         """Time one shard (`overrides` for `--json-model-override-args`) whose signature is `sig`."""
-        found = find_calibration(sig, gpu_name, [cache_dir])
-        if found is not None:
-            return f"cached {found[1]}", found[1]
-        args = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(DEFAULT_MODEL_DIR),
-                "--json-model-override-args", json.dumps(overrides), "--overlay-calibrate", *SERVER_ARGS]
+        flags = ["--json-model-override-args", json.dumps(overrides)]
         log = (log_dir or cache_dir) / f"calibrate-{sig.replace(' ', '_').replace('/', '-')}.log"
-        srv = server(args, log)
-        t0 = time.monotonic()
-        srv.start()
-        try:
-            while True:
-                found = find_calibration(sig, gpu_name, [cache_dir])
-                if found is not None:
-                    result = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
-                    if measure_overhead:
-                        result += f"; {record_request_overhead(srv, found[1])}"
-                    return result, found[1]
-                if srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
-                    return f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; see {log}", None
-                time.sleep(1.0)
-        finally:
-            srv.stop()
+        return serve_calibration(model_path, sig, flags, gpu_name, cache_dir, server, log, timeout_s, measure_overhead)
 
     results = {}
     for sig, shard in shards_needed(hf, n_gpus).items():

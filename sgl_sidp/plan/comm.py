@@ -120,7 +120,7 @@ TABLE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadc
 
 def _table_worker(rank: int, world: int, backend: str, init: str, sizes, iters: int, q) -> None:
     """One rank of `measure_table`: every collective over the first n ranks (n = 2, 4, 8 ... up to `world`), then
-    (CUDA) a peer copy from GPU 1 into GPU 0; rank 0 puts the fits on `q`."""
+    (CUDA) a peer copy from GPU 1 into GPU 0 (`measure_peer_copy`); rank 0 puts the fits on `q`."""
     import torch
     import torch.distributed as dist
 
@@ -131,34 +131,49 @@ def _table_worker(rank: int, world: int, backend: str, init: str, sizes, iters: 
     make = (lambda nbytes: torch.ones(max(1, nbytes // 2), dtype=torch.bfloat16, device=f"cuda:{rank}")) if cuda \
         else (lambda nbytes: torch.ones(max(1, nbytes // 4)))
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    how = "calls replayed back to back in a CUDA graph" if cuda else "calls back to back"
     links: dict[str, dict[int, dict]] = {}
     n = 2
     while n <= world:
         group = dist.new_group(list(range(n)))  # every rank creates every group, in the same order
         if rank < n:
             for op in TABLE_OPS:
-                pts = measure(op, group, [s - s % (2 * n * 4) for s in sizes], make, iters, sync)
+                pts = measure(op, group, [s - s % (2 * n * 4) for s in sizes], make, iters, sync, graph=cuda)
                 lat, bw = fit(pts, op, n)
                 links.setdefault(op, {})[n] = {"latency_us": round(lat, 2), "busbw_gbps": round(bw, 1),
-                                               "source": f"measured by measure-comm ({backend}, {len(pts)} sizes)"}
+                                               "source": f"measured by measure-comm ({backend}, {len(pts)} sizes, {how})"}
         dist.barrier()
         n *= 2
     if cuda and world >= 2 and rank == 0:
-        src = torch.ones((1 << 28) // 2, dtype=torch.bfloat16, device="cuda:1")
-        dst = torch.empty_like(src)
-        dst.copy_(src)
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(5):
-            dst.copy_(src)
-        sync()
-        gbps = 5 * src.numel() * 2 / (time.perf_counter() - t0) / 1e9
-        links["peer_copy"] = {2: {"latency_us": 10.0, "busbw_gbps": round(gbps, 1),
-                                  "source": "measured by measure-comm: 256 MiB copies GPU 1 -> GPU 0; latency assumed"}}
+        lat, gbps = measure_peer_copy(1, 0)
+        links["peer_copy"] = {2: {"latency_us": round(lat, 2), "busbw_gbps": round(gbps, 1),
+                                  "source": "measured by measure-comm: copies GPU 1 -> GPU 0 of 4 KiB (latency) and "
+                                            "256 MiB (bandwidth), back to back"}}
     dist.barrier()
     if rank == 0:
         q.put(links)
     dist.destroy_process_group()
+
+
+def measure_peer_copy(src: int, dst: int, small: int = 1 << 12, big: int = 1 << 28, iters: int = 20) -> tuple[float, float]:
+    """Latency (us, per copy of `small` bytes) and bandwidth (GB/s, copies of `big` bytes) of copies from GPU `src`'s
+    memory into GPU `dst`'s, issued back to back on `dst`'s current stream (CUDA only)."""
+    import torch
+
+    def per_copy_us(nbytes: int, k: int) -> float:
+        a = torch.ones(nbytes // 2, dtype=torch.bfloat16, device=f"cuda:{src}")
+        b = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=f"cuda:{dst}")
+        with torch.cuda.device(dst):
+            b.copy_(a)
+            torch.cuda.synchronize(dst)
+            t0 = time.perf_counter()
+            for _ in range(k):
+                b.copy_(a)
+            torch.cuda.synchronize(dst)
+            return (time.perf_counter() - t0) / k * 1e6
+
+    big_us = per_copy_us(big, 5)
+    return per_copy_us(small, iters), big / (big_us * 1e3)
 
 
 def measure_table(world: int, gpu: str, backend: str = "nccl", sizes=TABLE_SIZES, iters: int = 20,
@@ -195,6 +210,25 @@ def measure_table(world: int, gpu: str, backend: str = "nccl", sizes=TABLE_SIZES
     return {"gpu": gpu, "note": f"measured by python -m sgl_sidp.plan measure-comm on {world} GPUs", "links": links}
 
 
+def forward_all_reduce_points(real, shard, layers: int, hidden: int, elt: int = 2,
+                              prefill_from: int = 2048) -> list[tuple[float, float]]:
+    """(bytes per rank, us) of one all-reduce inside SGLang's TP forwards: a TP-n server's forward is its TP-n shard's
+    forward on one GPU plus 2 x `layers` all-reduces of the tokens' hidden states (`hidden` x `elt` bytes a token),
+    so each point both calibrations (`Calibration`s) have gives (real - shard) / (2 x layers): decode steps at both
+    contexts, prefills of `prefill_from` tokens or more (smaller ones are host-bound).
+
+    On 2 x H200, Qwen3-8B: 0.7-3.4 us at 8 KiB-2 MiB (SGLang's custom all-reduce in CUDA graphs), 62-249 us at 16-64
+    MiB; NCCL replayed in a CUDA graph (`measure`) takes 14 us at the smallest sizes.
+    """
+    out = []
+    for table in ("decode_ms", "decode_ms_long"):
+        a, b = getattr(real, table), getattr(shard, table)
+        out += [(float(n * hidden * elt), (a[n] - b[n]) / (2 * layers) * 1e3) for n in sorted(set(a) & set(b))]
+    out += [(float(t * hidden * elt), (real.prefill_ms[t] - shard.prefill_ms[t]) / (2 * layers) * 1e3)
+            for t in sorted(set(real.prefill_ms) & set(shard.prefill_ms)) if t >= prefill_from]
+    return out
+
+
 def fit(points: Sequence[tuple[float, float]], op: str, n: int) -> tuple[float, float]:
     """Least-squares latency (us) and bus bandwidth (GB/s) of `op` over `n` GPUs from (bytes, us) points."""
     xs, ys = [b for b, _ in points], [t for _, t in points]
@@ -206,10 +240,17 @@ def fit(points: Sequence[tuple[float, float]], op: str, n: int) -> tuple[float, 
 
 
 def measure(op: str, group, sizes: Sequence[int], make: Callable[[int], object], iters: int = 20,
-            sync: Callable[[], None] = lambda: None) -> list[tuple[float, float]]:
-    """(bytes, median us) of `op` on `group` (a `torch.distributed` group of every rank calling this) for each buffer
-    size in `sizes` (bytes per rank); `make(nbytes)` gives a tensor of that size on the right device, `sync` waits
-    for the device. All ranks must call it with the same arguments."""
+            sync: Callable[[], None] = lambda: None, graph: bool = False, rounds: int = 3) -> list[tuple[float, float]]:
+    """(bytes, us per call) of `op` on `group` (a `torch.distributed` group of every rank calling this) for each buffer
+    size in `sizes` (bytes per rank): `iters` calls issued back to back between two waits for the device, as a
+    forward issues its collectives (no host wait between them), the median over `rounds`. `graph` (CUDA): the calls are
+    captured once in a CUDA graph and the graph is replayed, as SGLang replays its decode graphs, so the host's launch
+    cost is left out. `make(nbytes)` gives a tensor of that size on the right device, `sync` waits for the device. All
+    ranks must call it with the same arguments.
+
+    A host wait after every call (the earlier way) adds the launch and the wait to each call: on 2 x H200 it gave 38-52
+    us of latency where SGLang's decode graphs pay about 3 us per all-reduce.
+    """
     import torch
     import torch.distributed as dist
 
@@ -232,16 +273,33 @@ def measure(op: str, group, sizes: Sequence[int], make: Callable[[int], object],
             def call(): dist.broadcast(x, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
         else:
             raise InterconnectError(f"measure: unknown collective {op}")
+
+        def calls():
+            for _ in range(iters):
+                call()
+
         for _ in range(3):
             call()
         sync()
+        run = calls
+        if graph:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up outside the default stream, as torch.cuda.graph wants
+                call()
+            torch.cuda.current_stream().wait_stream(side)
+            sync()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                calls()
+            run = g.replay
         times = []
-        for _ in range(iters):
+        for _ in range(rounds):
             dist.barrier(group=group)
             sync()
             t0 = time.perf_counter()
-            call()
+            run()
             sync()
-            times.append((time.perf_counter() - t0) * 1e6)
+            times.append((time.perf_counter() - t0) * 1e6 / iters)
         out.append((float(size), statistics.median(times)))
     return out

@@ -26,8 +26,14 @@ Per technique (L layers, h hidden, e bytes per element, b sequences or tokens in
   the TP_b all-reduces of b / SP tokens. The threshold is `cost.shift_threshold` of the two, as Shift's runtime
   picks it.
 
-Left out: CPU launch time of eager (no CUDA graph) forwards (CaS without graphs), imbalance between DP ranks, the
-overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard signature
+Every technique: a decode batch past SGLang's largest decode graph (`memory.default_decode_graph_max_bs` of the
+server's TP size: 256 below TP4 on H200) runs eagerly, bound by the host's kernel launches: the step is at least the
+shard's calibrated eager step (`ShardClock.eager_ms`).
+
+Left out: CPU launch time of eager forwards elsewhere (CaS without graphs), what eager steps cost more on several
+ranks (on 2 x H200 a TP2 step of 512 rows: 40 ms against its shard's 32 ms) and in serving, where the scheduler's
+own work no longer hides behind the GPU (48-77 ms; `benchmarks/results/plan_multi_gpu/`), imbalance between DP
+ranks, the overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard signature
 (`model_info.model_signature`, which has no vocabulary) matches a calibration of another vocabulary split.
 """
 
@@ -43,7 +49,7 @@ from sgl_sidp.calibration.cache import BUNDLED_DIR, calibration_files, default_c
 from sgl_sidp.calibration.cost import (DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB, KVModel,
                                        best_offload_count, first_lasting_win, shift_threshold, spread)
 from sgl_sidp.calibration.memory import ModelShapes
-from sgl_sidp.calibration.table import Calibration
+from sgl_sidp.calibration.table import Calibration, _interp
 from sgl_sidp.model_info import model_signature
 from sgl_sidp.plan.comm import Interconnect, gpu_kind
 from sgl_sidp.plan.configs import Configuration, Shard
@@ -182,6 +188,19 @@ class ShardClock:
         slope = (last - step(xs[-2], ctx, kv)) / (xs[-1] - xs[-2])
         return last + slope * (batch - xs[-1])
 
+    @functools.cached_property
+    def _eager_table(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        xs = tuple(sorted(self.cal.decode_ms_eager))
+        return xs, tuple(self.cal.decode_ms_eager[x] for x in xs)
+
+    def eager_ms(self, batch: float) -> float:
+        """The calibrated eager decode step of `batch` rows (ms; `Calibration.decode_ms_eager`, interpolated in the
+        batch, clamped at the ends); 0 for a calibration without eager points. Eager steps are bound by the host's
+        kernel launches: on one H200 a Qwen3-8B shard took 19-35 ms eagerly at batch 256 and 512 whether its graph
+        step took 3 or 11 ms."""
+        xs, ys = self._eager_table
+        return _interp(batch, xs, ys) if xs else 0.0
+
     def more_tokens_ms(self, tokens: float, factor: float) -> float:
         """What the linear layers of a forward cost more when `tokens` become `factor` x `tokens` (no KV read: decode
         steps at context 0; past the largest calibrated batch, the prefill fit's per-token slope)."""
@@ -262,11 +281,14 @@ class StepModel:
         ic: the interconnect table of the GPU kind.
         elt: bytes per weight and activation element.
         context: the workload's mean context (tokens), at which decisions are made (SiDP's B_th, ZeroDP's offload).
+        graph_max_bs: the server's largest decode batch in a CUDA graph (`memory.default_decode_graph_max_bs`); a larger
+            batch takes at least the calibrated eager step. None: every batch in a graph.
     """
 
     def __init__(self, config: Configuration, shapes: ModelShapes, clocks: Mapping[str, ShardClock],
-                 ic: Interconnect, elt: int = 2, context: int = 1024):
+                 ic: Interconnect, elt: int = 2, context: int = 1024, graph_max_bs: int | None = None):
         self.config, self.shapes, self.ic, self.elt = config, shapes, ic, elt
+        self.graph_max_bs = graph_max_bs
         self.clocks = {role: shared_clock(clock) for role, clock in clocks.items()}
         self.context = max(1, int(context))
         # (role, batch, rounded context / CONTEXT_STEP) -> (decode ms, where its run ends: `_decode_run`, odd)
@@ -459,6 +481,12 @@ class StepModel:
         return ms, math.ceil(h - ctx) if odd else math.floor(h - ctx) + 1
 
     def _decode_uncached(self, b: float, ctx: int, role: str) -> float:
+        ms = self._graph_decode(b, ctx, role)
+        if self.graph_max_bs is not None and b > self.graph_max_bs:  # SGLang runs it eagerly: host-bound
+            ms = max(ms, self.clocks["shift" if self.config.technique == "shift" else "forward"].eager_ms(b))
+        return ms
+
+    def _graph_decode(self, b: float, ctx: int, role: str) -> float:
         c = self.config
         if c.technique == "dp_attention":
             return self._gathered(self.clock.decode_ms(b, ctx), b, c.gpus)
