@@ -26,7 +26,8 @@ def test_bundled_tables_say_where_each_number_comes_from():
         assert set(ic.links) == set(OPS)
         for by_n in ic.links.values():
             for link in by_n.values():
-                assert ("measured" in link.source or "public" in link.source) and "assumed" in link.source
+                # measured on a node, or taken from public figures and saying what was assumed
+                assert "measured" in link.source or ("public" in link.source and "assumed" in link.source), link
     with pytest.raises(InterconnectError, match="no interconnect table for GPU 'NVIDIA A10'"):
         Interconnect.load("NVIDIA A10")
     assert Interconnect.from_json(Interconnect.load("H200").to_json()) == Interconnect.load("H200")
@@ -76,3 +77,24 @@ def test_measure_comm_writes_a_table_plan_can_load(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "sgl_sidp.plan", "measure-comm", "--gpus", "1"], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["sgl-sidp plan measure-comm: error: --gpus must be at least 2"]
+
+
+def test_the_all_reduce_inside_tp_forwards_is_the_server_less_its_shard_per_all_reduce():
+    """`forward_all_reduce_points`: a TP2 forward is its shard's plus 2L all-reduces of the tokens' hidden states,
+    so (real - shard) / 2L at each point both have, and `fit` of those gives back the all-reduce; prefills under
+    2,048 tokens (host-bound) are left out."""
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.plan.comm import forward_all_reduce_points
+
+    layers, hidden, lat, busbw = 4, 1024, 3.0, 250.0
+    ar_ms = lambda tokens: 2 * layers * (lat + tokens * hidden * 2 / (busbw * 1e3)) / 1e3  # noqa: E731
+    shard = Calibration(model="m", gpu="NVIDIA H200", decode_ms={1: 2.0, 64: 3.0, 256: 5.0},
+                        prefill_ms={512: 9.0, 2048: 20.0, 8192: 70.0}, copy_gbps=None, source="test",
+                        decode_ms_long={64: 6.0, 256: 12.0}, decode_context_long=2048)
+    real = Calibration(model="m tp2", gpu="NVIDIA H200", decode_ms={b: ms + ar_ms(b) for b, ms in shard.decode_ms.items()},
+                       prefill_ms={t: ms + ar_ms(t) + (5.0 if t < 2048 else 0.0) for t, ms in shard.prefill_ms.items()},
+                       copy_gbps=None, source="test", decode_ms_long={b: ms + ar_ms(b) for b, ms in shard.decode_ms_long.items()},
+                       decode_context_long=2048)
+    pts = forward_all_reduce_points(real, shard, layers, hidden)
+    assert len(pts) == 3 + 2 + 2
+    assert fit(pts, "all_reduce", 2) == pytest.approx((lat, busbw), rel=1e-6)
