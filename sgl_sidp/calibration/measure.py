@@ -255,23 +255,30 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
            "decode_eager_context": short or 0, "decode_ms_eager_long": {}}
     rates = []
     progress = Progress(f"sgl-sidp {who}: start-up calibration of the forward times", logger, limit_s=budget_s)
+
+    def point(bs: int, ctx: int, without_graph: bool = False) -> tuple[float, float | None, bool, bool]:
+        """(ms pipelined, ms of one forward alone at the short context (graphs only) else None, whether a graph
+        ran, whether the rows shared one row's KV) of decode batch `bs` at `ctx` tokens."""
+        probe = DecodeProbe(mr, bs, ctx)
+        try:
+            with eager(mr) if without_graph else contextlib.nullcontext():
+                ms = pipelined_ms(probe.run, iters)
+                alone = median_ms(probe.run, iters) if ctx == short and not without_graph else None
+        finally:
+            probe.close()
+        return ms, alone, bool(probe.used_graph), probe.shared_kv
+
     with torch.inference_mode(), progress:
         for i, bs in enumerate(bs_list, 1):
             if time.monotonic() - t0 > budget_s or short is None:
                 break
             for ctx in dict.fromkeys((short, long_)):
                 progress.at(f"decode batch {bs} ({i} of {len(bs_list)}) at {ctx} tokens of context")
-                probe = DecodeProbe(mr, bs, ctx)
-                try:
-                    ms = pipelined_ms(probe.run, iters)
-                    if ctx == short:
-                        out["decode_ms_alone"][bs] = median_ms(probe.run, iters)
-                finally:
-                    probe.close()
-                out["graph"] &= bool(probe.used_graph)
+                ms, alone, graph, shared = point(bs, ctx)
+                out["graph"] &= graph
                 if ctx == short:
-                    out["decode_ms"][bs], out["decode_context"][bs] = ms, ctx
-                elif not probe.shared_kv:  # rows sharing one row's KV read it partly from L2 (too fast)
+                    out["decode_ms"][bs], out["decode_context"][bs], out["decode_ms_alone"][bs] = ms, ctx, alone
+                elif not shared:  # rows sharing one row's KV read it partly from L2 (too fast)
                     out["decode_ms_long"][bs] = ms
             extra_ms = out["decode_ms_long"].get(bs, 0.0) - out["decode_ms"][bs]
             if bs in out["decode_ms_long"] and extra_ms > 0.2:  # below 0.2 ms the difference is noise
@@ -282,15 +289,10 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
                 break
             for ctx in dict.fromkeys((short, long_)):
                 progress.at(f"eager decode batch {bs} at {ctx} tokens of context")
-                probe = DecodeProbe(mr, bs, ctx)
-                try:
-                    with eager(mr):
-                        ms = pipelined_ms(probe.run, iters)
-                finally:
-                    probe.close()
+                ms, _, _, shared = point(bs, ctx, without_graph=True)
                 if ctx == short:
                     out["decode_ms_eager"][bs] = ms
-                elif not probe.shared_kv:
+                elif not shared:
                     out["decode_ms_eager_long"][bs] = ms
         for i, t in enumerate(prefill, 1):
             if time.monotonic() - t0 > budget_s:
