@@ -50,3 +50,25 @@ def test_shard_shapes():
     m = shapes("Qwen3-30B-A3B")
     assert m.moe_layers == tuple(range(48)) and m.experts == 128 and m.expert_intermediate == 768
     assert m.weight_bytes(expertless=m.moe_layers) < 0.06 * m.weight_bytes()  # the routed experts are 95 % of it
+
+
+# `plan calibrate`'s shard servers on one H200 (SGLang's default mem fraction 0.903, 139.13 GiB free before load):
+# (model, --json-model-override-args, max_total_num_tokens logged), benchmarks/results/plan/calibrate_h200_eager_2026-11-24/
+SHARDS = [("Qwen3-8B", {"num_attention_heads": 4, "num_key_value_heads": 1, "intermediate_size": 1536, "vocab_size": 18992},
+           7_205_574),
+          ("Qwen3-32B", {"num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 6400,
+                         "vocab_size": 37984}, 416_769),
+          ("Qwen3-30B-A3B", {"num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 768,
+                             "moe_intermediate_size": 96, "vocab_size": 18992}, 1_277_658)]
+
+
+@pytest.mark.parametrize("name, overrides, logged", SHARDS)
+def test_kv_tokens_of_shard_servers_match_sglangs_logs(name, overrides, logged):
+    """A TP or DP-attention shard served alone on one GPU (heads, KV heads, FFN and vocabulary cut down): the memory
+    model's KV tokens within 0.2 % of SGLang's (`scripts/plan_validate_shard_kv.py` over every such log)."""
+    path = MODELS / name / "config.json"
+    if not path.is_file():
+        pytest.skip(f"{path} missing (../shared/models)")
+    s = ModelShapes.of({**json.loads(path.read_text()), **overrides})
+    got = kv_tokens(139.13 * GIB, default_mem_fraction_static(H200_MIB), s.weight_bytes(), s.kv_bytes_per_token(1))
+    assert abs(got / logged - 1) < 0.002, (got, logged)
