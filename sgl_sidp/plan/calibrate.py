@@ -249,9 +249,9 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
               timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
               measure_overhead: bool = True, gpu_bytes: int | None = None) -> dict[str, str]:
     """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this process's first visible GPU (the first
-    of CUDA_VISIBLE_DEVICES, else GPU 0; named `gpu_name`, of `gpu_bytes` bytes: a shard that does not fit is timed at two smaller layer counts, `layers_that_fit`, and
-    extrapolated, `extrapolate_layers`), and record each served shard's request overhead (`record_request_overhead`;
-    `measure_overhead` False: not).
+    of CUDA_VISIBLE_DEVICES, else GPU 0; named `gpu_name`, of `gpu_bytes` bytes: a shard that does not fit is timed at
+    two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and record each served
+    shard's request overhead (`record_request_overhead`; `measure_overhead` False: not).
 
     Returns: signature -> "cached <file>", "measured in N s <file>" (or "extrapolated from ...") or why it failed.
     """
