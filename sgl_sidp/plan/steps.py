@@ -33,8 +33,8 @@ shard's calibrated eager step (`ShardClock.eager_ms`).
 Left out: CPU launch time of eager forwards elsewhere (CaS without graphs), what eager steps cost more on several
 ranks (on 2 x H200 a TP2 step of 512 rows: 40 ms against its shard's 32 ms) and in serving, where the scheduler's
 own work no longer hides behind the GPU (48-77 ms; `benchmarks/results/plan_multi_gpu/`), imbalance between DP
-ranks, the overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard signature
-(`model_info.model_signature`, which has no vocabulary) matches a calibration of another vocabulary split.
+ranks, the overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard
+signature (`model_info.model_signature`, which has no vocabulary) matches a calibration of another vocabulary split.
 """
 
 from __future__ import annotations
