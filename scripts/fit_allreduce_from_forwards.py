@@ -31,8 +31,7 @@ def main() -> None:
 
     def load(path: str) -> Calibration:
         with open(path) as f:
-            data = json.load(f)
-        return Calibration.from_json(data.get("calibration", data))
+            return Calibration.from_entry(json.load(f))
 
     shard = load(a.shard)
     # the signature names them: "Qwen3ForCausalLM L36 H4096 I6144 A16/4 tp1"

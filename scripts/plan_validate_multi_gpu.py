@@ -69,10 +69,7 @@ def forwards_table(files: list[Path], model_path: str, gpu: str, n: int) -> list
     next to the same points of the TP-`n` servers' calibrations in `files` (their mean; each listed)."""
     from sgl_sidp.calibration.table import Calibration
 
-    reals = []
-    for f in files:
-        data = json.loads(Path(f).read_text())
-        reals.append(Calibration.from_json(data.get("calibration", data)))
+    reals = [Calibration.from_entry(json.loads(Path(f).read_text())) for f in files]
     row = next(c for c in plan(model_path, n, gpu, "latency:2048:4")["configurations"] if c["name"] == f"tp{n}")
     out = ["| number | predicted | measured (each server) | error |", "|---|---:|---:|---:|"]
     points = [(f"decode step, batch {b}, context {ctx}", p, [r.decode_ms.get(int(b)) if ctx == "256" else

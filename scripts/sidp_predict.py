@@ -42,7 +42,7 @@ def main(argv=None) -> None:
                     help="offline jobs, comma-separated: P prompt + O output tokens, S = P + O (default: %(default)s)")
     a = ap.parse_args(argv)
     entry = json.loads(Path(a.calibration).read_text())
-    cal = Calibration.from_json(entry.get("calibration", entry))
+    cal = Calibration.from_entry(entry)
     hf = json.loads(Path(a.model_config).read_text())
     L, H, I = hf["num_hidden_layers"], hf["hidden_size"], hf["intermediate_size"]
     kvh, hd = hf["num_key_value_heads"], hf.get("head_dim") or H // hf["num_attention_heads"]

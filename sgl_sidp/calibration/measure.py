@@ -69,18 +69,9 @@ def kv_bytes_per_token(model_runner) -> int:
 
 
 def median_ms(fn: Callable[[], object], iters: int, warmup: int = 2) -> float:
-    """Median ms of `fn()` on the current stream, `iters` times after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """Median ms of `fn()` on the current stream, `iters` times after `warmup` calls, each call timed alone (the host
+    waits for it): `pipelined_ms` of one call a round."""
+    return pipelined_ms(fn, 1, rounds=iters, warmup=warmup)
 
 
 def pipelined_ms(fn: Callable[[], object], iters: int, rounds: int = 3, warmup: int = 2) -> float:

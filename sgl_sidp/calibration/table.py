@@ -120,6 +120,16 @@ class Calibration:
         )
 
     @classmethod
+    def from_entry(cls, d: dict) -> "Calibration":
+        """Build from a calibration file's JSON: a cache entry (`{"key", "calibration"}`, as
+        `cache.CalibrationCache.put` writes it and the bundled entries are) or a plain table (`to_json`).
+
+        Raises:
+            KeyError, ValueError: as `from_json`.
+        """
+        return cls.from_json(d.get("calibration", d))
+
+    @classmethod
     def load(cls, path: str | Path) -> "Calibration":
         """Read a calibration JSON file.
 

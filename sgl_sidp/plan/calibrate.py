@@ -235,8 +235,7 @@ def forward_all_reduce(model_path: str, shards: dict[int, Calibration], gpu_name
         if entry is None:
             continue
         data = json.loads(entry.read_text())
-        pts = forward_all_reduce_points(Calibration.from_json(data.get("calibration", data)), shard, shapes.layers,
-                                        shapes.hidden)
+        pts = forward_all_reduce_points(Calibration.from_entry(data), shard, shapes.layers, shapes.hidden)
         lat, bw = fit(pts, "all_reduce", n)
         links[n] = {"latency_us": round(lat, 2), "busbw_gbps": round(bw, 1),
                     "source": f"measured by measure-comm in SGLang's TP{n} forwards of {Path(model_path).name} "

@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import statistics
 from pathlib import Path
 from typing import Mapping
 
@@ -122,8 +123,6 @@ def request_overhead_ms(gpu_name: str, dirs: list[Path] | None = None, model: st
     served (`calibrate.record_request_overhead`, in the cached or bundled entries), over the shards of `model` (a
     signature's `model_part`) where any has it (it grows with the model: 4-6 ms for Qwen3-8B on H200, 8-18 ms for
     Llama-3.1-70B), else over every shard of this GPU kind; (0.0, "not measured") if none."""
-    import statistics
-
     found = {}
     for data in _entries_of_kind(gpu_name, dirs):
         try:
@@ -144,8 +143,6 @@ def host_time_alone_ms(gpu_name: str, dirs: list[Path] | None = None) -> float |
     point of the calibrations measured both ways (`decode_timing` "pipelined" with `decode_ms_alone`), of the
     difference; None if there are none. `Calibration.pipelined` takes it off tables timed alone (measured before
     pipelined timing): 0.34 ms on H200 (126 points, 2026-11-24)."""
-    import statistics
-
     diffs = []
     for data in _entries_of_kind(gpu_name, dirs):
         cal = data["calibration"]
