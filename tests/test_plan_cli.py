@@ -37,6 +37,21 @@ def test_json_keeps_the_keys_scripts_rely_on(qwen3_8b):
     assert all({"name", "technique", "dp", "tp", "sp", "weights_gb_per_gpu", "kv_tokens_total"} <= set(c) for c in by.values())
 
 
+def test_a_configuration_stepping_as_another_is_simulated_once(qwen3_8b, monkeypatch):
+    """On 8 GPUs at 2,048-token prompts SiDP DP2 x TP4's auto has B_th 1 (WaS wins from batch 1): its schedule is
+    WaS's, simulated once."""
+    import sgl_sidp.plan.__main__ as planner
+
+    calls = []
+    simulate = planner.simulate
+    monkeypatch.setattr(planner, "simulate", lambda reqs, reps: calls.append(len(reps)) or simulate(reqs, reps))
+    by = {c["name"]: c for c in plan(qwen3_8b, 8, "H200", "offline:16:2048:256")["configurations"]}
+    assert by["sidp_dp2_tp4_auto"]["decisions"]["b_th"] == 1.0 and by["sidp_dp4_tp2_auto"]["decisions"]["b_th"] > 1
+    summary = ("total_tok_s", "ttft_ms_p50", "tpot_ms_p99", "makespan_s")
+    assert [by["sidp_dp2_tp4_auto"][k] for k in summary] == [by["sidp_dp2_tp4_was"][k] for k in summary]
+    assert len(calls) == sum("total_tok_s" in c for c in by.values()) - 1
+
+
 def test_table_and_png_label_every_number_predicted(qwen3_8b, tmp_path, capsys):
     main(["--model-path", qwen3_8b, "--gpus", "2", "--workload", "latency:512:16", "--png", str(tmp_path / "p.png")])
     out = capsys.readouterr().out

@@ -95,6 +95,21 @@ def test_sidp_was_is_the_longer_of_compute_and_copies_and_auto_switches_at_b_th(
     assert c["auto"].decode_ms(b_th, 1024) == c["was"].decode_ms(b_th, 1024)
     assert c["auto"].decode_ms(b_th - 8, 1024) == c["cas"].decode_ms(b_th - 8, 1024)
     assert c["was"].decode_ms(b_th, 1024) <= c["cas"].decode_ms(b_th, 1024)
+    assert [c[v].steps_variant() for v in ("was", "cas", "auto")] == ["was", "cas", "auto"]
+
+
+@pytest.mark.parametrize("b_th, twin", [(1.0, "was"), (float("inf"), "cas")])
+def test_sidp_auto_with_b_th_at_an_end_steps_as_one_service(b_th, twin):
+    """`steps_variant`: with B_th at most one token, auto runs WaS at every batch and prefill; with B_th inf, CaS (the
+    planner then simulates its schedule once for both)."""
+    c = {v: StepModel(Configuration(f"sidp_dp2_{v}", "sidp", 2, 1, variant=v), SHAPES, {"forward": clock()}, SLOW_COPIES)
+         for v in (twin, "auto")}
+    c["auto"].__dict__["b_th"] = b_th  # (a cached_property)
+    assert c["auto"].steps_variant() == twin
+    for b, ctx in ((1, 0), (7, 300), (256, 4096), (1024, 100)):
+        assert c["auto"].decode_ms(b, ctx) == c[twin].decode_ms(b, ctx)
+    for parts in ([(1, 0)], [(512, 0)], [(300, 1024), (40, 0)], [(8192, 0)]):
+        assert c["auto"].prefill_ms(parts) == c[twin].prefill_ms(parts)
 
 
 def test_first_lasting_win_needs_the_win_to_last():

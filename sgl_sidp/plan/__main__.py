@@ -133,7 +133,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                                                     model=shard_signature(hf, shard_of(shapes, 1, 1, 1)))
     host_ms = host_time_alone_ms(kind["name"], calibration_dirs)
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
-    rows = []
+    rows, simulated = [], {}  # simulated: schedules by what determines them (below)
     for c in configs:
         server_tp = c.gpus if c.technique == "dp_attention" else c.attn_tp  # SGLang's --tp-size of one replica
         frac = default_mem_fraction_static(kind["mib"], server_tp,
@@ -177,9 +177,13 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         row["prefill_ms"] = {str(t): round(model.prefill_ms([(t, 0)]), 2) for t in PREFILL_TOKENS}
         if decode_points:
             row["decode_at"] = [model.decode_ms(b, ctx) for b, ctx in decode_points]
-        reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
-        replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times) for r in model.replicas(kv)]
-        summary = summarize(simulate(reqs, replicas))
+        # a configuration whose replicas step as another's, with the same KV, has its schedule: simulated once
+        twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), tuple(sorted(kv.items())))
+        if twin not in simulated:
+            reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
+            replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times) for r in model.replicas(kv)]
+            simulated[twin] = summarize(simulate(reqs, replicas))
+        summary = dict(simulated[twin])
         for k in ("ttft_ms_p50", "ttft_ms_p99", "e2e_ms_p50", "e2e_ms_p99"):
             if k in summary:
                 summary[k] += overhead

@@ -34,8 +34,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import heapq
+import itertools
 import math
+import operator
 from typing import Callable, Sequence
 
 CLIP_MAX_NEW_TOKENS = 4096
@@ -43,6 +46,7 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 BLOCK_TOKENS = 512
+_ULP = 2.0 ** -52  # float64's relative spacing at 1: a bound on one addition's relative error (half of it), with room
 _TIE = 1e-9  # relative: closer than this to the admission line, the reserved tokens are summed per request
 _RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS  # per decode step
 
@@ -493,7 +497,14 @@ class ReplicaSim:
             while done < limit and clock < until_s:  # a pass per run of equal step times
                 ms, run = decode_run(n, (ctx_sum + done * n) / n)
                 dt, run_end = ms / 1e3, done + run
-                for done in range(done + 1, (run_end if run_end < limit else limit) + 1):
+                last = run_end if run_end < limit else limit
+                if (clock + (last - done) * dt) * (1.0 + (last - done + 4) * _ULP) < until_s:
+                    # no step of the run reaches until_s (each sum is within (steps) x ulp of the exact one): the same
+                    # sums, one step at a time, in C
+                    clock = functools.reduce(operator.add, itertools.repeat(dt, last - done), clock)
+                    done = last
+                    continue
+                for done in range(done + 1, last + 1):
                     clock += dt
                     if clock >= until_s:
                         break

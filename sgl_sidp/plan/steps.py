@@ -537,6 +537,14 @@ class StepModel:
         n = c.gpus if c.technique == "dp_attention" else c.dp
         return [Replica(self.step_times(), kv["gpu"]) for _ in range(n)]
 
+    def steps_variant(self) -> str:
+        """The variant whose step times this configuration's equal: SiDP auto with its B_th at most one token steps as
+        WaS at every batch and prefill, with B_th inf as CaS; else its own (`config.variant`)."""
+        c = self.config
+        if c.technique == "sidp" and c.variant == "auto":
+            return "was" if self.b_th <= 1 else "cas" if self.b_th == float("inf") else "auto"
+        return c.variant
+
     def decisions(self) -> dict:
         """What the technique decides from this cost model (for the table and the launch command)."""
         c = self.config
