@@ -43,6 +43,20 @@ def test_load_bundled_file():
     assert find_bundled(QWEN, "NVIDIA H200") == BUNDLED_DIR / "h200_qwen3-30b-a3b_tp1.json"
 
 
+def test_bundled_cache_entries_are_found_and_loaded_as_plain_tables_are():
+    """`plan calibrate` bundles cache entries (`{"key", "calibration"}`): the start-up lookup (`find_bundled`,
+    `resolve`) and `Calibration.load` read them too."""
+    sig = "Qwen3ForCausalLM L36 H4096 I12288 A32/8 tp1"
+    path = BUNDLED_DIR / "h200_qwen3-8b_tp1.json"
+    assert "calibration" in json.loads(path.read_text()) and find_bundled(sig, "NVIDIA H200") == path
+    c = Calibration.load(path)
+    assert c == Calibration.from_entry(json.loads(path.read_text())) and (c.model, c.gpu) == (sig, "NVIDIA H200")
+    key = CalibrationKey(gpu="NVIDIA H200", model=sig, dtype="torch.bfloat16", quantization="", attention_backend="triton",
+                         sglang="0.5.17")
+    cal, origin = resolve(key, None, CalibrationCache(Path("/nonexistent")))
+    assert cal == c and origin == f"bundled {path}"
+
+
 def test_missing_optional_keys_give_defaults():
     """Only model, gpu and decode_ms are required; the optional numbers come back as None or empty."""
     c = Calibration.from_json({"model": "M", "gpu": "H200", "decode_ms": {"4": 8}})

@@ -145,11 +145,14 @@ def calibration_files(directories) -> Iterator[tuple[Path, dict]]:
 
 def find_bundled(model: str, gpu_name: str, directory: Path = BUNDLED_DIR) -> Path | None:
     """The bundled table measured on `model` (signature) and a GPU whose name holds the file's `gpu` as whole
-    words ("H200" matches "NVIDIA H200" and "NVIDIA H200 NVL", not "NVIDIA H20"; "H20" does not match "NVIDIA H200").
-    Unreadable files are skipped with a warning."""
+    words ("H200" matches "NVIDIA H200" and "NVIDIA H200 NVL", not "NVIDIA H20"; "H20" does not match "NVIDIA H200"),
+    a plain table or a cache entry (`plan calibrate` bundles entries). Unreadable files are skipped with a warning."""
     for f, d in calibration_files([directory]):
-        gpu = str(d.get("gpu") or "")
-        if gpu and d.get("model") == model and re.search(rf"\b{re.escape(gpu)}\b", gpu_name, re.IGNORECASE):
+        table = d.get("calibration", d)
+        if not isinstance(table, dict):
+            continue
+        gpu = str(table.get("gpu") or "")
+        if gpu and table.get("model") == model and re.search(rf"\b{re.escape(gpu)}\b", gpu_name, re.IGNORECASE):
             return f
     return None
 

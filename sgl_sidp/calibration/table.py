@@ -131,12 +131,12 @@ class Calibration:
 
     @classmethod
     def load(cls, path: str | Path) -> "Calibration":
-        """Read a calibration JSON file.
+        """Read a calibration JSON file: a plain table or a cache entry (`from_entry`).
 
         Raises:
             OSError, json.JSONDecodeError, KeyError, ValueError: unreadable or incomplete file.
         """
-        return cls.from_json(json.loads(Path(path).read_text()))
+        return cls.from_entry(json.loads(Path(path).read_text()))
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
