@@ -144,6 +144,12 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
 
 def report(a) -> None:
     measured = json.loads((Path(a.out_dir) / "measured.json").read_text())
+    if a.prefix_factor is not None:  # a what-if: every shard's prefix factor set by hand, not calibrated
+        from sgl_sidp.plan.steps import ShardClock
+
+        ShardClock.prefix_factor = property(lambda self: a.prefix_factor)
+        print(f"What if attention over a cached prefix cost {a.prefix_factor:g} x (ShardClock.prefix_factor set by "
+              "hand: a sensitivity check, not a prediction):\n")
     print("| number | unit | predicted | measured | error |\n|---|---|---:|---:|---:|")
     for what, unit, pred, meas in rows(measured, a.model_path, a.gpu, a.trace_dir):
         err = f"{pred / meas - 1:+.1%}" if meas else "-"
@@ -173,6 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--gpu", default="H200", help="GPU kind the measurement ran on (default: H200)")
     r.add_argument("--trace-dir", type=Path, default=None,
                    help="read the replays' trace files from this folder (default: the paths the replays used)")
+    r.add_argument("--prefix-factor", type=float, default=None, metavar="K",
+                   help="what-if: take attention over a cached prefix as K x attention within the new tokens on every "
+                        "shard (ShardClock.prefix_factor) instead of the calibrated factor")
     a = ap.parse_args(argv)
     measure(a) if a.cmd == "measure" else report(a)
 

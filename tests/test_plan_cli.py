@@ -146,7 +146,8 @@ def test_a_shard_too_big_for_the_gpu_is_timed_at_fewer_layers_and_extrapolated(t
         def start(self):  # a forward costs 1 ms + 0.1 ms per layer (decode), 10 + 2 per layer (prefill)
             n = int(self.sig.split()[1][1:])
             entry = {"model": self.sig, "gpu": "NVIDIA H200", "decode_ms": {"1": 1 + 0.1 * n},
-                     "prefill_ms": {"512": 10 + 2 * n}, "decode_context": {"1": 256}}
+                     "prefill_ms": {"512": 10 + 2 * n}, "decode_context": {"1": 256},
+                     "prefill_prefix_ms": [[2048, 8192, 20 + 3 * n]] + ([[64, 128, 1.0]] if n == 40 else [])}
             key = {"gpu": "NVIDIA H200", "model": self.sig, "dtype": "torch.bfloat16", "quantization": "",
                    "attention_backend": "triton", "sglang": "0.5.17", "format": 2}
             (self.cache / f"{len(served)}.json").write_text(json.dumps({"key": key, "calibration": entry}))
@@ -171,6 +172,7 @@ def test_a_shard_too_big_for_the_gpu_is_timed_at_fewer_layers_and_extrapolated(t
     assert res[whole].startswith("extrapolated from 20 and 40 layers")
     cal = find_calibration(whole, "NVIDIA H200", [cache])[0]
     assert cal.decode_ms[1] == pytest.approx(1 + 0.1 * 80) and cal.prefill_ms[512] == pytest.approx(10 + 2 * 80)
+    assert cal.prefill_prefix_ms == ((2048, 8192, pytest.approx(20 + 3 * 80)),)  # (points of both layer counts only)
     assert "extrapolated linearly in the layer count to 80 layers" in cal.source
 
 
@@ -221,3 +223,35 @@ def test_measure_comm_takes_the_all_reduce_from_tp_forwards_of_a_calibrated_mode
     links = forward_all_reduce(qwen3_8b, shards, "NVIDIA H200", cache_dir=tmp_path, server=server)
     assert started == ["2"] and links[2]["latency_us"] == pytest.approx(2.0, abs=1e-6)
     assert links[2]["busbw_gbps"] == pytest.approx(300.0, rel=1e-6) and "TP2 forwards" in links[2]["source"]
+
+
+def test_prefix_prefills_are_timed_over_a_radix_hit_less_the_request_overhead(tmp_path):
+    """`record_prefix_prefills` against a stand-in SGLang (its radix cache never evicts, `cached_tokens` reported):
+    each probe sends its prefix, then prefix + new tokens, and records (new, cached, client TTFT - request overhead);
+    a probe the server does not serve from its cache is left out."""
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.plan.calibrate import record_prefix_prefills
+    from tests.test_replay import FakeSGLangServer
+
+    class NoCache(FakeSGLangServer):
+        def _cached(self, ids):
+            return 0 if len(ids) == 300 else super()._cached(ids)
+
+    entry = tmp_path / "e.json"
+    table = {"model": "m", "gpu": "NVIDIA H200", "decode_ms": {"1": 1.0}, "prefill_ms": {"512": 9.0}}
+    entry.write_text(json.dumps({"key": {}, "calibration": table}))
+    with NoCache() as server:
+        srv = type("Srv", (), {"base_url": server.base_url})
+        assert record_prefix_prefills(srv, entry).startswith("prefix prefills not measured")
+        entry.write_text(json.dumps({"key": {}, "calibration": table, "request_overhead_ms": {"median_ms": 2.5}}))
+        assert record_prefix_prefills(srv, entry, [(64, 256), (100, 200), (8, 128)]) == \
+            "2 of 3 prefills over a cached prefix"
+        sent = [len(body["input_ids"]) for _, body in server.arrivals]
+    assert sent == [256, 320, 200, 300, 128, 136]
+    data = json.loads(entry.read_text())
+    probes = data["prefix_prefills"]["probes"]
+    assert [(p["new"], p["prefix"], p["cached_tokens"]) for p in probes] == [(64, 256, 256), (100, 200, 0), (8, 128, 128)]
+    rows = data["calibration"]["prefill_prefix_ms"]
+    assert [r[:2] for r in rows] == [[64, 256], [8, 128]]
+    assert [r[2] for r in rows] == pytest.approx([probes[i]["client_ttft_ms"] - 2.5 for i in (0, 2)], abs=2e-3)
+    assert Calibration.from_entry(data).prefill_prefix_ms == tuple(map(tuple, data["calibration"]["prefill_prefix_ms"]))

@@ -214,3 +214,22 @@ def test_step_models_of_equal_clocks_share_one():
         assert one.clock.decode_ms(b, ctx) == fresh._decode_uncached(b, ctx)
         assert one.decode_ms(b, ctx) == fresh.decode_ms(b, 32 * round(ctx / 32))  # (no all-reduce at TP1)
     assert other.decode_ms(64, 1024) > one.decode_ms(64, 1024)
+
+
+def test_prefills_over_a_cached_prefix_take_the_calibrated_prefix_factor():
+    """`ShardClock.prefix_factor` k from `Calibration.prefill_prefix_ms` (prefills over a radix hit): a prefill of
+    n new tokens over p cached ones costs c + a n + b n (n + 2 k p); without such points k is 1 and the prefill is the
+    fresh-prompt fit's, as before they were measured."""
+    import dataclasses
+
+    c, a, b = 3.0, 0.02, 2e-6
+    fresh = {t: c + a * t + b * t * t for t in (512, 2048, 4096, 8192)}
+    base = Calibration(model="m", gpu="NVIDIA H200", decode_ms={1: 1.0}, prefill_ms=fresh, copy_gbps=None, source="t")
+    rows = tuple((n, p, c + a * n + b * n * (n + 2 * 1.6 * p)) for n, p in ((2048, 8192), (2048, 16384), (8192, 8192)))
+    plain, probed = (ShardClock(cal_, SHAPES.kv_bytes_per_token(1))
+                     for cal_ in (base, dataclasses.replace(base, prefill_prefix_ms=rows)))
+    assert plain.prefix_factor == 1.0 and probed.prefix_factor == pytest.approx(1.6)
+    assert plain.prefill_ms([(1000, 4000)]) == pytest.approx(c + a * 1000 + b * 1000 * (1000 + 2 * 4000))
+    assert probed.prefill_ms([(1000, 4000)]) == pytest.approx(c + a * 1000 + b * 1000 * (1000 + 2 * 1.6 * 4000))
+    assert probed.prefill_ms([(4096, 0)]) == plain.prefill_ms([(4096, 0)])  # a fresh prompt: no prefix term
+    assert Calibration.from_json(json.loads(json.dumps(probed.cal.to_json()))) == probed.cal

@@ -69,6 +69,10 @@ class Calibration:
             graph (`ModelRunner._forward_raw`; on H200 256 below TP4, `ServerArgs` `cuda_graph_config.decode.max_bs`).
             Empty for tables measured before this field existed.
         decode_eager_context: tokens per sequence of the `decode_ms_eager` points.
+        prefill_prefix_ms: one-request prefills of new tokens over a prefix already in the KV cache (a radix hit),
+            as (new tokens, prefix tokens, ms) rows: what attention over cached tokens costs
+            (`plan.calibrate.record_prefix_prefills`; `plan.steps.ShardClock.prefix_factor`). Empty for tables
+            measured before this field existed.
     """
 
     model: str
@@ -89,6 +93,7 @@ class Calibration:
     decode_ms_alone: dict[int, float] = dataclasses.field(default_factory=dict)
     decode_ms_eager: dict[int, float] = dataclasses.field(default_factory=dict)
     decode_eager_context: int = 0
+    prefill_prefix_ms: tuple[tuple[int, int, float], ...] = ()
 
     # ------------------------------------------------------------------ files
     @classmethod
@@ -117,6 +122,7 @@ class Calibration:
             decode_ms_alone={int(k): float(v) for k, v in d.get("decode_ms_alone", {}).items()},
             decode_ms_eager={int(k): float(v) for k, v in d.get("decode_ms_eager", {}).items()},
             decode_eager_context=int(d.get("decode_eager_context", 0)),
+            prefill_prefix_ms=tuple((int(n), int(p), float(ms)) for n, p, ms in d.get("prefill_prefix_ms", ())),
         )
 
     @classmethod

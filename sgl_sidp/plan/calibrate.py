@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from sgl_sidp.calibration.cache import CalibrationCache, CalibrationKey, default_cache_dir
 from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, free_before_load
@@ -84,7 +84,8 @@ def layers_that_fit(hf: dict, shard: Shard, gpu_bytes: int | None) -> int:
 def extrapolate_layers(near: Calibration, far: Calibration, near_layers: int, far_layers: int, layers: int,
                        model: str) -> Calibration:
     """The calibration of `layers` decoder layers from two measured at `near_layers` < `far_layers` (same shard
-    otherwise): every point present in both is extended along the line through them,
+    otherwise): every point present in both (prefills over a prefix: the same new and prefix tokens) is extended along
+    the line through them,
     t(L) = t_far + (t_far - t_near) * (L - far_layers) / (far_layers - near_layers) ms, and never below t_far (more
     layers are never faster). Contexts, the KV read rate and copy rates are the far one's.
 
@@ -108,6 +109,8 @@ def extrapolate_layers(near: Calibration, far: Calibration, near_layers: int, fa
         decode_ms_long=line(near.decode_ms_long, far.decode_ms_long),
         decode_ms_alone=line(near.decode_ms_alone, far.decode_ms_alone),
         decode_ms_eager=line(near.decode_ms_eager, far.decode_ms_eager),
+        prefill_prefix_ms=tuple((n, p, ms) for (n, p), ms in line(*({(n, p): ms for n, p, ms in c.prefill_prefix_ms}
+                                                                    for c in (near, far))).items()),
         decode_context={b: c for b, c in far.decode_context.items() if b in near.decode_ms},
         measure_s=near.measure_s + far.measure_s,
         source=f"extrapolated linearly in the layer count to {layers} layers from servers of {near_layers} and "
@@ -144,6 +147,40 @@ def record_request_overhead(srv, entry: Path, repeats: int = 3) -> str:
     return f"request overhead {np.median(over):.1f} ms"
 
 
+#: (new tokens, prefix tokens) of the prefills over a cached prefix that `record_prefix_prefills` times: Mooncake's
+#: conversations prefill a few thousand new tokens over up to ~30,000 cached ones
+PREFIX_PROBES = ((2048, 8192), (2048, 16384), (8192, 8192))
+
+
+def record_prefix_prefills(srv, entry: Path, probes: Sequence[tuple[int, int]] = PREFIX_PROBES) -> str:
+    """Once `srv` serves and `record_request_overhead` wrote the request overhead into the cache entry `entry`: for
+    each (new, prefix) of `probes`, a request of `prefix` tokens (one output token; SGLang's radix cache keeps them),
+    then one of the same `prefix` tokens and `new` more, whose client TTFT less the request overhead is the prefill
+    of the tokens not cached over those cached (`meta_info.cached_tokens`; a probe counts where that is at least 90 %
+    of the prefix). Written into the entry's calibration as `prefill_prefix_ms` (see
+    `Calibration`), the TTFTs and cached tokens beside it as "prefix_prefills"."""
+    from sgl_sidp.bench.batches import prompts, run_batch
+
+    data = json.loads(entry.read_text())
+    overhead = data.get("request_overhead_ms", {}).get("median_ms")
+    if overhead is None:
+        return "prefix prefills not measured (no request overhead to take off)"
+    rows, raw = [], []
+    for i, (new, prefix) in enumerate(probes):
+        ids = prompts(1, prefix + new, 1000 + i)[0]
+        first = run_batch(srv.base_url, [(ids[:prefix], 1, None)])[0][0]
+        out = run_batch(srv.base_url, [(ids, 1, None)])[0][0]
+        cached = out.cached_tokens or 0
+        raw.append({"new": new, "prefix": prefix, "client_ttft_ms": round(out.ttft * 1e3, 3), "cached_tokens": cached,
+                    "error": first.error or out.error or None})
+        if first.success and out.success and cached >= 0.9 * prefix:
+            rows.append((len(ids) - cached, cached, round(out.ttft * 1e3 - overhead, 3)))
+    data["calibration"]["prefill_prefix_ms"] = rows
+    data["prefix_prefills"] = {"request_overhead_ms": overhead, "probes": raw}
+    entry.write_text(json.dumps(data, indent=1))
+    return f"{len(rows)} of {len(probes)} prefills over a cached prefix"
+
+
 def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str, cache_dir: Path,
                       server: Callable, log: Path, timeout_s: float, measure_overhead: bool = True) -> tuple[str, Path | None]:
     """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate` and `flags`; `server(args, log)`
@@ -170,7 +207,7 @@ def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str
             if found is not None:
                 result = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
                 if measure_overhead:
-                    result += f"; {record_request_overhead(srv, found[1])}"
+                    result += f"; {record_request_overhead(srv, found[1])}; {record_prefix_prefills(srv, found[1])}"
                 return result, found[1]
             if srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
                 return f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; see {log}", None

@@ -232,16 +232,28 @@ class ShardClock:
         small = min(self.cal.prefill_ms, default=PREFILL_FIT_FROM)
         return self.cal.prefill_ms[small] if small < PREFILL_FIT_FROM else 0.0
 
+    @functools.cached_property
+    def prefix_factor(self) -> float:
+        """What attention over a cached prefix costs per token pair, as a multiple of attention within the new tokens
+        (`prefill_ms`' k): the median over the calibration's prefills over a prefix (`Calibration.prefill_prefix_ms`)
+        of (ms - the fresh prefill of the new tokens) / (2 b x new x prefix), at least 0; 1 without such points
+        (SGLang's triton extend attention reads the prefix's KV through the request's token table, the new tokens'
+        from the forward's own buffers: the same work, not necessarily the same speed)."""
+        c, a, b = self.prefill_fit
+        ks = [(ms - (c + a * n + b * n * n)) / (2 * b * n * p) for n, p, ms in self.cal.prefill_prefix_ms if n and p]
+        return max(0.0, statistics.median(ks)) if ks and b > 0 else 1.0
+
     def prefill_ms(self, parts, share: float = 1.0) -> float:
         """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + share x (a x new
-        tokens + b x each request's attention, new x (new + 2 x prefix)) (`prefill_fit`), at least `prefill_floor`;
-        `share` < 1 when this GPU runs only that part of the tokens' linears and attention (Shift's base
-        configuration: 1/SP)."""
+        tokens + b x each request's attention, new x (new + 2 k x prefix)) (`prefill_fit`, k `prefix_factor`), at
+        least `prefill_floor`; `share` < 1 when this GPU runs only that part of the tokens' linears and attention
+        (Shift's base configuration: 1/SP)."""
         c, a, b = self.prefill_fit
+        k2 = 2 * self.prefix_factor
         new = attention = 0
         for n, p in parts:  # one loop, not two sums of generators: the simulation calls this for every prefill
             new += n
-            attention += n * (n + 2 * p)
+            attention += n * (n + k2 * p)
         return max(self.prefill_floor, c + share * (a * new + b * attention))
 
 
