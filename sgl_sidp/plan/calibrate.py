@@ -3,8 +3,10 @@
 For each shard not calibrated yet, SGLang serves the model with the shard's sizes (`Shard.override_args` as
 `--json-model-override-args`, `--load-format dummy`) through our launcher with `--overlay-calibrate`, which measures the
 forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and two contexts, one-request prefills;
-`sgl_sidp.calibration.measure`) and caches them under the shard's signature; the server is stopped as soon as the
-entry appears. One shard at a time, so nothing else runs on the GPU while it is timed.
+`sgl_sidp.calibration.measure`) and caches them under the shard's signature; then a few requests over HTTP add
+what a request spends outside forwards (`record_request_overhead`) and prefills over a cached prefix
+(`record_prefix_prefills`), and the server is stopped. One shard at a time, so nothing else runs on the GPU while it
+is timed.
 
 A shard whose weights do not fit this GPU (Llama-3.1-70B's full model on one H200) is served twice with fewer decoder
 layers (the largest of L/2, L/4, ... that fits, and half that) and each timed point is extrapolated linearly in the
