@@ -123,6 +123,33 @@ def test_calibrate_times_each_missing_shard_once(qwen3_8b, tmp_path):
     assert sum(v.startswith("cached") for v in again.values()) == 3 and len(started) == 5  # only the failed one retried
 
 
+def test_timed_graphs_only_captures_the_timed_sizes_with_sglangs_own_flags(qwen3_8b, tmp_path):
+    """`plan calibrate --timed-graphs-only`: every shard's server gets `timed_graph_flags`, which SGLang 0.5.17's own
+    parser reads as the decode batches and prefill sizes the calibration times."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    from sgl_sidp.calibration.measure import DECODE_BATCHES, PREFILL_TOKENS
+    from sgl_sidp.plan.calibrate import calibrate, timed_graph_flags
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    a = parser.parse_args(["--model-path", qwen3_8b, *timed_graph_flags()])
+    assert (a.cuda_graph_bs_decode, a.cuda_graph_bs_prefill) == (list(DECODE_BATCHES), list(PREFILL_TOKENS))
+    args_seen = []
+
+    def server(args, log):
+        args_seen.append(args)
+        return _FakeServer(tmp_path, "x", exits=True)
+
+    calibrate(qwen3_8b, 1, "NVIDIA H200", cache_dir=tmp_path, server=server, measure_overhead=False,
+              timed_graphs_only=True)
+    calibrate(qwen3_8b, 1, "NVIDIA H200", cache_dir=tmp_path, server=server, measure_overhead=False)
+    assert len(args_seen) == 2
+    assert " ".join(timed_graph_flags()) in " ".join(args_seen[0]) and "--cuda-graph-bs" not in " ".join(args_seen[1])
+
+
 def test_a_shard_too_big_for_the_gpu_is_timed_at_fewer_layers_and_extrapolated(tmp_path):
     """Llama-3.1-70B's whole model (141 GB) on one H200: `calibrate` serves L20 and L40 versions of it and writes an L80
     entry whose every point lies on the line through theirs; shards that fit are served whole."""

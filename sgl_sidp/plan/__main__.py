@@ -282,6 +282,9 @@ def calibrate_main(argv: list[str]) -> None:
     ap.add_argument("--timeout-s", type=float, default=600.0, help="seconds one shard may take (default: 600)")
     ap.add_argument("--port", type=int, default=26500,
                     help="HTTP port of the shard's server (default: 26500; another one per calibration run side by side)")
+    ap.add_argument("--timed-graphs-only", action="store_true",
+                    help="capture only the CUDA graphs the calibration times (a faster start; the servers' KV pools "
+                         "then differ from default servers')")
     a = ap.parse_args(argv)
     name = gpu_name(0)
     if read_hf_config(a.model_path) is None or name is None:
@@ -293,7 +296,8 @@ def calibrate_main(argv: list[str]) -> None:
     # a SIGTERM (`timeout`, a job scheduler) must stop the shard's server too: as an exception, `calibrate`'s
     # clean-up runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    results = calibrate(a.model_path, a.gpus, name, port=a.port, timeout_s=a.timeout_s, gpu_bytes=gpu_memory_bytes(0))
+    results = calibrate(a.model_path, a.gpus, name, port=a.port, timeout_s=a.timeout_s, gpu_bytes=gpu_memory_bytes(0),
+                        timed_graphs_only=a.timed_graphs_only)
     for sig, what in results.items():
         print(f"{sig}: {what}")
     raise SystemExit(0 if all(not w.startswith("failed") for w in results.values()) else 1)
@@ -324,6 +328,9 @@ def measure_comm_main(argv: list[str]) -> None:
                     help="a model whose TP shards are calibrated (python -m sgl_sidp.plan calibrate): serve it at TP "
                     "2, 4, ... on these GPUs and take the all-reduce from its forwards less its shards' (a server "
                     "start per TP size)")
+    ap.add_argument("--timed-graphs-only", action="store_true",
+                    help="capture only the CUDA graphs the calibration times (a faster start; the servers' KV pools "
+                         "then differ from default servers')")
     a = ap.parse_args(argv)
     name = gpu_name(0) if a.backend == "nccl" else "CPU (gloo)"
     visible = visible_gpu_count() or 0

@@ -283,13 +283,27 @@ def forward_all_reduce(model_path: str, shards: dict[int, Calibration], gpu_name
     return links
 
 
+def timed_graph_flags() -> list[str]:
+    """SGLang flags that capture only the CUDA graphs a calibration times: the decode batches `DECODE_BATCHES` and
+    the prefill sizes `PREFILL_TOKENS` (all of them buckets of SGLang's default prefill graphs, which reach the
+    chunked-prefill size: `ServerArgs._generate_prefill_cuda_graph_batch_sizes`). A timed batch runs in the same
+    graph as with SGLang's default lists (one of its own size); what changes is the start (SGLang 0.5.17 captures
+    about 36 decode and 58 prefill sizes by default: 13-27 s of a shard's start on one H200) and the memory SGLang
+    keeps for graphs, so such a server's KV pool is not a default server's. Not run on GPU yet."""
+    from sgl_sidp.calibration.measure import DECODE_BATCHES, PREFILL_TOKENS
+
+    return ["--cuda-graph-bs-decode", *map(str, DECODE_BATCHES), "--cuda-graph-bs-prefill", *map(str, PREFILL_TOKENS)]
+
+
 def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | None = None, port: int = 26500,
               timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
-              measure_overhead: bool = True, gpu_bytes: int | None = None) -> dict[str, str]:
+              measure_overhead: bool = True, gpu_bytes: int | None = None,
+              timed_graphs_only: bool = False) -> dict[str, str]:
     """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this process's first visible GPU (the first
     of CUDA_VISIBLE_DEVICES, else GPU 0; named `gpu_name`, of `gpu_bytes` bytes: a shard that does not fit is timed at
     two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and record each served
-    shard's request overhead (`record_request_overhead`; `measure_overhead` False: not).
+    shard's request overhead (`record_request_overhead`; `measure_overhead` False: not). `timed_graphs_only`: the
+    servers capture only the graphs they time (`timed_graph_flags`).
 
     Returns: signature -> "cached <file>", "measured in N s <file>" (or "extrapolated from ...") or why it failed.
     """
@@ -304,7 +318,7 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
 
     def serve(sig: str, overrides: dict) -> tuple[str, Path | None]:
         """Time one shard (`overrides` for `--json-model-override-args`) whose signature is `sig`."""
-        flags = ["--json-model-override-args", json.dumps(overrides)]
+        flags = ["--json-model-override-args", json.dumps(overrides)] + (timed_graph_flags() if timed_graphs_only else [])
         log = (log_dir or cache_dir) / f"calibrate-{sig.replace(' ', '_').replace('/', '-')}.log"
         return serve_calibration(model_path, sig, flags, gpu_name, cache_dir, server, log, timeout_s, measure_overhead)
 
