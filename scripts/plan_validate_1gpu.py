@@ -150,6 +150,12 @@ def report(a) -> None:
         ShardClock.prefix_factor = property(lambda self: a.prefix_factor)
         print(f"What if attention over a cached prefix cost {a.prefix_factor:g} x (ShardClock.prefix_factor set by "
               "hand: a sensitivity check, not a prediction):\n")
+    if a.host_ms_per_request is not None:  # likewise
+        from sgl_sidp.plan.steps import ShardClock
+
+        ShardClock.host_ms = lambda self, batch: a.host_ms_per_request * batch
+        print(f"What if the scheduler's host time were {a.host_ms_per_request:g} ms per running request per decode "
+              "step (ShardClock.host_ms set by hand: a sensitivity check, not a prediction):\n")
     print("| number | unit | predicted | measured | error |\n|---|---|---:|---:|---:|")
     for what, unit, pred, meas in rows(measured, a.model_path, a.gpu, a.trace_dir):
         err = f"{pred / meas - 1:+.1%}" if meas else "-"
@@ -182,6 +188,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--prefix-factor", type=float, default=None, metavar="K",
                    help="what-if: take attention over a cached prefix as K x attention within the new tokens on every "
                         "shard (ShardClock.prefix_factor) instead of the calibrated factor")
+    r.add_argument("--host-ms-per-request", type=float, default=None, metavar="MS",
+                   help="what-if: take the scheduler's host time as MS per running request per decode step on every "
+                        "shard (ShardClock.host_ms) instead of the calibrated one")
     a = ap.parse_args(argv)
     measure(a) if a.cmd == "measure" else report(a)
 

@@ -93,7 +93,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--forwards", type=Path, nargs="+", default=None,
                     help="calibrations of TP-N servers of the model (instead of DIR): their forwards against tpN's")
     ap.add_argument("--gpus", type=int, default=2, help="N, with --forwards (default: 2)")
+    ap.add_argument("--host-ms-per-request", type=float, default=None, metavar="MS",
+                    help="what-if: take the scheduler's host time as MS per running request per decode step on every "
+                         "shard (ShardClock.host_ms) instead of the calibrated one")
     a = ap.parse_args(argv)
+    if a.host_ms_per_request is not None:  # a what-if: set by hand, not calibrated
+        from sgl_sidp.plan.steps import ShardClock
+
+        ShardClock.host_ms = lambda self, batch: a.host_ms_per_request * batch
+        print(f"What if the scheduler's host time were {a.host_ms_per_request:g} ms per running request per decode "
+              "step (ShardClock.host_ms set by hand: a sensitivity check, not a prediction):\n")
     if a.forwards:
         print("\n".join(forwards_table(a.forwards, a.model_path, a.gpu, a.gpus)))
         return

@@ -282,3 +282,28 @@ def test_prefix_prefills_are_timed_over_a_radix_hit_less_the_request_overhead(tm
     assert [r[:2] for r in rows] == [[64, 256], [8, 128]]
     assert [r[2] for r in rows] == pytest.approx([probes[i]["client_ttft_ms"] - 2.5 for i in (0, 2)], abs=2e-3)
     assert Calibration.from_entry(data).prefill_prefix_ms == tuple(map(tuple, data["calibration"]["prefill_prefix_ms"]))
+
+
+def test_the_served_step_against_the_eager_forward_gives_the_host_time_per_request(tmp_path):
+    """`record_serving_step` against a stand-in SGLang that streams a token every 5 ms: the median gap of the second
+    half of the outputs is the served step; (step - the calibrated eager forward at that batch) / batch, at least 0,
+    is `host_ms_per_request`. Without eager points it measures nothing."""
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.plan.calibrate import record_serving_step
+    from tests.test_replay import FakeSGLangServer
+
+    entry = tmp_path / "e.json"
+    table = {"model": "m", "gpu": "NVIDIA H200", "decode_ms": {"1": 1.0}, "prefill_ms": {"512": 9.0}}
+    entry.write_text(json.dumps({"key": {}, "calibration": table}))
+    with FakeSGLangServer(token_interval_s=0.005) as server:
+        srv = type("Srv", (), {"base_url": server.base_url})
+        assert record_serving_step(srv, entry, (8, 4, 10)) == "serving step not measured (no eager points)"
+        for eager_ms in (1.0, 500.0):
+            entry.write_text(json.dumps({"key": {}, "calibration": table | {"decode_ms_eager": {"4": eager_ms,
+                                                                                                "16": eager_ms}}}))
+            assert record_serving_step(srv, entry, (8, 4, 10)).startswith("served step at batch 8")
+            data = json.loads(entry.read_text())
+            step = data["serving_step"]["step_ms_median"]
+            assert step >= 5.0 and data["serving_step"]["eager_forward_ms"] == eager_ms
+            assert Calibration.from_entry(data).host_ms_per_request == pytest.approx(max(0.0, (step - eager_ms) / 8))
+    assert len(server.arrivals) == 16 and all(len(b["input_ids"]) == 4 for _, b in server.arrivals)

@@ -233,3 +233,20 @@ def test_prefills_over_a_cached_prefix_take_the_calibrated_prefix_factor():
     assert probed.prefill_ms([(1000, 4000)]) == pytest.approx(c + a * 1000 + b * 1000 * (1000 + 2 * 1.6 * 4000))
     assert probed.prefill_ms([(4096, 0)]) == plain.prefill_ms([(4096, 0)])  # a fresh prompt: no prefix term
     assert Calibration.from_json(json.loads(json.dumps(probed.cal.to_json()))) == probed.cal
+
+
+def test_the_schedulers_host_time_per_request_shows_where_it_outlasts_the_forward():
+    """`Calibration.host_ms_per_request` (the scheduler's host work per running request per step): hidden behind a
+    CUDA-graph step that lasts longer, added to the eager forward past SGLang's largest decode graph (the kernel
+    launches keep the host busy there); 0 where not measured, as before."""
+    import dataclasses
+
+    base = dataclasses.replace(cal(), decode_ms_eager={256: 20.0, 512: 30.0}, decode_eager_context=256)
+    tp1 = Configuration("tp1", "vanilla", 1, 1)
+    plain, busy = (StepModel(tp1, SHAPES, {"forward": ShardClock(c, SHAPES.kv_bytes_per_token(1))}, IC, graph_max_bs=256)
+                   for c in (base, dataclasses.replace(base, host_ms_per_request=0.02)))
+    assert busy.clock.host_ms(100) == pytest.approx(2.0) and plain.clock.host_ms(100) == 0.0
+    assert busy.decode_ms(64, 0) == plain.decode_ms(64, 0) == pytest.approx(1 + 0.01 * 64)  # 1.28 ms of host: hidden
+    assert busy.decode_ms(200, 0) == pytest.approx(0.02 * 200) and plain.decode_ms(200, 0) == pytest.approx(3.0)
+    assert busy.decode_ms(512, 0) == pytest.approx(30.0 + 0.02 * 512) and plain.decode_ms(512, 0) == pytest.approx(30.0)
+    assert Calibration.from_json(json.loads(json.dumps(busy.clock.cal.to_json()))) == busy.clock.cal

@@ -73,6 +73,11 @@ class Calibration:
             as (new tokens, prefix tokens, ms) rows: what attention over cached tokens costs
             (`plan.calibrate.record_prefix_prefills`; `plan.steps.ShardClock.prefix_factor`). Empty for tables
             measured before this field existed.
+        host_ms_per_request: what SGLang's scheduler spends on the host per running request per decode step
+            outside the forward (ms: its batch preparation and the processing of each step's results), from a
+            served eager step against the timed eager forward (`plan.calibrate.record_serving_step`). The overlap
+            scheduler hides it behind a CUDA-graph forward that lasts longer, not behind an eager one, whose
+            kernel launches keep the host busy (`plan.steps.StepModel`). None: not measured.
     """
 
     model: str
@@ -94,6 +99,7 @@ class Calibration:
     decode_ms_eager: dict[int, float] = dataclasses.field(default_factory=dict)
     decode_eager_context: int = 0
     prefill_prefix_ms: tuple[tuple[int, int, float], ...] = ()
+    host_ms_per_request: float | None = None
 
     # ------------------------------------------------------------------ files
     @classmethod
@@ -123,6 +129,7 @@ class Calibration:
             decode_ms_eager={int(k): float(v) for k, v in d.get("decode_ms_eager", {}).items()},
             decode_eager_context=int(d.get("decode_eager_context", 0)),
             prefill_prefix_ms=tuple((int(n), int(p), float(ms)) for n, p, ms in d.get("prefill_prefix_ms", ())),
+            host_ms_per_request=_opt_float(d.get("host_ms_per_request")),
         )
 
     @classmethod

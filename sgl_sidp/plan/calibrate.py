@@ -4,8 +4,9 @@ For each shard not calibrated yet, SGLang serves the model with the shard's size
 `--json-model-override-args`, `--load-format dummy`) through our launcher with `--overlay-calibrate`, which measures the
 forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and two contexts, one-request prefills;
 `sgl_sidp.calibration.measure`) and caches them under the shard's signature; then a few requests over HTTP add
-what a request spends outside forwards (`record_request_overhead`) and prefills over a cached prefix
-(`record_prefix_prefills`), and the server is stopped. One shard at a time, so nothing else runs on the GPU while it
+what a request spends outside forwards (`record_request_overhead`), prefills over a cached prefix
+(`record_prefix_prefills`) and the scheduler's host time per request of a served step (`record_serving_step`), and
+the server is stopped. One shard at a time, so nothing else runs on the GPU while it
 is timed.
 
 A shard whose weights do not fit this GPU (Llama-3.1-70B's full model on one H200) is served twice with fewer decoder
@@ -183,6 +184,41 @@ def record_prefix_prefills(srv, entry: Path, probes: Sequence[tuple[int, int]] =
     return f"{len(rows)} of {len(probes)} prefills over a cached prefix"
 
 
+#: (running requests, prompt tokens, output tokens) of `record_serving_step`'s burst: past SGLang's largest decode
+#: graph below TP4 (256), so its steps run eagerly, as the calibration's eager points do
+SERVING_PROBE = (512, 16, 48)
+
+
+def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_PROBE) -> str:
+    """Once `srv` serves: what the scheduler spends per running request per decode step outside the forward. A burst
+    of `probe`'s requests, sent at once (one prefill admits them all), decodes together; the median gap between
+    output tokens over the second half of every request's output is the served step, and its excess over the
+    calibration's eager forward at that batch (`ShardClock.eager_ms`, timed back to back), divided by the batch, is
+    `Calibration.host_ms_per_request` (at least 0), written into the cache entry `entry` with the gaps it comes from
+    as "serving_step". Not measured without eager points or where a request fails."""
+    import numpy as np
+
+    from sgl_sidp.bench.batches import prompts, run_batch
+    from sgl_sidp.plan.steps import ShardClock
+
+    batch, prompt, output = probe
+    data = json.loads(entry.read_text())
+    cal = Calibration.from_entry(data)
+    eager = ShardClock(cal, 0).eager_ms(batch)
+    if not eager:
+        return "serving step not measured (no eager points)"
+    outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, 2000)])[0]
+    if not all(o.success and len(o.itl) >= 4 for o in outs):
+        return "serving step not measured (a request failed or streamed too few tokens)"
+    gaps = [g * 1e3 for o in outs for g in o.itl[len(o.itl) // 2:]]
+    step = float(np.median(gaps))
+    data["calibration"]["host_ms_per_request"] = max(0.0, (step - eager) / batch)
+    data["serving_step"] = {"batch": batch, "prompt": prompt, "output": output, "step_ms_median": step,
+                            "eager_forward_ms": eager}
+    entry.write_text(json.dumps(data, indent=1))
+    return f"served step at batch {batch} {step:.1f} ms against an eager forward of {eager:.1f} ms"
+
+
 def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str, cache_dir: Path,
                       server: Callable, log: Path, timeout_s: float, measure_overhead: bool = True) -> tuple[str, Path | None]:
     """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate` and `flags`; `server(args, log)`
@@ -209,7 +245,8 @@ def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str
             if found is not None:
                 result = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
                 if measure_overhead:
-                    result += f"; {record_request_overhead(srv, found[1])}; {record_prefix_prefills(srv, found[1])}"
+                    result += "".join(f"; {probe(srv, found[1])}" for probe in (
+                        record_request_overhead, record_prefix_prefills, record_serving_step))
                 return result, found[1]
             if srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
                 return f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; see {log}", None

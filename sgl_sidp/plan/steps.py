@@ -198,6 +198,12 @@ class ShardClock:
         xs, ys = self._eager_table
         return _interp(batch, xs, ys) if xs else 0.0
 
+    def host_ms(self, batch: float) -> float:
+        """The scheduler's host work of one decode step of `batch` running requests outside the forward (ms;
+        `Calibration.host_ms_per_request` x batch, 0 where not measured)."""
+        per_request = self.cal.host_ms_per_request
+        return per_request * batch if per_request else 0.0
+
     def more_tokens_ms(self, tokens: float, factor: float) -> float:
         """What the linear layers of a forward cost more when `tokens` become `factor` x `tokens` (no KV read: decode
         steps at context 0; past the largest calibrated batch, the prefill fit's per-token slope)."""
@@ -490,10 +496,16 @@ class StepModel:
         return ms, math.ceil(h - ctx) if odd else math.floor(h - ctx) + 1
 
     def _decode_uncached(self, b: float, ctx: int, role: str) -> float:
+        """The GPU's step (`_graph_decode`) or the host's, whichever is longer: the host runs the scheduler's work
+        for `b` requests (`ShardClock.host_ms`), which the overlap scheduler hides behind a graph forward, and past
+        the largest decode graph (SGLang runs the batch eagerly) the forward's kernel launches too, at least the
+        calibrated eager step (`ShardClock.eager_ms`)."""
         ms = self._graph_decode(b, ctx, role)
-        if self.graph_max_bs is not None and b > self.graph_max_bs:  # SGLang runs it eagerly: host-bound
-            ms = max(ms, self.clocks["shift" if self.config.technique == "shift" else "forward"].eager_ms(b))
-        return ms
+        clock = self.clocks["shift" if self.config.technique == "shift" else "forward"]
+        host = clock.host_ms(b)
+        if self.graph_max_bs is not None and b > self.graph_max_bs:
+            host += clock.eager_ms(b)
+        return max(ms, host)
 
     def _graph_decode(self, b: float, ctx: int, role: str) -> float:
         c = self.config
