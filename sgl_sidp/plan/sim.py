@@ -468,6 +468,7 @@ class ReplicaSim:
         kv, max_running = limits.kv_tokens, limits.max_running
         prefills = limits.chunked_prefill > 0 and limits.max_prefill_tokens > 0
         finish, unclip, decode_run, heappop = self._finish, self._unclip, self._decode_run, heapq.heappop
+        reduce, add, repeat = functools.reduce, operator.add, itertools.repeat
         last_ratio = len(_RATIOS) - 1
         clock, used, steps, ctx_sum, out, clipped = (self.clock, self.used, self._steps, self._ctx_sum, self._out_sum,
                                                      self._clipped)
@@ -501,7 +502,7 @@ class ReplicaSim:
                 if (clock + (last - done) * dt) * (1.0 + (last - done + 4) * _ULP) < until_s:
                     # no step of the run reaches until_s (each sum is within (steps) x ulp of the exact one): the same
                     # sums, one step at a time, in C
-                    clock = functools.reduce(operator.add, itertools.repeat(dt, last - done), clock)
+                    clock = reduce(add, repeat(dt, last - done), clock)
                     done = last
                     continue
                 for done in range(done + 1, last + 1):
