@@ -328,9 +328,6 @@ def measure_comm_main(argv: list[str]) -> None:
                     help="a model whose TP shards are calibrated (python -m sgl_sidp.plan calibrate): serve it at TP "
                     "2, 4, ... on these GPUs and take the all-reduce from its forwards less its shards' (a server "
                     "start per TP size)")
-    ap.add_argument("--timed-graphs-only", action="store_true",
-                    help="capture only the CUDA graphs the calibration times (a faster start; the servers' KV pools "
-                         "then differ from default servers')")
     a = ap.parse_args(argv)
     name = gpu_name(0) if a.backend == "nccl" else "CPU (gloo)"
     visible = visible_gpu_count() or 0

@@ -6,8 +6,7 @@ forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and
 `sgl_sidp.calibration.measure`) and caches them under the shard's signature; then a few requests over HTTP add
 what a request spends outside forwards (`record_request_overhead`), prefills over a cached prefix
 (`record_prefix_prefills`) and the scheduler's host time per request of a served step (`record_serving_step`), and
-the server is stopped. One shard at a time, so nothing else runs on the GPU while it
-is timed.
+the server is stopped. One shard at a time, so nothing else runs on the GPU while it is timed.
 
 A shard whose weights do not fit this GPU (Llama-3.1-70B's full model on one H200) is served twice with fewer decoder
 layers (the largest of L/2, L/4, ... that fits, and half that) and each timed point is extrapolated linearly in the
@@ -195,7 +194,8 @@ def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_
     output tokens over the second half of every request's output is the served step, and its excess over the
     calibration's eager forward at that batch (`ShardClock.eager_ms`, timed back to back), divided by the batch, is
     `Calibration.host_ms_per_request` (at least 0), written into the cache entry `entry` with the gaps it comes from
-    as "serving_step". Not measured without eager points or where a request fails."""
+    as "serving_step". Not measured without eager points or where a request fails. (A server that runs fewer than
+    `probe`'s requests at once, `--max-running-requests`, times a smaller batch than it divides by.)"""
     import numpy as np
 
     from sgl_sidp.bench.batches import prompts, run_batch
@@ -223,7 +223,8 @@ def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str
                       server: Callable, log: Path, timeout_s: float, measure_overhead: bool = True) -> tuple[str, Path | None]:
     """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate` and `flags`; `server(args, log)`
     makes the `bench.server.ServerProcess`) until the calibration of signature `sig` appears in `cache_dir`, then
-    record the request overhead (`record_request_overhead`, unless `measure_overhead` is False) and stop the server.
+    record the HTTP probes (`record_request_overhead`, `record_prefix_prefills`, `record_serving_step`; none when
+    `measure_overhead` is False) and stop the server.
     A calibration already there is returned without serving.
 
     Returns: (what happened: "cached <file>", "measured in N s <file>[; request overhead ...]" or "failed: ...",
