@@ -150,6 +150,12 @@ def report(a) -> None:
         ShardClock.prefix_factor = property(lambda self: a.prefix_factor)
         print(f"What if attention over a cached prefix cost {a.prefix_factor:g} x (ShardClock.prefix_factor set by "
               "hand: a sensitivity check, not a prediction):\n")
+    if a.stream_tokens_per_s is not None:  # likewise
+        import sgl_sidp.plan.__main__ as planner
+
+        planner.stream_tokens_per_s = lambda *args, **kw: a.stream_tokens_per_s
+        print(f"What if the tokenizer manager streamed {a.stream_tokens_per_s:,.0f} tokens/s (set by hand: a "
+              "sensitivity check, not a prediction):\n")
     if a.host_ms_per_request is not None:  # likewise
         from sgl_sidp.plan.steps import ShardClock
 
@@ -188,6 +194,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--prefix-factor", type=float, default=None, metavar="K",
                    help="what-if: take attention over a cached prefix as K x attention within the new tokens on every "
                         "shard (ShardClock.prefix_factor) instead of the calibrated factor")
+    r.add_argument("--stream-tokens-per-s", type=float, default=None, metavar="R",
+                   help="what-if: take the tokenizer manager's stream as R tokens/s (steps.stream_tokens_per_s, "
+                        "sim.deliver) instead of the calibrated rate")
     r.add_argument("--host-ms-per-request", type=float, default=None, metavar="MS",
                    help="what-if: take the scheduler's host time as MS per running request per decode step on every "
                         "shard (ShardClock.host_ms) instead of the calibrated one")

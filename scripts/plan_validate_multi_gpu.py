@@ -93,10 +93,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--forwards", type=Path, nargs="+", default=None,
                     help="calibrations of TP-N servers of the model (instead of DIR): their forwards against tpN's")
     ap.add_argument("--gpus", type=int, default=2, help="N, with --forwards (default: 2)")
+    ap.add_argument("--stream-tokens-per-s", type=float, default=None, metavar="R",
+                    help="what-if: take the tokenizer manager's stream as R tokens/s (steps.stream_tokens_per_s, "
+                         "sim.deliver) instead of the calibrated rate")
     ap.add_argument("--host-ms-per-request", type=float, default=None, metavar="MS",
                     help="what-if: take the scheduler's host time as MS per running request per decode step on every "
                          "shard (ShardClock.host_ms) instead of the calibrated one")
     a = ap.parse_args(argv)
+    if a.stream_tokens_per_s is not None:  # likewise
+        import sgl_sidp.plan.__main__ as planner
+
+        planner.stream_tokens_per_s = lambda *args, **kw: a.stream_tokens_per_s
+        print(f"What if the tokenizer manager streamed {a.stream_tokens_per_s:,.0f} tokens/s (set by hand: a "
+              "sensitivity check, not a prediction):\n")
     if a.host_ms_per_request is not None:  # a what-if: set by hand, not calibrated
         from sgl_sidp.plan.steps import ShardClock
 

@@ -307,3 +307,46 @@ def test_the_served_step_against_the_eager_forward_gives_the_host_time_per_reque
             assert step >= 5.0 and data["serving_step"]["eager_forward_ms"] == eager_ms
             assert Calibration.from_entry(data).host_ms_per_request == pytest.approx(max(0.0, (step - eager_ms) / 8))
     assert len(server.arrivals) == 16 and all(len(b["input_ids"]) == 4 for _, b in server.arrivals)
+
+
+def test_the_stream_rate_probe_tells_a_bound_stream_from_a_fast_one(tmp_path):
+    """`record_stream_rate` against a stand-in SGLang streaming a token every 5 ms per request (8 requests: about
+    1,600 tokens/s): against a calibrated GPU step of 0.1 ms at batch 8 (80,000 tokens/s) the stream bounds it and its
+    rate is recorded; against 100 ms (80 tokens/s) it does not, and the rate is left None."""
+    from sgl_sidp.plan.calibrate import record_stream_rate
+    from tests.test_replay import FakeSGLangServer
+
+    entry = tmp_path / "e.json"
+    with FakeSGLangServer(token_interval_s=0.005) as server:
+        srv = type("Srv", (), {"base_url": server.base_url})
+        for step_ms, bound in ((0.1, True), (100.0, False)):
+            table = {"model": "m", "gpu": "NVIDIA H200", "decode_ms": {"8": step_ms}, "prefill_ms": {"512": 9.0}}
+            entry.write_text(json.dumps({"key": {}, "calibration": table}))
+            assert ("(the stream bounds it)" in record_stream_rate(srv, entry, (8, 4, 40))) is bound
+            stream = json.loads(entry.read_text())["stream"]
+            assert 800 < stream["delivered_tokens_per_s"] < 2000 and stream["gpu_tokens_per_s"] == pytest.approx(8e3 / step_ms)
+            assert stream["tokens_per_s"] == (stream["delivered_tokens_per_s"] if bound else None)
+        table["decode_ms"] = {"1": 1.0}
+        entry.write_text(json.dumps({"key": {}, "calibration": table}))
+        assert record_stream_rate(srv, entry, (8, 4, 40)).startswith("stream rate not measured")
+
+
+def test_plan_delivers_through_the_measured_stream_rate(qwen3_8b, tmp_path):
+    """A calibration entry with a measured stream rate (`stream.tokens_per_s`) slows what clients see of a burst on
+    two DP replicas, and the result names the rate; without one (every bundled entry today) nothing changes."""
+    import shutil
+
+    from sgl_sidp.calibration.cache import BUNDLED_DIR
+
+    for f in BUNDLED_DIR.glob("h200_qwen3-8b_*.json"):
+        shutil.copy(f, tmp_path)
+    before = {c["name"]: c for c in plan(qwen3_8b, 2, "H200", "offline:256:512:256", [tmp_path])["configurations"]}
+    entry = tmp_path / "h200_qwen3-8b_tp1.json"
+    data = json.loads(entry.read_text())
+    data["stream"] = {"tokens_per_s": 5000.0}
+    entry.write_text(json.dumps(data))
+    r = plan(qwen3_8b, 2, "H200", "offline:256:512:256", [tmp_path])
+    after = {c["name"]: c for c in r["configurations"]}
+    assert r["stream_tokens_per_s"] == 5000.0
+    assert after["dp2"]["total_tok_s"] < 0.9 * before["dp2"]["total_tok_s"]
+    assert after["dp2"]["tpot_ms_p50"] > before["dp2"]["tpot_ms_p50"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sgl_sidp.plan.sim import (BLOCK_TOKENS, CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO,
-                               NEW_TOKEN_RATIO_DECAY_STEPS, ReplicaLimits, ReplicaSim, SimRequest, StepTimes, simulate,
-                               summarize)
+                               NEW_TOKEN_RATIO_DECAY_STEPS, ReplicaLimits, ReplicaSim, SimRequest, StepTimes, deliver,
+                               simulate, summarize)
 
 #: prefill: 1 us per new token; decode: 1 ms + 0.1 ms per sequence
 TIMES = StepTimes(decode_ms=lambda b, ctx: 1.0 + 0.1 * b, prefill_ms=lambda parts: sum(n for n, _ in parts) / 1000)
@@ -450,3 +450,38 @@ def test_the_step_that_finishes_a_request_evicts_before_the_request_inserts_its_
     reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(kv), CTX_TIMES)]
     simulate(reqs, reps)
     assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
+
+
+def test_tokens_reach_the_clients_no_faster_than_the_tokenizer_manager_streams_them():
+    """`deliver`: a fluid queue served at the tokenizer manager's rate, hand-computed. One replica samples 100 tokens
+    evenly over [0, 1) s; at 50 tokens/s the backlog at 1 s is 50 tokens, so what is sampled then reaches the client
+    1 s later; at 200 tokens/s nothing waits."""
+    def run(rate):
+        reqs = [SimRequest(0.0, 10, 100), SimRequest(0.0, 10, 2)]
+        reqs[0].first_token_s, reqs[0].finish_s = 0.0, 0.995
+        reqs[1].first_token_s, reqs[1].finish_s = 0.5, 0.6
+        log = [(0.0, 0.999, 100)]
+        return deliver(reqs, [log], rate, bin_s=0.01)
+
+    slow, fast = run(50.0), run(200.0)
+    assert [(r.first_token_s, r.finish_s) for r in fast] == [(0.0, 0.995), (0.5, 0.6)]
+    assert slow[0].finish_s == pytest.approx(0.995 + 1.0, abs=0.02)
+    assert slow[1].first_token_s == pytest.approx(0.5 + 25.5 / 50, abs=0.03)  # 51 sampled by 0.51 s, 25.5 served
+    with pytest.raises(ValueError, match="positive rate"):
+        deliver([], [], 0.0)
+
+
+@pytest.mark.parametrize("times", [CTX_TIMES, "planner"])
+def test_the_tokens_log_holds_every_sampled_token_once(times):
+    """`ReplicaSim(log_tokens=True)`: every first token at its prefill's end and every decode step's tokens within
+    its run, once each (no retraction here, so the log's tokens are the outputs), and the schedule unchanged."""
+    times = _planner_times() if times == "planner" else times
+    rows = _workload("poisson", 4, 200)
+    plain = [ReplicaSim(ReplicaLimits(kv_tokens=400_000), times) for _ in range(2)]
+    logged = [ReplicaSim(ReplicaLimits(kv_tokens=400_000), times, log_tokens=True) for _ in range(2)]
+    a, b = [SimRequest(*r) for r in rows], [SimRequest(*r) for r in rows]
+    simulate(a, plain)
+    simulate(b, logged)
+    assert _outcome(a, plain) == _outcome(b, logged) and plain[0].tokens_log is None
+    assert sum(t for rep in logged for _, _, t in rep.tokens_log) == sum(r.output_len for r in b)
+    assert all(s <= e for rep in logged for s, e, _ in rep.tokens_log)

@@ -25,9 +25,9 @@ from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.calibrate import unservable
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
 from sgl_sidp.plan.configs import configurations, shard_of
-from sgl_sidp.plan.sim import ReplicaLimits, ReplicaSim, SimRequest, simulate, summarize
+from sgl_sidp.plan.sim import ReplicaLimits, ReplicaSim, SimRequest, deliver, simulate, summarize
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
-                                 shard_roles, shard_signature)
+                                 shard_roles, shard_signature, stream_tokens_per_s)
 
 DECODE_CONTEXTS, DECODE_BATCHES, PREFILL_TOKENS = (256, 2048), (1, 8, 32, 64, 128, 256), (512, 2048, 4096, 8192)
 
@@ -132,6 +132,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs,
                                                     model=shard_signature(hf, shard_of(shapes, 1, 1, 1)))
     host_ms = host_time_alone_ms(kind["name"], calibration_dirs)
+    stream = stream_tokens_per_s(kind["name"], calibration_dirs, model=shard_signature(hf, shard_of(shapes, 1, 1, 1)))
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
     rows, simulated = [], {}  # simulated: schedules by what determines them (below)
     for c in configs:
@@ -181,8 +182,12 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), tuple(sorted(kv.items())))
         if twin not in simulated:
             reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
-            replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times) for r in model.replicas(kv)]
-            simulated[twin] = summarize(simulate(reqs, replicas))
+            replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times, log_tokens=bool(stream))
+                        for r in model.replicas(kv)]
+            simulate(reqs, replicas)
+            if stream:  # the replicas' tokens reach the clients through one tokenizer manager
+                deliver(reqs, [rep.tokens_log for rep in replicas], stream)
+            simulated[twin] = summarize(reqs)
         summary = dict(simulated[twin])
         for k in ("ttft_ms_p50", "ttft_ms_p99", "e2e_ms_p50", "e2e_ms_p99"):
             if k in summary:
@@ -214,7 +219,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             "launch": ["python", "-m", "sgl_sidp.launch_server", "--model-path", model_path, *launch_flags(win)],
             "configurations": rows,
             "memory_source": f"free memory before load: {kind['source']}; mem_fraction_static: SGLang's default",
-            "request_overhead_ms": round(overhead, 2), "request_overhead_source": overhead_source}
+            "request_overhead_ms": round(overhead, 2), "request_overhead_source": overhead_source,
+            "stream_tokens_per_s": stream}
 
 
 def shard_attn_tp(c, role: str) -> int:

@@ -5,8 +5,8 @@ For each shard not calibrated yet, SGLang serves the model with the shard's size
 forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and two contexts, one-request prefills;
 `sgl_sidp.calibration.measure`) and caches them under the shard's signature; then a few requests over HTTP add
 what a request spends outside forwards (`record_request_overhead`), prefills over a cached prefix
-(`record_prefix_prefills`) and the scheduler's host time per request of a served step (`record_serving_step`), and
-the server is stopped. One shard at a time, so nothing else runs on the GPU while it is timed.
+(`record_prefix_prefills`), the scheduler's host time per request of a served step (`record_serving_step`) and the
+rate at which the tokenizer manager streams tokens (`record_stream_rate`), and the server is stopped. One shard at a time, so nothing else runs on the GPU while it is timed.
 
 A shard whose weights do not fit this GPU (Llama-3.1-70B's full model on one H200) is served twice with fewer decoder
 layers (the largest of L/2, L/4, ... that fits, and half that) and each timed point is extrapolated linearly in the
@@ -219,12 +219,50 @@ def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_
     return f"served step at batch {batch} {step:.1f} ms against an eager forward of {eager:.1f} ms"
 
 
+#: (requests, prompt tokens, output tokens) of `record_stream_rate`'s burst: one prefill admits them all and they
+#: decode in SGLang's largest decode graph below TP4, about 25,000 tokens/s on an H200 for a Qwen3-8B shard
+STREAM_PROBE = (256, 16, 128)
+
+
+def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PROBE) -> str:
+    """Once `srv` serves: whether SGLang's tokenizer manager, one process whatever the DP replicas, streams the
+    tokens as fast as the GPU samples them. A burst of `probe`'s requests sent at once; the tokens the client received
+    between the first and third quartile of their arrival times, over that time, is the delivered rate, and the GPU's
+    is the batch over the calibrated decode step at that batch (`Calibration.decode_ms`). Where the delivered rate is
+    below 80 % of the GPU's, the stream bounded it: written into the cache entry `entry` as
+    "stream": {"tokens_per_s": ...} (`steps.stream_tokens_per_s`, `sim.deliver`); else "tokens_per_s" is None and
+    the delivered rate a lower bound. (The client is one Python process: the rate it measures is the lesser of its
+    own and the server's.)"""
+    import numpy as np
+
+    from sgl_sidp.bench.batches import prompts, run_batch
+
+    batch, prompt, output = probe
+    data = json.loads(entry.read_text())
+    step_ms = data["calibration"].get("decode_ms", {}).get(str(batch))
+    if not step_ms:
+        return f"stream rate not measured (no calibrated decode step at batch {batch})"
+    outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, 3000)])[0]
+    if not all(o.success and o.output_len == output for o in outs):
+        return "stream rate not measured (a request failed or was cut short)"
+    arrivals = np.sort(np.concatenate([o.start_time + o.ttft + np.concatenate([[0.0], np.cumsum(o.itl)]) for o in outs]))
+    q1, q3 = np.quantile(arrivals, [0.25, 0.75])
+    delivered = float(((arrivals >= q1) & (arrivals <= q3)).sum() / (q3 - q1)) if q3 > q1 else float("inf")
+    gpu = batch / (float(step_ms) / 1e3)
+    bound = delivered < 0.8 * gpu
+    data["stream"] = {"tokens_per_s": delivered if bound else None, "delivered_tokens_per_s": delivered,
+                      "gpu_tokens_per_s": gpu, "probe": list(probe)}
+    entry.write_text(json.dumps(data, indent=1))
+    return (f"stream {delivered:,.0f} tokens/s against the GPU's {gpu:,.0f}"
+            + (" (the stream bounds it)" if bound else " (not bound)"))
+
+
 def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str, cache_dir: Path,
                       server: Callable, log: Path, timeout_s: float, measure_overhead: bool = True) -> tuple[str, Path | None]:
     """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate` and `flags`; `server(args, log)`
     makes the `bench.server.ServerProcess`) until the calibration of signature `sig` appears in `cache_dir`, then
-    record the HTTP probes (`record_request_overhead`, `record_prefix_prefills`, `record_serving_step`; none when
-    `measure_overhead` is False) and stop the server.
+    record the HTTP probes (`record_request_overhead`, `record_prefix_prefills`, `record_serving_step`,
+    `record_stream_rate`; none when `measure_overhead` is False) and stop the server.
     A calibration already there is returned without serving.
 
     Returns: (what happened: "cached <file>", "measured in N s <file>[; request overhead ...]" or "failed: ...",
@@ -247,7 +285,7 @@ def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str
                 result = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
                 if measure_overhead:
                     result += "".join(f"; {probe(srv, found[1])}" for probe in (
-                        record_request_overhead, record_prefix_prefills, record_serving_step))
+                        record_request_overhead, record_prefix_prefills, record_serving_step, record_stream_rate))
                 return result, found[1]
             if srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
                 return f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; see {log}", None

@@ -17,8 +17,10 @@ What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.manag
 - the radix cache: a request's prompt blocks (Mooncake `hash_ids`, 512 tokens each) already cached skip prefill; a
   finished request's blocks stay cached, evicted least recently used when their tokens are needed.
 
-What it leaves out: the overlap scheduler's CPU time (an iteration lasts its forward), mixed chunks, priorities,
-retraction of a request mid-prefill, the tokenizer and detokenizer, and eviction below a block.
+What it leaves out: the overlap scheduler's CPU time (an iteration lasts its forward; the step times may fold the
+host's share in), mixed chunks, priorities, retraction of a request mid-prefill and eviction below a block. The
+tokenizer manager, one process for all DP replicas, comes after the schedule where its rate is known (`deliver`, from
+the replicas' `tokens_log`).
 
 How it runs (an hour-long trace of 12,000 requests under one configuration in about half a second): an iteration
 costs O(1) besides the requests it admits, finishes or retracts. Running sums stand for the sums over the running
@@ -176,6 +178,7 @@ class ReplicaSim:
     Args:
         limits: `ReplicaLimits`.
         times: `StepTimes`.
+        log_tokens: keep `tokens_log`, when its tokens were sampled (`deliver` needs it).
 
     Every iteration costs O(1) besides the requests it admits, finishes or retracts: the running batch's sums
     (contexts, remaining outputs clipped at 4,096) are kept up to date, the running requests' `decoded` and `held`
@@ -184,8 +187,11 @@ class ReplicaSim:
     up to a time, the decode steps between two events many at a time (`_decodes`, `_quiet_decodes`).
     """
 
-    def __init__(self, limits: ReplicaLimits, times: StepTimes):
+    def __init__(self, limits: ReplicaLimits, times: StepTimes, log_tokens: bool = False):
         self.limits, self.times = limits, times
+        #: with `log_tokens`: (start s, end s, tokens) of every forward's sampled tokens, a run of decode steps as one
+        #: entry (its tokens spread evenly over it), for `deliver`; else None
+        self.tokens_log: list[tuple[float, float, int]] | None = [] if log_tokens else None
         self.clock = 0.0
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.chunked: SimRequest | None = None
@@ -341,7 +347,7 @@ class ReplicaSim:
         clock = self.clock = self.clock + self.times.prefill_ms([(t, r.prefilled) for r, t in batch]) / 1e3
         self._prefills += 1
         chunked, self.chunked = self.chunked, None
-        kv, cache = self.limits.kv_tokens, self.cache
+        kv, cache, first_tokens = self.limits.kv_tokens, self.cache, 0
         for req, take in batch:
             if req is not chunked:
                 self.waiting.popleft()  # the batch's waiting requests are the head of the queue, in order
@@ -356,11 +362,14 @@ class ReplicaSim:
                 self.chunked = req
                 continue
             req.decoded = 1  # the prefill forward samples the first token
+            first_tokens += 1
             req.first_token_s = req.first_token_s or clock
             if req.output_len <= 1:
                 self._finished(req)
             else:
                 self._join(req)
+        if first_tokens and self.tokens_log is not None:
+            self.tokens_log.append((clock, clock, first_tokens))
 
     def _decode_one(self, n: int, ctx: float) -> tuple[float, int]:
         """(`decode_ms(n, ctx)`, 1), each (batch, mean context) asked once: `_decode_run` of step times without
@@ -382,6 +391,8 @@ class ReplicaSim:
         if ms is None:
             ms = self._decode_run(n, ctx_sum / n)[0]
         self.clock += ms / 1e3
+        if self.tokens_log is not None:
+            self.tokens_log.append((self.clock - ms / 1e3, self.clock, n))
         self._decodes_run += 1
         short = n - (self.limits.kv_tokens - self.used - len(self.cache.blocks) * BLOCK_TOKENS)  # take n tokens
         if short > 0:
@@ -468,7 +479,7 @@ class ReplicaSim:
         kv, max_running = limits.kv_tokens, limits.max_running
         prefills = limits.chunked_prefill > 0 and limits.max_prefill_tokens > 0
         finish, unclip, decode_run, heappop = self._finish, self._unclip, self._decode_run, heapq.heappop
-        reduce, add, repeat = functools.reduce, operator.add, itertools.repeat
+        reduce, add, repeat, log = functools.reduce, operator.add, itertools.repeat, self.tokens_log
         last_ratio = len(_RATIOS) - 1
         clock, used, steps, ctx_sum, out, clipped = (self.clock, self.used, self._steps, self._ctx_sum, self._out_sum,
                                                      self._clipped)
@@ -494,7 +505,7 @@ class ReplicaSim:
                 limit = covered
             if unclip and unclip[0][0] - steps < limit:
                 limit = unclip[0][0] - steps
-            done, run_end, free = 0, 0, kv - used - len(cache.blocks) * BLOCK_TOKENS
+            done, run_end, free, start = 0, 0, kv - used - len(cache.blocks) * BLOCK_TOKENS, clock
             while done < limit and clock < until_s:  # a pass per run of equal step times
                 ms, run = decode_run(n, (ctx_sum + done * n) / n)
                 dt, run_end = ms / 1e3, done + run
@@ -525,10 +536,14 @@ class ReplicaSim:
             if (done + finishing) * n > free:  # the steps' evictions (see above)
                 cache.evict((done + finishing) * n - free)
             if not finishing:
+                if log is not None and done:
+                    log.append((start, clock, done * n))
                 continue
             if not (done and done < run_end):  # (else it is in the run of equal times the quiet steps were in)
                 ms = decode_run(n, ctx_sum / n)[0]
             clock += ms / 1e3
+            if log is not None:
+                log.append((start, clock, (done + 1) * n))
             used += n
             steps += 1
             ctx_sum += n
@@ -604,6 +619,8 @@ class ReplicaSim:
             done += 1
             run -= 1
             free -= n
+        if self.tokens_log is not None and done:
+            self.tokens_log.append((self.clock, clock, done * n))
         self.clock, self.ratio = clock, _RATIOS[min(since_reset + done, last_ratio)]
         self._decodes_run += done
         self.used = used + done * n
@@ -652,6 +669,46 @@ def _arrive(rep: ReplicaSim, req: SimRequest) -> None:
         rep.advance(req.arrival_s)
     rep.clock = max(rep.clock, req.arrival_s)
     rep.waiting.append(req)
+
+
+def deliver(requests: Sequence[SimRequest], logs: Sequence[Sequence[tuple[float, float, int]]], tokens_per_s: float,
+            bin_s: float = 0.01) -> Sequence[SimRequest]:
+    """Delay each request's first token and finish by the wait of its tokens for SGLang's one tokenizer manager,
+    which streams at most `tokens_per_s` tokens to the clients whatever the number of DP replicas sampling them (its
+    detokenizer and HTTP side are one process each; `--stream-interval 1`). `logs` are the replicas' `tokens_log`.
+
+    A fluid queue in `bin_s` bins: each log entry's tokens arrive evenly over its interval, the manager serves
+    `tokens_per_s`, and a token sampled in bin k reaches the client the backlog at the end of bin k later
+    (`backlog[k] = max(0, backlog[k - 1] + arrived[k] - tokens_per_s x bin_s)`). The scheduler is not slowed (nothing
+    pushes back on it): only what the client sees moves. Returns `requests`, their times moved in place.
+
+    Raises:
+        ValueError: `tokens_per_s` or `bin_s` is not positive.
+    """
+    import numpy as np
+
+    if tokens_per_s <= 0 or bin_s <= 0:
+        raise ValueError(f"deliver needs a positive rate and bin, got {tokens_per_s} tokens/s and {bin_s} s")
+    entries = [e for log in logs for e in log]
+    done = [r for r in requests if r.finish_s is not None]
+    if not entries or not done:
+        return requests
+    start, end, tokens = (np.array(col, dtype=float) for col in zip(*entries))
+    t0 = float(start.min())
+    n_bins = int((max(float(end.max()), max(r.finish_s for r in done)) - t0) / bin_s) + 2
+    first, last = ((start - t0) / bin_s).astype(int), ((end - t0) / bin_s).astype(int)
+    per_bin = tokens / (last - first + 1)  # spread evenly over the bins the entry touches
+    rate = np.zeros(n_bins + 1)
+    np.add.at(rate, first, per_bin)
+    np.add.at(rate, last + 1, -per_bin)
+    arrived = np.cumsum(rate)[:n_bins]
+    net = np.cumsum(arrived - tokens_per_s * bin_s)
+    backlog = net - np.minimum(np.minimum.accumulate(net), 0.0)  # Lindley's recursion, in closed form
+    delay = backlog / tokens_per_s
+    for r in done:
+        r.first_token_s += float(delay[int((r.first_token_s - t0) / bin_s)])
+        r.finish_s += float(delay[int((r.finish_s - t0) / bin_s)])
+    return requests
 
 
 def summarize(requests: Sequence[SimRequest]) -> dict:

@@ -117,24 +117,41 @@ def model_part(signature: str) -> str:
     return " ".join(words[:hidden + 1])
 
 
+def _entry_median(gpu_name: str, dirs: list[Path] | None, model: str | None, read) -> tuple[float | None, int, bool]:
+    """(median, over how many shards, whether they are `model`'s) of `read(entry)` over the cached or bundled entries
+    of this GPU kind: over the shards of `model` (a signature's `model_part`) where any has it, else over all; (None,
+    0, False) if none has it (`read` raises KeyError, TypeError or ValueError where an entry lacks it)."""
+    found = {}
+    for data in _entries_of_kind(gpu_name, dirs):
+        try:
+            found[str(data["calibration"]["model"])] = float(read(data))
+        except (ValueError, KeyError, TypeError):
+            continue
+    own = [v for sig, v in found.items() if model is not None and model_part(sig) == model_part(model)]
+    values = own or list(found.values())
+    return (statistics.median(values) if values else None), len(values), bool(own)
+
+
 def request_overhead_ms(gpu_name: str, dirs: list[Path] | None = None, model: str | None = None) -> tuple[float, str]:
     """(ms, where from) a request spends outside forwards before its first token on this GPU kind (HTTP server,
     tokenizer manager, scheduler, detokenizer): the median of what `plan calibrate` measured with each shard it
     served (`calibrate.record_request_overhead`, in the cached or bundled entries), over the shards of `model` (a
     signature's `model_part`) where any has it (it grows with the model: 4-6 ms for Qwen3-8B on H200, 8-18 ms for
     Llama-3.1-70B), else over every shard of this GPU kind; (0.0, "not measured") if none."""
-    found = {}
-    for data in _entries_of_kind(gpu_name, dirs):
-        try:
-            found[str(data["calibration"]["model"])] = float(data["request_overhead_ms"]["median_ms"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    own = [v for sig, v in found.items() if model is not None and model_part(sig) == model_part(model)]
-    if own:
-        return statistics.median(own), f"median of {len(own)} of this model's shards' client TTFT less their prefill"
-    if not found:
+    ms, n, own = _entry_median(gpu_name, dirs, model, lambda d: d["request_overhead_ms"]["median_ms"])
+    if ms is None:
         return 0.0, "not measured"
-    return statistics.median(found.values()), f"median of {len(found)} shards' client TTFT less their calibrated prefill"
+    if own:
+        return ms, f"median of {n} of this model's shards' client TTFT less their prefill"
+    return ms, f"median of {n} shards' client TTFT less their calibrated prefill"
+
+
+def stream_tokens_per_s(gpu_name: str, dirs: list[Path] | None = None, model: str | None = None) -> float | None:
+    """The tokens per second SGLang's one tokenizer manager streams to clients on this host, whatever the number of
+    DP replicas (`sim.deliver`): the median of what `plan calibrate` measured beside each shard where the stream, not
+    the GPU, bounded its burst (`calibrate.record_stream_rate`), as `request_overhead_ms` takes its median; None if
+    none did."""
+    return _entry_median(gpu_name, dirs, model, lambda d: d["stream"]["tokens_per_s"])[0]
 
 
 def host_time_alone_ms(gpu_name: str, dirs: list[Path] | None = None) -> float | None:
