@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from plan_what_if import add_what_if_args, apply_what_if
 
 DECODE_BATCHES = (1, 8, 32, 64, 128, 256)
 
@@ -144,24 +145,7 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
 
 def report(a) -> None:
     measured = json.loads((Path(a.out_dir) / "measured.json").read_text())
-    if a.prefix_factor is not None:  # a what-if: every shard's prefix factor set by hand, not calibrated
-        from sgl_sidp.plan.steps import ShardClock
-
-        ShardClock.prefix_factor = property(lambda self: a.prefix_factor)
-        print(f"What if attention over a cached prefix cost {a.prefix_factor:g} x (ShardClock.prefix_factor set by "
-              "hand: a sensitivity check, not a prediction):\n")
-    if a.stream_tokens_per_s is not None:  # likewise
-        import sgl_sidp.plan.__main__ as planner
-
-        planner.stream_tokens_per_s = lambda *args, **kw: a.stream_tokens_per_s
-        print(f"What if the tokenizer manager streamed {a.stream_tokens_per_s:,.0f} tokens/s (set by hand: a "
-              "sensitivity check, not a prediction):\n")
-    if a.host_ms_per_request is not None:  # likewise
-        from sgl_sidp.plan.steps import ShardClock
-
-        ShardClock.host_ms = lambda self, batch: a.host_ms_per_request * batch
-        print(f"What if the scheduler's host time were {a.host_ms_per_request:g} ms per running request per decode "
-              "step (ShardClock.host_ms set by hand: a sensitivity check, not a prediction):\n")
+    apply_what_if(a)
     print("| number | unit | predicted | measured | error |\n|---|---|---:|---:|---:|")
     for what, unit, pred, meas in rows(measured, a.model_path, a.gpu, a.trace_dir):
         err = f"{pred / meas - 1:+.1%}" if meas else "-"
@@ -191,15 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--gpu", default="H200", help="GPU kind the measurement ran on (default: H200)")
     r.add_argument("--trace-dir", type=Path, default=None,
                    help="read the replays' trace files from this folder (default: the paths the replays used)")
-    r.add_argument("--prefix-factor", type=float, default=None, metavar="K",
-                   help="what-if: take attention over a cached prefix as K x attention within the new tokens on every "
-                        "shard (ShardClock.prefix_factor) instead of the calibrated factor")
-    r.add_argument("--stream-tokens-per-s", type=float, default=None, metavar="R",
-                   help="what-if: take the tokenizer manager's stream as R tokens/s (steps.stream_tokens_per_s, "
-                        "sim.deliver) instead of the calibrated rate")
-    r.add_argument("--host-ms-per-request", type=float, default=None, metavar="MS",
-                   help="what-if: take the scheduler's host time as MS per running request per decode step on every "
-                        "shard (ShardClock.host_ms) instead of the calibrated one")
+    add_what_if_args(r)
     a = ap.parse_args(argv)
     measure(a) if a.cmd == "measure" else report(a)
 

@@ -20,6 +20,8 @@ import argparse
 import json
 from pathlib import Path
 
+from plan_what_if import add_what_if_args, apply_what_if
+
 from sgl_sidp.plan.__main__ import plan
 
 #: shift_compare.py configuration -> the planner's configuration name, by GPU count
@@ -93,25 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--forwards", type=Path, nargs="+", default=None,
                     help="calibrations of TP-N servers of the model (instead of DIR): their forwards against tpN's")
     ap.add_argument("--gpus", type=int, default=2, help="N, with --forwards (default: 2)")
-    ap.add_argument("--stream-tokens-per-s", type=float, default=None, metavar="R",
-                    help="what-if: take the tokenizer manager's stream as R tokens/s (steps.stream_tokens_per_s, "
-                         "sim.deliver) instead of the calibrated rate")
-    ap.add_argument("--host-ms-per-request", type=float, default=None, metavar="MS",
-                    help="what-if: take the scheduler's host time as MS per running request per decode step on every "
-                         "shard (ShardClock.host_ms) instead of the calibrated one")
+    add_what_if_args(ap)
     a = ap.parse_args(argv)
-    if a.stream_tokens_per_s is not None:  # likewise
-        import sgl_sidp.plan.__main__ as planner
-
-        planner.stream_tokens_per_s = lambda *args, **kw: a.stream_tokens_per_s
-        print(f"What if the tokenizer manager streamed {a.stream_tokens_per_s:,.0f} tokens/s (set by hand: a "
-              "sensitivity check, not a prediction):\n")
-    if a.host_ms_per_request is not None:  # a what-if: set by hand, not calibrated
-        from sgl_sidp.plan.steps import ShardClock
-
-        ShardClock.host_ms = lambda self, batch: a.host_ms_per_request * batch
-        print(f"What if the scheduler's host time were {a.host_ms_per_request:g} ms per running request per decode "
-              "step (ShardClock.host_ms set by hand: a sensitivity check, not a prediction):\n")
+    apply_what_if(a)
     if a.forwards:
         print("\n".join(forwards_table(a.forwards, a.model_path, a.gpu, a.gpus)))
         return
