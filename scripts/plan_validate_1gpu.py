@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from plan_what_if import add_what_if_args, apply_what_if
+
+from sgl_sidp.plan.what_if import add_what_if_args, apply_what_if
 
 DECODE_BATCHES = (1, 8, 32, 64, 128, 256)
 

@@ -20,9 +20,8 @@ import argparse
 import json
 from pathlib import Path
 
-from plan_what_if import add_what_if_args, apply_what_if
-
 from sgl_sidp.plan.__main__ import plan
+from sgl_sidp.plan.what_if import add_what_if_args, apply_what_if
 
 #: shift_compare.py configuration -> the planner's configuration name, by GPU count
 NAMES = {"tp": "tp{n}", "dp": "dp{n}", "dp_attn": "dp{n}_attn", "shift": "shift_sp{n}_tp1"}
