@@ -350,3 +350,44 @@ def test_plan_delivers_through_the_measured_stream_rate(qwen3_8b, tmp_path):
     assert r["stream_tokens_per_s"] == 5000.0
     assert after["dp2"]["total_tok_s"] < 0.9 * before["dp2"]["total_tok_s"]
     assert after["dp2"]["tpot_ms_p50"] > before["dp2"]["tpot_ms_p50"]
+
+
+def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):
+    """`serve_calibration` end to end against a stand-in SGLang (the "launcher" writes the shard's entry when it
+    starts): the request overhead, then the prefix prefills (which take it off), the served eager step and the
+    stream rate, each written into the one cache entry, which still reads as a calibration."""
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.plan.calibrate import serve_calibration
+    from tests.test_replay import FakeSGLangServer
+
+    sig = "Qwen3ForCausalLM L36 H4096 I12288 A32/8 tp1"
+    table = {"model": sig, "gpu": "NVIDIA H200", "decode_ms": {"256": 0.5}, "prefill_ms": {"512": 1.0, "2048": 2.0},
+             "decode_ms_eager": {"256": 1.0, "512": 2.0}, "decode_eager_context": 256}
+
+    class Srv:
+        def __init__(self, fake):
+            self.fake, self.base_url, self.proc = fake, fake.base_url, self
+
+        def start(self):
+            (tmp_path / "entry.json").write_text(json.dumps({"key": {}, "calibration": table}))
+
+        def wait_ready(self):
+            return 0.0
+
+        def poll(self):
+            return None
+
+        def stop(self):
+            pass
+
+    with FakeSGLangServer(token_interval_s=0.002) as fake:
+        what, entry = serve_calibration("m", sig, [], "NVIDIA H200", tmp_path, lambda args, log: Srv(fake),
+                                        tmp_path / "log", timeout_s=30)
+    assert entry == tmp_path / "entry.json" and what.startswith("measured in")
+    for part in ("request overhead", "3 of 3 prefills over a cached prefix", "served step at batch 512", "stream "):
+        assert part in what, what
+    data = json.loads(entry.read_text())
+    assert {"request_overhead_ms", "prefix_prefills", "serving_step", "stream"} <= set(data)
+    cal = Calibration.from_entry(data)
+    assert len(cal.prefill_prefix_ms) == 3 and cal.host_ms_per_request is not None
+    assert data["stream"]["tokens_per_s"] == data["stream"]["delivered_tokens_per_s"]  # 512,000 tokens/s offered
