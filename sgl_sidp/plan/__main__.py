@@ -129,10 +129,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     except InterconnectError as e:
         raise PlanError(str(e)) from None
     kind, free = GPUS[gpu], GPUS[gpu]["free_before_load_gib"] * GIB
-    overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs,
-                                                    model=shard_signature(hf, shard_of(shapes, 1, 1, 1)))
+    whole = shard_signature(hf, shard_of(shapes, 1, 1, 1))  # the model's TP1 signature: its shards' model part
+    overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs, model=whole)
     host_ms = host_time_alone_ms(kind["name"], calibration_dirs)
-    stream = stream_tokens_per_s(kind["name"], calibration_dirs, model=shard_signature(hf, shard_of(shapes, 1, 1, 1)))
+    stream = stream_tokens_per_s(kind["name"], calibration_dirs, model=whole)
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
     rows, simulated = [], {}  # simulated: schedules by what determines them (below)
     for c in configs:

@@ -6,7 +6,8 @@ forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and
 `sgl_sidp.calibration.measure`) and caches them under the shard's signature; then a few requests over HTTP add
 what a request spends outside forwards (`record_request_overhead`), prefills over a cached prefix
 (`record_prefix_prefills`), the scheduler's host time per request of a served step (`record_serving_step`) and the
-rate at which the tokenizer manager streams tokens (`record_stream_rate`), and the server is stopped. One shard at a time, so nothing else runs on the GPU while it is timed.
+rate at which the tokenizer manager streams tokens (`record_stream_rate`), and the server is stopped. One shard at a
+time, so nothing else runs on the GPU while it is timed.
 
 A shard whose weights do not fit this GPU (Llama-3.1-70B's full model on one H200) is served twice with fewer decoder
 layers (the largest of L/2, L/4, ... that fits, and half that) and each timed point is extrapolated linearly in the
@@ -239,7 +240,7 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
 
     batch, prompt, output = probe
     data = json.loads(entry.read_text())
-    step_ms = data["calibration"].get("decode_ms", {}).get(str(batch))
+    step_ms = Calibration.from_entry(data).decode_ms.get(batch)
     if not step_ms:
         return f"stream rate not measured (no calibrated decode step at batch {batch})"
     outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, 3000)])[0]
@@ -248,7 +249,7 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
     arrivals = np.sort(np.concatenate([o.start_time + o.ttft + np.concatenate([[0.0], np.cumsum(o.itl)]) for o in outs]))
     q1, q3 = np.quantile(arrivals, [0.25, 0.75])
     delivered = float(((arrivals >= q1) & (arrivals <= q3)).sum() / (q3 - q1)) if q3 > q1 else float("inf")
-    gpu = batch / (float(step_ms) / 1e3)
+    gpu = batch / (step_ms / 1e3)
     bound = delivered < 0.8 * gpu
     data["stream"] = {"tokens_per_s": delivered if bound else None, "delivered_tokens_per_s": delivered,
                       "gpu_tokens_per_s": gpu, "probe": list(probe)}
@@ -377,8 +378,8 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
               timed_graphs_only: bool = False) -> dict[str, str]:
     """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this process's first visible GPU (the first
     of CUDA_VISIBLE_DEVICES, else GPU 0; named `gpu_name`, of `gpu_bytes` bytes: a shard that does not fit is timed at
-    two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and record each served
-    shard's request overhead (`record_request_overhead`; `measure_overhead` False: not). `timed_graphs_only`: the
+    two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and run each served shard's
+    HTTP probes (`serve_calibration`; `measure_overhead` False: none). `timed_graphs_only`: the
     servers capture only the graphs they time (`timed_graph_flags`).
 
     Returns: signature -> "cached <file>", "measured in N s <file>" (or "extrapolated from ...") or why it failed.

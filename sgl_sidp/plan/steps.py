@@ -26,14 +26,13 @@ Per technique (L layers, h hidden, e bytes per element, b sequences or tokens in
   the TP_b all-reduces of b / SP tokens. The threshold is `cost.shift_threshold` of the two, as Shift's runtime
   picks it.
 
-Every technique: a decode batch past SGLang's largest decode graph (`memory.default_decode_graph_max_bs` of the
-server's TP size: 256 below TP4 on H200) runs eagerly, bound by the host's kernel launches: the step is at least the
-shard's calibrated eager step (`ShardClock.eager_ms`).
+Every technique: a decode step lasts the GPU's forward or the host's work, whichever is longer. The host runs the
+scheduler's work for each running request (`ShardClock.host_ms`, where the calibration measured it), and for a batch
+past SGLang's largest decode graph (`memory.default_decode_graph_max_bs` of the server's TP size: 256 below TP4 on
+H200), which runs eagerly, the kernel launches too: the shard's calibrated eager step (`ShardClock.eager_ms`).
 
 Left out: CPU launch time of eager forwards elsewhere (CaS without graphs), what eager steps cost more on several
-ranks (on 2 x H200 a TP2 step of 512 rows: 40 ms against its shard's 32 ms) and in serving, where the scheduler's
-own work no longer hides behind the GPU (48-77 ms; `benchmarks/results/plan_multi_gpu/`), imbalance between DP
-ranks, the overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard
+ranks (on 2 x H200 a TP2 step of 512 rows: 40 ms against its shard's 32 ms), imbalance between DP ranks, the overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard
 signature (`model_info.model_signature`, which has no vocabulary) matches a calibration of another vocabulary split.
 """
 
