@@ -21,7 +21,7 @@ import os
 import typing
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from sgl_sidp.features import FEATURES
 
@@ -130,6 +130,14 @@ class _CoreConfig(BaseModel):
         "memory (give each a --max-total-tokens: SGLang sizes a replica's KV cache from the memory free when it "
         "profiles) and its compute, so a folded server says nothing about speed or capacity. Never for serving.",
     )
+    start_after: str | None = Field(
+        None,
+        json_schema_extra={"metavar": "FILE"},
+        description="Developer aid for python -m sgl_sidp.plan calibrate on one GPU: each scheduler process does "
+        "SGLang's start-up on the CPU (imports, tokenizer), then waits until FILE exists before it takes any GPU "
+        "memory (ModelRunner.init_torch_distributed), so the next shard's server starts while the current one is "
+        "timed. It stops with one line after 30 minutes without FILE. Never for serving.",
+    )
     plan_workload: str = Field(
         "offline:512:2048:256",
         json_schema_extra={"metavar": "offline:S:IN:OUT|latency:IN:OUT|trace:FILE[:SCALE]"},
@@ -143,11 +151,20 @@ class _CoreConfig(BaseModel):
         "(SGLang's --decode-log-interval defaults to 40 too).",
     )
 
+    @field_validator("start_after")
+    @classmethod
+    def _start_after_folder(cls, v: str | None) -> str | None:
+        """FILE's folder must exist (else the gate could never open)."""
+        if v is not None and not os.path.isdir(os.path.dirname(os.path.abspath(v))):
+            raise ValueError(f"the folder of {v} does not exist, so the file can never appear")
+        return v
+
     # ------------------------------------------------------------------ derived
     @property
     def active(self) -> bool:
         """False means the plugin must be a strict no-op in every process."""
-        return self.mode != SidpMode.OFF or self.batch_signal or self.calibrate or self.fold_gpus
+        return (self.mode != SidpMode.OFF or self.batch_signal or self.calibrate or self.fold_gpus
+                or self.start_after is not None)
 
     @property
     def signal_enabled(self) -> bool:

@@ -37,6 +37,7 @@ SIDP = "sgl_sidp.sidp.runtime:SiDPRuntime"
 FOLD = "sgl_sidp.peer.topology:GpuFold"
 SHIFT = "sgl_sidp.shift.runtime:ShiftRuntime"
 FAIL_CLOSED = "sgl_sidp.process:FailClosed"
+GATE = "sgl_sidp.calibration.gate:StartGate"
 LINEAR = "sglang.srt.layers.linear"
 
 
@@ -95,6 +96,13 @@ HOOKS: tuple[Hook, ...] = (
         params=("self", "server_args", "port_args", "gpu_id", "tp_rank"), needs="calibrate",
         why="measure and cache the forward times once CUDA graphs are captured and before requests are "
         "accepted, in any mode (the features measure through the same code when they need it)",
+    ),
+    # ---------------------------------------------------------------- core: --overlay-start-after
+    Hook(
+        target=f"{MODEL_RUNNER}.init_torch_distributed", hook_type="BEFORE", runtime=GATE, method="wait",
+        params=("self",), needs="start_after",
+        why="plan calibrate on one GPU: the next shard's server does its CPU start-up while the current one is "
+        "timed, and takes GPU memory only once that one has stopped (the first memory reading is in this call)",
     ),
     # ---------------------------------------------------------------- core: --overlay-fold-gpus
     Hook(

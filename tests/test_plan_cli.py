@@ -4,6 +4,7 @@ bad input."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,8 +125,9 @@ def test_calibrate_times_each_missing_shard_once(qwen3_8b, tmp_path):
 
 
 def test_timed_graphs_only_captures_the_timed_sizes_with_sglangs_own_flags(qwen3_8b, tmp_path):
-    """`plan calibrate --timed-graphs-only`: every shard's server gets `timed_graph_flags`, which SGLang 0.5.17's own
-    parser reads as the decode batches and prefill sizes the calibration times."""
+    """`plan calibrate` (`--timed-graphs-only`, the default): every shard's server gets `timed_graph_flags`, which
+    SGLang 0.5.17's own parser reads as the decode batches and prefill sizes the calibration times;
+    `--no-timed-graphs-only` leaves SGLang's defaults."""
     import argparse
 
     from sglang.srt.server_args import ServerArgs
@@ -143,11 +145,111 @@ def test_timed_graphs_only_captures_the_timed_sizes_with_sglangs_own_flags(qwen3
         args_seen.append(args)
         return _FakeServer(tmp_path, "x", exits=True)
 
-    calibrate(qwen3_8b, 1, "NVIDIA H200", cache_dir=tmp_path, server=server, measure_overhead=False,
-              timed_graphs_only=True)
     calibrate(qwen3_8b, 1, "NVIDIA H200", cache_dir=tmp_path, server=server, measure_overhead=False)
+    calibrate(qwen3_8b, 1, "NVIDIA H200", cache_dir=tmp_path, server=server, measure_overhead=False,
+              timed_graphs_only=False)
     assert len(args_seen) == 2
     assert " ".join(timed_graph_flags()) in " ".join(args_seen[0]) and "--cuda-graph-bs" not in " ".join(args_seen[1])
+
+
+class _GatedServer(_FakeServer):
+    """A stand-in shard server that records, in `events`, when it starts, when it would take the GPU (its
+    `--overlay-start-after` file exists, or at once without one) and when it stops."""
+
+    def __init__(self, cache, sig, args, events):
+        super().__init__(cache, sig)
+        self.events, self.name = events, sig
+        self.gate = Path(args[args.index("--overlay-start-after") + 1]) if "--overlay-start-after" in args else None
+
+    def start(self):
+        self.events.append(("start", self.name, self.gate is not None))
+
+    def poll(self):  # "measures" once its gate is open
+        if self.gate is None or self.gate.exists():
+            if ("gpu", self.name) not in self.events:
+                self.events.append(("gpu", self.name))
+                super().start()
+        return None
+
+    def stop(self):
+        self.events.append(("stop", self.name))
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_next_shards_server_starts_while_the_current_one_is_measured(qwen3_8b, tmp_path, overlap):
+    """`serve_calibrations`: with `overlap`, shard k+1's server starts (with `--overlay-start-after FILE`) as soon as
+    shard k's calibration is cached, and FILE appears only after shard k's server stopped, so two servers never use
+    the GPU at once; without it, each server starts after the one before stopped, with no gate. Gate files are
+    removed at the end."""
+    from sgl_sidp.plan.calibrate import serve_calibrations
+
+    events = []
+    jobs = [(f"M L{i} tp1", ["--json-model-override-args", json.dumps({"num_hidden_layers": i})], tmp_path / f"{i}.log")
+            for i in (1, 2, 3)]
+
+    def server(args, log):
+        sig = f"M L{json.loads(args[args.index('--json-model-override-args') + 1])['num_hidden_layers']} tp1"
+        return _GatedServer(tmp_path, sig, args, events)
+
+    import sgl_sidp.plan.calibrate as cal_mod
+    real = cal_mod.find_calibration
+    try:  # the stand-in entries carry their signature as "model"
+        cal_mod.find_calibration = lambda sig, gpu, dirs: next(
+            ((None, f) for f in Path(dirs[0]).glob("*.json") if json.loads(f.read_text())["calibration"]["model"] == sig),
+            None)
+        res = serve_calibrations("m", jobs, "NVIDIA H200", tmp_path, server, timeout_s=10, measure_overhead=False,
+                                 overlap=overlap)
+    finally:
+        cal_mod.find_calibration = real
+    assert all(what.startswith("measured") for what, _ in res.values()), res
+    gpu_order = [e for e in events if e[0] in ("gpu", "stop")]
+    assert gpu_order == [("gpu", "M L1 tp1"), ("stop", "M L1 tp1"), ("gpu", "M L2 tp1"), ("stop", "M L2 tp1"),
+                         ("gpu", "M L3 tp1"), ("stop", "M L3 tp1")]  # one server on the GPU at a time
+    starts = [e for e in events if e[0] == "start"]
+    assert [gated for _, _, gated in starts] == [False, overlap, overlap]
+    if overlap:  # L2 started before L1 stopped
+        assert events.index(("start", "M L2 tp1", True)) < events.index(("stop", "M L1 tp1"))
+    else:
+        assert events.index(("start", "M L2 tp1", False)) > events.index(("stop", "M L1 tp1"))
+    assert not list(tmp_path.glob(".start-after-*"))
+
+
+def test_a_scheduler_waits_for_its_start_after_file_and_gives_up_with_one_line(tmp_path):
+    """`--overlay-start-after FILE` (`calibration.gate.StartGate`, BEFORE `ModelRunner.init_torch_distributed`):
+    returns its arguments once FILE appears; without FILE it raises one line after its timeout. A FILE whose folder
+    does not exist is refused with the settings."""
+    import threading
+
+    from sgl_sidp.calibration.gate import StartGate
+    from sgl_sidp.config import SidpConfig, SidpConfigError
+    from sgl_sidp.hooks import hooks_for
+
+    gate = tmp_path / "open"
+    threading.Timer(0.3, gate.touch).start()
+    t0 = time.monotonic()
+    assert StartGate(path=str(gate), poll_s=0.02).wait("runner", k=1) == (("runner",), {"k": 1})
+    assert time.monotonic() - t0 >= 0.25
+    with pytest.raises(RuntimeError, match="did not appear within 0 s"):
+        StartGate(path=str(tmp_path / "never"), timeout_s=0.1, poll_s=0.02).wait()
+    cfg = SidpConfig.from_mapping({"start_after": str(gate)})
+    assert cfg.active and "ModelRunner.init_torch_distributed" in [h.short_name for h in hooks_for(cfg)]
+    assert "ModelRunner.init_torch_distributed" not in [h.short_name for h in hooks_for(SidpConfig())]
+    with pytest.raises(SidpConfigError) as e:
+        SidpConfig.from_mapping({"start_after": str(tmp_path / "no" / "file")})
+    assert e.value.problems == [f"--overlay-start-after: the folder of {tmp_path / 'no' / 'file'} does not exist, so "
+                                "the file can never appear"]
+
+
+def test_the_serving_step_probe_times_only_the_gaps_while_every_request_decodes():
+    """`all_running_gaps`: requests that start streaming at different times; only gaps between the last first token
+    and the first last token count."""
+    from types import SimpleNamespace as R
+
+    from sgl_sidp.plan.calibrate import all_running_gaps
+
+    a = R(start_time=0.0, ttft=1.0, itl=[1.0, 1.0, 1.0, 1.0])  # tokens at 1, 2, 3, 4, 5
+    b = R(start_time=1.0, ttft=1.5, itl=[0.5, 0.5, 3.0])  # tokens at 2.5, 3, 3.5, 6.5
+    assert all_running_gaps([a, b]) == [1.0, 1.0, 0.5, 0.5]  # between 2.5 and 5: a's 3->4, 4->5; b's 2.5->3, 3->3.5
 
 
 def test_a_shard_too_big_for_the_gpu_is_timed_at_fewer_layers_and_extrapolated(tmp_path):
@@ -391,3 +493,25 @@ def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):
     cal = Calibration.from_entry(data)
     assert len(cal.prefill_prefix_ms) == 3 and cal.host_ms_per_request is not None
     assert data["stream"]["tokens_per_s"] == data["stream"]["delivered_tokens_per_s"]  # 512,000 tokens/s offered
+
+
+def test_a_calibration_server_is_killed_with_its_children_at_once(tmp_path):
+    """`ServerProcess(kill_on_stop=True).stop()` (plan calibrate's servers): the whole process group is gone when it
+    returns (`group_running`), a child that ignores SIGTERM included, well before SGLang's own shutdown would end."""
+    from sgl_sidp.bench.server import ServerProcess, group_running
+
+    (tmp_path / "stand_in_server.py").write_text(
+        "import signal, subprocess, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "subprocess.Popen(['sleep', '60'])\n"
+        "time.sleep(60)\n")
+    srv = ServerProcess("stand_in_server", [], port=1, log_path=tmp_path / "log", env={"PYTHONPATH": str(tmp_path)},
+                        kill_on_stop=True).start()
+    deadline = time.time() + 10
+    while time.time() < deadline and "sleep" not in subprocess.run(
+            ["ps", "-o", "comm=", "-g", str(srv.proc.pid)], capture_output=True, text=True).stdout:
+        time.sleep(0.05)
+    assert group_running(srv.proc.pid)
+    t0 = time.time()
+    srv.stop()
+    assert not group_running(srv.proc.pid) and time.time() - t0 < 5

@@ -6,8 +6,10 @@ forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and
 `sgl_sidp.calibration.measure`) and caches them under the shard's signature; then a few requests over HTTP add
 what a request spends outside forwards (`record_request_overhead`), prefills over a cached prefix
 (`record_prefix_prefills`), the scheduler's host time per request of a served step (`record_serving_step`) and the
-rate at which the tokenizer manager streams tokens (`record_stream_rate`), and the server is stopped. One shard at a
-time, so nothing else runs on the GPU while it is timed.
+rate at which the tokenizer manager streams tokens (`record_stream_rate`), and the server is stopped. One shard on the
+GPU at a time, so nothing else runs there while it is timed; the next shard's server does SGLang's CPU start-up
+meanwhile and waits for the GPU (`serve_calibrations`, `--overlay-start-after`). The servers capture only the CUDA
+graphs the calibration times (`timed_graph_flags`) unless asked not to.
 
 A shard whose weights do not fit this GPU (Llama-3.1-70B's full model on one H200) is served twice with fewer decoder
 layers (the largest of L/2, L/4, ... that fits, and half that) and each timed point is extrapolated linearly in the
@@ -19,7 +21,9 @@ layer count to L (`extrapolate_layers`): a forward is its layers one after anoth
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import math
 import os
 import sys
 import time
@@ -185,14 +189,30 @@ def record_prefix_prefills(srv, entry: Path, probes: Sequence[tuple[int, int]] =
 
 
 #: (running requests, prompt tokens, output tokens) of `record_serving_step`'s burst: past SGLang's largest decode
-#: graph below TP4 (256), so its steps run eagerly, as the calibration's eager points do
-SERVING_PROBE = (512, 16, 48)
+#: graph below TP4 (256), so its steps run eagerly, as the calibration's eager points do; 128 tokens, so that they
+#: decode all together for a few seconds after the last one's prefill (the requests reach the server over about 1 s)
+SERVING_PROBE = (512, 16, 128)
+
+#: seconds the serving-step probe's requests decode at least (more output tokens where the eager step is short)
+SERVING_PROBE_DECODE_S = 4.0
+
+
+def all_running_gaps(outs) -> list[float]:
+    """The gaps (s) between output tokens of the streamed `outs` (`bench.batches` outputs: start_time, ttft, itl)
+    that lie between the last request's first token and the first request's last one, when every request is
+    decoding and none is prefilling."""
+    import numpy as np
+
+    times = [o.start_time + o.ttft + np.concatenate([[0.0], np.cumsum(o.itl)]) for o in outs]
+    lo, hi = max(t[0] for t in times), min(t[-1] for t in times)
+    return [float(b - a) for t in times for a, b in zip(t[:-1], t[1:]) if a >= lo and b <= hi]
 
 
 def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_PROBE) -> str:
     """Once `srv` serves: what the scheduler spends per running request per decode step outside the forward. A burst
-    of `probe`'s requests, sent at once (one prefill admits them all), decodes together; the median gap between
-    output tokens over the second half of every request's output is the served step, and its excess over the
+    of `probe`'s requests, sent at once, decodes together; the median gap between output tokens while all of them
+    decode (`all_running_gaps`: SGLang admits them over several prefills as they arrive) is the served step, and
+    its excess over the
     calibration's eager forward at that batch (`ShardClock.eager_ms`, timed back to back), divided by the batch, is
     `Calibration.host_ms_per_request` (at least 0), written into the cache entry `entry` with the gaps it comes from
     as "serving_step". Not measured without eager points or where a request fails. (A server that runs fewer than
@@ -208,14 +228,17 @@ def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_
     eager = ShardClock(cal, 0).eager_ms(batch)
     if not eager:
         return "serving step not measured (no eager points)"
+    output = max(output, math.ceil(SERVING_PROBE_DECODE_S * 1e3 / eager))  # a fast shard decodes longer
     outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, 2000)])[0]
     if not all(o.success and len(o.itl) >= 4 for o in outs):
         return "serving step not measured (a request failed or streamed too few tokens)"
-    gaps = [g * 1e3 for o in outs for g in o.itl[len(o.itl) // 2:]]
-    step = float(np.median(gaps))
+    gaps = all_running_gaps(outs)
+    if len(gaps) < batch:
+        return "serving step not measured (the requests never all decoded together)"
+    step = float(np.median(gaps)) * 1e3
     data["calibration"]["host_ms_per_request"] = max(0.0, (step - eager) / batch)
     data["serving_step"] = {"batch": batch, "prompt": prompt, "output": output, "step_ms_median": step,
-                            "eager_forward_ms": eager}
+                            "eager_forward_ms": eager, "gaps": len(gaps)}
     entry.write_text(json.dumps(data, indent=1))
     return f"served step at batch {batch} {step:.1f} ms against an eager forward of {eager:.1f} ms"
 
@@ -258,41 +281,100 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
             + (" (the stream bounds it)" if bound else " (not bound)"))
 
 
+#: the HTTP probes a served shard runs, in order, once its calibration is cached
+PROBES = (record_request_overhead, record_prefix_prefills, record_serving_step, record_stream_rate)
+
+
+def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Path]], gpu_name: str, cache_dir: Path,
+                       server: Callable, timeout_s: float, measure_overhead: bool = True,
+                       overlap: bool = True) -> dict[str, tuple[str, Path | None]]:
+    """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate`) once per job (signature, SGLang
+    flags, log file) whose calibration is not in `cache_dir` yet, one server on the GPU at a time: wait until the
+    server cached its calibration (at most `timeout_s` s), run the HTTP probes (`PROBES`; none when
+    `measure_overhead` is False) and stop it. `server(args, log)` makes the `bench.server.ServerProcess`.
+
+    With `overlap`, the next job's server is started as soon as the current one is (or its gate opened), with
+    `--overlay-start-after FILE` (`calibration.gate`): it does SGLang's CPU start-up (about 45 s from the launcher's
+    start to the scheduler's first GPU call on an H200 host) while the current server is measured, and takes GPU
+    memory only once FILE appears, which this function creates after the current server's processes are gone. Its
+    `timeout_s` counts from then. (The waiting server's CPU work runs beside the current one's timing: on a host
+    of a few cores, `overlap=False`.)
+
+    Returns: signature -> (what happened: "cached <file>", "measured in N s <file>[; probe results]" or
+    "failed: ...", the cache entry or None).
+    """
+    results = {}
+    todo = []
+    for sig, flags, log in jobs:
+        found = find_calibration(sig, gpu_name, [cache_dir])
+        if found is not None:
+            results[sig] = (f"cached {found[1]}", found[1])
+        else:
+            todo.append((sig, flags, log))
+    base = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(_default_model_dir())]
+
+    def launch(flags: list[str], log: Path, gate: Path | None):
+        extra = ["--overlay-start-after", str(gate)] if gate is not None else []
+        srv = server([*base, *flags, "--overlay-calibrate", *extra, *SERVER_ARGS], log)
+        srv.start()
+        return srv
+
+    live = []  # servers started and not stopped yet (at most two)
+    gates = []
+    try:
+        srv, t0 = (launch(todo[0][1], todo[0][2], None), time.monotonic()) if todo else (None, 0.0)
+        live += [srv] if srv else []
+        for i, (sig, flags, log) in enumerate(todo):
+            nxt = gate = None
+            if overlap and i + 1 < len(todo):
+                gate = cache_dir / f".start-after-{os.getpid()}-{i + 1}"
+                gate.unlink(missing_ok=True)
+                gates.append(gate)
+                nxt = launch(todo[i + 1][1], todo[i + 1][2], gate)
+                live.append(nxt)
+            while True:
+                found = find_calibration(sig, gpu_name, [cache_dir])
+                if found is not None or srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
+                    break
+                time.sleep(0.5)
+            if found is not None:
+                what = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
+                if measure_overhead:
+                    what += "".join(f"; {probe(srv, found[1])}" for probe in PROBES)
+                results[sig] = (what, found[1])
+            else:
+                results[sig] = (f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; "
+                                f"see {log}", None)
+            srv.stop()
+            live.remove(srv)
+            if nxt is None and i + 1 < len(todo):
+                nxt = launch(todo[i + 1][1], todo[i + 1][2], None)
+                live.append(nxt)
+            if gate is not None:
+                gate.touch()
+            if nxt is not None and hasattr(nxt, "t_start"):
+                nxt.t_start = time.time()  # its readiness clock (`wait_ready`) counts from the gate too
+            srv, t0 = nxt, time.monotonic()
+    finally:
+        for s in live:
+            s.stop()
+        for g in gates:
+            g.unlink(missing_ok=True)
+    return results
+
+
 def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str, cache_dir: Path,
                       server: Callable, log: Path, timeout_s: float, measure_overhead: bool = True) -> tuple[str, Path | None]:
-    """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate` and `flags`; `server(args, log)`
-    makes the `bench.server.ServerProcess`) until the calibration of signature `sig` appears in `cache_dir`, then
-    record the HTTP probes (`record_request_overhead`, `record_prefix_prefills`, `record_serving_step`,
-    `record_stream_rate`; none when `measure_overhead` is False) and stop the server.
-    A calibration already there is returned without serving.
+    """`serve_calibrations` for one job: (what happened, the cache entry or None)."""
+    return serve_calibrations(model_path, [(sig, flags, log)], gpu_name, cache_dir, server, timeout_s,
+                              measure_overhead)[sig]
 
-    Returns: (what happened: "cached <file>", "measured in N s <file>[; request overhead ...]" or "failed: ...",
-    the cache entry or None).
-    """
+
+def _default_model_dir() -> Path:
+    """The tokenizer every calibration server loads (`launch_server.DEFAULT_MODEL_DIR`: weights are dummy)."""
     from sgl_sidp.launch_server import DEFAULT_MODEL_DIR
 
-    found = find_calibration(sig, gpu_name, [cache_dir])
-    if found is not None:
-        return f"cached {found[1]}", found[1]
-    args = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(DEFAULT_MODEL_DIR),
-            *flags, "--overlay-calibrate", *SERVER_ARGS]
-    srv = server(args, log)
-    t0 = time.monotonic()
-    srv.start()
-    try:
-        while True:
-            found = find_calibration(sig, gpu_name, [cache_dir])
-            if found is not None:
-                result = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
-                if measure_overhead:
-                    result += "".join(f"; {probe(srv, found[1])}" for probe in (
-                        record_request_overhead, record_prefix_prefills, record_serving_step, record_stream_rate))
-                return result, found[1]
-            if srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
-                return f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; see {log}", None
-            time.sleep(1.0)
-    finally:
-        srv.stop()
+    return DEFAULT_MODEL_DIR
 
 
 def tp_shard_calibrations(model_path: str, n_gpus: int, gpu_name: str,
@@ -366,7 +448,9 @@ def timed_graph_flags() -> list[str]:
     chunked-prefill size: `ServerArgs._generate_prefill_cuda_graph_batch_sizes`). A timed batch runs in the same
     graph as with SGLang's default lists (one of its own size); what changes is the start (SGLang 0.5.17 captures
     about 36 decode and 58 prefill sizes by default: 13-27 s of a shard's start on one H200) and the memory SGLang
-    keeps for graphs, so such a server's KV pool is not a default server's. Not run on GPU yet."""
+    keeps for graphs, so such a server's KV pool is not a default server's. Checked on one H200 for Qwen3-8B's TP1
+    shard (`benchmarks/results/plan/calibrate_h200_probes_2026-11-24/`): decode steps within 1.4 % of a default
+    server's, prefills of 512 tokens or more within 5 %, graph capture 5 s instead of 57 s."""
     from sgl_sidp.calibration.measure import DECODE_BATCHES, PREFILL_TOKENS
 
     return ["--cuda-graph-bs-decode", *map(str, DECODE_BATCHES), "--cuda-graph-bs-prefill", *map(str, PREFILL_TOKENS)]
@@ -375,12 +459,13 @@ def timed_graph_flags() -> list[str]:
 def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | None = None, port: int = 26500,
               timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
               measure_overhead: bool = True, gpu_bytes: int | None = None,
-              timed_graphs_only: bool = False) -> dict[str, str]:
+              timed_graphs_only: bool = True, overlap: bool = True) -> dict[str, str]:
     """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this process's first visible GPU (the first
     of CUDA_VISIBLE_DEVICES, else GPU 0; named `gpu_name`, of `gpu_bytes` bytes: a shard that does not fit is timed at
     two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and run each served shard's
-    HTTP probes (`serve_calibration`; `measure_overhead` False: none). `timed_graphs_only`: the
-    servers capture only the graphs they time (`timed_graph_flags`).
+    HTTP probes (`serve_calibrations`; `measure_overhead` False: none). `timed_graphs_only`: the
+    servers capture only the graphs they time (`timed_graph_flags`). `overlap`: each server after the first starts
+    while the one before it is measured, on `port` and `port + 1` in turn (`serve_calibrations`).
 
     Returns: signature -> "cached <file>", "measured in N s <file>" (or "extrapolated from ...") or why it failed.
     """
@@ -390,16 +475,18 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
     hf = read_hf_config(model_path)
     shapes = ModelShapes.of(hf)
     gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
-    server = server or (lambda args, log: ServerProcess("sgl_sidp.launch_server", args, port=port, log_path=log, gpus=gpu,
-                                                        env={"SIDP_CALIBRATION_DIR": str(cache_dir)}))
+    ports = itertools.cycle((port, port + 1))  # with `overlap`, two servers at a time
+    server = server or (lambda args, log: ServerProcess("sgl_sidp.launch_server", args, port=next(ports), log_path=log,
+                                                        gpus=gpu, env={"SIDP_CALIBRATION_DIR": str(cache_dir)},
+                                                        kill_on_stop=True))
 
-    def serve(sig: str, overrides: dict) -> tuple[str, Path | None]:
-        """Time one shard (`overrides` for `--json-model-override-args`) whose signature is `sig`."""
+    def job(sig: str, overrides: dict) -> tuple[str, list[str], Path]:
+        """The `serve_calibrations` job of one shard (`overrides` for `--json-model-override-args`) whose signature is
+        `sig`."""
         flags = ["--json-model-override-args", json.dumps(overrides)] + (timed_graph_flags() if timed_graphs_only else [])
-        log = (log_dir or cache_dir) / f"calibrate-{sig.replace(' ', '_').replace('/', '-')}.log"
-        return serve_calibration(model_path, sig, flags, gpu_name, cache_dir, server, log, timeout_s, measure_overhead)
+        return sig, flags, (log_dir or cache_dir) / f"calibrate-{sig.replace(' ', '_').replace('/', '-')}.log"
 
-    results = {}
+    results, jobs, parts = {}, [], {}  # parts: signature -> (near layers, far layers, their signatures)
     for sig, shard in shards_needed(hf, n_gpus).items():
         overrides = shard.override_args(shapes)
         fit = layers_that_fit(hf, shard, gpu_bytes)
@@ -410,23 +497,34 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
         elif why_not:
             results[sig] = f"failed: {why_not}"
         elif fit == shapes.layers:
-            results[sig] = serve(sig, overrides)[0]
+            jobs.append(job(sig, overrides))
         elif fit < 2:
             results[sig] = f"failed: not even {fit} decoder layer(s) of this shard fit one GPU of {gpu_bytes / GIB:.0f} GiB"
         else:
-            timed = {}  # layers -> (what `serve` says, the cache entry it found or wrote, or None)
-            for n in (fit // 2, fit):
-                part_sig = shard_signature(hf, shard, num_hidden_layers=n)
-                timed[n] = serve(part_sig, {**overrides, "num_hidden_layers": n})
-                print(f"sgl-sidp plan calibrate: {part_sig} (for {sig}): {timed[n][0]}", file=sys.stderr, flush=True)
-            failed = [what for what, entry in timed.values() if entry is None]
+            part_sigs = [shard_signature(hf, shard, num_hidden_layers=n) for n in (fit // 2, fit)]
+            jobs += [job(ps, {**overrides, "num_hidden_layers": n}) for ps, n in zip(part_sigs, (fit // 2, fit))]
+            parts[sig] = (fit // 2, fit, part_sigs)
+        if sig in results:
+            print(f"sgl-sidp plan calibrate: {sig}: {results[sig]}", file=sys.stderr, flush=True)
+    served = serve_calibrations(model_path, jobs, gpu_name, cache_dir, server, timeout_s, measure_overhead, overlap)
+    for sig, shard in shards_needed(hf, n_gpus).items():
+        if sig in parts:
+            near_n, far_n, part_sigs = parts[sig]
+            timed = [served[ps] for ps in part_sigs]
+            for ps, (what, _) in zip(part_sigs, timed):
+                print(f"sgl-sidp plan calibrate: {ps} (for {sig}): {what}", file=sys.stderr, flush=True)
+            failed = [what for what, entry in timed if entry is None]
             if failed:
                 results[sig] = f"failed: {failed[0]}"
             else:
-                near, far = (json.loads(timed[n][1].read_text()) for n in (fit // 2, fit))
+                near, far = (json.loads(entry.read_text()) for _, entry in timed)
                 cal = extrapolate_layers(Calibration.from_json(near["calibration"]),
-                                         Calibration.from_json(far["calibration"]), fit // 2, fit, shapes.layers, sig)
+                                         Calibration.from_json(far["calibration"]), near_n, far_n, shapes.layers, sig)
                 out = CalibrationCache(cache_dir).put(CalibrationKey(**{**far["key"], "model": sig}), cal)
-                results[sig] = f"extrapolated from {fit // 2} and {fit} layers {out}"
+                results[sig] = f"extrapolated from {near_n} and {far_n} layers {out}"
+        elif sig in served:
+            results[sig] = served[sig][0]
+        else:
+            continue
         print(f"sgl-sidp plan calibrate: {sig}: {results[sig]}", file=sys.stderr, flush=True)
     return results
