@@ -2,7 +2,7 @@
 
     python scripts/plan_compare_calibrations.py A.json B.json [--names default,timed]
 
-A and B are `plan calibrate` cache entries (or bundled files) of one shard, for instance one served with SGLang's
+A and B are `plan calibrate` cache entries, bundled files or plain tables of one shard, for instance one served with SGLang's
 default CUDA graphs and one with `--timed-graphs-only`. Prints a markdown table: decode steps at both contexts
 (graph, eager and alone), prefills, prefills over a cached prefix, each with B's difference from A in per cent, then
 the probes' numbers (request overhead, host time per request, stream rate, the prefix factor k the planner derives).
@@ -72,12 +72,11 @@ def main(argv: list[str] | None = None) -> int:
             entries.append(json.loads(p.read_text()))
         except (OSError, ValueError) as e:
             ap.exit(2, f"plan_compare_calibrations: cannot read {p}: {e}\n")
-    a, b = entries
-    if a.get("key", {}).get("model") != b.get("key", {}).get("model"):
-        ap.exit(2, f"plan_compare_calibrations: not the same shard: {a.get('key', {}).get('model')!r} and "
-                   f"{b.get('key', {}).get('model')!r}\n")
+    (a, b), (ca, cb) = entries, [Calibration.from_entry(e) for e in entries]
+    if ca.model != cb.model:
+        ap.exit(2, f"plan_compare_calibrations: not the same shard: {ca.model!r} and {cb.model!r}\n")
     names = tuple(args.names.split(",", 1)) if "," in args.names else ("A", "B")
-    print(f"{a['key']['model']} on {a['key'].get('gpu')}\n")
+    print(f"{ca.model} on {ca.gpu}\n")
     print(table(a, b, names))
     return 0
 
