@@ -175,11 +175,11 @@ class _GatedServer(_FakeServer):
         self.events.append(("stop", self.name))
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_the_next_shards_server_starts_while_the_current_one_is_measured(qwen3_8b, tmp_path, overlap):
-    """`serve_calibrations`: with `overlap`, shard k+1's server starts (with `--overlay-start-after FILE`) as soon as
-    shard k's calibration is cached, and FILE appears only after shard k's server stopped, so two servers never use
-    the GPU at once; without it, each server starts after the one before stopped, with no gate. Gate files are
+@pytest.mark.parametrize("ahead", [0, 1, 2])
+def test_the_next_shards_server_starts_while_the_current_one_is_measured(qwen3_8b, tmp_path, ahead):
+    """`serve_calibrations`: the `ahead` servers after the current one start (with `--overlay-start-after FILE`) while
+    it is measured, and the next one's FILE appears only after the current server stopped, so two servers never use
+    the GPU at once; with `ahead` 0, each server starts after the one before stopped, with no gate. Gate files are
     removed at the end."""
     from sgl_sidp.plan.calibrate import serve_calibrations
 
@@ -198,20 +198,27 @@ def test_the_next_shards_server_starts_while_the_current_one_is_measured(qwen3_8
             ((None, f) for f in Path(dirs[0]).glob("*.json") if json.loads(f.read_text())["calibration"]["model"] == sig),
             None)
         res = serve_calibrations("m", jobs, "NVIDIA H200", tmp_path, server, timeout_s=10, measure_overhead=False,
-                                 overlap=overlap)
+                                 ahead=ahead)
     finally:
         cal_mod.find_calibration = real
     assert all(what.startswith("measured") for what, _ in res.values()), res
     gpu_order = [e for e in events if e[0] in ("gpu", "stop")]
     assert gpu_order == [("gpu", "M L1 tp1"), ("stop", "M L1 tp1"), ("gpu", "M L2 tp1"), ("stop", "M L2 tp1"),
                          ("gpu", "M L3 tp1"), ("stop", "M L3 tp1")]  # one server on the GPU at a time
-    starts = [e for e in events if e[0] == "start"]
-    assert [gated for _, _, gated in starts] == [False, overlap, overlap]
-    if overlap:  # L2 started before L1 stopped
-        assert events.index(("start", "M L2 tp1", True)) < events.index(("stop", "M L1 tp1"))
-    else:
-        assert events.index(("start", "M L2 tp1", False)) > events.index(("stop", "M L1 tp1"))
+    starts = {name: (events.index(("start", name, gated)), gated) for _, name, gated in
+              (e for e in events if e[0] == "start")}
+    assert [gated for _, gated in starts.values()] == [False, ahead > 0, ahead > 0]
+    stop_l1 = events.index(("stop", "M L1 tp1"))
+    assert (starts["M L2 tp1"][0] < stop_l1) == (ahead >= 1)  # L2 started while L1 was measured
+    assert (starts["M L3 tp1"][0] < stop_l1) == (ahead >= 2)  # and L3 too, two ahead
     assert not list(tmp_path.glob(".start-after-*"))
+
+
+def test_calibrate_refuses_a_negative_servers_ahead_in_one_line(qwen3_8b, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate", "--model-path", qwen3_8b, "--gpus", "1", "--servers-ahead", "-1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == ["sgl-sidp plan calibrate: error: --servers-ahead -1: at least 0"]
 
 
 def test_a_scheduler_waits_for_its_start_after_file_and_gives_up_with_one_line(tmp_path):

@@ -287,17 +287,21 @@ def calibrate_main(argv: list[str]) -> None:
     ap.add_argument("--gpus", type=int, required=True, help="GPUs of the node to plan for")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="seconds one shard may take (default: 600)")
     ap.add_argument("--port", type=int, default=26500,
-                    help="HTTP port of the shards' servers, and the one after it (default: 26500; another pair per "
-                         "calibration run side by side)")
+                    help="HTTP port of the shards' servers, and the --servers-ahead ports after it (default: 26500; "
+                         "other ports for another calibration run side by side)")
     ap.add_argument("--timed-graphs-only", action=argparse.BooleanOptionalAction, default=True,
                     help="capture only the CUDA graphs the calibration times, 7 decode and 6 prefill sizes where SGLang "
                          "captures about 36 and 58 (default; a timed batch runs in a graph of its own size either way). "
                          "--no-timed-graphs-only: SGLang's default graphs, a slower start, and servers whose KV pool "
                          "is a default server's")
-    ap.add_argument("--one-at-a-time", action="store_true",
-                    help="start each shard's server only after the one before it stopped (default: it does its CPU "
-                         "start-up meanwhile, on --port + 1 every other shard, and waits for the GPU)")
+    ap.add_argument("--servers-ahead", type=int, default=1, metavar="N",
+                    help="servers started while the current shard is measured, each waiting for the GPU after its "
+                         "CPU start-up (default: 1; 0: each server starts after the one before it stopped); they use "
+                         "--port, --port + 1, ... --port + N")
     a = ap.parse_args(argv)
+    if a.servers_ahead < 0:
+        print(f"sgl-sidp plan calibrate: error: --servers-ahead {a.servers_ahead}: at least 0", file=sys.stderr)
+        raise SystemExit(2)
     name = gpu_name(0)
     if read_hf_config(a.model_path) is None or name is None:
         print(f"sgl-sidp plan calibrate: error: {'no CUDA GPU visible' if name is None else 'no config.json in ' + a.model_path}",
@@ -309,7 +313,7 @@ def calibrate_main(argv: list[str]) -> None:
     # clean-up runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = calibrate(a.model_path, a.gpus, name, port=a.port, timeout_s=a.timeout_s, gpu_bytes=gpu_memory_bytes(0),
-                        timed_graphs_only=a.timed_graphs_only, overlap=not a.one_at_a_time)
+                        timed_graphs_only=a.timed_graphs_only, ahead=a.servers_ahead)
     for sig, what in results.items():
         print(f"{sig}: {what}")
     raise SystemExit(0 if all(not w.startswith("failed") for w in results.values()) else 1)

@@ -20,6 +20,7 @@ layer count to L (`extrapolate_layers`): a forward is its layers one after anoth
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import json
@@ -287,18 +288,19 @@ PROBES = (record_request_overhead, record_prefix_prefills, record_serving_step, 
 
 def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Path]], gpu_name: str, cache_dir: Path,
                        server: Callable, timeout_s: float, measure_overhead: bool = True,
-                       overlap: bool = True) -> dict[str, tuple[str, Path | None]]:
+                       ahead: int = 1) -> dict[str, tuple[str, Path | None]]:
     """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate`) once per job (signature, SGLang
     flags, log file) whose calibration is not in `cache_dir` yet, one server on the GPU at a time: wait until the
     server cached its calibration (at most `timeout_s` s), run the HTTP probes (`PROBES`; none when
     `measure_overhead` is False) and stop it. `server(args, log)` makes the `bench.server.ServerProcess`.
 
-    With `overlap`, the next job's server is started as soon as the current one is (or its gate opened), with
-    `--overlay-start-after FILE` (`calibration.gate`): it does SGLang's CPU start-up (about 45 s from the launcher's
-    start to the scheduler's first GPU call on an H200 host) while the current server is measured, and takes GPU
-    memory only once FILE appears, which this function creates after the current server's processes are gone. Its
-    `timeout_s` counts from then. (The waiting server's CPU work runs beside the current one's timing: on a host
-    of a few cores, `overlap=False`.)
+    The `ahead` jobs after the current one have their servers started already, each with `--overlay-start-after
+    FILE` (`calibration.gate`): they do SGLang's CPU start-up (about 40 s from the launcher's start to the
+    scheduler's first GPU call on an H200 host) while the current server is measured, and the next one takes GPU
+    memory only once its FILE appears, which this function creates after the current server's processes are gone.
+    Its `timeout_s` counts from then. `ahead` 0: each server starts after the one before it stopped. (The waiting
+    servers' CPU work runs beside the current one's timing: on a host of a few cores, use 0. Each waiting server
+    past the first may hold a CUDA context, about 0.5 GB, while the current one sizes its KV pool.)
 
     Returns: signature -> (what happened: "cached <file>", "measured in N s <file>[; probe results]" or
     "failed: ...", the cache entry or None).
@@ -312,26 +314,28 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Pat
         else:
             todo.append((sig, flags, log))
     base = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(_default_model_dir())]
+    live, gates = [], []  # servers started and not stopped yet; gate files made
+    waiting = collections.deque()  # (server, its gate file) of the jobs after the current one, in order
 
-    def launch(flags: list[str], log: Path, gate: Path | None):
-        extra = ["--overlay-start-after", str(gate)] if gate is not None else []
-        srv = server([*base, *flags, "--overlay-calibrate", *extra, *SERVER_ARGS], log)
+    def launch(k: int, gated: bool):
+        """Start job `k`'s server, behind a gate file if `gated`."""
+        gate = cache_dir / f".start-after-{os.getpid()}-{k}" if gated else None
+        extra = []
+        if gate is not None:
+            gate.unlink(missing_ok=True)
+            gates.append(gate)
+            extra = ["--overlay-start-after", str(gate)]
+        srv = server([*base, *todo[k][1], "--overlay-calibrate", *extra, *SERVER_ARGS], todo[k][2])
         srv.start()
-        return srv
+        live.append(srv)
+        return srv, gate
 
-    live = []  # servers started and not stopped yet (at most two)
-    gates = []
     try:
-        srv, t0 = (launch(todo[0][1], todo[0][2], None), time.monotonic()) if todo else (None, 0.0)
-        live += [srv] if srv else []
+        srv, t0, launched = (launch(0, False)[0] if todo else None), time.monotonic(), 1
         for i, (sig, flags, log) in enumerate(todo):
-            nxt = gate = None
-            if overlap and i + 1 < len(todo):
-                gate = cache_dir / f".start-after-{os.getpid()}-{i + 1}"
-                gate.unlink(missing_ok=True)
-                gates.append(gate)
-                nxt = launch(todo[i + 1][1], todo[i + 1][2], gate)
-                live.append(nxt)
+            while launched < len(todo) and len(waiting) < ahead:
+                waiting.append(launch(launched, True))
+                launched += 1
             while True:
                 found = find_calibration(sig, gpu_name, [cache_dir])
                 if found is not None or srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
@@ -347,14 +351,14 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Pat
                                 f"see {log}", None)
             srv.stop()
             live.remove(srv)
-            if nxt is None and i + 1 < len(todo):
-                nxt = launch(todo[i + 1][1], todo[i + 1][2], None)
-                live.append(nxt)
-            if gate is not None:
+            if waiting:
+                srv, gate = waiting.popleft()
                 gate.touch()
-            if nxt is not None and hasattr(nxt, "t_start"):
-                nxt.t_start = time.time()  # its readiness clock (`wait_ready`) counts from the gate too
-            srv, t0 = nxt, time.monotonic()
+                if hasattr(srv, "t_start"):
+                    srv.t_start = time.time()  # its readiness clock (`wait_ready`) counts from the gate too
+            elif launched < len(todo):
+                srv, launched = launch(launched, False)[0], launched + 1
+            t0 = time.monotonic()
     finally:
         for s in live:
             s.stop()
@@ -459,13 +463,13 @@ def timed_graph_flags() -> list[str]:
 def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | None = None, port: int = 26500,
               timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
               measure_overhead: bool = True, gpu_bytes: int | None = None,
-              timed_graphs_only: bool = True, overlap: bool = True) -> dict[str, str]:
+              timed_graphs_only: bool = True, ahead: int = 1) -> dict[str, str]:
     """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this process's first visible GPU (the first
     of CUDA_VISIBLE_DEVICES, else GPU 0; named `gpu_name`, of `gpu_bytes` bytes: a shard that does not fit is timed at
     two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and run each served shard's
     HTTP probes (`serve_calibrations`; `measure_overhead` False: none). `timed_graphs_only`: the
-    servers capture only the graphs they time (`timed_graph_flags`). `overlap`: each server after the first starts
-    while the one before it is measured, on `port` and `port + 1` in turn (`serve_calibrations`).
+    servers capture only the graphs they time (`timed_graph_flags`). `ahead`: how many servers after the current one
+    are started while it is measured (`serve_calibrations`), on `port`, `port + 1`, ... `port + ahead` in turn.
 
     Returns: signature -> "cached <file>", "measured in N s <file>" (or "extrapolated from ...") or why it failed.
     """
@@ -475,7 +479,7 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
     hf = read_hf_config(model_path)
     shapes = ModelShapes.of(hf)
     gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
-    ports = itertools.cycle((port, port + 1))  # with `overlap`, two servers at a time
+    ports = itertools.cycle(range(port, port + ahead + 1))  # at most ahead + 1 servers at a time
     server = server or (lambda args, log: ServerProcess("sgl_sidp.launch_server", args, port=next(ports), log_path=log,
                                                         gpus=gpu, env={"SIDP_CALIBRATION_DIR": str(cache_dir)},
                                                         kill_on_stop=True))
@@ -506,7 +510,7 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
             parts[sig] = (fit // 2, fit, part_sigs)
         if sig in results:
             print(f"sgl-sidp plan calibrate: {sig}: {results[sig]}", file=sys.stderr, flush=True)
-    served = serve_calibrations(model_path, jobs, gpu_name, cache_dir, server, timeout_s, measure_overhead, overlap)
+    served = serve_calibrations(model_path, jobs, gpu_name, cache_dir, server, timeout_s, measure_overhead, ahead)
     for sig, shard in shards_needed(hf, n_gpus).items():
         if sig in parts:
             near_n, far_n, part_sigs = parts[sig]
