@@ -28,15 +28,18 @@ batch SGLang takes (where an admission comes within 1e-9 of the line, the reserv
 request as `PrefillAdder` does, so the floats are SGLang's order of operations). The decode steps between two events
 (an arrival, an admission, a finish, a retraction) run as a loop over them that asks the step times once per run of
 steps of equal time (`StepTimes.decode_run`: the planner's round the context to 32 tokens) and moves the sums once,
-the clock still summed a step at a time (`ReplicaSim._decodes`): the floats are those of one step at a time. DP
-replicas share nothing: with round-robin routing each runs through its own requests on its own (`simulate`).
+the clock by the run's steps at once too, in closed form while it stays in its binade (`_binade`), else a step at a
+time (`ReplicaSim._decodes`): the floats are those of one step at a time. DP replicas share nothing: with round-robin
+routing each runs through its own requests on its own (`simulate`).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
+import gc
 import heapq
 import itertools
 import math
@@ -172,6 +175,26 @@ class RadixBlocks:
             pop(False)  # the least recently used
 
 
+def _binade(clock: float) -> tuple[float, float, float]:
+    """(low, room, u): the binade [low, 2 low) of floats that holds `clock` (s), u the spacing of its floats (its ulp),
+    and room = 2 low - 16 u; (inf, -inf, 0) below 2^-1000 s (no closed form there).
+
+    Within a binade, k decode steps of dt >= 0 s each add up in closed form to the float that adding dt k times, one
+    step at a time, gives (`_decodes` moves the clock by a run of equal steps so: a few operations instead of k
+    additions, some 8 million of them in a planning run). The clock is X u (X a whole number) and dt = q u: the exact
+    sum X u + dt, if below 2 low, lies between floats u apart and rounds to the nearer, (X + d) u with d = round(q),
+    unless q is a whole number and a half (a tie, which rounds to the even float: left to the additions). So after k
+    steps the clock is clock + k d u, exactly (a whole number of u below 2 low, k d below 2^52), as long as every
+    exact sum on the way stays below 2 low - u / 2, where the floats are still u apart: the last and largest is at
+    most clock + k dt + (k - 1) u / 2 < clock + k (dt + u), which a float test `clock + k * (dt + u) < room` bounds
+    below 2 low - 13 u (its three roundings are within 3 u)."""
+    if not clock >= 2.0 ** -1000:  # (normal floats only, well away from the bottom of the range)
+        return math.inf, -math.inf, 0.0
+    u = math.ulp(clock)
+    low = u * 2.0 ** 52
+    return low, 2.0 * low - 16.0 * u, u
+
+
 class ReplicaSim:
     """One DP replica: its queue, running batch, KV cache and clock.
 
@@ -212,6 +235,7 @@ class ReplicaSim:
         self._unclip: list[tuple[int, int]] = []  # heap of (decode step after which CLIP are left, join number)
         self._hit_memo: tuple[SimRequest, int, int] | None = None  # (request, cache version after its hit, tokens)
         self._decode_memo: dict[tuple[int, float], float] = {}  # (batch, mean context) -> decode_ms
+        self._binade = _binade(self.clock)  # the clock's binade, as `_decodes` last saw it (`_binade`)
         # (batch, mean context) -> (ms, steps): the decode step's time and for how many steps it stays the same
         self._decode_run = times.decode_run or self._decode_one
 
@@ -470,8 +494,9 @@ class ReplicaSim:
         whole steps at its end; a step that finishes requests runs as `_decode` runs it (`_leave` and `_finished`
         written out); one that retracts goes through `_decode` itself.
 
-        Each step's time is added to the clock one at a time, as `_decode` adds it, and the ratio is `_RATIOS`'
-        entry for the steps since its reset, so the floats are `_decode`'s. The quiet steps' evictions and the next
+        The clock ends each run where `_decode`'s additions of each step's time, one at a time, would leave it (in
+        closed form while it stays in its binade, `_binade`; else one addition per step, in C), and the ratio is
+        `_RATIOS`' entry for the steps since its reset, so the floats are `_decode`'s. The quiet steps' evictions and the next
         finishing step's are made at once: each step evicts the least recently used blocks that cover what the free
         tokens lack for it (`ceil(short / BLOCK_TOKENS)`), and with no lookup or insert in between, that is the
         oldest ceil((k x n - free) / BLOCK_TOKENS) blocks for k steps, as one eviction of k x n - free tokens takes."""
@@ -484,6 +509,7 @@ class ReplicaSim:
         clock, used, steps, ctx_sum, out, clipped = (self.clock, self.used, self._steps, self._ctx_sum, self._out_sum,
                                                      self._clipped)
         decays, ran = _RATIO_STEPS[self.ratio], 0  # decode steps since the ratio's reset; run here
+        low, room, u = self._binade
         while clock < until_s:
             n = len(running)
             if not n or ((self.chunked or waiting) and n < max_running and prefills):
@@ -511,10 +537,19 @@ class ReplicaSim:
                 dt, run_end = ms / 1e3, done + run
                 last = run_end if run_end < limit else limit
                 if (clock + (last - done) * dt) * (1.0 + (last - done + 4) * _ULP) < until_s:
-                    # no step of the run reaches until_s (each sum is within (steps) x ulp of the exact one): the same
-                    # sums, one step at a time, in C
-                    clock = reduce(add, repeat(dt, last - done), clock)
-                    done = last
+                    # no step of the run reaches until_s (each sum is within (steps) x ulp of the exact one): the
+                    # floats of its k additions, in closed form while the clock stays in its binade (`_binade`), else
+                    # one addition at a time, in C (and the binade looked up again once the clock has left it)
+                    k, done = last - done, last
+                    if low <= clock and 0.0 <= dt and clock + k * (dt + u) < room:
+                        q = dt / u
+                        d = round(q)  # each step adds d u: dt rounded to the clock's spacing u (unless on a tie)
+                        if q - d != 0.5 and d - q != 0.5:
+                            clock += k * d * u
+                            continue
+                    clock = reduce(add, repeat(dt, k), clock)
+                    if not low <= clock < room:
+                        low, room, u = self._binade = _binade(clock)
                     continue
                 for done in range(done + 1, last + 1):
                     clock += dt
@@ -641,7 +676,34 @@ def simulate(requests: Sequence[SimRequest], replicas: Sequence[ReplicaSim],
     at the clock of a replica's next iteration is queued before that iteration); replicas share nothing else, so
     each runs on its own between arrivals. Round robin reads no replica's state: there each replica runs through its
     own requests on its own, one replica after the other (running a replica up to an arrival that is not its own and
-    on from there is the same as running it on without stopping)."""
+    on from there is the same as running it on without stopping).
+
+    Python's cyclic garbage collector is paused while it runs (`_no_cycle_collection`)."""
+    with _no_cycle_collection():
+        return _simulate(requests, replicas, route)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection():
+    """Pause Python's cyclic garbage collector, where it runs, for the block: a schedule allocates millions of tuples
+    (heap entries, memo keys, log entries) and makes no reference cycles, so the collector frees nothing, but the
+    allocations trigger its passes, among them some over every object alive (the planner's requests, blocks and
+    memos). Paused, it makes one pass over what the schedule left when it resumes: about 0.13 s less of a planning
+    run of 16 schedules. Nothing is left uncollected: reference counting frees what a schedule drops, and the
+    collector runs on afterwards."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _simulate(requests: Sequence[SimRequest], replicas: Sequence[ReplicaSim],
+              route: Callable[[SimRequest, Sequence[ReplicaSim]], int] | None) -> Sequence[SimRequest]:
+    """`simulate`, the collector paused."""
     pending = sorted(requests, key=lambda r: r.arrival_s)
     if route is None:
         for i, rep in enumerate(replicas):
@@ -682,6 +744,14 @@ def deliver(requests: Sequence[SimRequest], logs: Sequence[Sequence[tuple[float,
     (`backlog[k] = max(0, backlog[k - 1] + arrived[k] - tokens_per_s x bin_s)`). The scheduler is not slowed (nothing
     pushes back on it): only what the client sees moves. Returns `requests`, their times moved in place.
 
+    In numpy, with no loop in Python: the log entries become one (entries, 3) array of (start s, end s, tokens) and
+    the requests' times one (requests, 2) array of (first token s, finish s), read and written back with the loops in
+    C; each entry's tokens per bin go in at its first bin and out past its last through one `bincount` over both
+    index lists (which adds the weights in their order: the floats of `np.add.at` on each list in turn); the n_bins
+    floats (360,000 for an hour) are one array, summed and minimized in place, and the backlog and the delays are
+    taken at the (requests, 2) bins of the requests' times only. The floats are those of a bin by bin, request by
+    request computation, in half the time of the per-request loop it replaces (0.3 s of a planning run, not 0.6 s).
+
     Raises:
         ValueError: `tokens_per_s` or `bin_s` is not positive.
     """
@@ -689,25 +759,32 @@ def deliver(requests: Sequence[SimRequest], logs: Sequence[Sequence[tuple[float,
 
     if tokens_per_s <= 0 or bin_s <= 0:
         raise ValueError(f"deliver needs a positive rate and bin, got {tokens_per_s} tokens/s and {bin_s} s")
-    entries = [e for log in logs for e in log]
+    n_entries = sum(map(len, logs))
     done = [r for r in requests if r.finish_s is not None]
-    if not entries or not done:
+    if not n_entries or not done:
         return requests
-    start, end, tokens = (np.array(col, dtype=float) for col in zip(*entries))
+    chain = itertools.chain.from_iterable
+    entries = np.fromiter(chain(chain(logs)), float, 3 * n_entries).reshape(n_entries, 3)  # (start s, end s, tokens)
+    start, end, tokens = entries.T
+    times = np.fromiter(chain(map(operator.attrgetter("first_token_s", "finish_s"), done)), float,
+                        2 * len(done)).reshape(len(done), 2)  # (requests, 2): first token s, finish s
     t0 = float(start.min())
-    n_bins = int((max(float(end.max()), max(r.finish_s for r in done)) - t0) / bin_s) + 2
+    n_bins = int((max(float(end.max()), float(times[:, 1].max())) - t0) / bin_s) + 2
     first, last = ((start - t0) / bin_s).astype(int), ((end - t0) / bin_s).astype(int)
     per_bin = tokens / (last - first + 1)  # spread evenly over the bins the entry touches
-    rate = np.zeros(n_bins + 1)
-    np.add.at(rate, first, per_bin)
-    np.add.at(rate, last + 1, -per_bin)
-    arrived = np.cumsum(rate)[:n_bins]
-    net = np.cumsum(arrived - tokens_per_s * bin_s)
-    backlog = net - np.minimum(np.minimum.accumulate(net), 0.0)  # Lindley's recursion, in closed form
-    delay = backlog / tokens_per_s
-    for r in done:
-        r.first_token_s += float(delay[int((r.first_token_s - t0) / bin_s)])
-        r.finish_s += float(delay[int((r.finish_s - t0) / bin_s)])
+    at = ((times - t0) / bin_s).astype(int)  # (requests, 2): the bins of each one's first token and finish
+    # one array of n_bins + 1 floats, worked in place: arrival rate, tokens arrived, net of the service, its minimum
+    bins = np.bincount(np.concatenate((first, last + 1)), np.concatenate((per_bin, -per_bin)), n_bins + 1)
+    np.cumsum(bins, out=bins)
+    net = bins[:n_bins]
+    np.subtract(net, tokens_per_s * bin_s, out=net)
+    np.cumsum(net, out=net)
+    backlog = net[at]  # Lindley's recursion in closed form: net less its running minimum (or 0)
+    np.minimum.accumulate(net, out=net)
+    backlog -= np.minimum(net[at], 0.0)
+    times += backlog / tokens_per_s
+    for name, column in (("first_token_s", times[:, 0]), ("finish_s", times[:, 1])):  # setattr over them, in C
+        collections.deque(map(setattr, done, itertools.repeat(name), column.tolist()), maxlen=0)
     return requests
 
 
