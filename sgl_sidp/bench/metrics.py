@@ -63,6 +63,12 @@ def summarize_ms(values_s: Sequence[float], name: str) -> dict[str, float]:
     }
 
 
+def token_times(out: RequestOutput) -> np.ndarray:
+    """(output tokens,) float64: when the client received each token of `out` (s, `time.perf_counter()` clock): its
+    send time plus TTFT, then the inter-token gaps summed in bench_serving's order."""
+    return np.cumsum([out.start_time + out.ttft, *out.itl])
+
+
 def _peaks(outputs: Sequence[RequestOutput]) -> tuple[float, int]:
     """Peak output tokens/s and peak concurrent requests over 1 s buckets (bench_serving's algorithm)."""
     ok = [o for o in outputs if o.success]
@@ -73,8 +79,7 @@ def _peaks(outputs: Sequence[RequestOutput]) -> tuple[float, int]:
     tokens = np.zeros(n_buckets)
     running = np.zeros(n_buckets)
     for o in ok:
-        token_times = np.cumsum([o.start_time + o.ttft, *o.itl])  # same summation order as bench_serving
-        buckets = (token_times - t0).astype(np.int64)
+        buckets = (token_times(o) - t0).astype(np.int64)
         np.add.at(tokens, buckets[(buckets >= 0) & (buckets < n_buckets)], 1)
         first, last = int(o.start_time - t0), int(o.start_time + o.latency - t0)
         running[first : min(last + 1, n_buckets)] += 1

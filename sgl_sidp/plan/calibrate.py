@@ -199,12 +199,12 @@ SERVING_PROBE_DECODE_S = 4.0
 
 
 def all_running_gaps(outs) -> list[float]:
-    """The gaps (s) between output tokens of the streamed `outs` (`bench.batches` outputs: start_time, ttft, itl)
+    """The gaps (s) between output tokens of the streamed `outs` (`bench.batches` outputs, `metrics.token_times`)
     that lie between the last request's first token and the first request's last one, when every request is
     decoding and none is prefilling."""
-    import numpy as np
+    from sgl_sidp.bench.metrics import token_times
 
-    times = [o.start_time + o.ttft + np.concatenate([[0.0], np.cumsum(o.itl)]) for o in outs]
+    times = [token_times(o) for o in outs]
     lo, hi = max(t[0] for t in times), min(t[-1] for t in times)
     return [float(b - a) for t in times for a, b in zip(t[:-1], t[1:]) if a >= lo and b <= hi]
 
@@ -261,6 +261,7 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
     import numpy as np
 
     from sgl_sidp.bench.batches import prompts, run_batch
+    from sgl_sidp.bench.metrics import token_times
 
     batch, prompt, output = probe
     data = json.loads(entry.read_text())
@@ -270,7 +271,7 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
     outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, 3000)])[0]
     if not all(o.success and o.output_len == output for o in outs):
         return "stream rate not measured (a request failed or was cut short)"
-    arrivals = np.sort(np.concatenate([o.start_time + o.ttft + np.concatenate([[0.0], np.cumsum(o.itl)]) for o in outs]))
+    arrivals = np.sort(np.concatenate([token_times(o) for o in outs]))
     q1, q3 = np.quantile(arrivals, [0.25, 0.75])
     delivered = float(((arrivals >= q1) & (arrivals <= q3)).sum() / (q3 - q1)) if q3 > q1 else float("inf")
     gpu = batch / (step_ms / 1e3)
@@ -313,7 +314,9 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Pat
             results[sig] = (f"cached {found[1]}", found[1])
         else:
             todo.append((sig, flags, log))
-    base = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(_default_model_dir())]
+    from sgl_sidp.launch_server import DEFAULT_MODEL_DIR
+
+    base = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(DEFAULT_MODEL_DIR)]
     live, gates = [], []  # servers started and not stopped yet; gate files made
     waiting = collections.deque()  # (server, its gate file) of the jobs after the current one, in order
 
@@ -332,7 +335,7 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Pat
 
     try:
         srv, t0, launched = (launch(0, False)[0] if todo else None), time.monotonic(), 1
-        for i, (sig, flags, log) in enumerate(todo):
+        for sig, _, log in todo:
             while launched < len(todo) and len(waiting) < ahead:
                 waiting.append(launch(launched, True))
                 launched += 1
@@ -372,13 +375,6 @@ def serve_calibration(model_path: str, sig: str, flags: list[str], gpu_name: str
     """`serve_calibrations` for one job: (what happened, the cache entry or None)."""
     return serve_calibrations(model_path, [(sig, flags, log)], gpu_name, cache_dir, server, timeout_s,
                               measure_overhead)[sig]
-
-
-def _default_model_dir() -> Path:
-    """The tokenizer every calibration server loads (`launch_server.DEFAULT_MODEL_DIR`: weights are dummy)."""
-    from sgl_sidp.launch_server import DEFAULT_MODEL_DIR
-
-    return DEFAULT_MODEL_DIR
 
 
 def tp_shard_calibrations(model_path: str, n_gpus: int, gpu_name: str,
@@ -490,8 +486,9 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
         flags = ["--json-model-override-args", json.dumps(overrides)] + (timed_graph_flags() if timed_graphs_only else [])
         return sig, flags, (log_dir or cache_dir) / f"calibrate-{sig.replace(' ', '_').replace('/', '-')}.log"
 
+    needed = shards_needed(hf, n_gpus)
     results, jobs, parts = {}, [], {}  # parts: signature -> (near layers, far layers, their signatures)
-    for sig, shard in shards_needed(hf, n_gpus).items():
+    for sig, shard in needed.items():
         overrides = shard.override_args(shapes)
         fit = layers_that_fit(hf, shard, gpu_bytes)
         found = find_calibration(sig, gpu_name, [cache_dir])
@@ -511,7 +508,7 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
         if sig in results:
             print(f"sgl-sidp plan calibrate: {sig}: {results[sig]}", file=sys.stderr, flush=True)
     served = serve_calibrations(model_path, jobs, gpu_name, cache_dir, server, timeout_s, measure_overhead, ahead)
-    for sig, shard in shards_needed(hf, n_gpus).items():
+    for sig in needed:
         if sig in parts:
             near_n, far_n, part_sigs = parts[sig]
             timed = [served[ps] for ps in part_sigs]
