@@ -87,8 +87,14 @@ def test_forward_time_measurement_logs_its_phase(monkeypatch, caplog):
     assert graphs_seen == ["graphs"] * 4 + [None] * 4 and runner.decode_cuda_graph_runner == "graphs"
     assert m["decode_ms_long"] == {1: 4.0, 4: 4.0} and m["prefill_ms"] == {512: 30.0}
     lines = [r.getMessage() for r in caplog.records]
-    head = r"sgl-sidp DP0 TP0: start-up calibration of the forward times: \d+ s so far, limit 20 s; now "
+    head = r"sgl-sidp DP0 TP0: start-up calibration of the forward times: \d+ s so far, limit 60 s; now "
     assert all(re.fullmatch(head + r"(decode batch (1 \(1|4 \(2) of 2\) at (256|2048) tokens of context|"
                                    r"eager decode batch (256|512) at (256|2048) tokens of context|prefill of 512 tokens \(1 of 1\))", m)
                for m in lines), lines
     assert any("decode batch 4 (2 of 2)" in m for m in lines) and any("prefill of 512" in m for m in lines)
+    assert m["skipped"] == [] and "time budget" not in measure.describe_measurement(m)
+    spent = measure.measure_forwards(scheduler, budget_s=0.0)  # every point past its budget: named, not measured
+    assert spent["skipped"] == ["decode batches [1, 4]", "eager decode batches [256, 512]", "prefills of [512] tokens"]
+    assert spent["decode_ms"] == spent["prefill_ms"] == {}
+    assert measure.describe_measurement(spent).endswith("not measured (past the time budget): decode batches [1, 4], "
+                                                        "eager decode batches [256, 512], prefills of [512] tokens")

@@ -220,7 +220,13 @@ def feasible_points(scheduler, batches: Sequence[int] = DECODE_BATCHES, contexts
     return bs, ctx, pre
 
 
-def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str = "this replica") -> dict:
+#: seconds `measure_forwards` may spend on one server: a whole 8B model takes 8-11 s on an H200, a Llama-3.1-70B
+#: shard of 64 GB 20-21 s (at 20 s, its last prefills were skipped; `benchmarks/results/plan/`
+#: `calibrate_h200_overlap_2026-11-24/`)
+FORWARD_BUDGET_S = 60.0
+
+
+def measure_forwards(scheduler, budget_s: float = FORWARD_BUDGET_S, iters: int = 6, who: str = "this replica") -> dict:
     """Decode and prefill forward times of this server (see the module doc); every 10 s it logs which point it
     measures (`process.Progress`), naming the process as `who`.
 
@@ -228,13 +234,13 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
         {"decode_ms": {bs: ms}, "decode_context": {bs: tokens}, "decode_ms_long": {bs: ms},
          "decode_ms_alone": {bs: ms}, "decode_context_long": tokens, "attention_gbps": float | None,
          "decode_ms_eager": {bs: ms}, "decode_eager_context": tokens, "decode_ms_eager_long": {bs: ms},
-         "prefill_ms": {tokens: ms}, "graph": bool, "seconds": float}. `decode_ms` is at the shorter
+         "prefill_ms": {tokens: ms}, "graph": bool, "seconds": float, "skipped": [str]}. `decode_ms` is at the shorter
         context, `decode_ms_long` at the longer one (only batches whose rows had their own KV), both
         pipelined (`pipelined_ms`); `decode_ms_alone` is one forward alone at the shorter context
         (`median_ms`); `attention_gbps` is fitted from the largest batch with its own KV; `decode_ms_eager` are
         `EAGER_BATCHES` run without a graph (`eager`) at the shorter context (`decode_ms_eager_long`: at the longer
         one, where the rows had their own KV).
-        Points past `budget_s` are skipped (and missing from the result).
+        Points past `budget_s` are skipped: missing from the result and named in "skipped".
     """
     t0 = time.monotonic()
     mr = scheduler.tp_worker.model_runner
@@ -243,7 +249,7 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
     kvb = kv_bytes_per_token(mr)
     out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "decode_ms_alone": {}, "prefill_ms": {},
            "graph": True, "decode_context_long": long_ if long_ != short else 0, "decode_ms_eager": {},
-           "decode_eager_context": short or 0, "decode_ms_eager_long": {}}
+           "decode_eager_context": short or 0, "decode_ms_eager_long": {}, "skipped": []}
     rates = []
     progress = Progress(f"sgl-sidp {who}: start-up calibration of the forward times", logger, limit_s=budget_s)
 
@@ -260,8 +266,15 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
         return ms, alone, bool(probe.used_graph), probe.shared_kv
 
     with torch.inference_mode(), progress:
+        def over(what: str) -> bool:
+            """Whether the budget is spent (then `what`, the points not measured, is named in "skipped")."""
+            if time.monotonic() - t0 > budget_s:
+                out["skipped"].append(what)
+                return True
+            return False
+
         for i, bs in enumerate(bs_list, 1):
-            if time.monotonic() - t0 > budget_s or short is None:
+            if short is None or over(f"decode batches {bs_list[i - 1:]}"):
                 break
             for ctx in dict.fromkeys((short, long_)):
                 progress.at(f"decode batch {bs} ({i} of {len(bs_list)}) at {ctx} tokens of context")
@@ -275,8 +288,9 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
             if bs in out["decode_ms_long"] and extra_ms > 0.2:  # below 0.2 ms the difference is noise
                 rates.append(bs * (long_ - short) * kvb / (extra_ms * 1e-3) / 1e9)
         rows = mr.req_to_token_pool.size - 1
-        for bs in [b for b in EAGER_BATCHES if b <= rows]:
-            if time.monotonic() - t0 > budget_s or short is None:
+        eager_batches = [b for b in EAGER_BATCHES if b <= rows]
+        for i, bs in enumerate(eager_batches):
+            if short is None or over(f"eager decode batches {eager_batches[i:]}"):
                 break
             for ctx in dict.fromkeys((short, long_)):
                 progress.at(f"eager decode batch {bs} at {ctx} tokens of context")
@@ -286,7 +300,7 @@ def measure_forwards(scheduler, budget_s: float = 20.0, iters: int = 6, who: str
                 elif not shared:
                     out["decode_ms_eager_long"][bs] = ms
         for i, t in enumerate(prefill, 1):
-            if time.monotonic() - t0 > budget_s:
+            if over(f"prefills of {list(prefill[i - 1:])} tokens"):
                 break
             progress.at(f"prefill of {t} tokens ({i} of {len(prefill)})")
             out["prefill_ms"][t] = time_prefill(scheduler, t)
@@ -369,4 +383,4 @@ def describe_measurement(m: dict) -> str:
         + f", at {m['decode_context_long']} tokens: "
         + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_eager_long", {}).items())),
         "prefill " + ", ".join(f"{t} tokens {ms:.1f} ms" for t, ms in sorted(m["prefill_ms"].items())),
-    ])
+    ] + [f"not measured (past the time budget): {', '.join(m['skipped'])}"] * bool(m.get("skipped")))

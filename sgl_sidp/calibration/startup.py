@@ -78,7 +78,8 @@ def ensure_forward_times(scheduler, who: str, cache: CalibrationCache | None = N
     cal = Calibration(
         model=key.model, gpu=key.gpu, decode_ms=m["decode_ms"], prefill_ms=m["prefill_ms"], copy_gbps=None,
         source=f"measured at start-up by {who} ({time.strftime('%Y-%m-%d')}, "
-        f"{'CUDA graphs' if m['graph'] else 'eager'}, {key.attention_backend} attention)",
+        f"{'CUDA graphs' if m['graph'] else 'eager'}, {key.attention_backend} attention)"
+        + (f"; not measured, past the time budget: {', '.join(m['skipped'])}" if m.get("skipped") else ""),
         decode_context=m["decode_context"], attention_gbps=m["attention_gbps"], sglang=key.sglang,
         measure_s=round(m["seconds"], 2), decode_ms_long=m["decode_ms_long"],
         decode_context_long=m["decode_context_long"], decode_timing="pipelined",
@@ -88,6 +89,9 @@ def ensure_forward_times(scheduler, who: str, cache: CalibrationCache | None = N
     if tp0:
         path = cache.put(key, cal)
         logger.info("sgl-sidp %s: start-up calibration (cached in %s): %s", who, path, describe_measurement(m))
+        if m.get("skipped"):
+            logger.warning("sgl-sidp %s: start-up calibration stopped at its time budget; not measured: %s", who,
+                           ", ".join(m["skipped"]))
         bundled = find_bundled(key.model, key.gpu)
         if bundled is not None:
             rows = compare_decode(cal, Calibration.load(bundled), kv_bytes_per_token(runner))

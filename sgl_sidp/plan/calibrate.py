@@ -346,6 +346,9 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Pat
                 time.sleep(0.5)
             if found is not None:
                 what = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
+                source, skipped = found[0].source, "not measured, past the time budget"
+                if skipped in source:  # as `startup.ensure_forward_times` names what its time budget left out
+                    what += f" ({source[source.index(skipped):]})"
                 if measure_overhead:
                     what += "".join(f"; {probe(srv, found[1])}" for probe in PROBES)
                 results[sig] = (what, found[1])
