@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -195,7 +196,8 @@ def test_the_next_shards_server_starts_while_the_current_one_is_measured(qwen3_8
     real = cal_mod.find_calibration
     try:  # the stand-in entries carry their signature as "model"
         cal_mod.find_calibration = lambda sig, gpu, dirs: next(
-            ((None, f) for f in Path(dirs[0]).glob("*.json") if json.loads(f.read_text())["calibration"]["model"] == sig),
+            ((SimpleNamespace(source="stand-in"), f) for f in Path(dirs[0]).glob("*.json")
+             if json.loads(f.read_text())["calibration"]["model"] == sig),
             None)
         res = serve_calibrations("m", jobs, "NVIDIA H200", tmp_path, server, timeout_s=10, measure_overhead=False,
                                  ahead=ahead)
