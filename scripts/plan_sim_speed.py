@@ -13,6 +13,7 @@ and the predicted total tokens/s. A speed check, not a test: the numbers depend 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="time each simulation this many times, keep the best")
     a = ap.parse_args()
     import sgl_sidp.plan.__main__ as planner  # here, so that --help answers without the planner
-    from sgl_sidp.plan.sim import StepTimes
+    from sgl_sidp.plan.sim import SimRequest, StepTimes
 
     original = planner.simulate
     timings: list[tuple[int, int, float, float]] = []  # (replicas, requests, seconds, seconds in step times)
@@ -68,8 +69,10 @@ def main() -> None:
         spent = [0.0]
         fresh = [type(r)(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
         original(fresh, [type(p)(p.limits, clocked(p.times, spent)) for p in replicas], route)
+        names = [f.name for f in dataclasses.fields(SimRequest)]  # (slotted: no __dict__ to copy)
         for r, f in zip(requests, out):  # the planner reads the results
-            r.__dict__.update(f.__dict__)
+            for name in names:
+                setattr(r, name, getattr(f, name))
         timings.append((len(replicas), len(requests), best, spent[0]))
         return requests
 

@@ -38,6 +38,7 @@ signature (`model_info.model_signature`, which has no vocabulary) matches a cali
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -270,13 +271,20 @@ class ShardClock:
         tokens + b x each request's attention, new x (new + 2 k x prefix)) (`prefill_fit`, k `prefix_factor`), at
         least `prefill_floor`; `share` < 1 when this GPU runs only that part of the tokens' linears and attention
         (Shift's base configuration: 1/SP)."""
-        c, a, b = self.prefill_fit
-        k2 = 2 * self.prefix_factor
+        c, a, b, k2, floor = self._prefill_terms
         new = attention = 0
         for n, p in parts:  # one loop, not two sums of generators: the simulation calls this for every prefill
             new += n
             attention += n * (n + k2 * p)
-        return max(self.prefill_floor, c + share * (a * new + b * attention))
+        ms = c + share * (a * new + b * attention)
+        return ms if ms > floor else floor  # max(floor, ms)
+
+    @functools.cached_property
+    def _prefill_terms(self) -> tuple[float, float, float, float, float]:
+        """`prefill_ms`'s constants, (c, a, b) of `prefill_fit`, 2 x `prefix_factor` and `prefill_floor`, read as one
+        attribute: the simulation calls it some 200,000 times a planning run, and each cached property read costs
+        about as much as the arithmetic."""
+        return (*self.prefill_fit, 2 * self.prefix_factor, self.prefill_floor)
 
 
 #: the clocks `StepModel`s were last given, the first of equal ones (with its `decode_ms` memo) standing for all
@@ -331,6 +339,7 @@ class StepModel:
         self._stream_memo: tuple | None = None  # (offload_layers, bytes, slowdown ms, copy_ms)
         # role -> `prefill_ms` of that role, a closure over its memo of one-request prefills (`_prefill_runner`)
         self._prefill_runners: dict[str, Callable[[Sequence[tuple[int, int]]], float]] = {}
+        self._host_memo: dict[float, float] = {}  # b -> the host's work of a decode step (`_host_decode_ms`)
         cal = next(iter(self.clocks.values())).cal
         self.copy_gbps = ic.links["peer_copy"][2].busbw_gbps if "peer_copy" in ic.links else (cal.copy_gbps or 0.0)
         self.copy_rate = cal.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD
@@ -508,19 +517,22 @@ class StepModel:
 
     def _decode_runner(self, role: str) -> Callable[[int, float], tuple[float, int]]:
         """`decode_run` of `role` as a function of (b, ctx), each (b, rounded context) computed once: a closure over
-        its memo, (b, q = round(ctx / CONTEXT_STEP)) -> (ms, h, q odd). The simulation calls it for every run of equal
-        decode steps, half a million times in a planning run: the closure's locals and a pair for a key take some 15 %
-        off the partial of a method over one memo keyed by (role, b, q) it replaces."""
+        its memo, b -> {q = round(ctx / CONTEXT_STEP): (ms, h, q odd)}. The simulation calls it for every run of
+        equal decode steps, half a million times in a planning run: the closure's locals take some 15 % off the
+        partial of a method over one memo keyed by (role, b, q) it replaces, and a memo per batch (its runs follow
+        one another in q) some 10 % off one keyed by (b, q) pairs."""
         run = self._decode_runners.get(role)
         if run is None:
-            memo, uncached, step, half = {}, self._decode_uncached, CONTEXT_STEP, CONTEXT_STEP / 2
-            ceil, floor = math.ceil, math.floor
+            by_batch, uncached = collections.defaultdict(dict), self._decode_uncached
+            step, half, ceil, floor = CONTEXT_STEP, CONTEXT_STEP / 2, math.ceil, math.floor
+            round_float = float.__round__  # round() of a float, without the builtin's lookup of it (3x faster)
 
             def run(b: int, ctx: float) -> tuple[float, int]:
-                q = round(ctx / step)
-                hit = memo.get((b, q))
+                q = round_float(ctx / step)
+                memo = by_batch[b]
+                hit = memo.get(q)
                 if hit is None:
-                    hit = memo[b, q] = (uncached(b, step * q, role), step * q + half, q % 2)
+                    hit = memo[q] = (uncached(b, step * q, role), step * q + half, q % 2)
                 ms, h, odd = hit  # ctx <= h (< h when q is odd): steps >= 1
                 return ms, ceil(h - ctx) if odd else floor(h - ctx) + 1
 
@@ -531,13 +543,21 @@ class StepModel:
         """The GPU's step (`_graph_decode`) or the host's, whichever is longer: the host runs the scheduler's work
         for `b` requests (`ShardClock.host_ms`), which the overlap scheduler hides behind a graph forward, and past
         the largest decode graph (SGLang runs the batch eagerly) the forward's kernel launches too, at least the
-        calibrated eager step (`ShardClock.eager_ms`)."""
+        calibrated eager step (`ShardClock.eager_ms`). The host's share depends on `b` alone: computed once per batch
+        (`_host_memo`)."""
         ms = self._graph_decode(b, ctx, role)
+        host = self._host_memo.get(b)
+        if host is None:
+            host = self._host_memo[b] = self._host_decode_ms(b)
+        return host if host > ms else ms  # max(ms, host)
+
+    def _host_decode_ms(self, b: float) -> float:
+        """The host's work of a decode step of `b` running requests (`_decode_uncached`)."""
         clock = self.clocks["shift" if self.config.technique == "shift" else "forward"]
         host = clock.host_ms(b)
         if self.graph_max_bs is not None and b > self.graph_max_bs:
             host += clock.eager_ms(b)
-        return max(ms, host)
+        return host
 
     def _graph_decode(self, b: float, ctx: int, role: str) -> float:
         c = self.config
