@@ -65,7 +65,7 @@ def measure(a) -> None:
             result["ttft_ms"][str(length)] = float(np.median(vals)) if vals else None
         save()
         for context in a.decode_contexts:
-            for b in DECODE_BATCHES:
+            for b in a.decode_batches:
                 outs, _ = run_batch(srv.base_url, [(ids, a.decode_output, None) for ids in prompts(b, context, 100 + b)])
                 # the prompts prefill first (SGLang runs waiting prefills before decode), then all decode together:
                 # the second half of each request's gaps are decode steps of the whole batch
@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--ttft", type=lambda s: [int(x) for x in s.split(",") if x], default=[16, 512, 2048, 4096, 8192],
                    help="prompt lengths whose single-request TTFT is measured (default: 16,512,2048,4096,8192)")
     m.add_argument("--decode-contexts", type=lambda s: [int(x) for x in s.split(",") if x], default=[256, 2048],
-                   help=f"prompt lengths of the decode-step runs at batches {DECODE_BATCHES} (default: 256,2048)")
+                   help="prompt lengths of the decode-step runs (default: 256,2048)")
+    m.add_argument("--decode-batches", type=lambda s: [int(x) for x in s.split(",") if x], default=list(DECODE_BATCHES),
+                   help=f"batch sizes of the decode-step runs at each context (default: {','.join(map(str, DECODE_BATCHES))})")
     m.add_argument("--decode-output", type=int, default=64, help="output tokens of each decode-step request (default: 64)")
     m.add_argument("--burst", default="512+2048+256", metavar="N+IN+OUT",
                    help="offline burst: N requests of IN prompt and OUT output tokens at once (default: 512+2048+256)")
