@@ -99,18 +99,22 @@ def test_decode_step_adds_context_beyond_the_measured_one():
 
 
 def test_decode_step_with_two_contexts_uses_each_batchs_own_cost_per_token():
-    """Measured at 256 and 2,048 tokens: a row's cost per token of context is read per batch (interpolated
-    between batches, clamped past the largest), extrapolated in context; attention_gbps is then unused."""
+    """Measured at 256 and 2,048 tokens: up to 2,048, a step's cost per token of context is read per batch
+    (interpolated between batches; past the largest, each row costs the largest batch's); past 2,048, max(batch 1's
+    cost, batch x the largest per-row cost of the batches at least twice batch 1's); attention_gbps is then unused."""
     c = cal({1: 4.0, 4: 6.0, 16: 10.0}, decode_context={1: 256, 4: 256, 16: 256},
             decode_ms_long={1: 5.792, 16: 17.168}, decode_context_long=2048, attention_gbps=1e-3)
-    # per row and token: bs1 (5.792 - 4) / 1792 / 1 = 1e-3 ms, bs16 (17.168 - 10) / 1792 / 16 = 2.5e-4 ms
+    # per token of context: bs1 (5.792 - 4) / 1792 = 1e-3 ms a step, bs16 (17.168 - 10) / 1792 = 4e-3 (2.5e-4 a row)
     assert c.decode_step_ms(1, 2048, 1000) == pytest.approx(5.792)
     assert c.decode_step_ms(1, 1256, 1000) == pytest.approx(5.0)
-    assert c.decode_step_ms(16, 4096, 1000) == pytest.approx(10.0 + 16 * 3840 * 2.5e-4)
-    # bs4 has no long point: its per-row cost lies between bs1's and bs16's (4 is 3/15 of the way)
-    per_row = 1e-3 + (4 - 1) / 15 * (2.5e-4 - 1e-3)
-    assert c.decode_step_ms(4, 1256, 1000) == pytest.approx(6.0 + 4 * 1000 * per_row)
-    assert c.decode_step_ms(64, 1256, 1000) == pytest.approx(10.0 + 64 * 1000 * 2.5e-4)  # clamped per row
+    assert c.decode_step_ms(16, 4096, 1000) == pytest.approx(17.168 + 2048 * 16 * 2.5e-4)
+    # bs4 has no long point: its step's cost lies between bs1's and bs16's (4 is 3/15 of the way)
+    step = 1e-3 + (4 - 1) / 15 * (4e-3 - 1e-3)
+    assert c.decode_step_ms(4, 1256, 1000) == pytest.approx(6.0 + 1000 * step)
+    # past 2,048: max(1e-3, 4 x 2.5e-4) a token
+    assert c.decode_step_ms(4, 4096, 1000) == pytest.approx(6.0 + 1792 * step + 2048 * 1e-3)
+    assert c.decode_step_ms(2, 8192, 1000) == pytest.approx(4.0 + 2.0 / 3 + 1792 * 1.2e-3 + 6144 * 1e-3)  # bs1's floor
+    assert c.decode_step_ms(64, 1256, 1000) == pytest.approx(10.0 + 64 * 1000 * 2.5e-4)  # per row past bs16
     assert c.decode_step_ms(4, 100, 1000) == pytest.approx(6.0)  # shorter contexts subtract nothing
 
 
@@ -324,11 +328,14 @@ def test_decode_step_interpolates_as_numpy_does():
     c = Calibration.from_json(d.get("calibration", d))
     xs = sorted(c.decode_ms)
     lx = sorted(c.decode_ms_long)
-    per_row = [max(0.0, c.decode_ms_long[b] - c.decode_ms[b]) / (c.decode_context_long - c.decode_context[b]) / b
-               for b in lx]
+    slope = [max(0.0, c.decode_ms_long[b] - c.decode_ms[b]) / (c.decode_context_long - c.decode_context[b]) for b in lx]
+    floor, per_row = slope[0], float(np.median([s / b for b, s in zip(lx, slope) if s >= 2 * slope[0]]))
     for b in (0.5, 1, 3, 16, 100.5, 256, 400):
-        for ctx in (0, 256, 3000):
+        for ctx in (0, 256, 2048, 3000):
             ms = np.interp(b, xs, [c.decode_ms[x] for x in xs])
-            extra = max(0.0, ctx - np.interp(b, xs, [c.decode_context[x] for x in xs]))
-            want = ms + b * extra * np.interp(b, lx, per_row)
+            point = np.interp(b, xs, [c.decode_context[x] for x in xs])
+            extra = max(0.0, ctx - point)
+            near = np.interp(b, lx, slope) if b <= lx[-1] else slope[-1] * b / lx[-1]
+            span = c.decode_context_long - point
+            want = ms + near * min(extra, span) + max(floor, b * per_row) * max(0.0, extra - span)
             assert c.decode_step_ms(b, ctx, 147_456) == pytest.approx(float(want), rel=1e-12)

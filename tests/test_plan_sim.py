@@ -202,8 +202,11 @@ class _RefReplicaSim:
             return False
         while self._free() + self.cache.tokens < len(self.running) and len(self.running) > 1:
             self._retract()
-        mean_ctx = sum(r.input_len + r.decoded for r in self.running) / len(self.running)
-        self.clock += self.times.decode_ms(len(self.running), mean_ctx) / 1e3
+        n, d = len(self.running), self.times.decode_ms
+        ms = d(n, sum(r.input_len + r.decoded for r in self.running) / n)
+        if self.times.longest_row and n > 1:  # at least the longest row's step and what the other rows add
+            ms = max(ms, d(1, max(r.input_len + r.decoded for r in self.running)) + (d(n, 0) - d(1, 0)))
+        self.clock += ms / 1e3
         self.iterations["decode"] += 1
         self._take(len(self.running))
         done = list(self.running)
@@ -380,7 +383,7 @@ def test_runs_of_equal_step_times_give_the_first_implementations_schedule(kind, 
     assert times.decode_run is not None
     rows = _workload(kind, seed, n)
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(**limits), StepTimes(times.decode_ms, times.prefill_ms))
+    ref_reps = [_RefReplicaSim(ReplicaLimits(**limits), StepTimes(times.decode_ms, times.prefill_ms, longest_row=times.longest_row))
                 for _ in range(dp)]
     _ref_simulate(ref_reqs, ref_reps, route)
     reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(**limits), times) for _ in range(dp)]
@@ -400,7 +403,7 @@ def test_runs_of_equal_step_times_on_real_traces(name, n, dp, kv):
     times = _planner_times()
     rows = [(r.arrival_s, r.input_len, max(1, r.output_len), r.hash_ids) for r in load_trace(TRACES / name)[:n]]
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), StepTimes(times.decode_ms, times.prefill_ms)) for _ in range(dp)]
+    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), StepTimes(times.decode_ms, times.prefill_ms, longest_row=times.longest_row)) for _ in range(dp)]
     _ref_simulate(ref_reqs, ref_reps)
     reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(kv), times) for _ in range(dp)]
     simulate(reqs, reps)

@@ -6,6 +6,7 @@ import bisect
 import dataclasses
 import functools
 import json
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -187,10 +188,18 @@ class Calibration:
 
         The measured time at `batch` (interpolated between batches) plus the cost of the context
         beyond the measured point's own (nothing is subtracted for shorter contexts):
-        - with `decode_ms_long`: each row's cost per token of context, measured as the difference
-          between the two contexts at each batch, interpolated between batches (clamped at the ends:
-          past the largest batch attention reads KV at a fixed rate per row) and extrapolated
-          linearly in context;
+        - with `decode_ms_long`, up to `decode_context_long`: the step's cost per token of context,
+          measured as the difference between the two contexts at each batch, interpolated between
+          batches (past the largest, each row's cost of the largest);
+        - with `decode_ms_long`, past `decode_context_long`: max(s1, batch x r) per token of context
+          (`_far_slope`): s1, the smallest batch's cost per token, is a latency floor (SGLang's triton
+          decode kernel runs a few rows on part of the GPU: batch 1 and 4 cost the same); r, each row's
+          cost where rows, not latency, set the step (batches at least twice s1), the median of those
+          batches' (each is noisy: at short contexts part of the KV read hides behind the step's other
+          work, or does not). Measured on one H200 at 8K-32K tokens of context, batch 1-48: Qwen3-8B TP1
+          within -8.5 % to +0.9 % of 15 steps, Qwen3-32B TP1 within +0.9 % to +13.1 % of 5; extending
+          the short contexts' per-row cost linearly, as before, -21.6 % to +23.7 % on Qwen3-8B
+          (`benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`);
         - else with `attention_gbps`: the extra KV bytes read at that rate;
         - else: the table as measured.
 
@@ -200,22 +209,41 @@ class Calibration:
         at = self._decode_at_batch.get(batch)
         if at is None:
             at = self._decode_at_batch[batch] = self._decode_interpolated(batch)
-        ms, point_context, per_row = at
-        extra_tokens = max(0.0, context - point_context)
-        if per_row is not None:
-            return ms + batch * extra_tokens * per_row
+        ms, point_context, near, span, far = at
+        extra_tokens = context - point_context
+        if extra_tokens <= 0:
+            return ms
+        if near is not None:
+            return ms + near * extra_tokens if extra_tokens <= span else ms + near * span + far * (extra_tokens - span)
         if self.attention_gbps:
             return ms + batch * extra_tokens * kv_bytes_per_token / (self.attention_gbps * 1e9) * 1e3
         return ms
 
-    def _decode_interpolated(self, batch: float) -> tuple[float, float, float | None]:
-        """`decode_step_ms`'s interpolations at `batch`: (ms, the point's context, each row's cost per token of context
-        or None without `decode_ms_long`)."""
-        xs, ys, ctxs, lx, per_row = self._decode_tables
-        return _interp(batch, xs, ys), _interp(batch, xs, ctxs), (_interp(batch, lx, per_row) if lx else None)
+    def _decode_interpolated(self, batch: float) -> tuple[float, float, float | None, float, float]:
+        """`decode_step_ms`'s terms at `batch`: (ms, the point's context, the step's cost per token of context up to
+        `decode_context_long` or None without `decode_ms_long`, how many tokens past the point's context that is,
+        the cost per token past it)."""
+        xs, ys, ctxs, lx, slopes = self._decode_tables
+        point = _interp(batch, xs, ctxs)
+        if not lx:
+            return _interp(batch, xs, ys), point, None, 0.0, 0.0
+        floor, per_row = self._far_slope
+        near = _interp(batch, lx, slopes) if batch <= lx[-1] else slopes[-1] * batch / lx[-1]  # past it: per row
+        return (_interp(batch, xs, ys), point, near, max(0.0, self.decode_context_long - point),
+                max(floor, batch * per_row))
 
     @functools.cached_property
-    def _decode_at_batch(self) -> dict[float, tuple[float, float, float | None]]:
+    def _far_slope(self) -> tuple[float, float]:
+        """(s1, r) of `decode_step_ms`'s cost per token of context past `decode_context_long`: the smallest batch's
+        step cost per token of context (ms), and the median cost per row (ms per token) of the batches whose step
+        cost is at least twice s1 (if none: the largest batch's)."""
+        _, _, _, lx, slopes = self._decode_tables
+        floor = slopes[0]
+        bound = [s / b for b, s in zip(lx, slopes) if s >= 2 * floor] or [slopes[-1] / lx[-1]]
+        return floor, statistics.median(bound)
+
+    @functools.cached_property
+    def _decode_at_batch(self) -> dict[float, tuple[float, float, float | None, float, float]]:
         """batch -> `_decode_interpolated(batch)`, each computed once: they depend on the batch alone, and the planner's
         simulation asks `decode_step_ms` for some 90,000 (batch, context) pairs over about a thousand batches (three
         interpolations each time before this memo)."""
@@ -233,15 +261,15 @@ class Calibration:
     @functools.cached_property
     def _decode_tables(self) -> tuple:
         """`decode_step_ms`'s interpolation tables, built once: (batches, ms, each batch's context, the batches
-        measured at `decode_context_long`, each of those rows' cost per token of context)."""
+        measured at `decode_context_long`, each of those batches' step cost per token of context, ms)."""
         if not self.decode_ms:
             raise CalibrationError(f"calibration for {self.model} has no decode times")
         xs = tuple(sorted(self.decode_ms))
         lx = tuple(sorted(self.decode_ms_long))
-        per_row = tuple(max(0.0, self.decode_ms_long[b] - self.decode_ms[b])
-                        / max(1, self.decode_context_long - self.decode_context.get(b, 0)) / b for b in lx)
+        slopes = tuple(max(0.0, self.decode_ms_long[b] - self.decode_ms[b])
+                       / max(1, self.decode_context_long - self.decode_context.get(b, 0)) for b in lx)
         return (xs, tuple(self.decode_ms[x] for x in xs), tuple(float(self.decode_context.get(x, 0)) for x in xs),
-                lx, per_row)
+                lx, slopes)
 
 
 def compare_decode(measured: Calibration, reference: Calibration, kv_bytes_per_token: int) -> list[str]:

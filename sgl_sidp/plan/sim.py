@@ -125,12 +125,21 @@ class StepTimes:
     stays the same as the mean context grows by one token a step (`decode_ms(batch, context + i) == ms` for every
     0 <= i < steps; steps >= 1): step times that round the context (`steps.StepModel`) let the simulation ask once
     per run of equal steps instead of once per step. Where it is given, the simulation calls it instead of
-    `decode_ms`."""
+    `decode_ms`.
+
+    `longest_row`: a step of `batch` rows takes at least what one row of the batch's longest context takes, plus what
+    the other rows' linears add (`decode_ms(1, longest) + decode_ms(batch, 0) - decode_ms(1, 0)`). SGLang's triton
+    decode attention splits each row's KV into a fixed number of parts (`--triton-attention-num-kv-splits`, 8), so a
+    few rows leave most of the GPU idle and the longest row sets the step. Measured on one H200 (Qwen3-8B TP1,
+    Mooncake replay, `benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`): served decode steps
+    of 2-17 rows of mixed contexts at 128 moments, median -28.4 % from the mean-context step and -1.0 % (p10-p90
+    -5.2 % to +2.6 %) from this one (`scripts/plan_mixed_batch_steps.py`). False: the step is `decode_ms(batch, mean context)` alone."""
 
     def __init__(self, decode_ms: Callable[[int, float], float],
                  prefill_ms: Callable[[Sequence[tuple[int, int]]], float],
-                 decode_run: Callable[[int, float], tuple[float, int]] | None = None):
+                 decode_run: Callable[[int, float], tuple[float, int]] | None = None, longest_row: bool = False):
         self.decode_ms, self.prefill_ms, self.decode_run = decode_ms, prefill_ms, decode_run
+        self.longest_row = longest_row
 
 
 class RadixBlocks:
@@ -240,8 +249,10 @@ class ReplicaSim:
         self._hit_memo: tuple[SimRequest, int, int] | None = None  # (request, cache version after its hit, tokens)
         self._decode_memo: dict[tuple[int, float], float] = {}  # (batch, mean context) -> decode_ms
         self._binade = _binade(self.clock)  # the clock's binade, as `_decodes` last saw it (`_binade`)
-        # (batch, mean context) -> (ms, steps): the decode step's time and for how many steps it stays the same
-        self._decode_run = times.decode_run or self._decode_one
+        self._longest: list[tuple[int, int]] = []  # heap of (-(context - decode steps run), join number) (`_top`)
+        # (batch, mean context, longest context) -> (ms, steps): the decode step's time and for how many steps it
+        # stays the same (`StepTimes.longest_row`)
+        self._decode_run = self._step_run(times.decode_run or self._decode_one, times.longest_row)
 
     @property
     def iterations(self) -> collections.Counter:
@@ -391,6 +402,7 @@ class ReplicaSim:
             j = self._joins  # it joins the running batch, `decoded` 1
             self._joins = j + 1
             running[j] = (req, steps)
+            heapq.heappush(self._longest, (steps - req.input_len - 1, j))
             self._ctx_sum += req.input_len + 1
             left = req.output_len - 1
             if left > CLIP_MAX_NEW_TOKENS:
@@ -403,6 +415,34 @@ class ReplicaSim:
         self.used = used
         if first_tokens and self.tokens_log is not None:
             self.tokens_log.append((clock, clock, first_tokens))
+
+    @staticmethod
+    def _step_run(run: Callable[[int, float], tuple[float, int]], longest_row: bool):
+        """`_decode_run` from `run(batch, mean context)`: with `longest_row`, at least the longest row's step
+        (`StepTimes.longest_row`), for the steps both stay the same (contexts grow together)."""
+        if not longest_row:
+            return lambda n, mean, longest: run(n, mean)
+        rows = {}  # batch -> what its other rows add: decode_ms(n, 0) - decode_ms(1, 0)
+
+        def floored(n: int, mean: float, longest: int) -> tuple[float, int]:
+            ms, steps = run(n, mean)
+            if n == 1:
+                return ms, steps
+            extra = rows.get(n)
+            if extra is None:
+                extra = rows[n] = run(n, 0)[0] - run(1, 0)[0]
+            one, one_steps = run(1, longest)
+            one += extra
+            return (one if one > ms else ms), (one_steps if one_steps < steps else steps)
+        return floored
+
+    def _top(self) -> int:
+        """The running requests' largest context less the decode steps run (their contexts grow together): the top
+        of `_longest`, whose entries of requests gone are dropped on the way; 0 if none runs."""
+        heap, running = self._longest, self._running
+        while heap and heap[0][1] not in running:
+            heapq.heappop(heap)
+        return -heap[0][0] if heap else 0
 
     def _decode_one(self, n: int, ctx: float) -> tuple[float, int]:
         """(`decode_ms(n, ctx)`, 1), each (batch, mean context) asked once: `_decode_run` of step times without
@@ -422,7 +462,7 @@ class ReplicaSim:
             ms = None
         n, steps, ctx_sum = len(running), self._steps, self._ctx_sum
         if ms is None:
-            ms = self._decode_run(n, ctx_sum / n)[0]
+            ms = self._decode_run(n, ctx_sum / n, self._top() + steps)[0]
         self.clock += ms / 1e3
         if self.tokens_log is not None:
             self.tokens_log.append((self.clock - ms / 1e3, self.clock, n))
@@ -557,6 +597,7 @@ class ReplicaSim:
                                                              self._out_sum, self._clipped)
                 decays = _RATIO_STEPS[self.ratio]  # (`_decode` counted its iteration)
                 continue
+            top = self._top()  # the longest row's context less `steps`, until a request finishes
             # quiet steps, up to the step after which a request finishes or comes down to CLIP_MAX_NEW_TOKENS output
             # tokens left (the heaps' first entries), the last one the KV pool covers without retracting, until_s
             # (comparisons, not min(): a builtin call costs several times more, and this runs for every event)
@@ -567,7 +608,7 @@ class ReplicaSim:
                 limit = unclip[0][0] - steps
             done, run_end, free, start = 0, 0, kv - used - len(blocks) * BLOCK_TOKENS, clock
             while done < limit and clock < until_s:  # a pass per run of equal step times
-                ms, run = decode_run(n, (ctx_sum + done * n) / n)
+                ms, run = decode_run(n, (ctx_sum + done * n) / n, top + steps + done)
                 dt, run_end = ms / 1e3, done + run
                 last = run_end if run_end < limit else limit
                 k = last - done  # the pass's steps
@@ -610,7 +651,7 @@ class ReplicaSim:
                     log.append((start, clock, done * n))
                 continue
             if not (done and done < run_end):  # (else it is in the run of equal times the quiet steps were in)
-                ms = decode_run(n, ctx_sum / n)[0]
+                ms = decode_run(n, ctx_sum / n, top + steps)[0]
             clock += ms / 1e3
             if log is not None:
                 log.append((start, clock, (done + 1) * n))
@@ -668,7 +709,7 @@ class ReplicaSim:
         free = kv - used - len(cache.blocks) * BLOCK_TOKENS  # free tokens before the next step
         head = self.waiting[0]
         need, version = self._admission_need(head), cache.version
-        clock, done, run = self.clock, 0, 0  # run: steps left at the decode time `dt`
+        clock, done, run, top = self.clock, 0, 0, self._top()  # run: steps left at the decode time `dt`
         while done < limit and clock < until_s:
             if done:  # `_prefill_batch`'s test of the head (`advance` ran it before the first step)
                 if cache.version != version:  # evicted since the head's lookup
@@ -683,7 +724,7 @@ class ReplicaSim:
                 cache.evict(n - free)
                 free = kv - (used + done * n) - len(cache.blocks) * BLOCK_TOKENS
             if not run:
-                ms, run = self._decode_run(n, (ctx_sum + done * n) / n)
+                ms, run = self._decode_run(n, (ctx_sum + done * n) / n, top + steps + done)
                 dt = ms / 1e3
             clock += dt
             done += 1

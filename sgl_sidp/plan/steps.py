@@ -612,10 +612,11 @@ class StepModel:
         return self._streamed(base) if role == "sink" else base
 
     def step_times(self, role: str = "") -> StepTimes:
-        """The simulation's step times of a replica in `role` ("sink" for a ZeroDP sink, else "")."""
+        """The simulation's step times of a replica in `role` ("sink" for a ZeroDP sink, else ""): a decode step at
+        least its longest row's (`sim.StepTimes.longest_row`)."""
         # the simulation's calls go straight to the closures over the memos (`_decode_runner`, `_prefill_runner`)
         return StepTimes(lambda b, ctx: self.decode_ms(b, ctx, role), self._prefill_runner(role),
-                         self._decode_runner(role))
+                         self._decode_runner(role), longest_row=True)
 
     def replicas(self, kv: Mapping[str, int]) -> list[Replica]:
         """The simulation's replicas: `kv` is `Configuration.kv_tokens` (by role) of this configuration."""
