@@ -16,7 +16,7 @@ import torch
 
 from sgl_sidp.calibration.cache import CalibrationCache, CalibrationKey, find_bundled
 from sgl_sidp.calibration.measure import describe_measurement, kv_bytes_per_token, measure_forwards
-from sgl_sidp.calibration.table import Calibration, compare_decode
+from sgl_sidp.calibration.table import BUDGET_SKIPPED, Calibration, compare_decode
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def ensure_forward_times(scheduler, who: str, cache: CalibrationCache | None = N
         model=key.model, gpu=key.gpu, decode_ms=m["decode_ms"], prefill_ms=m["prefill_ms"], copy_gbps=None,
         source=f"measured at start-up by {who} ({time.strftime('%Y-%m-%d')}, "
         f"{'CUDA graphs' if m['graph'] else 'eager'}, {key.attention_backend} attention)"
-        + (f"; not measured, past the time budget: {', '.join(m['skipped'])}" if m.get("skipped") else ""),
+        + (f"; {BUDGET_SKIPPED}: {', '.join(m['skipped'])}" if m.get("skipped") else ""),
         decode_context=m["decode_context"], attention_gbps=m["attention_gbps"], sglang=key.sglang,
         measure_s=round(m["seconds"], 2), decode_ms_long=m["decode_ms_long"],
         decode_context_long=m["decode_context_long"], decode_timing="pipelined",

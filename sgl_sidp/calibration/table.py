@@ -32,6 +32,11 @@ class CalibrationError(RuntimeError):
     """A calibration is missing, unreadable, or lacks the numbers a decision needs."""
 
 
+#: what a start-up calibration's `source` says before the points its time budget skipped
+#: (`startup.ensure_forward_times` writes it, `plan.calibrate.serve_calibrations` reports it)
+BUDGET_SKIPPED = "not measured, past the time budget"
+
+
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """Forward times and copy rates a cost model decides with.
@@ -224,13 +229,12 @@ class Calibration:
         `decode_context_long` or None without `decode_ms_long`, how many tokens past the point's context that is,
         the cost per token past it)."""
         xs, ys, ctxs, lx, slopes = self._decode_tables
-        point = _interp(batch, xs, ctxs)
+        ms, point = _interp(batch, xs, ys), _interp(batch, xs, ctxs)
         if not lx:
-            return _interp(batch, xs, ys), point, None, 0.0, 0.0
+            return ms, point, None, 0.0, 0.0
         floor, per_row = self._far_slope
         near = _interp(batch, lx, slopes) if batch <= lx[-1] else slopes[-1] * batch / lx[-1]  # past it: per row
-        return (_interp(batch, xs, ys), point, near, max(0.0, self.decode_context_long - point),
-                max(floor, batch * per_row))
+        return ms, point, near, max(0.0, self.decode_context_long - point), max(floor, batch * per_row)
 
     @functools.cached_property
     def _far_slope(self) -> tuple[float, float]:

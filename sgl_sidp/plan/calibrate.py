@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 from sgl_sidp.calibration.cache import CalibrationCache, CalibrationKey, default_cache_dir
 from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, free_before_load
-from sgl_sidp.calibration.table import Calibration
+from sgl_sidp.calibration.table import BUDGET_SKIPPED, Calibration
 from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.configs import Shard, configurations
 from sgl_sidp.plan.steps import find_calibration, shard_config, shard_roles, shard_signature
@@ -346,9 +346,9 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Pat
                 time.sleep(0.5)
             if found is not None:
                 what = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
-                source, skipped = found[0].source, "not measured, past the time budget"
-                if skipped in source:  # as `startup.ensure_forward_times` names what its time budget left out
-                    what += f" ({source[source.index(skipped):]})"
+                source = found[0].source
+                if BUDGET_SKIPPED in source:  # what its start-up calibration's time budget left out
+                    what += f" ({source[source.index(BUDGET_SKIPPED):]})"
                 if measure_overhead:
                     what += "".join(f"; {probe(srv, found[1])}" for probe in PROBES)
                 results[sig] = (what, found[1])

@@ -133,7 +133,8 @@ class StepTimes:
     few rows leave most of the GPU idle and the longest row sets the step. Measured on one H200 (Qwen3-8B TP1,
     Mooncake replay, `benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`): served decode steps
     of 2-17 rows of mixed contexts at 128 moments, median -28.4 % from the mean-context step and -1.0 % (p10-p90
-    -5.2 % to +2.6 %) from this one (`scripts/plan_mixed_batch_steps.py`). False: the step is `decode_ms(batch, mean context)` alone."""
+    -5.2 % to +2.6 %) from this one (`scripts/plan_mixed_batch_steps.py`). False: the step is
+    `decode_ms(batch, mean context)` alone."""
 
     def __init__(self, decode_ms: Callable[[int, float], float],
                  prefill_ms: Callable[[Sequence[tuple[int, int]]], float],
