@@ -524,3 +524,30 @@ def test_a_calibration_server_is_killed_with_its_children_at_once(tmp_path):
     t0 = time.time()
     srv.stop()
     assert not group_running(srv.proc.pid) and time.time() - t0 < 5
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc")
+def test_a_group_runs_while_any_thread_of_it_does(tmp_path):
+    """`group_running` counts a process whose main thread has exited (Z) while another thread still runs: a killed
+    CUDA process frees its GPU memory only when its last thread is gone, and `plan calibrate` opens the next
+    server's gate (`calibration.gate`) once the group is not running (the OOM of `--servers-ahead 2`'s first run)."""
+    from sgl_sidp.bench.server import group_running
+
+    script = tmp_path / "main_thread_exits.py"
+    script.write_text(
+        "import ctypes, os, threading, time\n"
+        "def last():\n"
+        "    time.sleep(1.5)\n"
+        "    os._exit(0)\n"
+        "threading.Thread(target=last).start()\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    deadline = time.time() + 5
+    while time.time() < deadline and len(list(Path(f"/proc/{proc.pid}/task").glob("*"))) != 2:
+        time.sleep(0.02)
+    while time.time() < deadline and Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.02)
+    assert Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # the main thread is gone
+    assert group_running(proc.pid)  # ... and the process is not
+    proc.wait(10)
+    assert not group_running(proc.pid)

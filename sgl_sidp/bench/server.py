@@ -21,8 +21,16 @@ GPU_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 
 
 def group_running(pgid: int) -> bool:
-    """Whether a process of process group `pgid` still runs (exited ones waiting to be reaped do not count: they
-    hold no memory). Reads /proc (Linux); elsewhere, whether the group has any member at all."""
+    """Whether a process of process group `pgid` still runs: any of its threads not exited (a process that exited
+    and waits to be reaped holds no memory and does not count). Reads /proc (Linux); elsewhere, whether the group has
+    any member at all.
+
+    Every thread counts, not the process's state alone: when a multi-threaded process is killed, its main thread can
+    show as exited (Z) while another thread is still tearing the process down, and a CUDA process frees its GPU
+    memory only when its last thread is gone. Taking the main thread's state for the process's opened `plan
+    calibrate`'s gate while the killed server still held its GPU memory; the next server then read a nearly full GPU
+    as its `pre_model_load_memory`, sized its KV pool with almost no slack, and ran out of memory.
+    """
     proc = Path("/proc")
     if not proc.is_dir():
         try:
@@ -32,12 +40,21 @@ def group_running(pgid: int) -> bool:
             return False
     for stat in proc.glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) != pgid:  # after "(comm)": state, ppid, pgrp
+                continue
+            if any(_thread_state(task) not in "ZX" for task in (stat.parent / "task").iterdir()):
+                return True
+        except (OSError, IndexError, ValueError):
             continue
-        if int(fields[2]) == pgid and fields[0] not in "ZX":  # after "(comm)": state, ppid, pgrp
-            return True
     return False
+
+
+def _thread_state(task: Path) -> str:
+    """One letter: the state of the thread whose /proc/PID/task/TID folder is `task` ("X" when it is gone)."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
 
 
 class ServerProcess:
