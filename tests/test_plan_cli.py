@@ -67,12 +67,36 @@ def test_table_and_png_label_every_number_predicted(qwen3_8b, tmp_path, capsys):
     (["--gpus", "2", "--workload", "burst:3"], "expected offline:S:IN:OUT"),
     (["--gpus", "2", "--workload", "trace:/nonexistent.csv"], "--workload trace:/nonexistent.csv"),
     (["--gpus", "0"], "at least 1"),
+    (["--gpus", "2", "--workload", "latency:0:0"], "IN 0, OUT 0: each at least 1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(qwen3_8b, args, says):
     argv = args if "--model-path" in args else ["--model-path", qwen3_8b, *args]
     out = subprocess.run([sys.executable, "-m", "sgl_sidp.plan", *argv], capture_output=True, text=True, timeout=120)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("sgl-sidp plan: error: ") and says in lines[0], out.stderr
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("offline:0:2048:256", "S 0: each at least 1"),
+    ("offline:8:0:256", "IN 0: each at least 1"),
+    ("offline:8:2048:0", "OUT 0: each at least 1"),
+    ("offline:8:2048", "expected offline:S:IN:OUT"),
+    ("latency:2048:-1", "OUT -1: each at least 1"),
+    ("latency:1:2:3", "expected latency:IN:OUT"),
+    ("trace:x.csv:0", "SCALE 0: the arrival times' factor must be a positive number"),
+    ("trace:x.csv:nan", "SCALE nan"),
+    ("trace:x.csv:-2", "SCALE -2"),
+])
+def test_a_workload_that_cannot_run_is_an_error(spec, says):
+    """A request SGLang cannot serve (no prompt token), one that has no TPOT (no output token), no requests at all, or a
+    trace's arrival factor that is not a positive number: one line naming the spec, before any trace is read."""
+    from sgl_sidp.plan.__main__ import PlanError, workload
+
+    with pytest.raises(PlanError) as e:
+        workload(spec)
+    assert str(e.value).startswith(f"--workload {spec}: ") and says in str(e.value)
+    assert [(r.input_len, r.output_len) for r in workload("offline:2:16:4")] == [(16, 4), (16, 4)]
+    assert [(r.input_len, r.output_len) for r in workload("latency:16:4")] == [(16, 4)]
 
 
 def test_no_calibration_of_any_shard_is_one_line(tmp_path):

@@ -44,17 +44,23 @@ def workload(spec: str) -> list[SimRequest]:
     """
     kind, _, rest = spec.partition(":")
     try:
-        if kind == "offline":
-            n, inp, out = (int(x) for x in rest.split(":"))
+        if kind in ("offline", "latency"):
+            counts = [int(x) for x in rest.split(":")]
+            names = ("S", "IN", "OUT") if kind == "offline" else ("IN", "OUT")
+            if len(counts) != len(names):
+                raise ValueError(f"expected {kind}:{':'.join(names)}")
+            low = [f"{name} {x}" for name, x in zip(names, counts) if x < 1]
+            if low:  # SGLang serves no request without a prompt token, and TPOT needs an output token
+                raise ValueError(f"{', '.join(low)}: each at least 1")
+            n, inp, out = counts if kind == "offline" else (1, *counts)
             return [SimRequest(0.0, inp, out) for _ in range(n)]
-        if kind == "latency":
-            inp, out = (int(x) for x in rest.split(":"))
-            return [SimRequest(0.0, inp, out)]
         if kind == "trace":
             from sgl_sidp.bench.traces import load_trace
 
             path, _, scale = rest.partition(":")
             k = float(scale or 1.0)
+            if not 0 < k < float("inf"):
+                raise ValueError(f"SCALE {scale}: the arrival times' factor must be a positive number")
             return [SimRequest(r.arrival_s * k, r.input_len, max(1, r.output_len), r.hash_ids) for r in load_trace(path)]
     except (ValueError, OSError) as e:
         raise PlanError(f"--workload {spec}: {e}") from None
