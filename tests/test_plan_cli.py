@@ -240,11 +240,14 @@ def test_the_next_shards_server_starts_while_the_current_one_is_measured(qwen3_8
     assert not list(tmp_path.glob(".start-after-*"))
 
 
-def test_calibrate_refuses_a_negative_servers_ahead_in_one_line(qwen3_8b, capsys):
+@pytest.mark.parametrize("flags, says", [(["--gpus", "1", "--servers-ahead", "-1"], "--servers-ahead -1: at least 0"),
+                                         (["--gpus", "0"], "--gpus 0: at least 1")])
+def test_calibrate_refuses_a_bad_count_in_one_line(qwen3_8b, capsys, flags, says):
+    """Before looking for a GPU: `--gpus 0` would calibrate nothing and say nothing."""
     with pytest.raises(SystemExit) as e:
-        main(["calibrate", "--model-path", qwen3_8b, "--gpus", "1", "--servers-ahead", "-1"])
+        main(["calibrate", "--model-path", qwen3_8b, *flags])
     err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and err == ["sgl-sidp plan calibrate: error: --servers-ahead -1: at least 0"]
+    assert e.value.code == 2 and err == [f"sgl-sidp plan calibrate: error: {says}"]
 
 
 def test_a_scheduler_waits_for_its_start_after_file_and_gives_up_with_one_line(tmp_path):

@@ -305,9 +305,10 @@ def calibrate_main(argv: list[str]) -> None:
                          "CPU start-up (default: 1; 0: each server starts after the one before it stopped); they use "
                          "--port, --port + 1, ... --port + N")
     a = ap.parse_args(argv)
-    if a.servers_ahead < 0:
-        print(f"sgl-sidp plan calibrate: error: --servers-ahead {a.servers_ahead}: at least 0", file=sys.stderr)
-        raise SystemExit(2)
+    for flag, value, least in (("--gpus", a.gpus, 1), ("--servers-ahead", a.servers_ahead, 0)):
+        if value < least:
+            print(f"sgl-sidp plan calibrate: error: {flag} {value}: at least {least}", file=sys.stderr)
+            raise SystemExit(2)
     name = gpu_name(0)
     if read_hf_config(a.model_path) is None or name is None:
         print(f"sgl-sidp plan calibrate: error: {'no CUDA GPU visible' if name is None else 'no config.json in ' + a.model_path}",
