@@ -263,7 +263,7 @@ def test_choose_plan_edges_of_the_budget():
 
 def test_choose_plan_offloads_nothing_when_only_the_slots_fit():
     """A budget that holds 1 or 2 layers offloads none: the two slots would take the memory those layers free.
-    The default decode:1 on the bundled H200 table (5.91 ms) is such a budget."""
+    The default decode:1 on the bundled H200 table (4.08 ms) is such a budget."""
     layer_ms = (W13_BYTES + W2_BYTES) / 391 / 1e6
     for fits in (1, 2):
         p = choose_plan(manifest(), ("w13", "w2"), 391.0, (fits + 0.5) * layer_ms / COPY_BUDGET_MARGIN)
