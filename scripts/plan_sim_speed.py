@@ -41,8 +41,8 @@ def main() -> None:
     timings: list[tuple[int, int, float, float]] = []  # (replicas, requests, seconds, seconds in step times)
 
     def clocked(times: StepTimes, spent: list[float]) -> StepTimes:
-        """`times` with every call's seconds added to `spent[0]` (`decode_run` kept, so the simulation takes the
-        same path as in the planner)."""
+        """`times` with every call's seconds added to `spent[0]` (`decode_run` and `longest_row` kept, so the
+        simulation takes the same path as in the planner)."""
         def timer(fn):
             if fn is None:
                 return None
@@ -55,24 +55,30 @@ def main() -> None:
                     spent[0] += time.perf_counter() - t0
             return wrapped
 
-        return StepTimes(timer(times.decode_ms), timer(times.prefill_ms), timer(times.decode_run))
+        return StepTimes(timer(times.decode_ms), timer(times.prefill_ms), timer(times.decode_run), times.longest_row)
+
+    def copies(requests):
+        """Fresh copies of the planner's requests (their private blocks kept: `sim.PrivateBlocks`)."""
+        return [type(r)(r.arrival_s, r.input_len, r.output_len, r.hash_ids, private_blocks=r.private_blocks)
+                for r in requests]
 
     def timed(requests, replicas, route=None):
         best, out = float("inf"), None
         for _ in range(a.repeat):
-            fresh = [type(r)(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
-            reps = [type(p)(p.limits, p.times) for p in replicas]
+            fresh = copies(requests)
+            reps = [type(p)(p.limits, p.times, log_tokens=p.tokens_log is not None) for p in replicas]
             t0 = time.perf_counter()
             original(fresh, reps, route)
             best = min(best, time.perf_counter() - t0)
             out = fresh
         spent = [0.0]
-        fresh = [type(r)(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
-        original(fresh, [type(p)(p.limits, clocked(p.times, spent)) for p in replicas], route)
+        original(copies(requests), [type(p)(p.limits, clocked(p.times, spent)) for p in replicas], route)
         names = [f.name for f in dataclasses.fields(SimRequest)]  # (slotted: no __dict__ to copy)
         for r, f in zip(requests, out):  # the planner reads the results
             for name in names:
                 setattr(r, name, getattr(f, name))
+        for p, rep in zip(replicas, reps):  # and the replicas' tokens (`sim.deliver`)
+            p.tokens_log = rep.tokens_log
         timings.append((len(replicas), len(requests), best, spent[0]))
         return requests
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sgl_sidp.plan.sim import (BLOCK_TOKENS, CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO,
-                               NEW_TOKEN_RATIO_DECAY_STEPS, ReplicaLimits, ReplicaSim, SimRequest, StepTimes, deliver,
-                               simulate, summarize)
+                               NEW_TOKEN_RATIO_DECAY_STEPS, PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest,
+                               StepTimes, deliver, simulate, summarize)
 
 #: prefill: 1 us per new token; decode: 1 ms + 0.1 ms per sequence
 TIMES = StepTimes(decode_ms=lambda b, ctx: 1.0 + 0.1 * b, prefill_ms=lambda parts: sum(n for n, _ in parts) / 1000)
@@ -286,10 +286,18 @@ def _least_loaded(req, replicas):
     return min(range(len(replicas)), key=lambda i: (len(replicas[i].running) + len(replicas[i].waiting), i))
 
 
+def _cached_ids(cache):
+    """The radix cache's block ids, least recently used first (the simulation's: its private runs spelled out)."""
+    if isinstance(cache, _RefRadixBlocks):
+        return list(cache.blocks)
+    assert cache.size == len(cache.ids())
+    return cache.ids()
+
+
 def _outcome(requests, replicas):
     return ([(r.first_token_s, r.finish_s, r.prefilled, r.cached, r.decoded, r.held, r.retractions, r.rejected)
              for r in requests],
-            [(p.clock, dict(p.iterations), p.used, p.ratio, list(p.cache.blocks)) for p in replicas])
+            [(p.clock, dict(p.iterations), p.used, p.ratio, _cached_ids(p.cache)) for p in replicas])
 
 
 @pytest.mark.parametrize("kind, seed, n, dp, limits, route", [
@@ -488,3 +496,115 @@ def test_the_tokens_log_holds_every_sampled_token_once(times):
     assert _outcome(a, plain) == _outcome(b, logged) and plain[0].tokens_log is None
     assert sum(t for rep in logged for _, _, t in rep.tokens_log) == sum(r.output_len for r in b)
     assert all(s <= e for rep in logged for s, e, _ in rep.tokens_log)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Private blocks (`PrivateBlocks`, `SimRequest.private_blocks`): a request's last blocks that no other request of its
+# replica has go in and out of the radix cache as one entry; the schedule and the cache's blocks are the reference's.
+
+def _private_by_hand(requests, replicas):
+    """`PrivateBlocks(requests)(replicas)`, one request at a time."""
+    pending = sorted(requests, key=lambda r: r.arrival_s)
+    private = {}
+    for i in range(replicas):
+        share = pending[i::replicas]
+        uses = collections.Counter(h for r in share for h in r.hash_ids or ())
+        for r in share:
+            ids = list(r.hash_ids or ())
+            k = 0
+            while k < len(ids) and uses[ids[-1 - k]] == 1:
+                k += 1
+            private[id(r)] = k
+    return [private[id(r)] for r in requests]
+
+
+def test_private_blocks_are_the_last_blocks_no_other_request_of_the_replica_has():
+    reqs = [SimRequest(0.0, 10, 1, (1, 2, 3)), SimRequest(0.5, 10, 1, None), SimRequest(0.2, 10, 1, (3, 4, 4, 5)),
+            SimRequest(0.3, 10, 1, (7, "a", 8)), SimRequest(0.1, 10, 1, ()), SimRequest(0.4, 10, 1, (2, 9, 2 ** 70))]
+    private = PrivateBlocks(reqs)
+    # arrival order: 0, 4, 2, 3, 5, 1; one replica: 3 is shared (0, 2), 2 (0, 5), 4 twice in one prompt
+    assert private(1) == [0, 0, 1, 3, 0, 2]
+    assert [private(n) for n in (1, 2, 3, 4)] == [_private_by_hand(reqs, n) for n in (1, 2, 3, 4)]
+    rows = _workload("prefix", 7, 200)
+    many = [SimRequest(*r) for r in rows]
+    assert [PrivateBlocks(many)(n) for n in (1, 2, 3)] == [_private_by_hand(many, n) for n in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("kind, seed, n, dp, kv", [("prefix", 7, 200, 1, 50_000), ("prefix", 8, 200, 2, 20_000),
+                                                   ("prefix", 12, 120, 3, 15_000)])
+def test_private_blocks_leave_the_first_implementations_schedule_as_it_is(kind, seed, n, dp, kv):
+    rows = _workload(kind, seed, n)
+    ref_reqs = [SimRequest(*r) for r in rows]
+    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
+    _ref_simulate(ref_reqs, ref_reps)
+    plain = [SimRequest(*r) for r in rows]
+    reqs = [SimRequest(*r, private_blocks=k) for r, k in zip(rows, PrivateBlocks(plain)(dp))]
+    assert sum(r.private_blocks for r in reqs) > 0
+    reps = [ReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
+    simulate(reqs, reps)
+    assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
+    assert any(run is not None for p in reps for run in p.cache.blocks.values())  # (runs were left in the cache)
+
+
+@pytest.mark.parametrize("dp, kv", [(1, 400_000), (2, 150_000)])
+def test_private_blocks_on_the_mooncake_trace(dp, kv):
+    if not (TRACES / "conversation_trace.jsonl").is_file():
+        pytest.skip(f"{TRACES / 'conversation_trace.jsonl'} missing")
+    from sgl_sidp.bench.traces import load_trace
+
+    times = _planner_times()
+    rows = [(r.arrival_s, r.input_len, max(1, r.output_len), r.hash_ids)
+            for r in load_trace(TRACES / "conversation_trace.jsonl")[:600]]
+    ref_reqs = [SimRequest(*r) for r in rows]
+    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), StepTimes(times.decode_ms, times.prefill_ms,
+                                                            longest_row=times.longest_row)) for _ in range(dp)]
+    _ref_simulate(ref_reqs, ref_reps)
+    reqs = [SimRequest(*r, private_blocks=k) for r, k in zip(rows, PrivateBlocks(ref_reqs)(dp))]
+    reps = [ReplicaSim(ReplicaLimits(kv), times) for _ in range(dp)]
+    simulate(reqs, reps)
+    assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
+
+
+@pytest.mark.parametrize("technique, dp, tp, sp, variant", [("vanilla", 1, 2, 1, ""), ("sidp", 2, 1, 1, "auto"),
+                                                            ("dp_attention", 2, 1, 1, ""), ("shift", 1, 1, 2, "")])
+def test_the_step_models_memos_give_its_forwards_as_computed_one_by_one(technique, dp, tp, sp, variant):
+    """`StepModel`'s closures over its memos (`decode_run`, `prefill_ms`), whose misses compute a forward from the
+    terms of its size computed once, against the forward computed from scratch (`_decode_uncached`, `_terms`)."""
+    from sgl_sidp.plan.steps import CONTEXT_STEP
+
+    model = _planner_model(technique, dp, tp, sp, variant)
+    times = model.step_times()
+    for b in (1, 2, 7, 31, 32, 33, 100, 300):
+        for ctx in (0.0, 15.5, 16.0, 1000.25, 5000.0, 40_000.0):
+            rounded = CONTEXT_STEP * round(ctx / CONTEXT_STEP)
+            assert times.decode_run(b, ctx)[0] == model._decode_uncached(b, rounded, "")
+    for parts in ([(512, 0)], [(7, 3000)], [(8192, 0)], [(300, 0), (200, 512)], [(20, 0)] * 5, [(4000, 100), (1, 0)]):
+        for _ in range(2):  # (the second from the memo of one-request prefills)
+            new = sum(n for n, _ in parts)
+            assert times.prefill_ms(parts) == model._prefill_with(model._terms(new), parts)
+
+
+def _planner_model(technique: str, dp: int, tp: int, sp: int = 1, variant: str = ""):
+    """A StepModel of `technique` with `_planner_times`' made-up calibration (Shift: its shards a little apart)."""
+    import dataclasses
+
+    from sgl_sidp.calibration.memory import ModelShapes
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.plan.comm import Interconnect, Link
+    from sgl_sidp.plan.configs import Configuration
+    from sgl_sidp.plan.steps import ShardClock, StepModel
+
+    shapes = ModelShapes(layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, vocab=1000, tied=False,
+                         intermediate=4096)
+    link = Link(latency_us=10.0, busbw_gbps=100.0, source="test")
+    ops = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+    ic = Interconnect("NVIDIA H200", {op: {2: link} for op in ops} | {"peer_copy": {2: Link(0.0, 100.0, "test")}})
+    cal = Calibration(model="m", gpu="NVIDIA H200", decode_ms={1: 4.0, 32: 5.0, 256: 9.0},
+                      prefill_ms={512: 10.0, 2048: 30.0, 8192: 125.0}, copy_gbps=None, source="test",
+                      decode_ms_long={1: 4.5, 32: 7.0, 256: 21.0}, decode_context_long=4096)
+    clock = ShardClock(cal, shapes.kv_bytes_per_token(1))
+    clocks = ({"shift": clock, "base": ShardClock(dataclasses.replace(cal, decode_ms={1: 3.0, 32: 4.5, 256: 7.0}),
+                                                  shapes.kv_bytes_per_token(1))}
+              if technique == "shift" else {"forward": clock})
+    return StepModel(Configuration("t", technique, dp, tp, sp, variant=variant), shapes, clocks, ic,
+                     graph_max_bs=256)

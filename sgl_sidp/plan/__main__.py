@@ -25,7 +25,8 @@ from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.calibrate import unservable
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
 from sgl_sidp.plan.configs import configurations, shard_of
-from sgl_sidp.plan.sim import ReplicaLimits, ReplicaSim, SimRequest, deliver, simulate, summarize
+from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, no_cycle_collection,
+                               simulate, summarize)
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
                                  shard_roles, shard_signature, stream_tokens_per_s)
 
@@ -90,6 +91,7 @@ def launch_flags(row: dict) -> list[str]:
     return flags
 
 
+@no_cycle_collection()  # (`plan_requests`; the trace's parse too)
 def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None,
          decode_points: list[tuple[int, int]] | None = None) -> dict:
     """The planner's result as the `--json` object (`winner`, `configurations`, what is predicted and from what) for
@@ -115,6 +117,7 @@ def rank(rows: list[dict], objective: str) -> list[dict]:
     return keep + [r for r in done if r["total_tok_s"] < floor]
 
 
+@no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
                   objective: str = "latency") -> dict:
@@ -141,6 +144,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     stream = stream_tokens_per_s(kind["name"], calibration_dirs, model=whole)
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
     rows, simulated = [], {}  # simulated: schedules by what determines them (below)
+    private = PrivateBlocks(requests)  # each request's blocks that the simulation need not look up, by DP replicas
     for c in configs:
         server_tp = c.gpus if c.technique == "dp_attention" else c.attn_tp  # SGLang's --tp-size of one replica
         frac = default_mem_fraction_static(kind["mib"], server_tp,
@@ -187,9 +191,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         # a configuration whose replicas step as another's, with the same KV, has its schedule: simulated once
         twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), tuple(sorted(kv.items())))
         if twin not in simulated:
-            reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids) for r in requests]
             replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times, log_tokens=bool(stream))
                         for r in model.replicas(kv)]
+            reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids, private_blocks=k)
+                    for r, k in zip(requests, private(len(replicas)))]
             simulate(reqs, replicas)
             if stream:  # the replicas' tokens reach the clients through one tokenizer manager
                 deliver(reqs, [rep.tokens_log for rep in replicas], stream)

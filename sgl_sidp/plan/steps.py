@@ -330,16 +330,16 @@ class StepModel:
         self.graph_max_bs = graph_max_bs
         self.clocks = {role: shared_clock(clock) for role, clock in clocks.items()}
         self.context = max(1, int(context))
-        # role -> `decode_run` of that role, a closure over its memo (`_decode_runner`)
-        self._decode_runners: dict[str, Callable[[int, float], tuple[float, int]]] = {}
+        # role -> the memos of `decode_run` of that role (`_decode_runner`)
+        self._decode_memos: dict[str, tuple[dict, dict]] = {}
         # the simulation asks for the same pieces of prefills over and over: each computed once (pure functions of
         # their keys; the streamed bytes of the offload set they were computed for)
         self._collective_memo: dict[tuple, float] = {}
         self._gathered_memo: dict[tuple, tuple[float, float]] = {}
         self._stream_memo: tuple | None = None  # (offload_layers, bytes, slowdown ms, copy_ms)
-        # role -> `prefill_ms` of that role, a closure over its memo of one-request prefills (`_prefill_runner`)
-        self._prefill_runners: dict[str, Callable[[Sequence[tuple[int, int]]], float]] = {}
-        self._host_memo: dict[float, float] = {}  # b -> the host's work of a decode step (`_host_decode_ms`)
+        # role -> the memos of `prefill_ms` of that role (`_prefill_runner`)
+        self._prefill_memos: dict[str, tuple[dict, dict]] = {}
+        self._host_memo: dict[float, float] = {}  # b -> the host's work of a decode step (`_host_ms`)
         cal = next(iter(self.clocks.values())).cal
         self.copy_gbps = ic.links["peer_copy"][2].busbw_gbps if "peer_copy" in ic.links else (cal.copy_gbps or 0.0)
         self.copy_rate = cal.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD
@@ -382,29 +382,21 @@ class StepModel:
                    else self.copy_gbps * self.copy_rate)
         return self.streamed_bytes() / (gbps * 1e9) * 1e3 if gbps > 0 else float("inf")
 
-    def _streamed(self, compute_ms: float) -> float:
-        """A forward of `compute_ms` that pulls `streamed_bytes` meanwhile (the pulls hide when shorter)."""
+    def _stream_terms(self) -> tuple[float, float, float]:
+        """What pulling `streamed_bytes` during a forward adds (`_terms`' last three): (the copies' slowdown ms, 0.0,
+        the copies' own ms, which the forward lasts at least: the pulls hide when shorter); (0.0, 0.0, -inf) when
+        nothing is pulled."""
         memo = self._stream_memo
         if memo is None or memo[0] is not self.offload_layers:  # computed once per offload set (`choose_offload`)
             nbytes = self.streamed_bytes()
             memo = self._stream_memo = (self.offload_layers, nbytes, self.copy_slowdown * nbytes / 1e9, self.copy_ms())
         _, nbytes, slowdown_ms, copy_ms = memo
-        if not nbytes:
-            return compute_ms
-        return max(compute_ms + slowdown_ms, copy_ms)
-
-    # ------------------------------------------------------------------ vanilla TP
-    def _tp_decode(self, b: float, ctx: float, clock: ShardClock | None = None, tp: int | None = None) -> float:
-        return (clock or self.clock).decode_ms(b, ctx) + self._collective_ms("all_reduce", tp or self.config.tp, b)
-
-    def _tp_prefill(self, parts, new: int, clock: ShardClock | None = None, tp: int | None = None) -> float:
-        """A prefill of `parts` (`new` tokens in all) on the TP shard."""
-        return (clock or self.clock).prefill_ms(parts) + self._collective_ms("all_reduce", tp or self.config.tp, new)
+        return (slowdown_ms, 0.0, copy_ms) if nbytes else (0.0, 0.0, -math.inf)
 
     # ------------------------------------------------------------------ gathered FFN (DP attention, CaS)
-    def _gathered(self, base_ms: float, tokens: float, n: int) -> float:
-        """`base_ms` of a forward whose FFN runs on the tokens of `n` ranks: + the FFN's share of the linear time
-        of n x `tokens` less `tokens`, + per layer an all-gather and a reduce-scatter of n x `tokens`."""
+    def _gathered_terms(self, tokens: float, n: int) -> tuple[float, float]:
+        """What a forward whose FFN runs on the tokens of `n` ranks adds (ms): (the FFN's share of the linear time of
+        n x `tokens` less `tokens`, per layer an all-gather and a reduce-scatter of n x `tokens`)."""
         key = (tokens, n)
         extra_comm = self._gathered_memo.get(key)
         if extra_comm is None:
@@ -412,8 +404,7 @@ class StepModel:
             comm = (self._collective_ms("all_gather", n, n * tokens, 1)
                     + self._collective_ms("reduce_scatter", n, n * tokens, 1))
             extra_comm = self._gathered_memo[key] = (extra, comm)
-        extra, comm = extra_comm
-        return base_ms + extra + comm
+        return extra_comm
 
     # ------------------------------------------------------------------ SiDP
     @functools.cached_property
@@ -423,33 +414,11 @@ class StepModel:
         SiDP's runtime, left to itself (`--sidp-b-th 0`), takes the batch whose step hides the copies
         (`cost.crossover_batch`), which ignores what CaS costs; the planner's launch command passes this B_th."""
         sizes = [1, 2, 4] + list(range(8, 1025, 8))
-        b = first_lasting_win(lambda x: self._sidp_decode(x, self.context, "was"),
-                              lambda x: self._sidp_decode(x, self.context, "cas"), sizes)
+        b = first_lasting_win(lambda x: self._decode_with(self._terms(x, variant="was"), x, self.context),
+                              lambda x: self._decode_with(self._terms(x, variant="cas"), x, self.context), sizes)
         return float("inf") if b is None else float(b)
 
-    def _sidp_decode(self, b: float, ctx: float, variant: str) -> float:
-        base = self._tp_decode(b, ctx)
-        if variant == "was" or (variant == "auto" and b >= self.b_th):
-            return self._streamed(base)
-        return self._gathered(base, b, self.config.dp)
-
-    def _sidp_prefill(self, parts, new: int, variant: str) -> float:
-        base = self._tp_prefill(parts, new)
-        if variant == "was" or (variant == "auto" and new >= self.b_th):
-            return self._streamed(base)
-        return self._gathered(base, new, self.config.dp)
-
     # ------------------------------------------------------------------ Shift
-    def _shift_base_decode(self, b: float, ctx: float) -> float:
-        c = self.config
-        return (self.clocks["base"].decode_ms(b / c.sp, ctx) + self._collective_ms("all_reduce", c.tp, b / c.sp)
-                + self._ulysses_ms(b))
-
-    def _shift_base_prefill(self, parts, new: int) -> float:
-        c = self.config
-        return (self.clocks["base"].prefill_ms(parts, share=1 / c.sp) + self._collective_ms("all_reduce", c.tp, new / c.sp)
-                + self._ulysses_ms(new))
-
     def _ulysses_ms(self, tokens: float) -> float:
         """Ulysses' two all-to-alls per layer over SP: QKV of `tokens` in, the attention output back."""
         s, c = self.shapes, self.config
@@ -457,40 +426,83 @@ class StepModel:
         return (self._collective_ms("all_to_all", c.sp, tokens, 1, qkv)
                 + self._collective_ms("all_to_all", c.sp, tokens, 1, s.heads * s.head_dim // c.tp))
 
+    def _shift_terms(self, size: float, base: bool) -> tuple:
+        """`_terms` of Shift's shift configuration (the TP-P shard and its all-reduces), or with `base` of its base
+        configuration: the TP_b shard on `size` / SP, the TP_b all-reduces of `size` / SP and Ulysses' all-to-alls."""
+        c = self.config
+        if base:
+            return (self.clocks["base"], c.sp, self._collective_ms("all_reduce", c.tp, size / c.sp),
+                    self._ulysses_ms(size), 0.0, -math.inf)
+        return self.clocks["shift"], 1, self._collective_ms("all_reduce", c.sp * c.tp, size), 0.0, 0.0, -math.inf
+
     @functools.cached_property
     def shift_threshold(self) -> float:
         """Tokens per forward above which Shift runs its base configuration (`cost.shift_threshold` over decode
         batches and one-request prefills, both configurations predicted)."""
-        p = self.config.sp * self.config.tp
         points = {}
         for b in (1, 8, 32, 64, 128, 256):
-            points[b] = (self._tp_decode(b, 1024, self.clocks["shift"], p), self._shift_base_decode(b, 1024))
+            points[b] = tuple(self._decode_with(self._shift_terms(b, base), b, 1024) for base in (False, True))
         for t in (512, 1024, 2048, 4096, 8192):
-            points[t] = (self._tp_prefill([(t, 0)], t, self.clocks["shift"], p), self._shift_base_prefill([(t, 0)], t))
+            points[t] = tuple(self._prefill_with(self._shift_terms(t, base), [(t, 0)]) for base in (False, True))
         return shift_threshold(points)
-
-    def _shift_decode(self, b: float, ctx: float) -> float:
-        if b > self.shift_threshold:
-            return self._shift_base_decode(b, ctx)
-        return self._tp_decode(b, ctx, self.clocks["shift"], self.config.sp * self.config.tp)
-
-    def _shift_prefill(self, parts, new: int) -> float:
-        if new > self.shift_threshold:
-            return self._shift_base_prefill(parts, new)
-        return self._tp_prefill(parts, new, self.clocks["shift"], self.config.sp * self.config.tp)
 
     # ------------------------------------------------------------------ ZeroDP
     offload_layers: tuple[int, ...] = ()
 
     def choose_offload(self, vanilla_kv_bytes: float) -> tuple[int, ...]:
         """ZeroDP's offload set for a sink whose KV pool holds `vanilla_kv_bytes` without offloading, decoding
-        sequences of `context` tokens (`cost.best_offload_count`); sets and returns `offload_layers`."""
+        sequences of `context` tokens (`cost.best_offload_count`); sets and returns `offload_layers` (and forgets
+        the forwards computed before, with another set)."""
         s, c = self.shapes, self.config
         kv = KVModel(vanilla_kv_bytes, self.clock.kv_bytes_per_token, self.context, self.clock.cal)
         layer_bytes = self.elt * s.expert_params() // c.tp
         n, _ = best_offload_count(kv, len(s.moe_layers), layer_bytes, self.copy_gbps)
         self.offload_layers = spread(s.moe_layers, n)
+        self._decode_memos.clear()
+        self._prefill_memos.clear()
         return self.offload_layers
+
+    # ------------------------------------------------------------------ a forward: one shard's, plus terms of its size
+    # Every technique's forward is one shard's (`ShardClock.decode_ms`, `prefill_ms`) plus what the technique adds to
+    # it, which depends on the forward's size alone (decode rows or prefill tokens): collectives, the weights it pulls,
+    # the FFN it runs for other ranks. `_terms` gives them as (shard, SP, add1, add2, add3, at_least): the forward
+    # lasts the shard's + add1 + add2 + add3, at least at_least (`_decode_with`, `_prefill_with`), the additions in
+    # the order each technique makes them, so the floats are those of its formula; a term a technique lacks is 0.0
+    # (x + 0.0 is x for every x but -0.0, and times are positive) or an at_least of -inf. The simulation asks for
+    # some 400,000 forwards a planning run that no memo of whole forwards holds (new contexts, batches of several
+    # prompts): with each size's terms computed once, each of them is the shard's forward and five operations.
+    def _terms(self, size: float, role: str = "", variant: str | None = None) -> tuple:
+        """A forward of `size` (decode rows or prefill tokens) of a replica in `role` ("sink" for a ZeroDP sink) as
+        (shard, SP, add1, add2, add3, at_least) (see above; SP > 1: the shard runs `size` / SP, Shift's base), SiDP
+        as `variant` (default: the configuration's)."""
+        c = self.config
+        if c.technique == "shift":
+            return self._shift_terms(size, size > self.shift_threshold)
+        if c.technique == "dp_attention":  # whole attention, no TP all-reduce; the FFN gathered from every GPU
+            return (self.clock, 1, *self._gathered_terms(size, c.gpus), 0.0, -math.inf)
+        all_reduce = self._collective_ms("all_reduce", c.tp, size)
+        if c.technique == "sidp":
+            variant = variant or c.variant
+            if variant == "was" or (variant == "auto" and size >= self.b_th):
+                return (self.clock, 1, all_reduce, *self._stream_terms())
+            return (self.clock, 1, all_reduce, *self._gathered_terms(size, c.dp), -math.inf)
+        if role == "sink":
+            return (self.clock, 1, all_reduce, *self._stream_terms())
+        return self.clock, 1, all_reduce, 0.0, 0.0, -math.inf
+
+    @staticmethod
+    def _decode_with(terms: tuple, b: float, ctx: float) -> float:
+        """The GPU's decode step of `b` rows of `ctx` tokens with `_terms(b)`."""
+        shard, sp, add1, add2, add3, at_least = terms
+        ms = shard.decode_ms(b if sp == 1 else b / sp, ctx) + add1 + add2 + add3
+        return at_least if at_least > ms else ms  # max(ms, at_least)
+
+    @staticmethod
+    def _prefill_with(terms: tuple, parts) -> float:
+        """A prefill forward of `parts` ((new tokens, tokens in KV) per request) with `_terms` of its new tokens."""
+        shard, sp, add1, add2, add3, at_least = terms
+        ms = shard.prefill_ms(parts, 1.0 if sp == 1 else 1 / sp) + add1 + add2 + add3
+        return at_least if at_least > ms else ms
 
     # ------------------------------------------------------------------ per technique
     def decode_ms(self, b: float, ctx: float, role: str = "") -> float:
@@ -509,107 +521,93 @@ class StepModel:
         h = CONTEXT_STEP x (q + 1/2), or at h itself when q is odd. The simulation's contexts are means of whole
         tokens over the batch (S / b): h - ctx is a whole number only when the mean is one (exact in floats), and is
         otherwise at least 1 / b away from one, far more than the floats' error, so floor and ceil are exact."""
-        return self._decode_run(role, b, ctx)
-
-    def _decode_run(self, role: str, b: int, ctx: float) -> tuple[float, int]:
-        """`decode_run`, the role first."""
         return self._decode_runner(role)(b, ctx)
 
     def _decode_runner(self, role: str) -> Callable[[int, float], tuple[float, int]]:
         """`decode_run` of `role` as a function of (b, ctx), each (b, rounded context) computed once: a closure over
-        its memo, b -> {q = round(ctx / CONTEXT_STEP): (ms, h, q odd)}. The simulation calls it for every run of
-        equal decode steps, half a million times in a planning run: the closure's locals take some 15 % off the
-        partial of a method over one memo keyed by (role, b, q) it replaces, and a memo per batch (its runs follow
-        one another in q) some 10 % off one keyed by (b, q) pairs."""
-        run = self._decode_runners.get(role)
-        if run is None:
-            by_batch, uncached = collections.defaultdict(dict), self._decode_uncached
-            step, half, ceil, floor = CONTEXT_STEP, CONTEXT_STEP / 2, math.ceil, math.floor
-            round_float = float.__round__  # round() of a float, without the builtin's lookup of it (3x faster)
+        its memos, b -> {q = round(ctx / CONTEXT_STEP): (ms, h, q odd)} and b -> the batch's terms (`_terms`, the
+        shard's batch and the host's step). The simulation calls it for every run of equal decode steps, half a
+        million times in a planning run: the closure's locals take some 15 % off the partial of a method over one
+        memo keyed by (role, b, q) it replaces, and a memo per batch (its runs follow one another in q) some 10 % off
+        one keyed by (b, q) pairs. A new closure each call, over memos the model keeps: the model keeps no closure,
+        so no reference cycle holds it (and its memos) for the cyclic garbage collector."""
+        by_batch, batch_terms = self._decode_memos.setdefault(role, (collections.defaultdict(dict), {}))
+        step, half, ceil, floor = CONTEXT_STEP, CONTEXT_STEP / 2, math.ceil, math.floor
+        round_float = float.__round__  # round() of a float, without the builtin's lookup of it (3x faster)
 
-            def run(b: int, ctx: float) -> tuple[float, int]:
-                q = round_float(ctx / step)
-                memo = by_batch[b]
-                hit = memo.get(q)
-                if hit is None:
-                    hit = memo[q] = (uncached(b, step * q, role), step * q + half, q % 2)
-                ms, h, odd = hit  # ctx <= h (< h when q is odd): steps >= 1
-                return ms, ceil(h - ctx) if odd else floor(h - ctx) + 1
+        def run(b: int, ctx: float) -> tuple[float, int]:
+            q = round_float(ctx / step)
+            memo = by_batch[b]
+            hit = memo.get(q)
+            if hit is None:  # `_decode_uncached(b, step * q, role)`, the batch's terms computed once
+                terms = batch_terms.get(b)
+                if terms is None:
+                    shard, sp, add1, add2, add3, at_least = self._terms(b, role)
+                    terms = batch_terms[b] = (shard.decode_ms, b if sp == 1 else b / sp, add1, add2, add3, at_least,
+                                              self._host_ms(b))
+                decode, rows, add1, add2, add3, at_least, host = terms
+                ms = decode(rows, step * q) + add1 + add2 + add3
+                ms = at_least if at_least > ms else ms
+                hit = memo[q] = (host if host > ms else ms, step * q + half, q % 2)
+            ms, h, odd = hit  # ctx <= h (< h when q is odd): steps >= 1
+            return ms, ceil(h - ctx) if odd else floor(h - ctx) + 1
 
-            self._decode_runners[role] = run
         return run
 
     def _decode_uncached(self, b: float, ctx: int, role: str) -> float:
-        """The GPU's step (`_graph_decode`) or the host's, whichever is longer: the host runs the scheduler's work
-        for `b` requests (`ShardClock.host_ms`), which the overlap scheduler hides behind a graph forward, and past
-        the largest decode graph (SGLang runs the batch eagerly) the forward's kernel launches too, at least the
-        calibrated eager step (`ShardClock.eager_ms`). The host's share depends on `b` alone: computed once per batch
-        (`_host_memo`)."""
-        ms = self._graph_decode(b, ctx, role)
-        host = self._host_memo.get(b)
-        if host is None:
-            host = self._host_memo[b] = self._host_decode_ms(b)
+        """The GPU's step (`_terms`) or the host's, whichever is longer: the host runs the scheduler's work for `b`
+        requests (`ShardClock.host_ms`), which the overlap scheduler hides behind a graph forward, and past the
+        largest decode graph (SGLang runs the batch eagerly) the forward's kernel launches too, at least the
+        calibrated eager step (`ShardClock.eager_ms`). (`_decode_runner` computes it so, each batch's terms once.)"""
+        ms = self._decode_with(self._terms(b, role), b, ctx)
+        host = self._host_ms(b)
         return host if host > ms else ms  # max(ms, host)
 
-    def _host_decode_ms(self, b: float) -> float:
-        """The host's work of a decode step of `b` running requests (`_decode_uncached`)."""
-        clock = self.clocks["shift" if self.config.technique == "shift" else "forward"]
-        host = clock.host_ms(b)
-        if self.graph_max_bs is not None and b > self.graph_max_bs:
-            host += clock.eager_ms(b)
+    def _host_ms(self, b: float) -> float:
+        """The host's work of a decode step of `b` running requests (`_decode_uncached`), computed once per batch."""
+        host = self._host_memo.get(b)
+        if host is None:
+            clock = self.clocks["shift" if self.config.technique == "shift" else "forward"]
+            host = clock.host_ms(b)
+            if self.graph_max_bs is not None and b > self.graph_max_bs:
+                host += clock.eager_ms(b)
+            self._host_memo[b] = host
         return host
-
-    def _graph_decode(self, b: float, ctx: int, role: str) -> float:
-        c = self.config
-        if c.technique == "dp_attention":
-            return self._gathered(self.clock.decode_ms(b, ctx), b, c.gpus)
-        if c.technique == "sidp":
-            return self._sidp_decode(b, ctx, c.variant)
-        if c.technique == "shift":
-            return self._shift_decode(b, ctx)
-        base = self._tp_decode(b, ctx)
-        return self._streamed(base) if role == "sink" else base
 
     def prefill_ms(self, parts, role: str = "") -> float:
         """One prefill forward of `parts` ((new tokens, tokens in KV) per request) on one replica (a one-request
         prefill computed once: a simulation asks for the same chunks of long prompts many times)."""
-        return self._prefill_ms(role, parts)
-
-    def _prefill_ms(self, role: str, parts) -> float:
-        """`prefill_ms`, the role first."""
         return self._prefill_runner(role)(parts)
 
     def _prefill_runner(self, role: str) -> Callable[[Sequence[tuple[int, int]]], float]:
         """`prefill_ms` of `role` as a function of `parts`, a one-request prefill computed once: a closure over its
-        memo, (new, prefix) -> ms, as `_decode_runner` (the simulation calls it for every prefill, some 275,000 times
-        in a planning run)."""
-        run = self._prefill_runners.get(role)
-        if run is None:
-            memo, uncached = {}, self._prefill_uncached
+        memos, (new, prefix) -> ms and new tokens -> their terms (`_terms`), as `_decode_runner` (the simulation
+        calls it for every prefill, some 275,000 times in a planning run)."""
+        memo, new_terms = self._prefill_memos.setdefault(role, ({}, {}))
 
-            def run(parts) -> float:
-                if len(parts) == 1:
-                    part = parts[0]
-                    ms = memo.get(part)
-                    if ms is None:
-                        ms = memo[part] = uncached(parts, role)
+        def run(parts) -> float:
+            if len(parts) == 1:
+                part = parts[0]
+                ms = memo.get(part)
+                if ms is not None:
                     return ms
-                return uncached(parts, role)
+                new = part[0]
+            else:
+                new = 0
+                for n, _ in parts:
+                    new += n
+            terms = new_terms.get(new)  # `_prefill_with(self._terms(new, role), parts)`, the terms computed once
+            if terms is None:
+                shard, sp, add1, add2, add3, at_least = self._terms(new, role)
+                terms = new_terms[new] = (shard.prefill_ms, 1.0 if sp == 1 else 1 / sp, add1, add2, add3, at_least)
+            prefill, share, add1, add2, add3, at_least = terms
+            ms = prefill(parts, share) + add1 + add2 + add3
+            ms = at_least if at_least > ms else ms
+            if len(parts) == 1:
+                memo[part] = ms
+            return ms
 
-            self._prefill_runners[role] = run
         return run
-
-    def _prefill_uncached(self, parts, role: str) -> float:
-        c = self.config
-        new = parts[0][0] if len(parts) == 1 else sum([n for n, _ in parts])  # new tokens in all
-        if c.technique == "dp_attention":
-            return self._gathered(self.clock.prefill_ms(parts), new, c.gpus)
-        if c.technique == "sidp":
-            return self._sidp_prefill(parts, new, c.variant)
-        if c.technique == "shift":
-            return self._shift_prefill(parts, new)
-        base = self._tp_prefill(parts, new)
-        return self._streamed(base) if role == "sink" else base
 
     def step_times(self, role: str = "") -> StepTimes:
         """The simulation's step times of a replica in `role` ("sink" for a ZeroDP sink, else ""): a decode step at
