@@ -38,6 +38,21 @@ def test_chunked_prefill_splits_a_long_prompt_and_decode_waits_for_it():
     assert rep.iterations == {"prefill": 2, "decode": 1}
 
 
+def test_a_request_arriving_during_a_forward_waits_for_the_iteration_chosen_before_it():
+    """SGLang's overlap scheduler chooses the batch after a forward when that forward starts. B arrives during A's
+    prefill (0-1 ms), after the step that follows it was chosen (A's first decode, 1.1 ms): B is prefilled after that
+    decode. C arrives during A's last decode, when nothing else would run: it is prefilled as that decode ends."""
+    a, b = SimRequest(0.0, 1000, 3), SimRequest(0.0005, 100, 2)
+    simulate([a, b], [replica()])
+    assert b.first_token_s == pytest.approx(0.001 + 0.0011 + 0.0001)  # not 0.0011: the decode went first
+    a, c = SimRequest(0.0, 1000, 2), SimRequest(0.0015, 100, 2)  # A: prefill to 1 ms, its one decode to 2.1 ms
+    simulate([a, c], [replica()])
+    assert a.finish_s == pytest.approx(0.0021) and c.first_token_s == pytest.approx(0.0021 + 0.0001)
+    d = SimRequest(0.5, 100, 2)  # an idle replica takes it at once
+    simulate([d], [replica()])
+    assert d.ttft_s == pytest.approx(0.0001)
+
+
 def test_kv_admission_holds_a_request_that_does_not_fit():
     """250 KV tokens: A (100 + 50 out) is admitted; B needs 100 + 50 + 1 = 151 >= 250 - 100 held - 49 x 0.7
     reserved for A's decode, so it waits until A finished. With 300 tokens B misses A's batch (300 - 150 left) but
@@ -141,6 +156,7 @@ class _RefReplicaSim:
         self.used = 0
         self.ratio = INIT_NEW_TOKEN_RATIO
         self.iterations = collections.Counter()
+        self.last_start = self.last_end = -math.inf  # the last prefill or decode iteration (not a rejection)
 
     def _free(self):
         return self.limits.kv_tokens - self.used - self.cache.tokens
@@ -177,12 +193,27 @@ class _RefReplicaSim:
         return batch
 
     def step(self):
+        # SGLang's overlap scheduler chose this iteration when the one before it started, if it follows that one back
+        # to back, else now: a request that arrived later is not part of it, unless nothing else would run
+        chosen = self.last_start if self.last_end == self.clock else self.clock
+        late = [r for r in self.waiting if r.arrival_s > chosen]
+        if late and (len(late) < len(self.waiting) or self.running or self.chunked):
+            for r in late:
+                self.waiting.remove(r)
+            ran = self._step()
+            self.waiting.extend(late)
+            return ran
+        return self._step()
+
+    def _step(self):
         batch = self._prefill_batch() if (self.waiting or self.chunked) else []
         if not batch and not self.running and not self.chunked and self.waiting:
             self.waiting.popleft().rejected = True
             return True
         if batch:
+            self.last_start = self.clock
             self.clock += self.times.prefill_ms([(t, r.prefilled) for r, t in batch]) / 1e3
+            self.last_end = self.clock
             self.iterations["prefill"] += 1
             self.chunked = None
             for req, take in batch:
@@ -206,7 +237,9 @@ class _RefReplicaSim:
         ms = d(n, sum(r.input_len + r.decoded for r in self.running) / n)
         if self.times.longest_row and n > 1:  # at least the longest row's step and what the other rows add
             ms = max(ms, d(1, max(r.input_len + r.decoded for r in self.running)) + (d(n, 0) - d(1, 0)))
+        self.last_start = self.clock
         self.clock += ms / 1e3
+        self.last_end = self.clock
         self.iterations["decode"] += 1
         self._take(len(self.running))
         done = list(self.running)
@@ -251,6 +284,9 @@ def _ref_simulate(requests, replicas, route=None):
             target = replicas[i]
             target.clock = max(target.clock, req.arrival_s)
             target.waiting.append(req)
+            chosen = target.last_start if target.last_end == target.clock else target.clock
+            if chosen < req.arrival_s and (len(target.waiting) > 1 or target.running or target.chunked):
+                target.step()  # the iteration chosen before `req` came, which runs without it, before the next arrival
             continue
         if not busy:
             continue

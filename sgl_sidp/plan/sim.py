@@ -15,10 +15,14 @@ What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.manag
 - retraction: a decode step that finds fewer free tokens than running requests sends the request with the most
   output back to the waiting queue (its KV freed, its prompt and output recomputed later) and resets the ratio to 0.7;
 - the radix cache: a request's prompt blocks (Mooncake `hash_ids`, 512 tokens each) already cached skip prefill; a
-  finished request's blocks stay cached, evicted least recently used when their tokens are needed.
+  finished request's blocks stay cached, evicted least recently used when their tokens are needed;
+- the overlap scheduler's look-ahead: the batch that runs after a forward is chosen when that forward starts
+  (`Scheduler.event_loop_overlap`), so a request that arrives while a forward runs waits for the iteration after
+  the next one, and one that finds the replica idle is taken at once (`ReplicaSim.arrive`).
 
 What it leaves out: the overlap scheduler's CPU time (an iteration lasts its forward; the step times may fold the
-host's share in), mixed chunks, priorities, retraction of a request mid-prefill and eviction below a block. The
+host's share in), its look-ahead for what is not an arrival (a batch is chosen knowing the requests that finish in
+the forward before it, and the KV they free), mixed chunks, priorities, retraction of a request mid-prefill and eviction below a block. The
 tokenizer manager, one process for all DP replicas, comes after the schedule where its rate is known (`deliver`, from
 the replicas' `tokens_log`).
 
@@ -287,6 +291,7 @@ class ReplicaSim:
         self._decode_memo: dict[tuple[int, float], float] = {}  # (batch, mean context) -> decode_ms
         self._binade = _binade(self.clock)  # the clock's binade, as `_decodes` last saw it (`_binade`)
         self._longest: list[tuple[int, int]] = []  # heap of (-(context - decode steps run), join number) (`_top`)
+        self.decided_s = -math.inf  # when SGLang's scheduler chose the iteration that starts at `clock` (`arrive`)
         # (batch, total context, longest context) -> (ms, steps): the decode step's time and for how many steps it
         # stays the same (`StepTimes.longest_row`)
         self._decode_run = self._step_run(times.decode_run or self._decode_one, times.longest_row)
@@ -581,6 +586,28 @@ class ReplicaSim:
         self.waiting.appendleft(victim)
         self.ratio = INIT_NEW_TOKEN_RATIO
 
+    def arrive(self, req: SimRequest) -> None:
+        """Queue `req` once this replica has run every iteration SGLang's scheduler chose before `req` arrived.
+
+        SGLang 0.5.17's overlap scheduler (`Scheduler.event_loop_overlap`) chooses and launches the next batch before
+        it waits for the current forward's results, so the batch that runs after a forward is chosen when that forward
+        starts. A request that arrives while a forward runs is first scheduled in the iteration after the next one
+        (the next one runs without it); one that arrives while the replica has nothing to run is scheduled at once.
+        `decided_s` keeps when the iteration at `clock` was chosen where that matters: the start of the iteration
+        before it (any time before the arrival will do), or when an arrival found the replica idle."""
+        a = req.arrival_s
+        if self.clock < a:
+            self.advance(a)
+        if not (self.waiting or self._running or self.chunked):  # idle: taken at `a`, or as the last forward ends
+            if self.clock < a:
+                self.clock = a
+            self.decided_s = self.clock
+        elif self.decided_s < a:  # (then `clock` >= `a`) the iteration at `clock` was chosen before `a`
+            start = self.clock
+            self.advance(math.nextafter(start, math.inf))  # it runs without `req`
+            self.decided_s = start
+        self.waiting.append(req)
+
     def advance(self, until_s: float = math.inf) -> None:
         """Run every iteration that starts before `until_s` (s, on this replica's clock), or until there is nothing
         left to run.
@@ -823,8 +850,9 @@ def simulate(requests: Sequence[SimRequest], replicas: Sequence[ReplicaSim],
     request goes to `route(request, replicas)` at its arrival (default: round robin, SGLang's default). Returns the
     requests with their times filled in.
 
-    A request is routed once every replica has run each iteration that starts before it arrives (a request arriving
-    at the clock of a replica's next iteration is queued before that iteration); replicas share nothing else, so
+    A request is routed once every replica has run each iteration that starts before it arrives, and queued once its
+    replica has run the iterations chosen before it arrived (`ReplicaSim.arrive`: a `route` that reads the replicas'
+    state sees that replica after the iteration that runs without the request); replicas share nothing else, so
     each runs on its own between arrivals. Round robin reads no replica's state: there each replica runs through its
     own requests on its own, one replica after the other (running a replica up to an arrival that is not its own and
     on from there is the same as running it on without stopping).
@@ -860,19 +888,15 @@ def _simulate(requests: Sequence[SimRequest], replicas: Sequence[ReplicaSim],
     pending = sorted(requests, key=lambda r: r.arrival_s)
     if route is None:
         for i, rep in enumerate(replicas):
-            for req in pending[i::len(replicas)]:  # (`_arrive`, written out)
-                if rep.clock < req.arrival_s:
-                    rep.advance(req.arrival_s)
-                    if rep.clock < req.arrival_s:
-                        rep.clock = req.arrival_s
-                rep.waiting.append(req)
+            for req in pending[i::len(replicas)]:
+                rep.arrive(req)
             rep.advance()
         return requests
     for req in pending:
         for rep in replicas:
             if rep.clock < req.arrival_s:  # else it has nothing to run before the arrival
                 rep.advance(req.arrival_s)
-        _arrive(replicas[route(req, replicas)], req)
+        replicas[route(req, replicas)].arrive(req)
     for rep in replicas:
         rep.advance()
     return requests
@@ -920,14 +944,6 @@ class PrivateBlocks:
                 last_shared[some] = np.maximum.reduceat(np.where(shared, np.arange(len(key)), -1), starts[some])
             private = self._memo[replicas] = (ends - np.maximum(last_shared + 1, starts)).tolist()
         return private
-
-
-def _arrive(rep: ReplicaSim, req: SimRequest) -> None:
-    """Queue `req` at `rep` once `rep` has run every iteration that starts before it arrives."""
-    if rep.clock < req.arrival_s:
-        rep.advance(req.arrival_s)
-    rep.clock = max(rep.clock, req.arrival_s)
-    rep.waiting.append(req)
 
 
 def deliver(requests: Sequence[SimRequest], logs: Sequence[Sequence[tuple[float, float, int]]], tokens_per_s: float,
