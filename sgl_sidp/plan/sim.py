@@ -604,7 +604,8 @@ class ReplicaSim:
             self.decided_s = self.clock
         elif self.decided_s < a:  # (then `clock` >= `a`) the iteration at `clock` was chosen before `a`
             start = self.clock
-            self.advance(math.nextafter(start, math.inf))  # it runs without `req`
+            while self.clock <= start and self.step():  # it runs without `req` (after any rejection, which takes no time)
+                pass
             self.decided_s = start
         self.waiting.append(req)
 
