@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
@@ -38,7 +39,9 @@ def main() -> None:
     from sgl_sidp.plan.sim import SimRequest, StepTimes
 
     original = planner.simulate
-    timings: list[tuple[int, int, float, float]] = []  # (replicas, requests, seconds, seconds in step times)
+    # (configuration, replicas, requests, seconds, seconds in step times), one per `simulate` call: configurations
+    # whose schedule is another's (`plan_requests`' twins) are not simulated, so each call names its own
+    timings: list[tuple[str, int, int, float, float]] = []
 
     def clocked(times: StepTimes, spent: list[float]) -> StepTimes:
         """`times` with every call's seconds added to `spent[0]` (`decode_run` and `longest_row` kept, so the
@@ -63,6 +66,7 @@ def main() -> None:
                 for r in requests]
 
     def timed(requests, replicas, route=None):
+        config = sys._getframe(1).f_locals.get("c")  # the configuration `plan_requests` is predicting
         best, out = float("inf"), None
         for _ in range(a.repeat):
             fresh = copies(requests)
@@ -79,7 +83,7 @@ def main() -> None:
                 setattr(r, name, getattr(f, name))
         for p, rep in zip(replicas, reps):  # and the replicas' tokens (`sim.deliver`)
             p.tokens_log = rep.tokens_log
-        timings.append((len(replicas), len(requests), best, spent[0]))
+        timings.append((getattr(config, "name", "?"), len(replicas), len(requests), best, spent[0]))
         return requests
 
     planner.simulate = timed
@@ -88,10 +92,10 @@ def main() -> None:
             for n in a.gpus:
                 timings.clear()
                 result = planner.plan(a.model_path, n, "H200", spec)
-                rows = [r for r in result["configurations"] if "total_tok_s" in r]
-                for row, (dp, reqs, sec, in_times) in zip(rows, timings):
-                    print(f"{Path(spec).name:32s} gpus={n} {row['name']:14s} replicas={dp} requests={reqs:6d} "
-                          f"{sec:7.3f} s (step times {in_times:6.3f} s)  total_tok_s={row['total_tok_s']}", flush=True)
+                tok_s = {r["name"]: r.get("total_tok_s") for r in result["configurations"]}
+                for name, dp, reqs, sec, in_times in timings:
+                    print(f"{Path(spec).name:32s} gpus={n} {name:14s} replicas={dp} requests={reqs:6d} "
+                          f"{sec:7.3f} s (step times {in_times:6.3f} s)  total_tok_s={tok_s.get(name)}", flush=True)
     finally:
         planner.simulate = original
 
