@@ -21,9 +21,9 @@ What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.manag
   the next one, and one that finds the replica idle is taken at once (`ReplicaSim.arrive`).
 
 What it leaves out: the overlap scheduler's CPU time (an iteration lasts its forward; the step times may fold the
-host's share in), its look-ahead for what is not an arrival (a batch is chosen knowing the requests that finish in
-the forward before it, and the KV they free), mixed chunks, priorities, retraction of a request mid-prefill and eviction below a block. The
-tokenizer manager, one process for all DP replicas, comes after the schedule where its rate is known (`deliver`, from
+host's share in), its look-ahead for what is not an arrival (here a batch is chosen knowing which requests the
+forward before it finishes and the KV they free; SGLang's is chosen before that forward's results), mixed chunks,
+priorities, retraction of a request mid-prefill and eviction below a block. The tokenizer manager, one process for all DP replicas, comes after the schedule where its rate is known (`deliver`, from
 the replicas' `tokens_log`).
 
 How it runs (an hour-long trace of 12,000 requests under one configuration in about half a second): an iteration
@@ -604,7 +604,7 @@ class ReplicaSim:
             self.decided_s = self.clock
         elif self.decided_s < a:  # (then `clock` >= `a`) the iteration at `clock` was chosen before `a`
             start = self.clock
-            while self.clock <= start and self.step():  # it runs without `req` (after any rejection, which takes no time)
+            while self.clock <= start and self.step():  # it runs without `req` (after any rejection: no time)
                 pass
             self.decided_s = start
         self.waiting.append(req)
