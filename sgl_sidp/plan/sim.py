@@ -23,8 +23,8 @@ What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.manag
 What it leaves out: the overlap scheduler's CPU time (an iteration lasts its forward; the step times may fold the
 host's share in), its look-ahead for what is not an arrival (here a batch is chosen knowing which requests the
 forward before it finishes and the KV they free; SGLang's is chosen before that forward's results), mixed chunks,
-priorities, retraction of a request mid-prefill and eviction below a block. The tokenizer manager, one process for all DP replicas, comes after the schedule where its rate is known (`deliver`, from
-the replicas' `tokens_log`).
+priorities, retraction of a request mid-prefill and eviction below a block. The tokenizer manager, one process for
+all DP replicas, comes after the schedule where its rate is known (`deliver`, from the replicas' `tokens_log`).
 
 How it runs (an hour-long trace of 12,000 requests under one configuration in about half a second): an iteration
 costs O(1) besides the requests it admits, finishes or retracts. Running sums stand for the sums over the running
