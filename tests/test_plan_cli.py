@@ -499,8 +499,10 @@ def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):
     from tests.test_replay import FakeSGLangServer
 
     sig = "Qwen3ForCausalLM L36 H4096 I12288 A32/8 tp1"
+    # eager steps slow enough that the serving probe's 4 s of decode take its 128 output tokens (a 2 ms step would
+    # stream 2,000 tokens to each of 512 requests: minutes of this CPU)
     table = {"model": sig, "gpu": "NVIDIA H200", "decode_ms": {"256": 0.5}, "prefill_ms": {"512": 1.0, "2048": 2.0},
-             "decode_ms_eager": {"256": 1.0, "512": 2.0}, "decode_eager_context": 256}
+             "decode_ms_eager": {"256": 40.0, "512": 40.0}, "decode_eager_context": 256}
 
     class Srv:
         def __init__(self, fake):
