@@ -157,7 +157,7 @@ def test_timed_graphs_only_captures_the_timed_sizes_with_sglangs_own_flags(qwen3
 
     from sglang.srt.server_args import ServerArgs
 
-    from sgl_sidp.calibration.measure import DECODE_BATCHES, PREFILL_TOKENS
+    from sgl_sidp.calibration.table import DECODE_BATCHES, PREFILL_TOKENS
     from sgl_sidp.plan.calibrate import calibrate, timed_graph_flags
 
     parser = argparse.ArgumentParser()
@@ -178,21 +178,32 @@ def test_timed_graphs_only_captures_the_timed_sizes_with_sglangs_own_flags(qwen3
 
 
 class _GatedServer(_FakeServer):
-    """A stand-in shard server that records, in `events`, when it starts, when it would take the GPU (its
-    `--overlay-start-after` file exists, or at once without one) and when it stops."""
+    """A stand-in shard server that records, in `events`, when it starts, when it reaches its `--overlay-start-after`
+    gate (`calibration.gate.reached`, after `start_up` looks at it), when it would take the GPU (the gate file exists)
+    and when it stops."""
 
-    def __init__(self, cache, sig, args, events):
+    def __init__(self, cache, sig, args, events, start_up=0):
         super().__init__(cache, sig)
-        self.events, self.name = events, sig
-        self.gate = Path(args[args.index("--overlay-start-after") + 1]) if "--overlay-start-after" in args else None
+        self.events, self.name, self.start_up = events, sig, start_up
+        self.gate = Path(args[args.index("--overlay-start-after") + 1])
 
     def start(self):
-        self.events.append(("start", self.name, self.gate is not None))
+        self.events.append(("start", self.name, self.gate.exists()))
 
-    def poll(self):  # "measures" once its gate is open
-        if self.gate is None or self.gate.exists():
-            if ("gpu", self.name) not in self.events:
-                self.events.append(("gpu", self.name))
+    def poll(self):  # reaches its gate after `start_up` polls; takes the GPU once the gate is open; 3 polls later its
+        # calibration is cached
+        from sgl_sidp.calibration.gate import reached
+
+        self.start_up -= 1
+        if self.start_up < 0 and not Path(reached(self.gate)).exists():
+            Path(reached(self.gate)).touch()
+            self.events.append(("reached", self.name))
+        elif Path(reached(self.gate)).exists() and self.gate.exists() and ("gpu", self.name) not in self.events:
+            self.events.append(("gpu", self.name))
+            self.measuring = 3
+        elif getattr(self, "measuring", 0):
+            self.measuring -= 1
+            if not self.measuring:
                 super().start()
         return None
 
@@ -200,12 +211,9 @@ class _GatedServer(_FakeServer):
         self.events.append(("stop", self.name))
 
 
-@pytest.mark.parametrize("ahead", [0, 1, 2])
-def test_the_next_shards_server_starts_while_the_current_one_is_measured(qwen3_8b, tmp_path, ahead):
-    """`serve_calibrations`: the `ahead` servers after the current one start (with `--overlay-start-after FILE`) while
-    it is measured, and the next one's FILE appears only after the current server stopped, so two servers never use
-    the GPU at once; with `ahead` 0, each server starts after the one before stopped, with no gate. Gate files are
-    removed at the end."""
+def _serve_stand_ins(tmp_path, ahead, start_up=0):
+    """`serve_calibrations` of three stand-in shards (`_GatedServer`), each `start_up` polls from start to its gate:
+    (the events, the results)."""
     from sgl_sidp.plan.calibrate import serve_calibrations
 
     events = []
@@ -214,30 +222,68 @@ def test_the_next_shards_server_starts_while_the_current_one_is_measured(qwen3_8
 
     def server(args, log):
         sig = f"M L{json.loads(args[args.index('--json-model-override-args') + 1])['num_hidden_layers']} tp1"
-        return _GatedServer(tmp_path, sig, args, events)
+        return _GatedServer(tmp_path, sig, args, events, start_up)
 
     import sgl_sidp.plan.calibrate as cal_mod
-    real = cal_mod.find_calibration
+    real = cal_mod.find_calibration, cal_mod.POLL_S
     try:  # the stand-in entries carry their signature as "model"
         cal_mod.find_calibration = lambda sig, gpu, dirs: next(
             ((SimpleNamespace(source="stand-in"), f) for f in Path(dirs[0]).glob("*.json")
              if json.loads(f.read_text())["calibration"]["model"] == sig),
             None)
+        cal_mod.POLL_S = 0.01
         res = serve_calibrations("m", jobs, "NVIDIA H200", tmp_path, server, timeout_s=10, measure_overhead=False,
                                  ahead=ahead)
     finally:
-        cal_mod.find_calibration = real
+        cal_mod.find_calibration, cal_mod.POLL_S = real
+    return events, res
+
+
+@pytest.mark.parametrize("ahead", [0, 1, 2])
+def test_the_next_shards_server_starts_while_the_current_one_is_measured(tmp_path, ahead):
+    """`serve_calibrations`: the `ahead` servers after the current one start while it is measured, behind a gate
+    file that appears only after the current server stopped, so two servers never use the GPU at once; with `ahead`
+    0, each server starts after the one before stopped, its gate open. Gate files are removed at the end."""
+    events, res = _serve_stand_ins(tmp_path, ahead)
     assert all(what.startswith("measured") for what, _ in res.values()), res
     gpu_order = [e for e in events if e[0] in ("gpu", "stop")]
     assert gpu_order == [("gpu", "M L1 tp1"), ("stop", "M L1 tp1"), ("gpu", "M L2 tp1"), ("stop", "M L2 tp1"),
                          ("gpu", "M L3 tp1"), ("stop", "M L3 tp1")]  # one server on the GPU at a time
-    starts = {name: (events.index(("start", name, gated)), gated) for _, name, gated in
+    starts = {name: (events.index(("start", name, open_)), open_) for _, name, open_ in
               (e for e in events if e[0] == "start")}
-    assert [gated for _, gated in starts.values()] == [False, ahead > 0, ahead > 0]
+    assert [open_ for _, open_ in starts.values()] == [True, ahead == 0, ahead == 0]
     stop_l1 = events.index(("stop", "M L1 tp1"))
     assert (starts["M L2 tp1"][0] < stop_l1) == (ahead >= 1)  # L2 started while L1 was measured
     assert (starts["M L3 tp1"][0] < stop_l1) == (ahead >= 2)  # and L3 too, two ahead
     assert not list(tmp_path.glob(".start-after-*"))
+
+
+def test_the_second_waiting_server_starts_once_the_first_server_reached_its_gate(tmp_path):
+    """Two servers ahead, each taking a few polls to its gate: L2 starts with L1, L3 only once L1 reached its gate
+    (two CPU start-ups at a time, not three, beside the first one's), still before L1 stops."""
+    events, res = _serve_stand_ins(tmp_path, 2, start_up=3)
+    assert all(what.startswith("measured") for what, _ in res.values()), res
+    at = {e[:2]: i for i, e in enumerate(events)}
+    assert at[("start", "M L2 tp1")] < at[("reached", "M L1 tp1")] < at[("start", "M L3 tp1")] < at[("stop", "M L1 tp1")]
+
+
+def test_the_two_layer_counts_of_a_shard_too_big_for_the_gpu_run_only_the_probes_its_entry_reads(monkeypatch,
+                                                                                              tmp_path):
+    """Llama-3.1-70B's TP1 shard on one H200 is served at 20 and 40 layers: the first runs the request overhead and
+    prefix prefills, the second also the serving step; every whole shard runs all of `PROBES`."""
+    from sgl_sidp.plan import calibrate as cal
+
+    seen = {}
+
+    def serve(model, jobs, *a, **k):
+        seen.update({j[0]: j[3] for j in jobs})
+        return {j[0]: ("failed: a stand-in", None) for j in jobs}
+
+    monkeypatch.setattr(cal, "serve_calibrations", serve)
+    cal.calibrate(str(MODELS / "Llama-3.1-70B"), 2, "NVIDIA H200", cache_dir=tmp_path, gpu_bytes=143771 * 2**20)
+    parts = {sig: probes for sig, probes in seen.items() if " L80 " not in sig}
+    assert [p for _, p in sorted(parts.items(), key=lambda kv: int(kv[0].split()[1][1:]))] == list(cal.PART_PROBES)
+    assert all(p == cal.PROBES for sig, p in seen.items() if " L80 " in sig) and len(seen) == len(parts) + 2
 
 
 @pytest.mark.parametrize("flags, says", [(["--gpus", "1", "--servers-ahead", "-1"], "--servers-ahead -1: at least 0"),
@@ -252,11 +298,12 @@ def test_calibrate_refuses_a_bad_count_in_one_line(qwen3_8b, capsys, flags, says
 
 def test_a_scheduler_waits_for_its_start_after_file_and_gives_up_with_one_line(tmp_path):
     """`--overlay-start-after FILE` (`calibration.gate.StartGate`, BEFORE `ModelRunner.init_torch_distributed`):
-    returns its arguments once FILE appears; without FILE it raises one line after its timeout. A FILE whose folder
+    makes `reached(FILE)` and returns its arguments once FILE appears; without FILE it raises one line after its
+    timeout. A FILE whose folder
     does not exist is refused with the settings."""
     import threading
 
-    from sgl_sidp.calibration.gate import StartGate
+    from sgl_sidp.calibration.gate import StartGate, reached
     from sgl_sidp.config import SidpConfig, SidpConfigError
     from sgl_sidp.hooks import hooks_for
 
@@ -264,7 +311,7 @@ def test_a_scheduler_waits_for_its_start_after_file_and_gives_up_with_one_line(t
     threading.Timer(0.3, gate.touch).start()
     t0 = time.monotonic()
     assert StartGate(path=str(gate), poll_s=0.02).wait("runner", k=1) == (("runner",), {"k": 1})
-    assert time.monotonic() - t0 >= 0.25
+    assert time.monotonic() - t0 >= 0.25 and Path(reached(gate)).exists()  # it said it got there
     with pytest.raises(RuntimeError, match="did not appear within 0 s"):
         StartGate(path=str(tmp_path / "never"), timeout_s=0.1, poll_s=0.02).wait()
     cfg = SidpConfig.from_mapping({"start_after": str(gate)})
@@ -580,3 +627,25 @@ def test_a_group_runs_while_any_thread_of_it_does(tmp_path):
     assert group_running(proc.pid)  # ... and the process is not
     proc.wait(10)
     assert not group_running(proc.pid)
+
+
+def test_plan_calibrate_starts_its_first_server_without_importing_torch(qwen3_8b, tmp_path):
+    """Importing torch took `plan calibrate` 6 s on a fresh H200 host before its first server started (the
+    calibration's critical path): it reads the timed points from `calibration.table`, not `calibration.measure`."""
+    code = f"""
+import sys
+from sgl_sidp.plan.calibrate import calibrate
+seen = []
+class Exits:
+    def __init__(self): self.proc = self
+    def poll(self): return 1
+    def start(self): pass
+    def stop(self): pass
+def server(args, log):
+    seen.append("torch" in sys.modules)
+    return Exits()
+calibrate({qwen3_8b!r}, 2, "NVIDIA H200", cache_dir={str(tmp_path)!r}, server=server, measure_overhead=False)
+print(seen)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().startswith("[False"), out.stderr[-2000:]

@@ -32,6 +32,17 @@ class CalibrationError(RuntimeError):
     """A calibration is missing, unreadable, or lacks the numbers a decision needs."""
 
 
+#: Default decode batch sizes and the two contexts each is timed at; prefill chunk sizes (`measure` times them; they
+#: are here so that `plan calibrate` reads them without importing torch, 2-6 s before its first server starts).
+#: (Decode time is concave in the batch for MoE models, so the batches are spaced by 4x at most.)
+DECODE_BATCHES = (1, 4, 16, 32, 64, 128, 256)
+DECODE_CONTEXTS = (256, 2048)
+#: decode batches also timed eagerly (no CUDA graph): SGLang runs a batch larger than its largest decode graph that
+#: way (on H200 below TP4 the graphs stop at 256, `ServerArgs` `cuda_graph_config.decode.max_bs`), and on 2 x H200 a
+#: TP2 decode step of 512 rows took 48-77 ms eagerly where the graphs' 256 took 21 ms
+EAGER_BATCHES = (256, 512)
+PREFILL_TOKENS = (16, 128, 512, 2048, 4096, 8192)
+
 #: what a start-up calibration's `source` says before the points its time budget skipped
 #: (`startup.ensure_forward_times` writes it, `plan.calibrate.serve_calibrations` reports it)
 BUDGET_SKIPPED = "not measured, past the time budget"

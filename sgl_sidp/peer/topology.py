@@ -88,6 +88,18 @@ def gpu_name(index: int) -> str | None:
         return None
 
 
+def gpu_capability(index: int) -> tuple[int, int] | None:
+    """Compute capability (major, minor) of visible GPU `index` from NVML, without initialising CUDA; None when NVML
+    cannot tell."""
+    try:
+        import pynvml
+
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(_nvml_handle(index))
+        return int(major), int(minor)
+    except Exception:
+        return None
+
+
 def gpu_memory_bytes(index: int) -> int | None:
     """Total memory of visible GPU `index` (CUDA_VISIBLE_DEVICES applied) from NVML, without initialising CUDA; None
     when NVML cannot tell."""

@@ -287,7 +287,7 @@ def write_png(result: dict, path: Path) -> None:
 def calibrate_main(argv: list[str]) -> None:
     """`python -m sgl_sidp.plan calibrate --model-path DIR --gpus N`: time every missing shard on this process's first
     visible GPU."""
-    from sgl_sidp.peer.topology import gpu_memory_bytes, gpu_name
+    from sgl_sidp.peer.topology import gpu_capability, gpu_memory_bytes, gpu_name
     from sgl_sidp.plan.calibrate import calibrate
 
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan calibrate",
@@ -305,10 +305,10 @@ def calibrate_main(argv: list[str]) -> None:
                          "captures about 36 and 58 (default; a timed batch runs in a graph of its own size either way). "
                          "--no-timed-graphs-only: SGLang's default graphs, a slower start, and servers whose KV pool "
                          "is a default server's")
-    ap.add_argument("--servers-ahead", type=int, default=1, metavar="N",
-                    help="servers started while the current shard is measured, each waiting for the GPU after its "
-                         "CPU start-up (default: 1; 0: each server starts after the one before it stopped); they use "
-                         "--port, --port + 1, ... --port + N")
+    ap.add_argument("--servers-ahead", type=int, default=2, metavar="N",
+                    help="servers started while the current shard is measured, one after another, each waiting for the "
+                         "GPU after its CPU start-up (default: 2; 0: each server starts after the one before it "
+                         "stopped); they use --port, --port + 1, ... --port + N")
     a = ap.parse_args(argv)
     for flag, value, least in (("--gpus", a.gpus, 1), ("--servers-ahead", a.servers_ahead, 0)):
         if value < least:
@@ -325,7 +325,7 @@ def calibrate_main(argv: list[str]) -> None:
     # clean-up runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = calibrate(a.model_path, a.gpus, name, port=a.port, timeout_s=a.timeout_s, gpu_bytes=gpu_memory_bytes(0),
-                        timed_graphs_only=a.timed_graphs_only, ahead=a.servers_ahead)
+                        timed_graphs_only=a.timed_graphs_only, ahead=a.servers_ahead, jit_capability=gpu_capability(0))
     for sig, what in results.items():
         print(f"{sig}: {what}")
     raise SystemExit(0 if all(not w.startswith("failed") for w in results.values()) else 1)

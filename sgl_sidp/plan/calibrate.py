@@ -9,7 +9,9 @@ what a request spends outside forwards (`record_request_overhead`), prefills ove
 rate at which the tokenizer manager streams tokens (`record_stream_rate`), and the server is stopped. One shard on the
 GPU at a time, so nothing else runs there while it is timed; the next shard's server does SGLang's CPU start-up
 meanwhile and waits for the GPU (`serve_calibrations`, `--overlay-start-after`). The servers capture only the CUDA
-graphs the calibration times (`timed_graph_flags`) unless asked not to.
+graphs the calibration times (`timed_graph_flags`) unless asked not to, and find the CUDA kernels SGLang compiles on
+first use built already: a process without a GPU builds them all at once while the first server starts
+(`jit_prebuild`).
 
 A shard whose weights do not fit this GPU (Llama-3.1-70B's full model on one H200) is served twice with fewer decoder
 layers (the largest of L/2, L/4, ... that fits, and half that) and each timed point is extrapolated linearly in the
@@ -32,9 +34,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from sgl_sidp.calibration.cache import CalibrationCache, CalibrationKey, default_cache_dir
+from sgl_sidp.calibration.gate import reached
 from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, free_before_load
 from sgl_sidp.calibration.table import BUDGET_SKIPPED, Calibration
 from sgl_sidp.model_info import read_hf_config
+from sgl_sidp.plan import jit_prebuild
 from sgl_sidp.plan.configs import Shard, configurations
 from sgl_sidp.plan.steps import find_calibration, shard_config, shard_roles, shard_signature
 
@@ -286,71 +290,94 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
 #: the HTTP probes a served shard runs, in order, once its calibration is cached
 PROBES = (record_request_overhead, record_prefix_prefills, record_serving_step, record_stream_rate)
 
+#: the probes of the two layer counts a shard too big for the GPU is served at (`extrapolate_layers`), the fewer
+#: first: only what the extrapolated entry reads, the prefills over a prefix of both (and the request overhead they
+#: take off) and the host time per request of the second. (The request overhead and stream rate of a whole model's
+#: shards are medians over that model's own shards' entries, `steps.request_overhead_ms`, which these are not.)
+PART_PROBES = ((record_request_overhead, record_prefix_prefills),
+               (record_request_overhead, record_prefix_prefills, record_serving_step))
 
-def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Path]], gpu_name: str, cache_dir: Path,
+
+#: seconds between two looks at the current server (its cache entry, its process, the waiting servers' gates)
+POLL_S = 0.5
+
+
+def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, cache_dir: Path,
                        server: Callable, timeout_s: float, measure_overhead: bool = True,
-                       ahead: int = 1) -> dict[str, tuple[str, Path | None]]:
+                       ahead: int = 2) -> dict[str, tuple[str, Path | None]]:
     """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate`) once per job (signature, SGLang
-    flags, log file) whose calibration is not in `cache_dir` yet, one server on the GPU at a time: wait until the
-    server cached its calibration (at most `timeout_s` s), run the HTTP probes (`PROBES`; none when
-    `measure_overhead` is False) and stop it. `server(args, log)` makes the `bench.server.ServerProcess`.
+    flags, log file[, its HTTP probes: `PROBES` if not given]) whose calibration is not in `cache_dir` yet, one server
+    on the GPU at a time: wait until the server cached its calibration (at most `timeout_s` s), run the job's probes
+    (none when `measure_overhead` is False) and stop it. `server(args, log)` makes the `bench.server.ServerProcess`.
 
-    The `ahead` jobs after the current one have their servers started already, each with `--overlay-start-after
-    FILE` (`calibration.gate`): they do SGLang's CPU start-up (about 40 s from the launcher's start to the
-    scheduler's first GPU call on an H200 host) while the current server is measured, and the next one takes GPU
-    memory only once its FILE appears, which this function creates after the current server's processes are gone.
-    Its `timeout_s` counts from then. `ahead` 0: each server starts after the one before it stopped. (The waiting
-    servers' CPU work runs beside the current one's timing: on a host of a few cores, use 0. Each waiting server
-    past the first may hold a CUDA context, about 0.5 GB, while the current one sizes its KV pool.)
+    The `ahead` jobs after the current one have their servers started already, each behind a gate
+    (`--overlay-start-after FILE`, `calibration.gate`): they do SGLang's CPU start-up (about 25 s from the launcher's
+    start to the scheduler's first GPU call on a warm H200 host, 55 s on a fresh one) while the current server is
+    measured, and the next one takes GPU memory only once its FILE appears, which this function creates after the
+    current server's processes are gone. Its `timeout_s` counts from then. The first of them starts with the first
+    server, the others once the first server reached its gate (`gate.reached`: fewer CPU start-ups beside the first
+    one, which is on the critical path). `ahead` 0: each server starts after the one before it stopped. (The waiting
+    servers' CPU work runs beside the current one's timing: on a host of a few cores, use 0. Each waiting server past
+    the first may hold a CUDA context, about 0.5 GB, while the current one sizes its KV pool.)
 
     Returns: signature -> (what happened: "cached <file>", "measured in N s <file>[; probe results]" or
     "failed: ...", the cache entry or None).
     """
     results = {}
     todo = []
-    for sig, flags, log in jobs:
+    for sig, flags, log, *probes in jobs:
         found = find_calibration(sig, gpu_name, [cache_dir])
         if found is not None:
             results[sig] = (f"cached {found[1]}", found[1])
         else:
-            todo.append((sig, flags, log))
+            todo.append((sig, flags, log, probes[0] if probes else PROBES))
     from sgl_sidp.launch_server import DEFAULT_MODEL_DIR
 
     base = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(DEFAULT_MODEL_DIR)]
     live, gates = [], []  # servers started and not stopped yet; gate files made
     waiting = collections.deque()  # (server, its gate file) of the jobs after the current one, in order
 
-    def launch(k: int, gated: bool):
-        """Start job `k`'s server, behind a gate file if `gated`."""
-        gate = cache_dir / f".start-after-{os.getpid()}-{k}" if gated else None
-        extra = []
-        if gate is not None:
-            gate.unlink(missing_ok=True)
-            gates.append(gate)
-            extra = ["--overlay-start-after", str(gate)]
-        srv = server([*base, *todo[k][1], "--overlay-calibrate", *extra, *SERVER_ARGS], todo[k][2])
+    def launch(k: int, now: bool):
+        """Start job `k`'s server behind its gate file, made already if `now`."""
+        gate = cache_dir / f".start-after-{os.getpid()}-{k}"
+        for f in (gate, Path(reached(gate))):
+            f.unlink(missing_ok=True)
+        gates.append(gate)
+        if now:
+            gate.touch()
+        srv = server([*base, *todo[k][1], "--overlay-calibrate", "--overlay-start-after", str(gate), *SERVER_ARGS],
+                     todo[k][2])
         srv.start()
         live.append(srv)
         return srv, gate
 
+    def top_up():
+        """Start the next waiting servers: the first one at once, the others once the first server reached its gate or
+        exited."""
+        nonlocal launched
+        while (launched < len(todo) and len(waiting) < ahead
+               and (launched == 1 or Path(reached(gates[0])).exists() or first.proc.poll() is not None)):
+            waiting.append(launch(launched, False))
+            launched += 1
+
     try:
-        srv, t0, launched = (launch(0, False)[0] if todo else None), time.monotonic(), 1
-        for sig, _, log in todo:
-            while launched < len(todo) and len(waiting) < ahead:
-                waiting.append(launch(launched, True))
-                launched += 1
+        srv, t0, launched = (launch(0, True)[0] if todo else None), time.monotonic(), 1
+        first = srv
+        for sig, _, log, probes in todo:
             while True:
+                top_up()
                 found = find_calibration(sig, gpu_name, [cache_dir])
                 if found is not None or srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
                     break
-                time.sleep(0.5)
+                time.sleep(POLL_S)
             if found is not None:
                 what = f"measured in {time.monotonic() - t0:.0f} s {found[1]}"
                 source = found[0].source
                 if BUDGET_SKIPPED in source:  # what its start-up calibration's time budget left out
                     what += f" ({source[source.index(BUDGET_SKIPPED):]})"
-                if measure_overhead:
-                    what += "".join(f"; {probe(srv, found[1])}" for probe in PROBES)
+                for probe in probes if measure_overhead else ():
+                    what += f"; {probe(srv, found[1])}"
+                    top_up()
                 results[sig] = (what, found[1])
             else:
                 results[sig] = (f"failed: the server {'exited' if srv.proc.poll() is not None else 'timed out'}; "
@@ -363,13 +390,14 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple[str, list[str], Pat
                 if hasattr(srv, "t_start"):
                     srv.t_start = time.time()  # its readiness clock (`wait_ready`) counts from the gate too
             elif launched < len(todo):
-                srv, launched = launch(launched, False)[0], launched + 1
+                srv, launched = launch(launched, True)[0], launched + 1
             t0 = time.monotonic()
     finally:
         for s in live:
             s.stop()
         for g in gates:
-            g.unlink(missing_ok=True)
+            for f in (g, Path(reached(g))):
+                f.unlink(missing_ok=True)
     return results
 
 
@@ -454,7 +482,7 @@ def timed_graph_flags() -> list[str]:
     keeps for graphs, so such a server's KV pool is not a default server's. Checked on one H200 for Qwen3-8B's TP1
     shard (`benchmarks/results/plan/calibrate_h200_probes_2026-11-24/`): decode steps within 1.4 % of a default
     server's, prefills of 512 tokens or more within 5 %, graph capture 5 s instead of 57 s."""
-    from sgl_sidp.calibration.measure import DECODE_BATCHES, PREFILL_TOKENS
+    from sgl_sidp.calibration.table import DECODE_BATCHES, PREFILL_TOKENS
 
     return ["--cuda-graph-bs-decode", *map(str, DECODE_BATCHES), "--cuda-graph-bs-prefill", *map(str, PREFILL_TOKENS)]
 
@@ -462,13 +490,16 @@ def timed_graph_flags() -> list[str]:
 def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | None = None, port: int = 26500,
               timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
               measure_overhead: bool = True, gpu_bytes: int | None = None,
-              timed_graphs_only: bool = True, ahead: int = 1) -> dict[str, str]:
+              timed_graphs_only: bool = True, ahead: int = 2,
+              jit_capability: tuple[int, int] | None = None) -> dict[str, str]:
     """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this process's first visible GPU (the first
     of CUDA_VISIBLE_DEVICES, else GPU 0; named `gpu_name`, of `gpu_bytes` bytes: a shard that does not fit is timed at
     two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and run each served shard's
     HTTP probes (`serve_calibrations`; `measure_overhead` False: none). `timed_graphs_only`: the
     servers capture only the graphs they time (`timed_graph_flags`). `ahead`: how many servers after the current one
     are started while it is measured (`serve_calibrations`), on `port`, `port + 1`, ... `port + ahead` in turn.
+    `jit_capability`: this GPU's compute capability, for which SGLang's JIT kernels of the shards to serve are built
+    in parallel while the first server starts (`jit_prebuild`; None: each server compiles what it needs on first use).
 
     Returns: signature -> "cached <file>", "measured in N s <file>" (or "extrapolated from ...") or why it failed.
     """
@@ -483,14 +514,15 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
                                                         gpus=gpu, env={"SIDP_CALIBRATION_DIR": str(cache_dir)},
                                                         kill_on_stop=True))
 
-    def job(sig: str, overrides: dict) -> tuple[str, list[str], Path]:
+    def job(sig: str, overrides: dict, probes=PROBES) -> tuple[str, list[str], Path, tuple]:
         """The `serve_calibrations` job of one shard (`overrides` for `--json-model-override-args`) whose signature is
-        `sig`."""
+        `sig`, running `probes`."""
         flags = ["--json-model-override-args", json.dumps(overrides)] + (timed_graph_flags() if timed_graphs_only else [])
-        return sig, flags, (log_dir or cache_dir) / f"calibrate-{sig.replace(' ', '_').replace('/', '-')}.log"
+        return sig, flags, (log_dir or cache_dir) / f"calibrate-{sig.replace(' ', '_').replace('/', '-')}.log", probes
 
     needed = shards_needed(hf, n_gpus)
     results, jobs, parts = {}, [], {}  # parts: signature -> (near layers, far layers, their signatures)
+    kv_heads = set()  # KV heads per GPU of the shards to serve
     for sig, shard in needed.items():
         overrides = shard.override_args(shapes)
         fit = layers_that_fit(hf, shard, gpu_bytes)
@@ -502,15 +534,26 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
             results[sig] = f"failed: {why_not}"
         elif fit == shapes.layers:
             jobs.append(job(sig, overrides))
+            kv_heads.add(shard.kv_heads)
         elif fit < 2:
             results[sig] = f"failed: not even {fit} decoder layer(s) of this shard fit one GPU of {gpu_bytes / GIB:.0f} GiB"
         else:
             part_sigs = [shard_signature(hf, shard, num_hidden_layers=n) for n in (fit // 2, fit)]
-            jobs += [job(ps, {**overrides, "num_hidden_layers": n}) for ps, n in zip(part_sigs, (fit // 2, fit))]
+            jobs += [job(ps, {**overrides, "num_hidden_layers": n}, probes)
+                     for ps, n, probes in zip(part_sigs, (fit // 2, fit), PART_PROBES)]
             parts[sig] = (fit // 2, fit, part_sigs)
+            kv_heads.add(shard.kv_heads)
         if sig in results:
             print(f"sgl-sidp plan calibrate: {sig}: {results[sig]}", file=sys.stderr, flush=True)
-    served = serve_calibrations(model_path, jobs, gpu_name, cache_dir, server, timeout_s, measure_overhead, ahead)
+    prebuild = (jit_prebuild.start(jit_prebuild.jit_modules(hf, kv_heads), jit_capability, log_dir or cache_dir)
+                if jobs and jit_capability else None)
+    try:
+        served = serve_calibrations(model_path, jobs, gpu_name, cache_dir, server, timeout_s, measure_overhead, ahead)
+    finally:
+        if prebuild is not None:
+            prebuild.stop()
+    if prebuild is not None:
+        print(f"sgl-sidp plan calibrate: {prebuild.report()}", file=sys.stderr, flush=True)
     for sig in needed:
         if sig in parts:
             near_n, far_n, part_sigs = parts[sig]
