@@ -544,6 +544,14 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.models.llama.LlamaMLP.act_fn", instance_attr=True),
     UsedSymbol("sglang.srt.models.llama.LlamaModel.embed_tokens", instance_attr=True),
     UsedSymbol("sglang.srt.models.llama.LlamaForCausalLM.logits_processor", instance_attr=True),
+    # plan calibrate: SGLang's JIT kernel builders, called ahead in a process of their own (`plan.jit_prebuild`)
+    UsedSymbol("sglang.kernels.ops.activation.activation.activation_module", ("dtype",)),
+    UsedSymbol("sglang.kernels.ops.attention.clamp_position._jit_clamp_position_module", ("dtype",)),
+    UsedSymbol("sglang.kernels.ops.attention.rope._jit_fused_rope_module", ("is_neox", "rope_dim", "dtype", "q_dtype")),
+    UsedSymbol("sglang.kernels.ops.layernorm.norm._jit_qknorm_module", ("head_dim", "dtype")),
+    UsedSymbol("sglang.kernels.ops.kvcache.kvcache._jit_kvcache_module", ("k_row_bytes", "v_row_bytes")),
+    UsedSymbol("sglang.kernels.jit.utils.arch.override_jit_cuda_arch", ("major", "minor")),
+    UsedSymbol("sglang.kernels.jit.utils.arch.make_jit_cuda_arch", ("major", "minor")),
 )
 
 

@@ -37,7 +37,11 @@ def test_an_mla_model_has_no_kv_cache_store_module_and_a_float16_one_builds_in_f
 
 
 def test_every_builder_is_sglangs_with_the_arguments_we_pass():
-    """The pinned SGLang's builders: importable on a CPU host, taking the positional arguments `jit_modules` gives."""
+    """The pinned SGLang's builders: importable on a CPU host, taking the positional arguments `jit_modules` gives, and
+    listed in `hooks.USED_SYMBOLS` (so that `scripts/check_next_sglang.py` compares them with a newer SGLang)."""
+    from sgl_sidp.hooks import USED_SYMBOLS
+
+    assert {b.replace(":", ".") for b in BUILDERS.values()} <= {u.path for u in USED_SYMBOLS}
     hf = {"hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
           "num_hidden_layers": 2, "vocab_size": 100}
     for m in jit_modules(hf, {2}):
