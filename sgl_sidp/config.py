@@ -136,7 +136,8 @@ class _CoreConfig(BaseModel):
         description="Developer aid for python -m sgl_sidp.plan calibrate on one GPU: each scheduler process does "
         "SGLang's start-up on the CPU (imports, tokenizer), then waits until FILE exists before it takes any GPU "
         "memory (ModelRunner.init_torch_distributed), so the next shard's server starts while the current one is "
-        "timed. It stops with one line after 30 minutes without FILE. Never for serving.",
+        "timed; on getting there it makes FILE.reached. It stops with one line after 30 minutes without FILE. Never "
+        "for serving.",
     )
     plan_workload: str = Field(
         "offline:512:2048:256",
