@@ -54,7 +54,9 @@ def jit_modules(hf: dict, kv_heads: Iterable[int]) -> list[JitModule]:
     `kv_heads`, in the model's dtype: SiLU-and-mul, the position clamp of the first request, the rotary embedding
     (NeoX style, over head_dim x partial_rotary_factor), the Q/K norm (built for every model: an unused module costs a
     thread here, nothing on the GPU), and one KV-cache store per KV row width (KV heads x head_dim x element bytes;
-    none for MLA). A shard's JIT kernels outside this list are still compiled by its server, on first use."""
+    none for MLA). A shard's JIT kernels outside this list are still compiled by its server, on first use; on one
+    H200 the servers of Qwen3-32B, Qwen3-30B-A3B and Llama-3.1-70B compiled none
+    (`benchmarks/results/plan/calibrate_h200_jit_2026-11-24/`)."""
     cfg = hf.get("text_config", hf)
     shapes = ModelShapes.of(hf)
     name = str(cfg.get("torch_dtype") or cfg.get("dtype")).removeprefix("torch.")
