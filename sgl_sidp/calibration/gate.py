@@ -4,9 +4,9 @@
 20-30 s on the CPU (imports, tokenizer manager, scheduler spawn); starting the next shard's server with this gate
 while the current one is timed overlaps that with the measurement, and the gate opens (the file appears) once the
 current server has stopped, so the next one sizes its KV pool from a GPU nobody else holds, as a lone server does.
-On reaching its gate a scheduler makes `reached(FILE)`: `plan calibrate` starts the waiting servers once the first
-one did, so that the first one's CPU start-up has the CPU to itself (three at once took a warm H200 host 54 s to the
-first one's GPU start, one alone 22 s).
+On reaching its gate a scheduler makes `reached(FILE)`: `plan calibrate` starts its second waiting server only once
+the first server did, so that fewer start-ups share the CPU with the first one (three at once took a warm H200 host
+54 s to the first one's GPU start, one alone 22 s).
 """
 
 from __future__ import annotations
