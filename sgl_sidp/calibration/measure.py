@@ -34,11 +34,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from sgl_sidp.calibration.table import DECODE_BATCHES, DECODE_CONTEXTS, EAGER_BATCHES, PREFILL_TOKENS  # noqa: F401
+from sgl_sidp.calibration.table import DECODE_BATCHES, DECODE_CONTEXTS, EAGER_BATCHES, PREFILL_TOKENS
 from sgl_sidp.process import Progress
 
 logger = logging.getLogger(__name__)
-
 
 
 def kv_bytes_per_token(model_runner) -> int:

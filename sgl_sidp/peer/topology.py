@@ -76,39 +76,37 @@ def _nvml_handle(index: int):
     return pynvml.nvmlDeviceGetHandleByIndex(int(v)) if v.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(v)
 
 
-def gpu_name(index: int) -> str | None:
-    """NVML's name of visible GPU `index` (as torch.cuda.get_device_name gives it), without initialising CUDA; None
-    when NVML cannot tell."""
+def _nvml_query(index: int, read: Callable):
+    """`read(pynvml, handle)` for visible GPU `index` (CUDA_VISIBLE_DEVICES applied), without initialising CUDA; None
+    when NVML cannot tell (no pynvml, no driver, no such GPU)."""
     try:
         import pynvml
 
-        name = pynvml.nvmlDeviceGetName(_nvml_handle(index))
-        return name.decode() if isinstance(name, bytes) else str(name)
+        return read(pynvml, _nvml_handle(index))
     except Exception:
         return None
+
+
+def gpu_name(index: int) -> str | None:
+    """NVML's name of visible GPU `index` (as torch.cuda.get_device_name gives it), without initialising CUDA; None
+    when NVML cannot tell."""
+    def read(nvml, handle):
+        name = nvml.nvmlDeviceGetName(handle)
+        return name.decode() if isinstance(name, bytes) else str(name)
+
+    return _nvml_query(index, read)
 
 
 def gpu_capability(index: int) -> tuple[int, int] | None:
     """Compute capability (major, minor) of visible GPU `index` from NVML, without initialising CUDA; None when NVML
     cannot tell."""
-    try:
-        import pynvml
-
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(_nvml_handle(index))
-        return int(major), int(minor)
-    except Exception:
-        return None
+    return _nvml_query(index, lambda nvml, handle: tuple(map(int, nvml.nvmlDeviceGetCudaComputeCapability(handle))))
 
 
 def gpu_memory_bytes(index: int) -> int | None:
     """Total memory of visible GPU `index` (CUDA_VISIBLE_DEVICES applied) from NVML, without initialising CUDA; None
     when NVML cannot tell."""
-    try:
-        import pynvml
-
-        return int(pynvml.nvmlDeviceGetMemoryInfo(_nvml_handle(index)).total)
-    except Exception:
-        return None
+    return _nvml_query(index, lambda nvml, handle: int(nvml.nvmlDeviceGetMemoryInfo(handle).total))
 
 
 def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[int, int], bool | None] | None = None) -> list[str]:
