@@ -11,7 +11,7 @@ every TP rank of a replica, each rank running the same forwards (the graphs hold
   Each batch is timed at two contexts; the difference is what a token of context costs a row at
   that batch (`decode_ms_long`; small batches pay far more per byte of KV than big ones), and the
   largest batch's gives the rate a decode step reads its KV cache (`attention_gbps`). Long-context
-  points whose rows had to share one row's KV (the pool had no room) are dropped: L2 serves them.
+  points whose rows would share one row's KV (the pool has no room) are not timed: L2 would serve them.
 - Prefill: one request of T tokens through `ScheduleBatch.init_new` / `prepare_for_extend` /
   `ForwardBatch.init_new` / `ModelRunner.forward`, the way SGLang's own start-up profiler
   (`Scheduler.profile_and_init_predictor`) times prefill; its KV is freed afterwards.
@@ -100,7 +100,7 @@ class DecodeProbe:
         self.mr = mr = model_runner
         dev = mr.device
         alloc = mr.token_to_kv_pool_allocator
-        self.shared_kv = bs * context > alloc.available_size() * 9 // 10
+        self.shared_kv = self.shares_kv(mr, bs, context)
         self.kv = alloc.alloc(context if self.shared_kv else bs * context)
         if self.kv is None:
             raise RuntimeError(f"no room for {context} KV tokens")
@@ -126,6 +126,13 @@ class DecodeProbe:
         self._batch = batch
         self.used_graph = None
 
+    @staticmethod
+    def shares_kv(model_runner, bs: int, context: int) -> bool:
+        """Whether a probe of `bs` rows of `context` tokens would have its rows share one row's KV slots: the KV pool
+        has no room (90 % of what is free) for each row's own. Such rows read their KV partly from L2, so a decode step
+        over them is faster than a real one."""
+        return bs * context > model_runner.token_to_kv_pool_allocator.available_size() * 9 // 10
+
     def run(self) -> None:
         out = self.mr.forward(self._batch())
         self.used_graph = bool(getattr(out, "can_run_graph", False))
@@ -146,8 +153,15 @@ def eager(model_runner):
         model_runner.decode_cuda_graph_runner = runner
 
 
+#: a one-request prefill whose warm-up run takes this long (ms) or more is timed once after it (`time_prefill`): it is
+#: GPU-bound, so the host's jitter of a few ms is under 2 % of it, and its second run costs the start-up calibration of
+#: a Llama-3.1-70B shard on one H200 0.5-1 s (prefills of 4,096 and 8,192 tokens)
+ONE_RUN_PREFILL_MS = 200.0
+
+
 def time_prefill(scheduler, tokens: int, iters: int = 2) -> float:
-    """Median ms of a one-request prefill of `tokens` tokens (SGLang's `profile_and_init_predictor` path)."""
+    """Median ms of a one-request prefill of `tokens` tokens (SGLang's `profile_and_init_predictor` path): `iters`
+    runs after a warm-up run, one where the warm-up took `ONE_RUN_PREFILL_MS` or more."""
     from sglang.srt.layers.dp_attention import set_is_extend_in_batch
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
@@ -174,13 +188,14 @@ def time_prefill(scheduler, tokens: int, iters: int = 2) -> float:
         set_is_extend_in_batch(True)
         mr.forward(forward_batch=fb)
         torch.cuda.synchronize()
-        if i:
-            times.append((time.perf_counter() - start) * 1e3)
+        times.append((time.perf_counter() - start) * 1e3)
         if req.req_pool_idx is not None:
             scheduler.token_to_kv_pool_allocator.free(
                 scheduler.req_to_token_pool.req_to_token[req.req_pool_idx, : req.extend_range.end])
             scheduler.req_to_token_pool.free(req)
-    return statistics.median(times)
+        if i and times[0] >= ONE_RUN_PREFILL_MS:
+            break
+    return statistics.median(times[1:])
 
 
 def time_dummy_prefill(graph_runner, tokens: int, iters: int = 2) -> float:
@@ -224,13 +239,12 @@ def measure_forwards(scheduler, budget_s: float = FORWARD_BUDGET_S, iters: int =
     Returns:
         {"decode_ms": {bs: ms}, "decode_context": {bs: tokens}, "decode_ms_long": {bs: ms},
          "decode_ms_alone": {bs: ms}, "decode_context_long": tokens, "attention_gbps": float | None,
-         "decode_ms_eager": {bs: ms}, "decode_eager_context": tokens, "decode_ms_eager_long": {bs: ms},
+         "decode_ms_eager": {bs: ms}, "decode_eager_context": tokens,
          "prefill_ms": {tokens: ms}, "graph": bool, "seconds": float, "skipped": [str]}. `decode_ms` is at the shorter
-        context, `decode_ms_long` at the longer one (only batches whose rows had their own KV), both
-        pipelined (`pipelined_ms`); `decode_ms_alone` is one forward alone at the shorter context
-        (`median_ms`); `attention_gbps` is fitted from the largest batch with its own KV; `decode_ms_eager` are
-        `EAGER_BATCHES` run without a graph (`eager`) at the shorter context (`decode_ms_eager_long`: at the longer
-        one, where the rows had their own KV).
+        context, `decode_ms_long` at the longer one (only batches whose rows have room for their own KV,
+        `DecodeProbe.shares_kv`), both pipelined (`pipelined_ms`); `decode_ms_alone` is one forward alone at the
+        shorter context (`median_ms`); `attention_gbps` is fitted from the largest batch with its own KV;
+        `decode_ms_eager` are `EAGER_BATCHES` run without a graph (`eager`) at the shorter context.
         Points past `budget_s` are skipped: missing from the result and named in "skipped".
     """
     t0 = time.monotonic()
@@ -240,13 +254,13 @@ def measure_forwards(scheduler, budget_s: float = FORWARD_BUDGET_S, iters: int =
     kvb = kv_bytes_per_token(mr)
     out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "decode_ms_alone": {}, "prefill_ms": {},
            "graph": True, "decode_context_long": long_ if long_ != short else 0, "decode_ms_eager": {},
-           "decode_eager_context": short or 0, "decode_ms_eager_long": {}, "skipped": []}
+           "decode_eager_context": short or 0, "skipped": []}
     rates = []
     progress = Progress(f"sgl-sidp {who}: start-up calibration of the forward times", logger, limit_s=budget_s)
 
-    def point(bs: int, ctx: int, without_graph: bool = False) -> tuple[float, float | None, bool, bool]:
+    def point(bs: int, ctx: int, without_graph: bool = False) -> tuple[float, float | None, bool]:
         """(ms pipelined, ms of one forward alone at the short context (graphs only) else None, whether a graph
-        ran, whether the rows shared one row's KV) of decode batch `bs` at `ctx` tokens."""
+        ran) of decode batch `bs` at `ctx` tokens."""
         probe = DecodeProbe(mr, bs, ctx)
         try:
             with eager(mr) if without_graph else contextlib.nullcontext():
@@ -254,7 +268,7 @@ def measure_forwards(scheduler, budget_s: float = FORWARD_BUDGET_S, iters: int =
                 alone = median_ms(probe.run, iters) if ctx == short and not without_graph else None
         finally:
             probe.close()
-        return ms, alone, bool(probe.used_graph), probe.shared_kv
+        return ms, alone, bool(probe.used_graph)
 
     with torch.inference_mode(), progress:
         def over(what: str) -> bool:
@@ -268,12 +282,14 @@ def measure_forwards(scheduler, budget_s: float = FORWARD_BUDGET_S, iters: int =
             if short is None or over(f"decode batches {bs_list[i - 1:]}"):
                 break
             for ctx in dict.fromkeys((short, long_)):
+                if ctx != short and DecodeProbe.shares_kv(mr, bs, ctx):
+                    continue  # rows sharing one row's KV would read it partly from L2 (too fast)
                 progress.at(f"decode batch {bs} ({i} of {len(bs_list)}) at {ctx} tokens of context")
-                ms, alone, graph, shared = point(bs, ctx)
+                ms, alone, graph = point(bs, ctx)
                 out["graph"] &= graph
                 if ctx == short:
                     out["decode_ms"][bs], out["decode_context"][bs], out["decode_ms_alone"][bs] = ms, ctx, alone
-                elif not shared:  # rows sharing one row's KV read it partly from L2 (too fast)
+                else:
                     out["decode_ms_long"][bs] = ms
             extra_ms = out["decode_ms_long"].get(bs, 0.0) - out["decode_ms"][bs]
             if bs in out["decode_ms_long"] and extra_ms > 0.2:  # below 0.2 ms the difference is noise
@@ -283,13 +299,8 @@ def measure_forwards(scheduler, budget_s: float = FORWARD_BUDGET_S, iters: int =
         for i, bs in enumerate(eager_batches):
             if short is None or over(f"eager decode batches {eager_batches[i:]}"):
                 break
-            for ctx in dict.fromkeys((short, long_)):
-                progress.at(f"eager decode batch {bs} at {ctx} tokens of context")
-                ms, _, _, shared = point(bs, ctx, without_graph=True)
-                if ctx == short:
-                    out["decode_ms_eager"][bs] = ms
-                elif not shared:
-                    out["decode_ms_eager_long"][bs] = ms
+            progress.at(f"eager decode batch {bs} at {short} tokens of context")
+            out["decode_ms_eager"][bs] = point(bs, short, without_graph=True)[0]
         for i, t in enumerate(prefill, 1):
             if over(f"prefills of {list(prefill[i - 1:])} tokens"):
                 break
@@ -370,8 +381,6 @@ def describe_measurement(m: dict) -> str:
         + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_alone", {}).items())),
         f"KV read rate {kv_rate}",
         f"eager (no CUDA graph) at {m.get('decode_eager_context', 0)} tokens: "
-        + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_eager", {}).items()))
-        + f", at {m['decode_context_long']} tokens: "
-        + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_eager_long", {}).items())),
+        + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_eager", {}).items())),
         "prefill " + ", ".join(f"{t} tokens {ms:.1f} ms" for t, ms in sorted(m["prefill_ms"].items())),
     ] + [f"not measured (past the time budget): {', '.join(m['skipped'])}"] * bool(m.get("skipped")))
