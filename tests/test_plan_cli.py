@@ -442,8 +442,9 @@ def test_measure_comm_takes_the_all_reduce_from_tp_forwards_of_a_calibrated_mode
 
 def test_prefix_prefills_are_timed_over_a_radix_hit_less_the_request_overhead(tmp_path):
     """`record_prefix_prefills` against a stand-in SGLang (its radix cache never evicts, `cached_tokens` reported):
-    each probe sends its prefix, then prefix + new tokens, and records (new, cached, client TTFT - request overhead);
-    a probe the server does not serve from its cache is left out."""
+    every prompt starts with the same tokens; a probe whose prefix is all that was sent extends it, one whose prefix is
+    shorter adds tokens of its own, one whose prefix is longer sends it first. Each records (new, cached, client TTFT -
+    request overhead); a probe the server does not serve from its cache is left out."""
     from sgl_sidp.calibration.table import Calibration
     from sgl_sidp.plan.calibrate import record_prefix_prefills
     from tests.test_replay import FakeSGLangServer
@@ -459,16 +460,19 @@ def test_prefix_prefills_are_timed_over_a_radix_hit_less_the_request_overhead(tm
         srv = type("Srv", (), {"base_url": server.base_url})
         assert record_prefix_prefills(srv, entry).startswith("prefix prefills not measured")
         entry.write_text(json.dumps({"key": {}, "calibration": table, "request_overhead_ms": {"median_ms": 2.5}}))
-        assert record_prefix_prefills(srv, entry, [(64, 256), (100, 200), (8, 128)]) == \
-            "2 of 3 prefills over a cached prefix"
-        sent = [len(body["input_ids"]) for _, body in server.arrivals]
-    assert sent == [256, 320, 200, 300, 128, 136]
+        assert record_prefix_prefills(srv, entry, [(64, 256), (36, 320), (100, 200), (8, 128), (4, 400)]) == \
+            "4 of 5 prefills over a cached prefix"
+        sent = [body["input_ids"] for _, body in server.arrivals]
+    assert [len(ids) for ids in sent] == [256, 320, 356, 300, 136, 400, 404]
+    assert all(ids[:128] == sent[0][:128] for ids in sent) and sent[2][:320] == sent[1] and sent[5][:356] == sent[2]
+    assert sent[3][200:] != sent[2][200:300] and sent[4][128:] != sent[2][128:136]  # tokens of their own
     data = json.loads(entry.read_text())
     probes = data["prefix_prefills"]["probes"]
-    assert [(p["new"], p["prefix"], p["cached_tokens"]) for p in probes] == [(64, 256, 256), (100, 200, 0), (8, 128, 128)]
+    assert [(p["new"], p["prefix"], p["cached_tokens"]) for p in probes] == [
+        (64, 256, 256), (36, 320, 320), (100, 200, 0), (8, 128, 128), (4, 400, 400)]
     rows = data["calibration"]["prefill_prefix_ms"]
-    assert [r[:2] for r in rows] == [[64, 256], [8, 128]]
-    assert [r[2] for r in rows] == pytest.approx([probes[i]["client_ttft_ms"] - 2.5 for i in (0, 2)], abs=2e-3)
+    assert [r[:2] for r in rows] == [[64, 256], [36, 320], [8, 128], [4, 400]]
+    assert [r[2] for r in rows] == pytest.approx([probes[i]["client_ttft_ms"] - 2.5 for i in (0, 1, 3, 4)], abs=2e-3)
     assert Calibration.from_entry(data).prefill_prefix_ms == tuple(map(tuple, data["calibration"]["prefill_prefix_ms"]))
 
 
@@ -549,7 +553,7 @@ def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):
     from tests.test_replay import FakeSGLangServer
 
     sig = "Qwen3ForCausalLM L36 H4096 I12288 A32/8 tp1"
-    # eager steps slow enough that the serving probe's 4 s of decode take its 128 output tokens (a 2 ms step would
+    # eager steps slow enough that the serving probe's 4 s of decode take 100 output tokens (a 2 ms step would
     # stream 2,000 tokens to each of 512 requests: minutes of this CPU)
     table = {"model": sig, "gpu": "NVIDIA H200", "decode_ms": {"256": 0.5}, "prefill_ms": {"512": 1.0, "2048": 2.0},
              "decode_ms_eager": {"256": 40.0, "512": 40.0}, "decode_eager_context": 256}
@@ -574,12 +578,12 @@ def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):
         what, entry = serve_calibration("m", sig, [], "NVIDIA H200", tmp_path, lambda args, log: Srv(fake),
                                         tmp_path / "log", timeout_s=30)
     assert entry == tmp_path / "entry.json" and what.startswith("measured in")
-    for part in ("request overhead", "3 of 3 prefills over a cached prefix", "served step at batch 512", "stream "):
+    for part in ("request overhead", "4 of 4 prefills over a cached prefix", "served step at batch 512", "stream "):
         assert part in what, what
     data = json.loads(entry.read_text())
     assert {"request_overhead_ms", "prefix_prefills", "serving_step", "stream"} <= set(data)
     cal = Calibration.from_entry(data)
-    assert len(cal.prefill_prefix_ms) == 3 and cal.host_ms_per_request is not None
+    assert len(cal.prefill_prefix_ms) == 4 and cal.host_ms_per_request is not None
     assert data["stream"]["tokens_per_s"] == data["stream"]["delivered_tokens_per_s"]  # 512,000 tokens/s offered
 
 

@@ -160,32 +160,45 @@ def record_request_overhead(srv, entry: Path, repeats: int = 3) -> str:
 
 
 #: (new tokens, prefix tokens) of the prefills over a cached prefix that `record_prefix_prefills` times: Mooncake's
-#: conversations prefill a few thousand new tokens over up to ~30,000 cached ones
-PREFIX_PROBES = ((2048, 8192), (2048, 16384), (8192, 8192))
+#: conversations prefill a few thousand new tokens over up to ~30,000 cached ones. In this order each of the first
+#: three extends the prompt of the one before it, so the server prefills no prefix of its own after the first 8,192
+#: tokens (on a Llama-3.1-70B TP2 shard on one H200 the three prefixes of their own, 8,192, 16,384 and 8,192 tokens,
+#: took 4-5 s of its 6-7 s of probes)
+PREFIX_PROBES = ((2048, 8192), (6144, 10240), (2048, 16384), (8192, 8192))
 
 
 def record_prefix_prefills(srv, entry: Path, probes: Sequence[tuple[int, int]] = PREFIX_PROBES) -> str:
     """Once `srv` serves and `record_request_overhead` wrote the request overhead into the cache entry `entry`: for
-    each (new, prefix) of `probes`, a request of `prefix` tokens (one output token; SGLang's radix cache keeps them),
-    then one of the same `prefix` tokens and `new` more, whose client TTFT less the request overhead is the prefill
-    of the tokens not cached over those cached (`meta_info.cached_tokens`; a probe counts where that is at least 90 %
-    of the prefix). Written into the entry's calibration as `prefill_prefix_ms` (see
-    `Calibration`), the TTFTs and cached tokens beside it as "prefix_prefills"."""
+    each (new, prefix) of `probes` in turn, a request of `prefix` cached tokens and `new` more (one output token),
+    whose client TTFT less the request overhead is the prefill of the tokens not cached over those cached
+    (`meta_info.cached_tokens`; a probe counts where that is at least 90 % of the prefix). Every prompt starts with
+    the same tokens, so SGLang's radix cache holds a probe's prefix where an earlier request sent it: a probe whose
+    prefix is all the tokens sent so far extends them; one whose prefix is shorter than that adds `new` tokens of its
+    own after it; one whose prefix is longer is preceded by a request of its prefix (one output token; not timed).
+    Written into the entry's calibration as `prefill_prefix_ms` (see `Calibration`), the TTFTs and cached tokens
+    beside it as "prefix_prefills"."""
     from sgl_sidp.bench.batches import prompts, run_batch
 
     data = json.loads(entry.read_text())
     overhead = data.get("request_overhead_ms", {}).get("median_ms")
     if overhead is None:
         return "prefix prefills not measured (no request overhead to take off)"
-    rows, raw = [], []
+    base = prompts(1, max(p + n for n, p in probes), 1000)[0]
+    rows, raw, sent = [], [], 0  # sent: how many of `base`'s first tokens the server has seen
     for i, (new, prefix) in enumerate(probes):
-        ids = prompts(1, prefix + new, 1000 + i)[0]
-        first = run_batch(srv.base_url, [(ids[:prefix], 1, None)])[0][0]
+        warm = None
+        if prefix > sent:
+            warm = run_batch(srv.base_url, [(base[:prefix], 1, None)])[0][0]
+            sent = prefix
+        if prefix == sent:
+            ids, sent = base[:prefix + new], prefix + new
+        else:
+            ids = base[:prefix] + prompts(1, new, 1001 + i)[0]
         out = run_batch(srv.base_url, [(ids, 1, None)])[0][0]
         cached = out.cached_tokens or 0
         raw.append({"new": new, "prefix": prefix, "client_ttft_ms": round(out.ttft * 1e3, 3), "cached_tokens": cached,
-                    "error": first.error or out.error or None})
-        if first.success and out.success and cached >= 0.9 * prefix:
+                    "error": (warm and warm.error) or out.error or None})
+        if (warm is None or warm.success) and out.success and cached >= 0.9 * prefix:
             rows.append((len(ids) - cached, cached, round(out.ttft * 1e3 - overhead, 3)))
     data["calibration"]["prefill_prefix_ms"] = rows
     data["prefix_prefills"] = {"request_overhead_ms": overhead, "probes": raw}
@@ -193,12 +206,13 @@ def record_prefix_prefills(srv, entry: Path, probes: Sequence[tuple[int, int]] =
     return f"{len(rows)} of {len(probes)} prefills over a cached prefix"
 
 
-#: (running requests, prompt tokens, output tokens) of `record_serving_step`'s burst: past SGLang's largest decode
-#: graph below TP4 (256), so its steps run eagerly, as the calibration's eager points do; 128 tokens, so that they
-#: decode all together for a few seconds after the last one's prefill (the requests reach the server over about 1 s)
-SERVING_PROBE = (512, 16, 128)
+#: (running requests, prompt tokens, output tokens at least) of `record_serving_step`'s burst: past SGLang's largest
+#: decode graph below TP4 (256), so its steps run eagerly, as the calibration's eager points do
+SERVING_PROBE = (512, 16, 64)
 
-#: seconds the serving-step probe's requests decode at least (more output tokens where the eager step is short)
+#: seconds the serving-step probe's requests decode at least (more output tokens where the eager step is short), so
+#: that they decode all together for a few seconds after the last one's prefill: the requests reach the server over
+#: 1-2 s (on a Llama-3.1-70B TP2 shard on one H200, 23 of 128 steps of 61 ms went by before all 512 decoded)
 SERVING_PROBE_DECODE_S = 4.0
 
 
