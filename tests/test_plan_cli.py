@@ -501,6 +501,32 @@ def test_the_served_step_against_the_eager_forward_gives_the_host_time_per_reque
     assert len(server.arrivals) == 16 and all(len(b["input_ids"]) == 4 for _, b in server.arrivals)
 
 
+def test_a_serving_step_burst_whose_requests_never_all_decoded_together_is_sent_again_longer(tmp_path, monkeypatch):
+    """`record_serving_step`: where the first burst's requests never all decoded together (they arrived too slowly),
+    a second burst decodes `SERVING_PROBE_RETRY` times as many tokens; after two such bursts it measures nothing."""
+    from sgl_sidp.plan import calibrate
+    from tests.test_replay import FakeSGLangServer
+
+    entry = tmp_path / "e.json"
+    table = {"model": "m", "gpu": "NVIDIA H200", "decode_ms": {"1": 1.0}, "prefill_ms": {"512": 9.0},
+             "decode_ms_eager": {"4": 500.0, "16": 500.0}}
+    real, bursts = calibrate.all_running_gaps, []
+    with FakeSGLangServer(token_interval_s=0.002) as server:
+        srv = type("Srv", (), {"base_url": server.base_url})
+        for never in (1, 2):
+            entry.write_text(json.dumps({"key": {}, "calibration": table}))
+            monkeypatch.setattr(calibrate, "all_running_gaps",
+                                lambda outs: (bursts.append(len(outs[0].itl) + 1), [] if len(bursts) <= never else real(outs))[1])
+            bursts.clear()
+            what = calibrate.record_serving_step(srv, entry, (8, 4, 10))
+            if never == 1:
+                assert what.endswith("(a second burst of 30 tokens: the first one's requests never all decoded together)")
+                assert json.loads(entry.read_text())["serving_step"]["bursts"] == 2
+            else:
+                assert what == "serving step not measured (the requests never all decoded together, in two bursts)"
+            assert bursts == [10, 30]
+
+
 def test_the_stream_rate_probe_tells_a_bound_stream_from_a_fast_one(tmp_path):
     """`record_stream_rate` against a stand-in SGLang streaming a token every 5 ms per request (8 requests: about
     1,600 tokens/s): against a calibrated GPU step of 0.1 ms at batch 8 (80,000 tokens/s) the stream bounds it and its

@@ -215,6 +215,11 @@ SERVING_PROBE = (512, 16, 64)
 #: 1-2 s (on a Llama-3.1-70B TP2 shard on one H200, 23 of 128 steps of 61 ms went by before all 512 decoded)
 SERVING_PROBE_DECODE_S = 4.0
 
+#: how many times the output tokens a second burst of the serving-step probe decodes, when the first one's requests
+#: never all decoded together (on a fresh H200 host, a Qwen3-30B-A3B TP2 shard's 512 requests took about 4 s to
+#: arrive while two more servers started beside it)
+SERVING_PROBE_RETRY = 3
+
 
 def all_running_gaps(outs) -> list[float]:
     """The gaps (s) between output tokens of the streamed `outs` (`bench.batches` outputs, `metrics.token_times`)
@@ -234,7 +239,9 @@ def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_
     its excess over the
     calibration's eager forward at that batch (`ShardClock.eager_ms`, timed back to back), divided by the batch, is
     `Calibration.host_ms_per_request` (at least 0), written into the cache entry `entry` with the gaps it comes from
-    as "serving_step". Not measured without eager points or where a request fails. (A server that runs fewer than
+    as "serving_step". The requests decode `SERVING_PROBE_DECODE_S` at least; where they never all decoded together
+    (they arrived too slowly), a second burst decodes `SERVING_PROBE_RETRY` times as many tokens. Not measured
+    without eager points or where a request fails. (A server that runs fewer than
     `probe`'s requests at once, `--max-running-requests`, times a smaller batch than it divides by.)"""
     import numpy as np
 
@@ -248,18 +255,24 @@ def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_
     if not eager:
         return "serving step not measured (no eager points)"
     output = max(output, math.ceil(SERVING_PROBE_DECODE_S * 1e3 / eager))  # a fast shard decodes longer
-    outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, 2000)])[0]
-    if not all(o.success and len(o.itl) >= 4 for o in outs):
-        return "serving step not measured (a request failed or streamed too few tokens)"
-    gaps = all_running_gaps(outs)
-    if len(gaps) < batch:
-        return "serving step not measured (the requests never all decoded together)"
+    for burst in (1, 2):
+        outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, 2000 + burst)])[0]
+        if not all(o.success and len(o.itl) >= 4 for o in outs):
+            return "serving step not measured (a request failed or streamed too few tokens)"
+        gaps = all_running_gaps(outs)
+        if len(gaps) >= batch:
+            break
+        output *= SERVING_PROBE_RETRY
+    else:
+        return "serving step not measured (the requests never all decoded together, in two bursts)"
     step = float(np.median(gaps)) * 1e3
     data["calibration"]["host_ms_per_request"] = max(0.0, (step - eager) / batch)
     data["serving_step"] = {"batch": batch, "prompt": prompt, "output": output, "step_ms_median": step,
-                            "eager_forward_ms": eager, "gaps": len(gaps)}
+                            "eager_forward_ms": eager, "gaps": len(gaps), "bursts": burst}
     entry.write_text(json.dumps(data, indent=1))
-    return f"served step at batch {batch} {step:.1f} ms against an eager forward of {eager:.1f} ms"
+    return (f"served step at batch {batch} {step:.1f} ms against an eager forward of {eager:.1f} ms"
+            + (f" (a second burst of {output} tokens: the first one's requests never all decoded together)"
+               if burst > 1 else ""))
 
 
 #: (requests, prompt tokens, output tokens) of `record_stream_rate`'s burst: one prefill admits them all and they
