@@ -549,6 +549,37 @@ def test_the_stream_rate_probe_tells_a_bound_stream_from_a_fast_one(tmp_path):
         assert record_stream_rate(srv, entry, (8, 4, 40)).startswith("stream rate not measured")
 
 
+def test_the_stream_rate_is_taken_while_every_request_decodes_and_a_short_window_sends_a_longer_burst(tmp_path,
+                                                                                                     monkeypatch):
+    """`record_stream_rate` counts the tokens received between the last request's first token and the first one's
+    last (`all_running_window`), not during the burst's ramp; where that window holds fewer than
+    `STREAM_PROBE_WINDOW_TOKENS` tokens a request, a second burst decodes `SERVING_PROBE_RETRY` times as many; after
+    two such bursts it measures nothing."""
+    from sgl_sidp.plan import calibrate
+    from tests.test_replay import FakeSGLangServer
+
+    assert calibrate.all_running_window([[1.0, 2.0, 5.0], [3.0, 4.0, 6.0]]) == (3.0, 5.0)
+    entry = tmp_path / "e.json"
+    table = {"model": "m", "gpu": "NVIDIA H200", "decode_ms": {"8": 0.1}, "prefill_ms": {"512": 9.0}}
+    real, bursts = calibrate.all_running_window, []
+    with FakeSGLangServer(token_interval_s=0.005) as server:
+        srv = type("Srv", (), {"base_url": server.base_url})
+        for never in (1, 2):
+            entry.write_text(json.dumps({"key": {}, "calibration": table}))
+            monkeypatch.setattr(calibrate, "all_running_window", lambda times: (
+                bursts.append(len(times[0])), (0.0, 0.0) if len(bursts) <= never else real(times))[1])
+            bursts.clear()
+            what = calibrate.record_stream_rate(srv, entry, (8, 4, 12))
+            assert bursts == [12, 36]
+            if never == 1:
+                assert what.endswith("(the stream bounds it) (a second burst of 36 tokens)"), what
+                stream = json.loads(entry.read_text())["stream"]
+                assert stream["bursts"] == 2 and stream["probe"] == [8, 4, 36] and 0.1 < stream["window_s"] < 1.0
+                assert 300 < stream["delivered_tokens_per_s"] < 1700  # 8 requests, a token each every 5 ms at most
+            else:
+                assert what == "stream rate not measured (the requests never all decoded together long enough, in two bursts)"
+
+
 def test_plan_delivers_through_the_measured_stream_rate(qwen3_8b, tmp_path):
     """A calibration entry with a measured stream rate (`stream.tokens_per_s`) slows what clients see of a burst on
     two DP replicas, and the result names the rate (the bundled entries' rates left out here)."""
