@@ -162,8 +162,8 @@ def record_request_overhead(srv, entry: Path, repeats: int = 3) -> str:
 #: (new tokens, prefix tokens) of the prefills over a cached prefix that `record_prefix_prefills` times: Mooncake's
 #: conversations prefill a few thousand new tokens over up to ~30,000 cached ones. In this order each of the first
 #: three extends the prompt of the one before it, so the server prefills no prefix of its own after the first 8,192
-#: tokens (on a Llama-3.1-70B TP2 shard on one H200 the three prefixes of their own, 8,192, 16,384 and 8,192 tokens,
-#: took 4-5 s of its 6-7 s of probes)
+#: tokens (the three prefixes of their own sent before 2026-11-25, 8,192, 16,384 and 8,192 tokens, were about 4.7 s
+#: of a Llama-3.1-70B TP2 shard's prefills on one H200, a 8,192-token prefill taking 1.05 s)
 PREFIX_PROBES = ((2048, 8192), (6144, 10240), (2048, 16384), (8192, 8192))
 
 
