@@ -503,7 +503,7 @@ def test_the_served_step_against_the_eager_forward_gives_the_host_time_per_reque
 
 def test_a_serving_step_burst_whose_requests_never_all_decoded_together_is_sent_again_longer(tmp_path, monkeypatch):
     """`record_serving_step`: where the first burst's requests never all decoded together (they arrived too slowly),
-    a second burst decodes `SERVING_PROBE_RETRY` times as many tokens; after two such bursts it measures nothing."""
+    a second burst decodes `BURST_RETRY` times as many tokens; after two such bursts it measures nothing."""
     from sgl_sidp.plan import calibrate
     from tests.test_replay import FakeSGLangServer
 
@@ -553,7 +553,7 @@ def test_the_stream_rate_is_taken_while_every_request_decodes_and_a_short_window
                                                                                                      monkeypatch):
     """`record_stream_rate` counts the tokens received between the last request's first token and the first one's
     last (`all_running_window`), not during the burst's ramp; where that window holds fewer than
-    `STREAM_PROBE_WINDOW_TOKENS` tokens a request, a second burst decodes `SERVING_PROBE_RETRY` times as many; after
+    `STREAM_PROBE_WINDOW_TOKENS` tokens a request, a second burst decodes `BURST_RETRY` times as many; after
     two such bursts it measures nothing."""
     from sgl_sidp.plan import calibrate
     from tests.test_replay import FakeSGLangServer

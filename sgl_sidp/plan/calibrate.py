@@ -215,10 +215,10 @@ SERVING_PROBE = (512, 16, 64)
 #: 1-2 s (on a Llama-3.1-70B TP2 shard on one H200, 23 of 128 steps of 61 ms went by before all 512 decoded)
 SERVING_PROBE_DECODE_S = 4.0
 
-#: how many times the output tokens a second burst of the serving-step probe decodes, when the first one's requests
-#: never all decoded together (on a fresh H200 host, a Qwen3-30B-A3B TP2 shard's 512 requests took about 4 s to
-#: arrive while two more servers started beside it)
-SERVING_PROBE_RETRY = 3
+#: how many times the output tokens a second burst of the serving-step or stream probe decodes, when the first one's
+#: requests never all decoded together long enough (on a fresh H200 host, a Qwen3-30B-A3B TP2 shard's 512 requests
+#: took about 4 s to arrive while two more servers started beside it)
+BURST_RETRY = 3
 
 
 def all_running_window(times) -> tuple[float, float]:
@@ -246,7 +246,7 @@ def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_
     calibration's eager forward at that batch (`ShardClock.eager_ms`, timed back to back), divided by the batch, is
     `Calibration.host_ms_per_request` (at least 0), written into the cache entry `entry` with the gaps it comes from
     as "serving_step". The requests decode `SERVING_PROBE_DECODE_S` at least; where they never all decoded together
-    (they arrived too slowly), a second burst decodes `SERVING_PROBE_RETRY` times as many tokens. Not measured
+    (they arrived too slowly), a second burst decodes `BURST_RETRY` times as many tokens. Not measured
     without eager points or where a request fails. (A server that runs fewer than
     `probe`'s requests at once, `--max-running-requests`, times a smaller batch than it divides by.)"""
     import numpy as np
@@ -268,7 +268,7 @@ def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_
         gaps = all_running_gaps(outs)
         if len(gaps) >= batch:
             break
-        output *= SERVING_PROBE_RETRY
+        output *= BURST_RETRY
     else:
         return "serving step not measured (the requests never all decoded together, in two bursts)"
     step = float(np.median(gaps)) * 1e3
@@ -286,7 +286,7 @@ def record_serving_step(srv, entry: Path, probe: tuple[int, int, int] = SERVING_
 STREAM_PROBE = (256, 16, 128)
 
 #: output tokens a request of the stream probe streams on average while every request decodes, at least; fewer, and a
-#: second burst decodes `SERVING_PROBE_RETRY` times as many tokens
+#: second burst decodes `BURST_RETRY` times as many tokens
 STREAM_PROBE_WINDOW_TOKENS = 8
 
 
@@ -296,7 +296,7 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
     while all of them decoded (`all_running_window`), over that time, is the delivered rate, and the GPU's is the
     batch over the calibrated decode step at that batch (`Calibration.decode_ms`). Where the requests streamed fewer
     than `STREAM_PROBE_WINDOW_TOKENS` each in that window (they arrived too slowly for their decode), a second burst
-    decodes `SERVING_PROBE_RETRY` times as many tokens. Where the delivered rate is below 80 % of the GPU's, the stream
+    decodes `BURST_RETRY` times as many tokens. Where the delivered rate is below 80 % of the GPU's, the stream
     bounded it: written into the cache entry `entry` as "stream": {"tokens_per_s": ...} (`steps.stream_tokens_per_s`,
     `sim.deliver`); else "tokens_per_s" is None and the delivered rate a lower bound. (The client is one Python
     process: the rate it measures is the lesser of its own and the server's. Before 2026-11-25 the window was the
@@ -318,7 +318,7 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
         tokens = sum(int(((t > lo) & (t <= hi)).sum()) for t in times)
         if hi > lo and tokens >= STREAM_PROBE_WINDOW_TOKENS * batch:
             break
-        output *= SERVING_PROBE_RETRY
+        output *= BURST_RETRY
     else:
         return "stream rate not measured (the requests never all decoded together long enough, in two bursts)"
     delivered = tokens / (hi - lo)
