@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -21,9 +22,9 @@ logger = logging.getLogger(__name__)
 GATE_TIMEOUT_S = 1800.0
 
 
-def reached(path) -> str:
+def reached(path) -> Path:
     """The file a scheduler makes when it reaches its gate `path` (its CPU start-up done)."""
-    return f"{path}.reached"
+    return Path(f"{path}.reached")
 
 
 class StartGate:
@@ -55,8 +56,7 @@ class StartGate:
                 scheduler).
         """
         t0 = time.monotonic()
-        with open(reached(self.path), "a"):
-            pass
+        reached(self.path).touch()
         if not os.path.exists(self.path):
             logger.info("sgl-sidp: waiting for %s before taking GPU memory (--overlay-start-after)", self.path)
         while not os.path.exists(self.path):

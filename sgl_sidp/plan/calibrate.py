@@ -383,11 +383,15 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, ca
     live, gates = [], []  # servers started and not stopped yet; gate files made
     waiting = collections.deque()  # (server, its gate file) of the jobs after the current one, in order
 
+    def remove(gate: Path) -> None:
+        """Remove a gate file and the file its server makes on reaching it."""
+        for f in (gate, reached(gate)):
+            f.unlink(missing_ok=True)
+
     def launch(k: int, now: bool):
         """Start job `k`'s server behind its gate file, made already if `now`."""
         gate = cache_dir / f".start-after-{os.getpid()}-{k}"
-        for f in (gate, Path(reached(gate))):
-            f.unlink(missing_ok=True)
+        remove(gate)
         gates.append(gate)
         if now:
             gate.touch()
@@ -402,7 +406,7 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, ca
         exited."""
         nonlocal launched
         while (launched < len(todo) and len(waiting) < ahead
-               and (launched == 1 or Path(reached(gates[0])).exists() or first.proc.poll() is not None)):
+               and (launched == 1 or reached(gates[0]).exists() or first.proc.poll() is not None)):
             waiting.append(launch(launched, False))
             launched += 1
 
@@ -442,8 +446,7 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, ca
         for s in live:
             s.stop()
         for g in gates:
-            for f in (g, Path(reached(g))):
-                f.unlink(missing_ok=True)
+            remove(g)
     return results
 
 
