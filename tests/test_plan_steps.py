@@ -151,15 +151,14 @@ def test_zerodp_offloads_nothing_on_two_h200s_as_its_runtime_policy_does():
 
 
 def test_launch_flags_start_each_technique_with_the_decisions_of_this_cost_model():
-    row = lambda t, dp, tp, sp=1, variant="", **d: {"technique": t, "dp": dp, "tp": tp, "sp": sp, "variant": variant,  # noqa: E731
-                                                  "decisions": d}
-    assert launch_flags(row("vanilla", 2, 1)) == ["--dp-size", "2"]
-    assert launch_flags(row("dp_attention", 2, 1)) == ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]
-    assert launch_flags(row("sidp", 2, 1, variant="auto", b_th=96.0))[-2:] == ["--sidp-b-th", "96"]
-    assert launch_flags(row("shift", 1, 1, 2, shift_threshold=256))[-2:] == ["--shift-threshold", "256"]
-    assert "--shift-threshold" not in launch_flags(row("shift", 1, 1, 2, shift_threshold=float("inf")))
-    assert launch_flags(row("zerodp", 2, 2)) == ["--tp-size", "2", "--dp-size", "2", "--overlay-mode", "zerodp"]
-    assert launch_flags(row("zerodp", 2, 1, expected_batch="kv:2048"))[-2:] == ["--zerodp-expected-batch", "kv:2048"]
+    row = lambda name, **d: {"name": name, "decisions": d}  # noqa: E731
+    assert launch_flags(row("dp2")) == ["--dp-size", "2"]
+    assert launch_flags(row("dp2_attn")) == ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]
+    assert launch_flags(row("sidp_dp2_auto", b_th=96.0))[-2:] == ["--sidp-b-th", "96"]
+    assert launch_flags(row("shift_sp2_tp1", shift_threshold=256))[-2:] == ["--shift-threshold", "256"]
+    assert "--shift-threshold" not in launch_flags(row("shift_sp2_tp1", shift_threshold=float("inf")))
+    assert launch_flags(row("zerodp_dp2_tp2")) == ["--tp-size", "2", "--dp-size", "2", "--overlay-mode", "zerodp"]
+    assert launch_flags(row("zerodp_dp2", expected_batch="kv:2048"))[-2:] == ["--zerodp-expected-batch", "kv:2048"]
 
 
 def test_latency_ranking_keeps_to_configurations_that_keep_up():

@@ -24,7 +24,7 @@ from sgl_sidp.calibration.memory import (GIB, ModelShapes, default_decode_graph_
 from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.calibrate import unservable
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
-from sgl_sidp.plan.configs import configurations, shard_of
+from sgl_sidp.plan.configs import configuration_named, configurations, shard_of
 from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, no_cycle_collection,
                                simulate, summarize)
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
@@ -70,25 +70,11 @@ def workload(spec: str) -> list[SimRequest]:
 
 def launch_flags(row: dict) -> list[str]:
     """The `python -m sgl_sidp.launch_server` flags (besides the model's) that start configuration `row`, with the
-    decisions this cost model made for it (SiDP's B_th, Shift's SP and threshold, ZeroDP's capacity-bound policy at
-    the workload's context)."""
-    t, dp, tp, sp = row["technique"], row["dp"], row["tp"], row["sp"]
-    if t == "dp_attention":
-        return ["--tp-size", str(dp), "--dp-size", str(dp), "--enable-dp-attention"]
-    if t == "shift":
-        flags = ["--tp-size", str(sp * tp), "--overlay-mode", "shift", "--shift-sp", str(sp)]
-        th = row.get("decisions", {}).get("shift_threshold")
-        return flags + (["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else [])
-    flags = (["--tp-size", str(tp)] if tp > 1 else []) + (["--dp-size", str(dp)] if dp > 1 else [])
-    if t == "zerodp":  # its runtime policy then picks the offload set with the same cost model (best_offload_count)
-        expected = row.get("decisions", {}).get("expected_batch")
-        return flags + ["--overlay-mode", "zerodp"] + (["--zerodp-expected-batch", expected] if expected else [])
-    if t == "sidp":
-        flags += ["--overlay-mode", "sidp", "--sidp-service", row["variant"]]
-        b_th = row.get("decisions", {}).get("b_th")
-        if row["variant"] == "auto" and b_th not in (None, float("inf")):
-            flags += ["--sidp-b-th", str(int(b_th))]
-    return flags
+    decisions this cost model made for it (SiDP's B_th, Shift's threshold, ZeroDP's capacity-bound policy at the
+    workload's context): `Configuration.launch_flags`."""
+    d = row.get("decisions", {})
+    return configuration_named(row["name"]).launch_flags(b_th=d.get("b_th"), shift_threshold=d.get("shift_threshold"),
+                                                         expected_batch=d.get("expected_batch"))
 
 
 @no_cycle_collection()  # (`plan_requests`; the trace's parse too)

@@ -8,12 +8,16 @@ adds comes from the interconnect table. Its **memory** (weights per GPU, KV toke
 
 Names (the planner's JSON keeps them): `tp{t}` (one replica), `dp{d}` (replicas of TP1), `tp{t}_dp{d}`, `dp{d}_attn`
 (SGLang's DP attention: attention data-parallel, the FFN TP over all GPUs), `zerodp_dp{d}` (MoE), `sidp_dp{d}_{was,
-cas,auto}` (dense), `shift_sp{sp}_tp{tp}` (dense; base (SP, TP), shift TP = SP x TP).
+cas,auto}` (dense), `shift_sp{sp}_tp{tp}` (dense; base (SP, TP), shift TP = SP x TP). A name may end in options that
+pick a launch setting the planner does not vary (`OPTIONS`; `configuration_named` reads both, `Configuration.
+launch_flags` turns them into flags): `dp4_attn_ep`, `zerodp_dp2_all`, `sidp_dp2_cas_graphs`, `sidp_dp2_auto_bth64`,
+`shift_sp2_tp1_th1`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from sgl_sidp.calibration.memory import ModelShapes, kv_tokens
 
@@ -78,10 +82,12 @@ class Configuration:
     """One way to run a model on `dp * tp * sp` GPUs.
 
     Attributes:
-        name: e.g. "tp2", "dp2_attn", "zerodp_dp2", "sidp_dp2_auto", "shift_sp2_tp1".
+        name: e.g. "tp2", "dp2_attn", "zerodp_dp2", "sidp_dp2_auto", "shift_sp2_tp1" (with its options, if any:
+            "sidp_dp2_cas_graphs").
         technique: "vanilla", "dp_attention", "zerodp", "sidp" or "shift".
         dp, tp, sp: DP replicas, TP per replica (Shift: TP of the base configuration), SP (Shift's base only).
         variant: SiDP's service ("was", "cas", "auto"); "" otherwise.
+        options: launch settings the name ends in (`OPTIONS`), e.g. ("graphs",) or ("bth64",); () for the planner's.
     """
 
     name: str
@@ -90,6 +96,56 @@ class Configuration:
     tp: int
     sp: int = 1
     variant: str = ""
+    options: tuple[str, ...] = ()
+
+    @property
+    def base_name(self) -> str:
+        """The planner's name of the configuration (the name without its options)."""
+        return self.name[: len(self.name) - sum(len(o) + 1 for o in self.options)] if self.options else self.name
+
+    @property
+    def vanilla(self) -> bool:
+        """Plain SGLang (TP, DP, TP x DP, DP attention): started with `python -m sglang.launch_server`."""
+        return self.technique in ("vanilla", "dp_attention")
+
+    @property
+    def launcher(self) -> str:
+        """The module that starts it: SGLang's own launcher for vanilla configurations, ours for the techniques."""
+        return "sglang.launch_server" if self.vanilla else "sgl_sidp.launch_server"
+
+    @property
+    def server_tp(self) -> int:
+        """SGLang's `--tp-size` of one replica (DP attention: every GPU; Shift: SP x TP)."""
+        return self.gpus if self.technique == "dp_attention" else self.attn_tp
+
+    def launch_flags(self, b_th: float | None = None, shift_threshold: float | None = None,
+                     expected_batch: str | None = None) -> list[str]:
+        """The launcher flags (besides the model's) that start this configuration: SGLang's `--tp-size`/`--dp-size`/
+        `--enable-dp-attention`, the overlay's mode and the settings its options and the given decisions pick (SiDP
+        auto's B_th in tokens per rank, Shift's threshold in tokens per forward, ZeroDP's expected batch; an option
+        wins over a decision). `python -m sgl_sidp.launch_server` accepts all of them; the vanilla ones are SGLang's."""
+        opts = dict(_option(o) for o in self.options)
+        if self.technique == "dp_attention":
+            return (["--tp-size", str(self.dp), "--dp-size", str(self.dp), "--enable-dp-attention"]
+                    + (["--ep-size", str(self.dp)] if "ep" in opts else []))
+        if self.technique == "shift":
+            flags = ["--tp-size", str(self.sp * self.tp), "--overlay-mode", "shift", "--shift-sp", str(self.sp)]
+            th = opts.get("th", shift_threshold)
+            return flags + (["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else [])
+        flags = (["--tp-size", str(self.tp)] if self.tp > 1 else []) + (["--dp-size", str(self.dp)] if self.dp > 1 else [])
+        if self.technique == "zerodp":  # its runtime policy picks the offload set with the same cost model
+            if "all" in opts:
+                return flags + ["--overlay-mode", "zerodp", "--zerodp-layers", "all"]
+            return flags + ["--overlay-mode", "zerodp"] + (["--zerodp-expected-batch", expected_batch]
+                                                            if expected_batch else [])
+        if self.technique == "sidp":
+            flags += ["--overlay-mode", "sidp", "--sidp-service", self.variant]
+            b_th = opts.get("bth", b_th)
+            if self.variant == "auto" and b_th not in (None, float("inf")):
+                flags += ["--sidp-b-th", str(int(b_th))]
+            if "graphs" in opts:
+                flags += ["--sidp-cas-graphs"]
+        return flags
 
     @property
     def gpus(self) -> int:
@@ -178,3 +234,61 @@ def configurations(shapes: ModelShapes, n_gpus: int) -> list[Configuration]:
             continue
         fits.append(c)
     return fits
+
+
+#: Options a configuration's name may end in, by technique: option -> what it sets (`Configuration.launch_flags`).
+#: A trailing number is the option's value (`bth64`: B_th 64).
+OPTIONS = {
+    "dp_attention": {"ep": "expert parallelism over the DP ranks' GPUs (--ep-size N)"},
+    "zerodp": {"all": "every MoE layer offloaded on the sinks (--zerodp-layers all)"},
+    "sidp": {"graphs": "CaS iterations in CUDA graphs (--sidp-cas-graphs)",
+             "bth": "auto's B_th in tokens per rank (bthN: --sidp-b-th N)"},
+    "shift": {"th": "the threshold in tokens per forward (thN: --shift-threshold N; th1 puts every forward of two "
+                    "tokens or more in the base configuration)"},
+}
+
+_NAMES = (  # (technique, pattern); the groups: dp, tp, sp, variant, options
+    ("vanilla", r"tp(?P<tp>\d+)"), ("vanilla", r"dp(?P<dp>\d+)"), ("vanilla", r"tp(?P<tp>\d+)_dp(?P<dp>\d+)"),
+    ("dp_attention", r"dp(?P<dp>\d+)_attn"),
+    ("zerodp", r"zerodp_dp(?P<dp>\d+)(?:_tp(?P<tp>\d+))?"),
+    ("sidp", r"sidp_dp(?P<dp>\d+)(?:_tp(?P<tp>\d+))?_(?P<variant>was|cas|auto)"),
+    ("shift", r"shift_sp(?P<sp>\d+)_tp(?P<tp>\d+)"),
+)
+
+
+def _option(text: str) -> tuple[str, int | None]:
+    """("bth", 64) of "bth64"; ("graphs", None) of "graphs"."""
+    m = re.fullmatch(r"([a-z]+)(\d*)", text)
+    return (m.group(1), int(m.group(2)) if m and m.group(2) else None) if m else (text, None)
+
+
+def configuration_named(name: str) -> Configuration:
+    """The configuration a name gives: a planner name (`configurations`), optionally followed by options of its
+    technique (`OPTIONS`), e.g. "sidp_dp2_tp2_cas_graphs" or "shift_sp2_tp1_th1".
+
+    Raises:
+        ValueError: a name of no known form, an option its technique does not have (or a value it needs missing),
+            or a size below 1; the message lists the forms.
+    """
+    found = [(technique, m) for technique, pattern in _NAMES
+             if (m := re.fullmatch(pattern + r"(?P<opts>(?:_[a-z]+\d*)*)", name))]
+    for technique, m in sorted(found, key=lambda tm: len(tm[1]["opts"]))[:1]:  # the longest planner name
+        g = m.groupdict()
+        dp, tp, sp = (int(g.get(k) or 1) for k in ("dp", "tp", "sp"))
+        if min(dp, tp, sp) < 1:
+            raise ValueError(f"configuration {name}: sizes must be at least 1")
+        options = tuple(o for o in g["opts"].split("_") if o)
+        known = OPTIONS.get(technique, {})
+        for o in options:
+            key, value = _option(o)
+            if key not in known:
+                have = ", ".join(known) or "none"
+                raise ValueError(f"configuration {name}: {technique} has no option {o!r} (options: {have})")
+            if (key in ("bth", "th")) != (value is not None):
+                raise ValueError(f"configuration {name}: option {o!r} " + ("needs a number" if value is None else
+                                                                              "takes no number"))
+        if technique == "sidp" and any(_option(o)[0] == "bth" for o in options) and g["variant"] != "auto":
+            raise ValueError(f"configuration {name}: B_th (bthN) is auto's; {g['variant']} has none")
+        return Configuration(name, technique, dp, tp, sp, g.get("variant") or "", options)
+    raise ValueError(f"configuration {name!r}: expected tpT, dpD, tpT_dpD, dpN_attn[_ep], zerodp_dpD[_tpT][_all], "
+                     "sidp_dpD[_tpT]_{was,cas,auto}[_graphs][_bthN] or shift_spS_tpT[_thN]")

@@ -1,0 +1,710 @@
+"""Configurations side by side on the GPUs at hand: exactness first, then KV, bursts and trace replays, every number
+also as a ratio to the best vanilla configuration of the same run.
+
+    python -m sgl_sidp.bench.compare --model-path DIR [--model-path DIR2 ...] --gpus 0,1 \\
+        --configs tp2,dp2,dp2_attn,sidp_dp2_cas_graphs,shift_sp2_tp1 --out-dir OUT \\
+        [--exact] [--burst 256+2048+256] [--trace FILE --rates 0.5,1,2 --slo-ttft-ms 2000 --slo-tpot-ms 100]
+    python -m sgl_sidp.bench.compare --report --out-dir OUT      # tables, plot and predictions from OUT alone
+
+Configurations are the planner's names (`sgl_sidp.plan.configs`: `tpN`, `dpN`, `tpT_dpD`, `dpN_attn`, `zerodp_dpD`,
+`sidp_dpD_{was,cas,auto}`, `shift_spS_tpT`) with the options `configuration_named` reads (`dpN_attn_ep`,
+`zerodp_dp2_all`, `sidp_dp2_cas_graphs`, `sidp_dp2_auto_bth64`, `shift_sp2_tp1_th1`), or `auto` (the launcher's
+`--overlay-mode auto` pick). Vanilla ones start with `python -m sglang.launch_server`, the others with ours; the flags
+are `Configuration.launch_flags()`. A name that is no configuration of the model (ZeroDP on a dense model, SiDP on an
+MoE one, heads that do not split) is skipped with the reason; a launcher that refuses it records its one line.
+
+Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every step; the server log beside it in
+`logs/`): GPU name and count, commit, start-up seconds, KV tokens per DP rank, and what was asked:
+
+* `--exact`: the greedy answers (`sgl_sidp.bench.exact.PROMPTS`, 5 to 4,000 tokens, each sent alone) on every DP rank;
+  the report compares them with the vanilla reference's (`exact.reference_name`: DP modes against TP of one replica,
+  Shift against TP of its size), which runs too when it is missing.
+* `--burst S+IN+OUT`: S random prompts of IN tokens, OUT forced output tokens, all at once: throughput, TTFT and TPOT
+  p50/p99, and the requests each DP rank decoded (SGLang's Prometheus counters).
+* `--trace FILE --rates R,...`: `python -m sgl_sidp.replay` of the trace at each arrival-rate factor R (`--time-scale
+  1/R`, with `--trace-args`), goodput under `--slo-ttft-ms`/`--slo-tpot-ms`.
+
+Resumable: a step already in the JSON is not run again, and a configuration with every step done (or refused) is
+not started, so the next call of a 10-minute device lease goes on where the last stopped (`--deadline-s` starts no
+new server after that many seconds). `--parallel` runs configurations at once on disjoint GPU sets (a 4-GPU host:
+vanilla on 0,1 and ours on 2,3), every step started at the same time on each. Runs of `--exact` alone may pack
+`--servers-per-gpu K` servers on each GPU (small checkpoints; they share the GPU, so no speed number is taken).
+
+The report (`OUT/compare.md`, `compare.png`, `summary.json`; printed at the end) groups configurations by model, GPU
+name and GPU count: ratios to the best vanilla configuration of that group, and the planner's prediction for the same
+GPU kind beside each measured burst number where it has the shards' calibrations (`sgl_sidp.bench.compare_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import sgl_sidp
+from sgl_sidp.bench import exact
+from sgl_sidp.plan.configs import Configuration, configuration_named
+
+#: The embedded tokenizer, for a model folder with a config but no tokenizer (as `../shared/models/*`).
+DEFAULT_TOKENIZER_DIR = Path(sgl_sidp.__file__).resolve().parent / "default_model"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+#: Sources of the KV capacity per DP rank, most trusted first (`sgl_sidp.bench.server_stats`).
+CAPACITY_ORDER = ("v1_loads", "log", "zerodp_log", "server_info")
+#: Replay summary keys kept per trace and rate.
+TRACE_KEYS = ("completed", "failed", "duration", "request_throughput", "output_throughput", "median_ttft_ms",
+              "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2e_latency_ms", "good_completed",
+              "request_goodput")
+#: Ports between two servers that run at once (SGLang takes a few above its HTTP port).
+PORT_STRIDE = 50
+#: The module each launcher runs as (tests put a stand-in server here).
+LAUNCHERS = {"sglang.launch_server": "sglang.launch_server", "sgl_sidp.launch_server": "sgl_sidp.launch_server"}
+
+
+class CompareError(ValueError):
+    """Input compare cannot run with (one line for the user, before any server starts)."""
+
+
+@dataclass
+class Job:
+    """One configuration of one model to measure.
+
+    Attributes:
+        model: the model folder (`--model-path`).
+        name: the configuration's name as given ("sidp_dp2_cas_graphs", "auto").
+        config: its `Configuration`; None for "auto".
+        gpus: GPUs it needs.
+        result: `OUT/<model>/<name>.json`.
+    """
+
+    model: Path
+    name: str
+    config: Configuration | None
+    gpus: int
+    result: Path
+
+    @property
+    def log(self) -> Path:
+        return self.result.parent / "logs" / f"{self.name}.log"
+
+
+def triple(spec: str) -> tuple[int, int, int]:
+    """(S, IN, OUT) of "S+IN+OUT".
+
+    Raises:
+        CompareError: not three positive integers.
+    """
+    try:
+        s, i, o = (int(x) for x in spec.split("+"))
+    except ValueError:
+        raise CompareError(f"--burst {spec}: expected S+IN+OUT (three integers)") from None
+    if min(s, i, o) < 1:
+        raise CompareError(f"--burst {spec}: each of S, IN, OUT at least 1")
+    return s, i, o
+
+
+def trace_key(trace: Path, rate: float) -> str:
+    """The name of one replay in results: "<trace file stem>@<rate>x"."""
+    return f"{trace.stem}@{rate:g}x"
+
+
+def model_label(model: Path) -> str:
+    """The results sub-folder of a model: its folder's name."""
+    return model.resolve().name
+
+
+def read_model_config(model: Path) -> dict:
+    """The model's config.json.
+
+    Raises:
+        CompareError: no readable config.json in `model`.
+    """
+    try:
+        return json.loads((model / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise CompareError(f"--model-path {model}: no readable config.json ({e})") from None
+
+
+def plan_jobs(models: Sequence[Path], names: Sequence[str], gpus: int, with_references: bool,
+              out_dir: Path) -> tuple[list[Job], list[str]]:
+    """The jobs of a run and a note for each configuration left out.
+
+    Each name is read with `configuration_named`; one the model does not run in on `gpus` GPUs (`plan.configs.
+    configurations` does not list its planner name: a dense model's ZeroDP, an MoE model's SiDP or Shift, sizes
+    that do not split) or that needs more GPUs is left out with the reason. With `with_references`, the vanilla
+    reference of every overlay configuration (`exact.reference_name`) is added before the first job that needs it.
+
+    Raises:
+        CompareError: a name of no known form (every one is read before anything runs).
+    """
+    from sgl_sidp.calibration.memory import ModelShapes
+    from sgl_sidp.plan.configs import configurations
+
+    parsed = {}
+    for name in names:
+        if name == "auto":
+            parsed[name] = None
+            continue
+        try:
+            parsed[name] = configuration_named(name)
+        except ValueError as e:
+            raise CompareError(f"--configs: {e}") from None
+    jobs, notes = [], []
+    for model in models:
+        shapes = ModelShapes.of(read_model_config(model))
+        folder = out_dir / model_label(model)
+        valid = {n: {c.name for c in configurations(shapes, n)} for n in range(1, gpus + 1)}
+        wanted: list[str] = []
+        for name, c in parsed.items():
+            need = gpus if c is None else c.gpus
+            if need > gpus:
+                notes.append(f"{model_label(model)} {name}: needs {need} GPUs, --gpus has {gpus}")
+                continue
+            if c is not None and c.base_name not in valid[c.gpus]:
+                notes.append(f"{model_label(model)} {name}: not a configuration of this model on {c.gpus} GPUs "
+                             f"({'MoE' if shapes.moe_layers else 'dense'} model; see plan.configs.configurations)")
+                continue
+            ref = exact.reference_name(c.technique, c.dp, c.tp, c.sp) if (c and with_references) else None
+            if ref and ref not in wanted:
+                wanted.append(ref)
+            if name not in wanted:
+                wanted.append(name)
+        for name in wanted:
+            c = parsed.get(name) if name in parsed else configuration_named(name)
+            jobs.append(Job(model, name, c, gpus if c is None else c.gpus, folder / f"{name}.json"))
+    return jobs, notes
+
+
+# ------------------------------------------------------------------------------------------------- one server
+def server_flags(job: Job, a: argparse.Namespace) -> tuple[str, list[str]]:
+    """(launcher module, flags without --host/--port) of a job's server."""
+    model = job.model
+    flags = ["--model-path", str(model), "--enable-metrics"]
+    if not any((model / f).exists() for f in TOKENIZER_FILES):
+        flags += ["--tokenizer-path", str(DEFAULT_TOKENIZER_DIR)]
+    if a.load_format:
+        flags += ["--load-format", a.load_format]
+    flags += shlex.split(a.extra_args)
+    if job.config is None:
+        workload = "offline:%d:%d:%d" % triple(a.burst) if a.burst else "offline:512:2048:256"
+        return LAUNCHERS["sgl_sidp.launch_server"], flags + ["--overlay-mode", "auto", "--overlay-plan-workload", workload]
+    return LAUNCHERS[job.config.launcher], flags + job.config.launch_flags()
+
+
+def http_json(url: str, body: dict | None = None, timeout_s: float = 600.0) -> dict:
+    """GET (`body` None) or POST `body` as JSON; the decoded answer."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        return json.loads(r.read().decode())
+
+
+def kv_tokens(srv, log_text: str) -> dict[str, int]:
+    """KV tokens per DP rank ({"0": N, ...}) from every source the server has (`CAPACITY_ORDER`)."""
+    from sgl_sidp.bench.server_stats import (capacity_from_loads, capacity_from_log, capacity_from_server_info,
+                                             merge_capacity, zerodp_capacity_from_log)
+
+    def get(path):
+        try:
+            return http_json(srv.base_url + path, timeout_s=30)
+        except Exception:  # noqa: BLE001 - an endpoint this SGLang lacks or a busy server: that source is missing
+            return None
+
+    loads = None
+    for _ in range(10):  # each scheduler publishes its load snapshot once it has run
+        loads = get("/v1/loads")
+        if capacity_from_loads(loads):
+            break
+        time.sleep(1.0)
+    sources = {"v1_loads": capacity_from_loads(loads), "log": capacity_from_log(log_text),
+               "zerodp_log": {r: v["kv_tokens"] for r, v in zerodp_capacity_from_log(log_text).items()},
+               "server_info": capacity_from_server_info(get("/server_info"))}
+    return {str(r): v for r, v in merge_capacity(sources, CAPACITY_ORDER).items()}
+
+
+def launch_problem(log_text: str) -> str | None:
+    """The launcher's refusal (its `sgl-sidp: error:` lines, joined), or None when it did not refuse."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.startswith("sgl-sidp: error:")]
+    return " | ".join(lines) if lines else None
+
+
+def failure_lines(log_text: str, n: int = 5) -> list[str]:
+    """What a failed server's log says went wrong: its sgl-sidp and error lines, else its last lines."""
+    keep = [ln for ln in log_text.splitlines()
+            if "sgl-sidp" in ln and ("error" in ln.lower() or "fail" in ln.lower()) or ln.startswith(("Error", "RuntimeError"))
+            or "Error:" in ln]
+    return (keep or log_text.splitlines())[-n:]
+
+
+def auto_choice(log_text: str) -> str | None:
+    """The configuration `--overlay-mode auto` started (its launcher line "... auto starts NAME (predicted)")."""
+    for ln in log_text.splitlines():
+        if "--overlay-mode auto starts " in ln:
+            return ln.split("--overlay-mode auto starts ", 1)[1].split()[0]
+    return None
+
+
+def git_commit() -> str | None:
+    """This package's commit: `git rev-parse HEAD` of its checkout, else $SIDP_COMMIT (a copy without .git)."""
+    import os
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(sgl_sidp.__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode == 0:
+            return out.stdout.strip()
+    except OSError:
+        pass
+    return os.environ.get("SIDP_COMMIT")
+
+
+def gpu_name(index: str) -> str | None:
+    """NVML's name of GPU `index` (this process's numbering), None when NVML cannot tell."""
+    from sgl_sidp.peer.topology import gpu_name as nvml_name
+
+    return nvml_name(int(index))
+
+
+class Measurement:
+    """One job's server on its GPUs and the steps run against it; its result file is rewritten after each step.
+
+    Args:
+        job: what to run.
+        a: compare's arguments (steps, flags, timeouts).
+        gpus: the GPUs it runs on (CUDA_VISIBLE_DEVICES).
+        port: the server's HTTP port.
+    """
+
+    def __init__(self, job: Job, a: argparse.Namespace, gpus: list[str], port: int):
+        self.job, self.a, self.gpus, self.port = job, a, gpus, port
+        self.res = load_result(job.result)
+        self.srv = None
+
+    def save(self) -> None:
+        self.job.result.parent.mkdir(parents=True, exist_ok=True)
+        self.job.result.write_text(json.dumps(self.res, indent=1) + "\n")
+
+    def steps(self) -> list[tuple[str, Callable[[], None]]]:
+        """(step name, body) of every step asked for and not yet in the result."""
+        a, res = self.a, self.res
+        out = []
+        if a.exact and "exact" not in res:
+            out.append(("exact", self.run_exact))
+        if a.burst and res.get("burst", {}).get("spec") != a.burst:
+            out.append(("burst", self.run_burst))
+        for trace in a.trace:
+            for rate in a.rates:
+                key = trace_key(trace, rate)
+                if key not in res.get("traces", {}):
+                    out.append((key, lambda t=trace, r=rate: self.run_trace(t, r)))
+        return out
+
+    def pending(self) -> bool:
+        """Whether the job has anything left to run (a refused configuration has not)."""
+        return not self.res.get("refused") and bool(self.steps())
+
+    def start(self) -> bool:
+        """Start the server and wait until it has fired up; record the facts. False when it did not come up (the
+        refusal or failure is recorded)."""
+        from sgl_sidp.bench.server import ServerProcess
+
+        launcher, flags = server_flags(self.job, self.a)
+        self.srv = ServerProcess(launcher, flags, port=self.port, log_path=self.job.log, gpus=",".join(self.gpus))
+        c = self.job.config
+        self.res.update({"config": self.job.name, "model": model_label(self.job.model),
+                         "base_name": c.base_name if c else "auto", "technique": c.technique if c else "auto",
+                         "dp": c.dp if c else None, "tp": c.tp if c else None, "sp": c.sp if c else None,
+                         "gpu_count": len(self.gpus), "gpus": ",".join(self.gpus), "gpu_name": gpu_name(self.gpus[0]),
+                         "commit": git_commit(), "command": shlex.join(self.srv.command),
+                         "started": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        self.res.pop("error", None)
+        self.srv.start()
+        try:
+            self.srv.wait_ready(timeout_s=self.a.ready_timeout_s)
+            deadline = time.time() + 120
+            while "The server is fired up" not in self.srv.log_text():
+                if time.time() > deadline or self.srv.proc.poll() is not None:
+                    raise RuntimeError("the server never logged 'The server is fired up'")
+                time.sleep(0.5)
+        except Exception as e:  # noqa: BLE001 - a server that does not come up is a result of the run
+            text = self.srv.log_text()
+            refused = launch_problem(text)
+            if refused:
+                self.res["refused"] = refused
+            else:
+                self.res["error"] = {"where": "start", "what": str(e).splitlines()[0], "log": failure_lines(text)}
+            self.save()
+            self.stop()
+            return False
+        text = self.srv.log_text()
+        self.res.update({"startup_s": round(time.time() - self.srv.t_start, 1), "kv_tokens": kv_tokens(self.srv, text),
+                         "auto_choice": auto_choice(text) if c is None else None})
+        self.ranks = max(1, len(self.res["kv_tokens"]))
+        self.save()
+        self.warm_up()
+        return True
+
+    def warm_up(self) -> None:
+        """Two short greedy requests per DP rank (first allocations, JIT kernels), outside every number."""
+        for rank in range(self.ranks):
+            for n in (32, 300):
+                try:
+                    http_json(self.srv.base_url + "/generate",
+                              exact.greedy_body(list(range(100, 100 + n)), 4, rank if self.ranks > 1 else None))
+                except Exception:  # noqa: BLE001 - a failing server shows in the steps that follow
+                    pass
+
+    def run_exact(self) -> None:
+        """Every prompt of `exact.PROMPTS`, alone, on each DP rank: the greedy answers."""
+        ranks = {}
+        for rank in range(self.ranks):
+            ranks[str(rank)] = [exact.parse_answer(http_json(
+                self.srv.base_url + "/generate",
+                exact.greedy_body(ids, self.a.exact_tokens, rank if self.ranks > 1 else None)))
+                for ids in exact.PROMPTS]
+        self.res["exact"] = {"prompt_lens": [len(p) for p in exact.PROMPTS], "new_tokens": self.a.exact_tokens,
+                             "ranks": ranks}
+
+    def run_burst(self) -> None:
+        """`--burst S+IN+OUT`: every request at once (the server's router spreads them over its DP ranks)."""
+        from sgl_sidp.bench.batches import metrics_text, prompts, run_batch
+        from sgl_sidp.bench.metrics import compute_metrics
+        from sgl_sidp.bench.server_stats import counter_deltas, per_rank_from_deltas, rank_counter_snapshot
+
+        s, i, o = triple(self.a.burst)
+        before = rank_counter_snapshot(metrics_text(self.srv.base_url))
+        outs, seconds = run_batch(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 7)])
+        after = rank_counter_snapshot(metrics_text(self.srv.base_url))
+        m = compute_metrics(outs, seconds)
+        self.res["burst"] = {
+            "spec": self.a.burst, "seconds": seconds, "failed": m["failed"], "total_tok_s": m["total_throughput"],
+            "output_tok_s": m["output_throughput"], "ttft_ms_p50": m["median_ttft_ms"], "ttft_ms_p99": m["p99_ttft_ms"],
+            "tpot_ms_p50": m["median_tpot_ms"], "tpot_ms_p99": m["p99_tpot_ms"],
+            "per_rank": {str(r): v for r, v in per_rank_from_deltas(counter_deltas(before, after)).items()}}
+
+    def run_trace(self, trace: Path, rate: float) -> None:
+        """One replay of `trace` at `rate` times its arrival rate."""
+        from sgl_sidp.bench.batches import replay
+
+        a, key = self.a, trace_key(trace, rate)
+        args = [f"--trace={trace}", f"--time-scale={1 / rate:g}", *shlex.split(a.trace_args), "--flush-cache"]
+        args += [f"--slo-ttft-ms={a.slo_ttft_ms}"] if a.slo_ttft_ms else []
+        args += [f"--slo-tpot-ms={a.slo_tpot_ms}"] if a.slo_tpot_ms else []
+        folder = self.job.result.parent / "traces" / self.job.name / key.replace("@", "_")
+        summary = replay(key, shlex.join(args), self.srv.base_url, folder, self.job.name)
+        self.res.setdefault("traces", {})[key] = {"rate": rate, **{k: summary.get(k) for k in TRACE_KEYS}}
+
+    def run_step(self, name: str, body: Callable[[], None]) -> None:
+        """Run one step; an exception is recorded as the step's error (the server's state with it)."""
+        if self.srv is None or self.srv.proc.poll() is not None:
+            self.res.setdefault("step_errors", {})[name] = "the server is not running"
+            self.save()
+            return
+        t0 = time.time()
+        try:
+            body()
+            self.res.setdefault("step_errors", {}).pop(name, None)
+        except Exception as e:  # noqa: BLE001 - one failed step is a result; the others still run
+            self.res.setdefault("step_errors", {})[name] = f"{type(e).__name__}: {str(e)[:300]}"
+        self.res.setdefault("step_seconds", {})[name] = round(time.time() - t0, 1)
+        self.save()
+
+    def stop(self) -> None:
+        """Stop the server and gzip its log."""
+        if self.srv is not None:
+            self.srv.stop()
+            log = self.job.log
+            if log.exists():
+                with open(log, "rb") as src, gzip.open(log.with_suffix(".log.gz"), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                log.unlink()
+        self.srv = None
+
+
+def load_result(path: Path) -> dict:
+    """A job's result so far ({} when none)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# --------------------------------------------------------------------------------------------- scheduling
+class GpuPool:
+    """GPUs lent to jobs: each GPU takes up to `per_gpu` servers at once; a job of g GPUs gets an aligned group of g
+    (GPUs [k*g, (k+1)*g) of the list), the least loaded first.
+
+    Args:
+        gpus: the GPU indices ("0", "1", ...).
+        per_gpu: servers one GPU holds at once.
+    """
+
+    def __init__(self, gpus: Sequence[str], per_gpu: int = 1):
+        self.gpus, self.per_gpu = list(gpus), per_gpu
+        self.load = {g: 0 for g in self.gpus}
+        self.ports: list[int] = []
+        self.cv = threading.Condition()
+
+    def groups(self, g: int) -> list[list[str]]:
+        return [self.gpus[k:k + g] for k in range(0, len(self.gpus) - g + 1, g)]
+
+    def try_acquire(self, g: int) -> list[str] | None:
+        """A free group of `g` GPUs (now taken), or None."""
+        with self.cv:
+            free = [grp for grp in self.groups(g) if all(self.load[x] < self.per_gpu for x in grp)]
+            if not free:
+                return None
+            grp = min(free, key=lambda grp: sum(self.load[x] for x in grp))
+            for x in grp:
+                self.load[x] += 1
+            return grp
+
+    def acquire(self, g: int) -> list[str]:
+        """Block until a group of `g` GPUs is free; take it."""
+        with self.cv:
+            while (grp := self.try_acquire(g)) is None:
+                self.cv.wait()
+            return grp
+
+    def release(self, grp: Sequence[str]) -> None:
+        with self.cv:
+            for x in grp:
+                self.load[x] -= 1
+            self.cv.notify_all()
+
+
+def run_exact_pool(jobs: list[Job], a: argparse.Namespace, log: Callable[[str], None]) -> None:
+    """Runs of `--exact` alone: every job as soon as GPUs are free (`--servers-per-gpu` servers a GPU)."""
+    pool = GpuPool(a.gpus, a.servers_per_gpu)
+    slots = list(range(len(a.gpus) * a.servers_per_gpu))
+    lock = threading.Lock()
+
+    def one(job: Job) -> None:
+        grp = pool.acquire(job.gpus)
+        with lock:
+            slot = slots.pop(0)
+        try:
+            if past_deadline(a):
+                log(f"{job.model.name} {job.name}: left for the next call (--deadline-s)")
+                return
+            m = Measurement(job, a, grp, a.port + PORT_STRIDE * slot)
+            if m.start():
+                for name, body in m.steps():
+                    m.run_step(name, body)
+            m.stop()
+            log(status_line(job, m.res))
+        finally:
+            with lock:
+                slots.append(slot)
+            pool.release(grp)
+
+    threads = [threading.Thread(target=one, args=(j,), daemon=True) for j in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def rounds(jobs: list[Job], gpus: int, parallel: bool) -> list[list[Job]]:
+    """Jobs grouped into rounds that run at once on disjoint GPU sets (`parallel`), in order; else one a round."""
+    if not parallel:
+        return [[j] for j in jobs]
+    out, cur, used = [], [], 0
+    for j in jobs:
+        if cur and used + j.gpus > gpus:
+            out.append(cur)
+            cur, used = [], 0
+        cur.append(j)
+        used += j.gpus
+    return out + ([cur] if cur else [])
+
+
+def run_rounds(jobs: list[Job], a: argparse.Namespace, log: Callable[[str], None]) -> None:
+    """Timed runs: each round's servers start together, and each step starts on all of them at the same moment (the
+    same traffic at the same time on disjoint GPUs)."""
+    for rnd in rounds(jobs, len(a.gpus), a.parallel):
+        if past_deadline(a):
+            log("left for the next call (--deadline-s): " + ", ".join(f"{j.model.name} {j.name}" for j in rnd))
+            continue
+        offsets, k = [], 0
+        for j in rnd:
+            offsets.append(a.gpus[k:k + j.gpus])
+            k += j.gpus
+        ms = [Measurement(j, a, grp, a.port + PORT_STRIDE * i) for i, (j, grp) in enumerate(zip(rnd, offsets))]
+        step_names = list(dict.fromkeys(n for m in ms for n, _ in m.steps()))
+        barrier = threading.Barrier(len(ms))
+
+        def one(m: Measurement) -> None:
+            up = m.start()
+            for name in step_names:
+                try:
+                    barrier.wait(timeout=a.ready_timeout_s + 3600)
+                except threading.BrokenBarrierError:
+                    pass
+                body = dict(m.steps()).get(name)
+                if up and body and not past_deadline(a, step=True):
+                    m.run_step(name, body)
+            m.stop()
+            log(status_line(m.job, m.res))
+
+        threads = [threading.Thread(target=one, args=(m,), daemon=True) for m in ms]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def past_deadline(a: argparse.Namespace, step: bool = False) -> bool:
+    """Whether `--deadline-s` has passed (steps get `--step-grace-s` more: a step started late still ends inside
+    the lease)."""
+    if a.deadline_s is None:
+        return False
+    return time.time() - a.t0 > a.deadline_s + (a.step_grace_s if step else 0)
+
+
+def status_line(job: Job, res: dict) -> str:
+    """One line on a finished job: its start-up, KV and steps, or why it did not run."""
+    head = f"{model_label(job.model)} {job.name}"
+    if res.get("refused"):
+        return f"{head}: refused: {res['refused']}"
+    if res.get("error"):
+        return f"{head}: did not start: {res['error']['what']}"
+    done = [k for k in ("exact", "burst") if k in res] + list(res.get("traces", {}))
+    errs = res.get("step_errors") or {}
+    return (f"{head}: up in {res.get('startup_s')} s, KV {res.get('kv_tokens')}, done: {', '.join(done) or 'nothing'}"
+            + (f"; errors: {errs}" if errs else ""))
+
+
+# ----------------------------------------------------------------------------------------------------- CLI
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.compare", description=__doc__.split("\n\n")[0],
+                                epilog="Exit status: 0 when every configuration ran what was asked (or was refused "
+                                "at launch), 1 when one failed or was left for the next call, 2 on bad input.")
+    p.add_argument("--model-path", type=Path, action="append", required=True,
+                   help="a model folder (config.json; weights unless --load-format dummy); repeatable")
+    p.add_argument("--gpus", default="0,1", help="GPU indices to run on (default: %(default)s)")
+    p.add_argument("--configs", default="", help="comma-separated configuration names (module docstring) or auto")
+    p.add_argument("--out-dir", type=Path, required=True, help="results folder (resumed when it holds results)")
+    p.add_argument("--load-format", default=None, help="SGLang's --load-format (e.g. dummy: random weights)")
+    p.add_argument("--extra-args", default="",
+                   help="more SGLang flags for every server, one shell-quoted string (e.g. \"--attention-backend "
+                   "triton --sampling-backend pytorch\")")
+    p.add_argument("--exact", action="store_true", help="greedy answers on every DP rank against the vanilla reference")
+    p.add_argument("--exact-tokens", type=int, default=exact.NEW_TOKENS, help="greedy tokens per prompt (default: %(default)s)")
+    p.add_argument("--burst", default=None, metavar="S+IN+OUT", help="S requests of IN prompt and OUT output tokens at once")
+    p.add_argument("--trace", type=Path, action="append", default=[], help="a trace to replay (repeatable)")
+    p.add_argument("--rates", default="1", help="arrival-rate factors of each trace replay (default: %(default)s)")
+    p.add_argument("--trace-args", default="", help="more `python -m sgl_sidp.replay` flags (e.g. \"--duration-s 120\")")
+    p.add_argument("--slo-ttft-ms", type=float, default=None, help="TTFT objective of goodput")
+    p.add_argument("--slo-tpot-ms", type=float, default=None, help="TPOT objective of goodput")
+    p.add_argument("--parallel", action="store_true", help="configurations at once on disjoint GPU sets, in step")
+    p.add_argument("--servers-per-gpu", type=int, default=1,
+                   help="with --exact alone: servers sharing a GPU at once (give each a --max-total-tokens in "
+                   "--extra-args; default: %(default)s)")
+    p.add_argument("--port", type=int, default=31000, help="first server's HTTP port (default: %(default)s)")
+    p.add_argument("--ready-timeout-s", type=float, default=600.0, help="seconds a server may take to start")
+    p.add_argument("--deadline-s", type=float, default=None, help="start no server after this many seconds")
+    p.add_argument("--step-grace-s", type=float, default=60.0,
+                   help="a step may still start this long after --deadline-s (default: %(default)s)")
+    p.add_argument("--report", action="store_true", help="only write the report from --out-dir's results")
+    p.add_argument("--no-predict", action="store_true", help="no planner predictions in the report")
+    a = p.parse_args(argv)
+    a.t0 = time.time()  # what --deadline-s counts from
+    a.gpus = [g for g in a.gpus.split(",") if g]
+    try:
+        a.rates = [float(r) for r in a.rates.split(",") if r]
+    except ValueError:
+        p.error(f"--rates {a.rates}: expected comma-separated numbers")
+    return a
+
+
+def check(a: argparse.Namespace) -> list[str]:
+    """Every problem with the arguments, one line each, before any server starts."""
+    problems = []
+    if not a.report and not a.configs:
+        problems.append("--configs: name at least one configuration")
+    if not a.report and not (a.exact or a.burst or a.trace):
+        problems.append("nothing to measure: give --exact, --burst or --trace")
+    if a.burst:
+        try:
+            triple(a.burst)
+        except CompareError as e:
+            problems.append(str(e))
+    if any(r <= 0 for r in a.rates):
+        problems.append("--rates: every factor must be positive")
+    problems += [f"--trace {t}: no such file" for t in a.trace if not t.is_file()]
+    if a.servers_per_gpu < 1:
+        problems.append("--servers-per-gpu: at least 1")
+    if a.servers_per_gpu > 1 and (a.burst or a.trace):
+        problems.append("--servers-per-gpu > 1 shares GPUs between servers: only for --exact alone (no speed numbers)")
+    if not a.gpus or any(not g.isdigit() for g in a.gpus):
+        problems.append(f"--gpus {','.join(a.gpus)}: expected GPU indices such as 0,1")
+    for m in a.model_path:
+        if not (m / "config.json").is_file():
+            problems.append(f"--model-path {m}: no config.json")
+        elif a.load_format != "dummy" and not a.report and not any(
+                f.suffix in WEIGHT_SUFFIXES for f in m.iterdir()):
+            problems.append(f"--model-path {m}: no weights there; pass --load-format dummy for random weights")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from sgl_sidp.bench.compare_report import write_report
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = parse_args(argv)
+    problems = check(a)
+    jobs, notes = [], []
+    if not problems and not a.report:
+        try:
+            jobs, notes = plan_jobs(a.model_path, [n for n in a.configs.split(",") if n], len(a.gpus), a.exact,
+                                    a.out_dir)
+        except CompareError as e:
+            problems.append(str(e))
+    if problems:
+        for line in problems:
+            print(f"compare: error: {line}", file=sys.stderr)
+        return 2
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def log(line: str) -> None:
+        print(f"[compare {time.time() - a.t0:6.0f} s] {line}", flush=True)
+
+    rc = 0
+    if not a.report:
+        with open(a.out_dir / "commands.txt", "a") as f:
+            f.write(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} commit {git_commit()}: "
+                    f"{shlex.join(['python', '-m', 'sgl_sidp.bench.compare', *argv])}\n")
+        for m in a.model_path:
+            folder = a.out_dir / model_label(m)
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy(m / "config.json", folder / "config.json")  # what the report's predictions read
+        for n in notes:
+            log(f"skipped: {n}")
+        todo = [j for j in jobs if Measurement(j, a, ["0"], 0).pending()]
+        log(f"{len(todo)} of {len(jobs)} configurations to run: " + ", ".join(f"{j.model.name}/{j.name}" for j in todo))
+        if a.exact and not (a.burst or a.trace):
+            run_exact_pool(todo, a, log)
+        else:
+            run_rounds(todo, a, log)
+        left = [j for j in jobs if Measurement(j, a, ["0"], 0).pending() or load_result(j.result).get("error")]
+        rc = 1 if left else 0
+        if left:
+            log("not done: " + ", ".join(f"{j.model.name}/{j.name}" for j in left))
+    print(write_report(a.out_dir, predict=not a.no_predict))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The report of `python -m sgl_sidp.bench.compare`: from the results folder alone (`OUT/<model>/<config>.json`,
+`OUT/<model>/config.json`), so a run spread over several device calls, or re-read later, gives the same tables.
+
+Configurations are grouped by model, GPU name and GPU count (one group = one side-by-side comparison). In each group
+every measured number is shown with its ratio to the best vanilla configuration (plain SGLang: TP, DP, TP x DP, DP
+attention with or without EP) of that group on the same number: the highest KV, throughput and goodput, the lowest
+latencies. Beside the burst's numbers stands the planner's prediction for the same GPU kind, labelled predicted,
+where the shards are calibrated for it (`sgl_sidp.plan`); else the reason there is none. Exactness is each overlay
+configuration's answers against its reference's (`sgl_sidp.bench.exact`).
+
+Writes `OUT/compare.md`, `OUT/compare.png` (when a speed number exists) and `OUT/summary.json`: one row per
+(model, GPUs, GPU name, configuration, workload) with the best vanilla configuration, both values and their ratio.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from sgl_sidp.bench import exact
+
+#: (key, label, higher is better, read from a result)
+FACTS: list[tuple[str, str, bool, Callable[[dict], float | None]]] = [
+    ("kv_tokens", "KV tokens (all ranks)", True, lambda r: sum((r.get("kv_tokens") or {}).values()) or None),
+    ("startup_s", "start-up s", False, lambda r: r.get("startup_s")),
+]
+BURST: list[tuple[str, str, bool]] = [
+    ("total_tok_s", "tok/s (in+out)", True), ("ttft_ms_p50", "TTFT p50 ms", False), ("ttft_ms_p99", "TTFT p99 ms", False),
+    ("tpot_ms_p50", "TPOT p50 ms", False), ("tpot_ms_p99", "TPOT p99 ms", False)]
+TRACE: list[tuple[str, str, bool]] = [
+    ("request_goodput", "goodput req/s", True), ("output_throughput", "output tok/s", True),
+    ("median_ttft_ms", "TTFT p50 ms", False), ("median_tpot_ms", "TPOT p50 ms", False)]
+#: the planner's keys of the burst's numbers
+PREDICTED = {"total_tok_s": "total_tok_s", "ttft_ms_p50": "ttft_ms_p50", "ttft_ms_p99": "ttft_ms_p99",
+             "tpot_ms_p50": "tpot_ms_p50", "tpot_ms_p99": "tpot_ms_p99", "kv_tokens": "kv_tokens_total"}
+
+
+def load(out_dir: Path) -> dict[str, dict[str, dict]]:
+    """{model: {configuration: result}} of every result file under `out_dir` (files without a "config" skipped)."""
+    out: dict[str, dict[str, dict]] = {}
+    for path in sorted(out_dir.glob("*/*.json")):
+        if path.name == "config.json":
+            continue
+        try:
+            res = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if isinstance(res, dict) and res.get("config"):
+            out.setdefault(path.parent.name, {})[res["config"]] = res
+    return out
+
+
+def groups(results: dict[str, dict[str, dict]]) -> dict[tuple[str, str, int], dict[str, dict]]:
+    """{(model, GPU name, GPU count): {configuration: result}}, configurations in the order they were first run."""
+    out: dict[tuple[str, str, int], dict[str, dict]] = {}
+    for model, by in results.items():
+        for name, r in sorted(by.items(), key=lambda kv: kv[1].get("started") or ""):
+            out.setdefault((model, r.get("gpu_name") or "unknown GPU", int(r.get("gpu_count") or 0)), {})[name] = r
+    return out
+
+
+def is_vanilla(r: dict) -> bool:
+    """Plain SGLang (the `auto` pick counts as ours even when it picks vanilla)."""
+    return r.get("technique") in ("vanilla", "dp_attention")
+
+
+def best_vanilla(group: dict[str, dict], get: Callable[[dict], float | None], higher: bool) -> tuple[str, float] | None:
+    """(name, value) of the best vanilla configuration of `group` on one number, None when none has it."""
+    vals = [(n, v) for n, r in group.items() if is_vanilla(r) and (v := get(r)) is not None]
+    if not vals:
+        return None
+    return (max if higher else min)(vals, key=lambda nv: nv[1])
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def cell(v: float | None, best: tuple[str, float] | None, predicted: float | None = None) -> str:
+    """"12,345 (1.07x)" with the ratio to the best vanilla value, and "pred. 11,000 (+12 %)" where predicted."""
+    if v is None:
+        return "-"
+    text = fmt(v) + (f" ({v / best[1]:.2f}x)" if best and best[1] else "")
+    if predicted is not None:
+        text += f"; pred. {fmt(predicted)} ({predicted / v - 1:+.0%})" if v else f"; pred. {fmt(predicted)}"
+    return text
+
+
+def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None) -> tuple[dict, str]:
+    """The planner's rows ({configuration: row}) for the burst of a group, and a note ("" when it predicted).
+
+    Never raises: a GPU kind or model the planner cannot predict gives ({}, the reason)."""
+    if not burst:
+        return {}, ""
+    from sgl_sidp.plan.__main__ import PlanError, plan
+    from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.plan.steps import GPUS
+
+    kind = next((k for k in GPUS if gpu_kind(k) == gpu_kind(gpu_name)), None)
+    if kind is None:
+        return {}, f"no prediction: the planner knows {', '.join(GPUS)}, not {gpu_name}"
+    s, i, o = (int(x) for x in burst.split("+"))
+    try:
+        result = plan(str(out_dir / model), gpus, kind, f"offline:{s}:{i}:{o}")
+    except PlanError as e:
+        return {}, f"no prediction: {e}"
+    rows = {r["name"]: r for r in result["configurations"]}
+    missing = sorted({r["not_predicted"] for r in rows.values() if "not_predicted" in r})
+    return rows, ("; ".join(missing[:2]) if missing else "")
+
+
+def exactness(group: dict[str, dict], everything: dict[str, dict]) -> dict[str, dict | None]:
+    """{configuration: `exact.verdict` against its reference, or None} for the group's overlay configurations with
+    answers (the reference looked up among all of the model's results on the same GPU kind)."""
+    out: dict[str, dict | None] = {}
+    for name, r in group.items():
+        if "exact" not in r or r.get("technique") not in ("zerodp", "sidp", "shift"):
+            continue
+        ref_name = exact.reference_name(r["technique"], r["dp"], r["tp"], r.get("sp") or 1)
+        ref = everything.get(ref_name)
+        if ref is None or "exact" not in ref or ref.get("gpu_name") != r.get("gpu_name"):
+            out[name] = {"answers": 0, "no_reference": ref_name}
+            continue
+        out[name] = {**exact.verdict(ref["exact"], r["exact"]), "reference": ref_name}
+    return out
+
+
+def describe_exact(v: dict | None) -> str:
+    if v and v.get("no_reference"):
+        return f"no answers of {v['no_reference']} to compare with"
+    return exact.describe(v) + (f" vs {v['reference']}" if v and v.get("reference") else "")
+
+
+def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
+    """(markdown, summary rows, plot metrics) of a results folder."""
+    results = load(out_dir)
+    lines = [f"# Configurations side by side ({out_dir.name})", "",
+             "Every number is measured on the GPUs named, in one run, unless it says pred. (the planner's prediction "
+             "for the same GPU kind, its error against the measurement in brackets). (Nx): the ratio to the best "
+             "vanilla configuration of the same table on that number (for latencies, below 1 is better).", ""]
+    commands = out_dir / "commands.txt"
+    if commands.is_file():
+        lines += ["Commands:", "", *[f"    {ln}" for ln in commands.read_text().splitlines()], ""]
+    summary, plot = [], {}
+    for (model, gpu, count), group in groups(results).items():
+        burst_spec = next((r["burst"]["spec"] for r in group.values() if r.get("burst")), None)
+        pred, pred_note = predictions(out_dir, model, gpu, count, burst_spec) if predict else ({}, "")
+        ex = exactness(group, results[model])
+        lines += [f"## {model} on {count} x {gpu}", ""]
+        if pred_note:
+            lines += [f"Planner: {pred_note}", ""]
+        lines += ["| configuration | commit | start-up s | KV tokens per rank | KV tokens (all ranks) | exactness |",
+                  "|---|---|---:|---|---:|---|"]
+        kv_best = best_vanilla(group, FACTS[0][3], True)
+        for name, r in group.items():
+            if r.get("refused") or (r.get("error") and not r.get("kv_tokens")):
+                why = r.get("refused") or f"did not start: {r['error']['what']}"
+                lines.append(f"| {name} | {(r.get('commit') or '')[:7]} | - | - | - | {'refused: ' if r.get('refused') else ''}{why} |")
+                continue
+            kv = FACTS[0][3](r)
+            p = pred.get(r.get("base_name"), {}).get("kv_tokens_total") if name == r.get("base_name") else None
+            per_rank = ", ".join(f"{v:,}" for _, v in sorted((r.get("kv_tokens") or {}).items(), key=lambda kv: int(kv[0])))
+            lines.append(f"| {name}{' -> ' + r['auto_choice'] if r.get('auto_choice') else ''} | "
+                         f"{(r.get('commit') or '')[:7]} | {fmt(r.get('startup_s'))} | {per_rank or '-'} | "
+                         f"{cell(kv, kv_best, p)} | {describe_exact(ex.get(name)) if name in ex else '-'} |")
+            if name in ex and ex[name].get("answers"):
+                summary.append({"model": model, "gpus": count, "gpu_name": gpu, "configuration": name,
+                                "workload": "exactness", "reference": ex[name]["reference"],
+                                "bit_identical": ex[name]["bit_identical"], "tokens_equal": ex[name]["tokens_equal"],
+                                "max_logprob_gap": ex[name]["max_logprob_gap"],
+                                "first_difference": ex[name]["first_difference"]})
+        lines.append("")
+        with_burst = {n: r for n, r in group.items() if r.get("burst")}
+        if with_burst:
+            lines += [f"Burst {burst_spec} (S+IN+OUT, all at once):", "",
+                      "| configuration | " + " | ".join(label for _, label, _ in BURST) + " | decode tokens per rank |",
+                      "|---|" + "---:|" * len(BURST) + "---|"]
+            bests = {k: best_vanilla(with_burst, lambda r, k=k: r["burst"].get(k), hi) for k, _, hi in BURST}
+            for name, r in with_burst.items():
+                row = pred.get(r.get("base_name"), {}) if name == r.get("base_name") else {}
+                cells = [cell(r["burst"].get(k), bests[k], row.get(PREDICTED[k])) for k, _, _ in BURST]
+                ranks = ", ".join(f"{int(v.get('decode_tokens', 0)):,}" for _, v in sorted(r["burst"].get("per_rank", {}).items()))
+                lines.append(f"| {name} | " + " | ".join(cells) + f" | {ranks or '-'} |")
+                best = bests["total_tok_s"]
+                summary.append({"model": model, "gpus": count, "gpu_name": gpu, "configuration": name,
+                                "workload": f"burst {burst_spec}", "metric": "total_tok_s",
+                                "value": r["burst"].get("total_tok_s"), "best_vanilla": best and best[0],
+                                "best_vanilla_value": best and best[1],
+                                "ratio": (r["burst"]["total_tok_s"] / best[1]) if best and r["burst"].get("total_tok_s") else None,
+                                "predicted": row.get("total_tok_s")})
+                label = f"{model} {count}x{gpu.split()[-1] if gpu else ''}: {name}"
+                plot.setdefault("burst tok/s", {})[label] = r["burst"].get("total_tok_s")
+                plot.setdefault("burst TPOT p50 ms", {})[label] = r["burst"].get("tpot_ms_p50")
+            lines.append("")
+        keys = list(dict.fromkeys(k for r in group.values() for k in (r.get("traces") or {})))
+        for key in keys:
+            with_trace = {n: r for n, r in group.items() if key in (r.get("traces") or {})}
+            lines += [f"Trace replay {key}:", "", "| configuration | " + " | ".join(l for _, l, _ in TRACE) + " |",
+                      "|---|" + "---:|" * len(TRACE)]
+            bests = {k: best_vanilla(with_trace, lambda r, k=k: r["traces"][key].get(k), hi) for k, _, hi in TRACE}
+            for name, r in with_trace.items():
+                t = r["traces"][key]
+                lines.append(f"| {name} | " + " | ".join(cell(t.get(k), bests[k]) for k, _, _ in TRACE) + " |")
+                best = bests["request_goodput"]
+                summary.append({"model": model, "gpus": count, "gpu_name": gpu, "configuration": name,
+                                "workload": f"trace {key}", "metric": "request_goodput", "value": t.get("request_goodput"),
+                                "best_vanilla": best and best[0], "best_vanilla_value": best and best[1],
+                                "ratio": (t["request_goodput"] / best[1]) if best and best[1] and t.get("request_goodput") is not None else None})
+                plot.setdefault(f"{key} goodput req/s", {})[f"{model}: {name}"] = t.get("request_goodput")
+            lines.append("")
+        errs = [(n, r["step_errors"]) for n, r in group.items() if r.get("step_errors")]
+        if errs:
+            lines += ["Steps that failed:", "", *[f"- {n}: {e}" for n, e in errs], ""]
+    return "\n".join(lines), summary, plot
+
+
+def write_report(out_dir: Path, predict: bool = True) -> str:
+    """Write `compare.md`, `summary.json` and (with a speed number) `compare.png` into `out_dir`; returns the
+    markdown."""
+    from sgl_sidp.bench.report import plot_configs
+
+    md, summary, plot = render(out_dir, predict)
+    (out_dir / "compare.md").write_text(md + "\n")
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if plot:
+        plot_configs(out_dir / "compare.png", plot, f"measured side by side ({out_dir.name})")
+    return md

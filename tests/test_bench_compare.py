@@ -1,0 +1,177 @@
+"""`python -m sgl_sidp.bench.compare` on CPU: the real orchestration (jobs, GPU sets, rounds in step, resuming, the
+report) against stand-in servers (`tests/fake_sglang.py`, loopback only)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from sgl_sidp.bench import compare
+from sgl_sidp.bench.compare_report import best_vanilla, render
+
+HERE = Path(__file__).resolve().parent
+DENSE = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 4,
+         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 4096,
+         "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
+MOE = {**DENSE, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8, "num_experts_per_tok": 2,
+       "moe_intermediate_size": 256, "decoder_sparse_step": 1, "mlp_only_layers": []}
+GEMMA = {**DENSE, "architectures": ["Gemma2ForCausalLM"]}
+
+
+def model(tmp_path: Path, name: str, cfg: dict) -> Path:
+    d = tmp_path / "models" / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """compare's launchers replaced by the stand-in server."""
+    monkeypatch.setattr(compare, "LAUNCHERS", {k: "fake_sglang" for k in compare.LAUNCHERS})
+    monkeypatch.setenv("PYTHONPATH", f"{HERE}:{HERE.parent}")
+    monkeypatch.setenv("FAKE_DIFFERS", "shift")
+    calls = []
+    real = compare.Measurement.start
+
+    def counted(self):
+        calls.append(self.job.name)
+        return real(self)
+
+    monkeypatch.setattr(compare.Measurement, "start", counted)
+    return calls
+
+
+def args(tmp_path, *extra):
+    return ["--out-dir", str(tmp_path / "out"), "--load-format", "dummy", "--port", str(free_port()),
+            "--ready-timeout-s", "60", "--no-predict", *extra]
+
+
+def test_jobs_add_each_overlay_configurations_reference_and_skip_what_the_model_does_not_run(tmp_path):
+    dense, moe = model(tmp_path, "dense", DENSE), model(tmp_path, "moe", MOE)
+    jobs, notes = compare.plan_jobs([dense, moe], ["sidp_dp2_cas_graphs", "shift_sp2_tp1_th1", "zerodp_dp2_all",
+                                                   "tp4"], 2, True, tmp_path)
+    assert [(j.model.name, j.name, j.gpus) for j in jobs] == [
+        ("dense", "tp1", 1), ("dense", "sidp_dp2_cas_graphs", 2), ("dense", "tp2", 2), ("dense", "shift_sp2_tp1_th1", 2),
+        ("moe", "tp1", 1), ("moe", "zerodp_dp2_all", 2)]
+    assert any("dense zerodp_dp2_all: not a configuration of this model on 2 GPUs (dense model" in n for n in notes)
+    assert any("moe sidp_dp2_cas_graphs: not a configuration" in n for n in notes)
+    assert any("tp4: needs 4 GPUs, --gpus has 2" in n for n in notes)
+    with pytest.raises(compare.CompareError, match="expected tpT"):
+        compare.plan_jobs([dense], ["tp2", "pp2"], 2, False, tmp_path)
+
+
+def test_bad_input_is_one_line_each_before_any_server(tmp_path, capsys, fake):
+    dense = model(tmp_path, "dense", DENSE)
+    rc = compare.main(["--model-path", str(dense), "--out-dir", str(tmp_path / "o"), "--configs", "tp2,xx",
+                       "--burst", "8+16", "--trace", str(tmp_path / "missing.csv"), "--servers-per-gpu", "2"])
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 2 and not fake
+    assert "compare: error: --burst 8+16: expected S+IN+OUT (three integers)" in err
+    assert any("missing.csv: no such file" in e for e in err)
+    assert any("only for --exact alone" in e for e in err)
+    assert any("no weights there; pass --load-format dummy" in e for e in err)
+    rc = compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2,xx", "--exact"))
+    assert rc == 2 and "configuration 'xx'" in capsys.readouterr().err
+
+
+def test_exact_runs_references_packs_servers_and_resumes(tmp_path, fake):
+    dense, gemma, moe = model(tmp_path, "dense", DENSE), model(tmp_path, "gemma", GEMMA), model(tmp_path, "moe", MOE)
+    argv = args(tmp_path, "--model-path", str(dense), "--model-path", str(gemma), "--model-path", str(moe),
+                "--configs", "sidp_dp2_was,shift_sp2_tp1,zerodp_dp2", "--gpus", "0,1", "--exact",
+                "--servers-per-gpu", "3")
+    assert compare.main(argv) == 0
+    assert sorted(fake) == sorted(["tp1", "sidp_dp2_was", "tp2", "shift_sp2_tp1"] * 2 + ["tp1", "zerodp_dp2"])
+    out = tmp_path / "out"
+    sidp = json.loads((out / "dense" / "sidp_dp2_was.json").read_text())
+    assert sidp["kv_tokens"] == {"0": 1000, "1": 1000} and sidp["gpu_count"] == 2 and sidp["startup_s"] > 0
+    assert set(sidp["exact"]["ranks"]) == {"0", "1"} and sidp["exact"]["prompt_lens"] == [5, 64, 700, 2500, 4000]
+    assert "--overlay-mode sidp --sidp-service was" in sidp["command"]
+    assert json.loads((out / "gemma" / "sidp_dp2_was.json").read_text())["refused"].startswith(
+        "sgl-sidp: error: --overlay-mode sidp supports")
+    assert (out / "dense" / "logs" / "sidp_dp2_was.log.gz").exists() and (out / "dense" / "config.json").exists()
+    md = (out / "compare.md").read_text()
+    assert "| sidp_dp2_was |" in md and "bit-identical (10 answers) vs tp1" in md
+    assert "differs: DP0, 2,500-token prompt, token 3 (logprob gap before it 0.002) vs tp2" in md
+    assert "refused: sgl-sidp: error: --overlay-mode sidp supports" in md
+    assert "bit-identical (10 answers) vs tp1" in md.split("## moe on 2")[1]  # ZeroDP's source and sink
+    rows = json.loads((out / "summary.json").read_text())
+    shift = next(r for r in rows if r["model"] == "dense" and r["configuration"] == "shift_sp2_tp1")
+    assert shift["first_difference"] == {"rank": 0, "prompt_len": 2500, "token": 3, "logprob_gap": pytest.approx(0.002)}
+
+    fake.clear()
+    assert compare.main(argv) == 0 and fake == []  # every step done, the refusal kept: no server started
+    (out / "dense" / "tp2.json").unlink()
+    assert compare.main(argv) == 0 and fake == ["tp2"]
+
+
+def test_timed_rounds_run_side_by_side_and_give_ratios_to_the_best_vanilla(tmp_path, fake):
+    dense = model(tmp_path, "dense", DENSE)
+    trace = tmp_path / "az.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     + "".join(f"2023-11-16 18:15:4{i}.0000000,20,3\n" for i in range(3)))
+    argv = args(tmp_path, "--model-path", str(dense), "--configs", "tp2,dp2,sidp_dp2_cas,tp4", "--gpus", "0,1,2,3",
+                "--parallel", "--burst", "8+16+4", "--trace", str(trace), "--rates", "2,4", "--slo-ttft-ms", "5000",
+                "--trace-args", "--compress-gaps-s 1")
+    assert compare.main(argv) == 0
+    assert compare.rounds(compare.plan_jobs([dense], ["tp2", "dp2", "sidp_dp2_cas", "tp4"], 4, False, tmp_path)[0],
+                          4, True) and fake[:2] in (["tp2", "dp2"], ["dp2", "tp2"])
+    out = tmp_path / "out"
+    res = {n: json.loads((out / "dense" / f"{n}.json").read_text()) for n in ("tp2", "dp2", "sidp_dp2_cas", "tp4")}
+    assert {n: r["gpus"] for n, r in res.items()} == {"tp2": "0,1", "dp2": "2,3", "sidp_dp2_cas": "0,1", "tp4": "0,1,2,3"}
+    b = res["dp2"]["burst"]
+    assert b["spec"] == "8+16+4" and b["failed"] == 0 and b["total_tok_s"] > 0
+    assert sum(v["decode_tokens"] for v in b["per_rank"].values()) == 8 * 3
+    t = res["sidp_dp2_cas"]["traces"]["az@2x"]
+    assert t["completed"] == 3 and t["request_goodput"] > 0 and "az@4x" in res["sidp_dp2_cas"]["traces"]
+    md = (out / "compare.md").read_text()
+    assert "## dense on 2 x unknown GPU" in md and "## dense on 4 x unknown GPU" in md
+    assert "Trace replay az@2x:" in md and "Burst 8+16+4" in md
+    rows = json.loads((out / "summary.json").read_text())
+    sidp = next(r for r in rows if r["configuration"] == "sidp_dp2_cas" and r["metric"] == "total_tok_s")
+    assert sidp["best_vanilla"] in ("tp2", "dp2") and sidp["ratio"] == pytest.approx(
+        sidp["value"] / sidp["best_vanilla_value"])
+    assert (out / "compare.png").stat().st_size > 0
+    assert "python -m sgl_sidp.bench.compare" in (out / "commands.txt").read_text()
+
+
+def test_deadline_leaves_jobs_for_the_next_call(tmp_path, fake):
+    dense = model(tmp_path, "dense", DENSE)
+    argv = args(tmp_path, "--model-path", str(dense), "--configs", "tp2,dp2", "--burst", "4+8+2", "--deadline-s", "0")
+    assert compare.main(argv) == 1 and fake == []
+    assert "## dense" not in (tmp_path / "out" / "compare.md").read_text()
+
+
+def test_best_vanilla_is_taken_per_number_in_its_direction():
+    group = {"tp2": {"technique": "vanilla", "x": 10.0}, "dp2": {"technique": "vanilla", "x": 20.0},
+             "dp2_attn": {"technique": "dp_attention", "x": 5.0}, "sidp": {"technique": "sidp", "x": 40.0}}
+    assert best_vanilla(group, lambda r: r["x"], True) == ("dp2", 20.0)
+    assert best_vanilla(group, lambda r: r["x"], False) == ("dp2_attn", 5.0)
+
+
+def test_the_report_puts_the_planners_prediction_beside_the_burst(tmp_path):
+    src = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-8B" / "config.json"
+    if not src.is_file():
+        pytest.skip(f"{src} missing (../shared/models)")
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(src.read_text())
+    for name, tech, dp, tp, tok in (("tp1", "vanilla", 1, 1, 10_000.0), ("tp2", "vanilla", 1, 2, 30_000.0),
+                                    ("dp2", "vanilla", 2, 1, 40_000.0)):
+        (folder / f"{name}.json").write_text(json.dumps({
+            "config": name, "base_name": name, "technique": tech, "dp": dp, "tp": tp, "sp": 1, "gpu_count": dp * tp,
+            "gpu_name": "NVIDIA H200", "kv_tokens": {str(r): 100_000 for r in range(dp)},
+            "burst": {"spec": "64+512+64", "total_tok_s": tok, "tpot_ms_p50": 20.0}}))
+    md, rows, _ = render(tmp_path)
+    two = md.split("## Qwen3-8B on 2 x NVIDIA H200")[1]
+    assert "| dp2 | 40,000 (1.00x); pred. " in two and "| tp2 | 30,000 (0.75x); pred. " in two
+    assert next(r for r in rows if r["configuration"] == "tp2")["predicted"] > 0
