@@ -175,3 +175,48 @@ def test_the_report_puts_the_planners_prediction_beside_the_burst(tmp_path):
     two = md.split("## Qwen3-8B on 2 x NVIDIA H200")[1]
     assert "| dp2 | 40,000 (1.00x); pred. " in two and "| tp2 | 30,000 (0.75x); pred. " in two
     assert next(r for r in rows if r["configuration"] == "tp2")["predicted"] > 0
+
+
+def test_jit_kernels_of_every_model_and_kv_layout_are_built_ahead(tmp_path, monkeypatch):
+    from sgl_sidp.plan import jit_prebuild
+
+    dense, moe = model(tmp_path, "dense", DENSE), model(tmp_path, "moe", MOE)
+    jobs, _ = compare.plan_jobs([dense, moe], ["tp1", "shift_sp2_tp1", "zerodp_dp2"], 2, False, tmp_path)
+    seen = {}
+    monkeypatch.setattr("sgl_sidp.peer.topology.gpu_capability", lambda i: (9, 0))
+    monkeypatch.setattr(jit_prebuild, "start", lambda mods, cap, log_dir: seen.update(mods=mods, cap=cap) or "started")
+    assert compare.start_jit_prebuild(jobs, ["0", "1"], tmp_path) == "started" and seen["cap"] == (9, 0)
+    rows = sorted(m.args[0] for m in seen["mods"] if m.builder == jit_prebuild.BUILDERS["kvcache"])
+    assert rows == [256, 512]  # 4 KV heads x 64 x 2 bytes at TP1, 2 heads at Shift's TP = 2 layout
+    assert len(seen["mods"]) == len(set(seen["mods"]))  # the two models' common modules once
+    monkeypatch.setattr("sgl_sidp.peer.topology.gpu_capability", lambda i: None)
+    assert compare.start_jit_prebuild(jobs, ["0"], tmp_path) is None
+
+
+def test_sigterm_stops_the_servers_and_keeps_what_was_measured(tmp_path):
+    """`timeout` ends a device call's compare: its servers run in their own sessions and must stop with it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    dense = model(tmp_path, "dense", DENSE)
+    code = ("import sys; from sgl_sidp.bench import compare; "
+            "compare.LAUNCHERS = {k: 'fake_sglang' for k in compare.LAUNCHERS}; sys.exit(compare.main(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": f"{HERE}:{HERE.parent}"}
+    proc = subprocess.Popen([sys.executable, "-c", code, *args(tmp_path, "--model-path", str(dense), "--configs", "tp2",
+                                                              "--burst", "4000+16+400")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    res = tmp_path / "out" / "dense" / "tp2.json"
+    deadline = time.time() + 60
+    while time.time() < deadline and "kv_tokens" not in (res.read_text() if res.exists() else ""):
+        time.sleep(0.2)
+    time.sleep(1.0)  # inside the burst
+    pid = json.loads(res.read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "interrupted: stopping the servers" in out
+    assert pid["kv_tokens"] == {"0": 2000}
+    left = subprocess.run(["pgrep", "-f", "fake_sglang"], capture_output=True, text=True).stdout.split()
+    assert not left, f"fake servers still running: {left}"

@@ -42,6 +42,7 @@ import gzip
 import json
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -321,6 +322,7 @@ class Measurement:
 
         launcher, flags = server_flags(self.job, self.a)
         self.srv = ServerProcess(launcher, flags, port=self.port, log_path=self.job.log, gpus=",".join(self.gpus))
+        self.a.live.add(self)
         c = self.job.config
         self.res.update({"config": self.job.name, "model": model_label(self.job.model),
                          "base_name": c.base_name if c else "auto", "technique": c.technique if c else "auto",
@@ -422,6 +424,7 @@ class Measurement:
 
     def stop(self) -> None:
         """Stop the server and gzip its log."""
+        self.a.live.discard(self)
         if self.srv is not None:
             self.srv.stop()
             log = self.job.log
@@ -430,6 +433,26 @@ class Measurement:
                     shutil.copyfileobj(src, dst)
                 log.unlink()
         self.srv = None
+
+
+def start_jit_prebuild(jobs: Sequence[Job], gpus: Sequence[str], log_dir: Path):
+    """SGLang's JIT CUDA kernels of every job's model and KV layout, built ahead in one process while the first
+    servers start (`sgl_sidp.plan.jit_prebuild`: 82 s of nvcc off a fresh host's critical path in `plan calibrate`);
+    None when NVML cannot tell the GPUs' compute capability."""
+    from sgl_sidp.calibration.memory import ModelShapes
+    from sgl_sidp.peer.topology import gpu_capability
+    from sgl_sidp.plan import jit_prebuild
+
+    capability = gpu_capability(int(gpus[0]))
+    if capability is None or not jobs:
+        return None
+    modules = []
+    for model in dict.fromkeys(j.model for j in jobs):
+        hf = read_model_config(model)
+        shapes = ModelShapes.of(hf)
+        tps = {t for j in jobs if j.model == model for t in ((j.config.attn_tp,) if j.config else range(1, j.gpus + 1))}
+        modules += jit_prebuild.jit_modules(hf, sorted({shapes.kv_heads_per_gpu(t) for t in tps}))
+    return jit_prebuild.start(list(dict.fromkeys(modules)), capability, log_dir)
 
 
 def load_result(path: Path) -> dict:
@@ -621,6 +644,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-predict", action="store_true", help="no planner predictions in the report")
     a = p.parse_args(argv)
     a.t0 = time.time()  # what --deadline-s counts from
+    a.live = set()  # the Measurements whose server runs (stopped on SIGTERM)
     a.gpus = [g for g in a.gpus.split(",") if g]
     try:
         a.rates = [float(r) for r in a.rates.split(",") if r]
@@ -659,6 +683,10 @@ def check(a: argparse.Namespace) -> list[str]:
     return problems
 
 
+def _interrupt(signum, frame) -> None:  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from sgl_sidp.bench.compare_report import write_report
 
@@ -694,10 +722,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"skipped: {n}")
         todo = [j for j in jobs if Measurement(j, a, ["0"], 0).pending()]
         log(f"{len(todo)} of {len(jobs)} configurations to run: " + ", ".join(f"{j.model.name}/{j.name}" for j in todo))
-        if a.exact and not (a.burst or a.trace):
-            run_exact_pool(todo, a, log)
-        else:
-            run_rounds(todo, a, log)
+        prebuild = start_jit_prebuild(todo, a.gpus, a.out_dir / "logs")
+        signal.signal(signal.SIGTERM, _interrupt)  # `timeout` stops the run: its servers (own sessions) stop too
+        try:
+            if a.exact and not (a.burst or a.trace):
+                run_exact_pool(todo, a, log)
+            else:
+                run_rounds(todo, a, log)
+        except KeyboardInterrupt:
+            log("interrupted: stopping the servers; what was measured is kept")
+            for m in list(a.live):
+                m.stop()
+        finally:
+            if prebuild is not None:
+                prebuild.stop()
+                log(prebuild.report())
         left = [j for j in jobs if Measurement(j, a, ["0"], 0).pending() or load_result(j.result).get("error")]
         rc = 1 if left else 0
         if left:
