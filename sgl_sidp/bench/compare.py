@@ -321,7 +321,13 @@ class Measurement:
         from sgl_sidp.bench.server import ServerProcess
 
         launcher, flags = server_flags(self.job, self.a)
-        self.srv = ServerProcess(launcher, flags, port=self.port, log_path=self.job.log, gpus=",".join(self.gpus))
+        # each server its own calibration cache (servers that run at once would race on one); packed servers share
+        # GPUs, so a TP group's GPUs differ in free memory, which SGLang refuses unless told otherwise
+        env = {"SIDP_CALIBRATION_DIR": str(self.job.result.parent / "calibration" / self.job.name)}
+        if self.a.servers_per_gpu > 1:
+            env["SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"] = "0"
+        self.srv = ServerProcess(launcher, flags, port=self.port, log_path=self.job.log, gpus=",".join(self.gpus),
+                                 env=env)
         self.a.live.add(self)
         c = self.job.config
         self.res.update({"config": self.job.name, "model": model_label(self.job.model),

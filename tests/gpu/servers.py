@@ -16,6 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from sgl_sidp.bench import exact
 from sgl_sidp.bench.server import ServerProcess
 
 MODELS_DIR = Path(os.environ.get("SIDP_MODELS_DIR", Path(__file__).resolve().parents[3] / "shared" / "models"))
@@ -23,9 +24,7 @@ FOLD = os.environ.get("SIDP_GPU_FOLD") == "1"
 FOLD_KV_TOKENS = 100_000
 TOKENIZER = str(__import__("sgl_sidp.launch_server").launch_server.DEFAULT_MODEL_DIR)
 COMMON = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--tokenizer-path", TOKENIZER]
-#: prompts of 5 to 4,000 tokens (token ids of the bundled 4,096-id tokenizer)
-PROMPTS = [list(range(7, 12)), list(range(100, 164)), [(i * 37) % 4000 + 3 for i in range(700)],
-           [(i * 11) % 4000 + 3 for i in range(2500)], [(i * 7) % 4000 + 3 for i in range(4000)]]
+PROMPTS = exact.PROMPTS  # 5 to 4,000 tokens (token ids of the bundled 4,096-id tokenizer)
 
 
 def post(base, payload, timeout=300):
@@ -37,15 +36,10 @@ def post(base, payload, timeout=300):
 
 def greedy(base, ids, dp_rank=None, n=16):
     """(output token ids, their logprobs) of a greedy generation, on `dp_rank` if given."""
-    body = {"input_ids": ids, "return_logprob": True,
-            "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}}
+    ans = exact.parse_answer(post(base, exact.greedy_body(ids, n, dp_rank)))
     if dp_rank is not None:
-        body["routed_dp_rank"] = dp_rank
-    out = post(base, body)
-    toks = out["meta_info"]["output_token_logprobs"]
-    if dp_rank is not None:
-        assert out["meta_info"].get("dp_rank", dp_rank) == dp_rank, out["meta_info"]
-    return [t[1] for t in toks], [t[0] for t in toks]
+        assert (ans["dp_rank"] if ans["dp_rank"] is not None else dp_rank) == dp_rank, ans
+    return ans["ids"], ans["logprobs"]
 
 
 class Server(ServerProcess):
@@ -106,12 +100,10 @@ def vanilla_reference(log_dir, model_dir, name, port, env_var, batched=()):
 
 
 def answer_diff(ref, got):
-    """How greedy answer `got` differs from `ref` (both as `greedy` returns them): tokens equal, the first differing
-    position, and the largest |logprob difference| before it (after it the two answers hold different tokens)."""
-    first = next((k for k, (a, b) in enumerate(zip(ref[0], got[0])) if a != b), None)
-    upto = len(ref[0]) if first is None else first
-    gap = max((abs(a - b) for a, b in zip(ref[1][:upto], got[1][:upto])), default=0.0)
-    return {"tokens_equal": first is None, "first_differing_token": first, "logprob_gap": gap}
+    """How greedy answer `got` differs from `ref` (both as `greedy` returns them): `exact.answer_diff`'s tokens equal,
+    first differing position and largest |logprob difference| before it."""
+    d = exact.answer_diff({"ids": ref[0], "logprobs": ref[1]}, {"ids": got[0], "logprobs": got[1]})
+    return {k: d[k] for k in ("tokens_equal", "first_differing_token", "logprob_gap")}
 
 
 def summary(log_dir, name, **facts):
