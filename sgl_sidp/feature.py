@@ -24,6 +24,10 @@ class Feature:
         summary: one line for `--help`.
         architectures: the allowlist: model architecture -> the SGLang classes the feature's hooks act through for it
             (`architecture_problems`).
+        refused: architectures refused with a concrete reason: architecture -> (the SGLang classes of its layers that
+            no hook of the feature acts on, dotted paths; why, naming those classes, with "{hooked}" for the classes
+            the hooks do act on). The refusal line says why (`architecture_problems`); `tests/test_families.py` checks
+            each class against the pinned SGLang.
         settings: pydantic model of its flags (field descriptions become the `--help` texts).
         check: `(config, sglang_args) -> problems`: every reason it cannot run with these SGLang
             flags, one line each. CPU only (may read the model's config.json and NVML); runs on
@@ -47,6 +51,7 @@ class Feature:
     describe: Callable[[Any, Any], str] = lambda cfg, server_args: ""
     ignored: Callable[[Any], dict[str, str]] = lambda settings: {}
     resolve: Callable[[Any, Any], tuple[Any, list[str]]] = lambda cfg, server_args: (cfg, [])
+    refused: dict[str, tuple[tuple[str, ...], str]] = dataclasses.field(default_factory=dict)
 
 
 def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_attention_why: str) -> list[str]:
@@ -64,31 +69,36 @@ def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_atte
     return problems
 
 
-def architecture_problems(mode: str, hf: dict | None, architectures: dict[str, tuple[str, ...]], covers: str) -> list[str]:
+def architecture_problems(mode: str, hf: dict | None, architectures: dict[str, tuple[str, ...]], covers: str,
+                          refused: dict[str, tuple[tuple[str, ...], str]] | None = None) -> list[str]:
     """The architecture check every feature makes: the model's (from its config.json, `hf`; None when unreadable)
     must be a key of `architectures`, the feature's allowlist: architecture -> the SGLang classes its hooks act
     through for it (`tests/test_families.py` derives each entry from the pinned SGLang's model classes). One line
-    naming what is missing, else none. `covers` says what those classes give the feature."""
+    naming what is missing, else none. `covers` says what those classes give the feature; `refused`
+    (`Feature.refused`) gives the concrete reason instead for architectures known to be out of reach."""
     archs = (hf or {}).get("architectures") or []
     if hf is None or any(a in architectures for a in archs):
         return []
     hooked = sorted({c.rsplit(".", 1)[-1] for classes in architectures.values() for c in classes})
+    known = next((refused[a][1] for a in archs if a in (refused or {})), None)
+    why = (known.format(hooked=", ".join(hooked)) if known else
+           f"its SGLang layers are not among the classes the {mode} hooks act on ({', '.join(hooked)}: {covers})")
     return [f"--overlay-mode {mode} supports {', '.join(sorted(architectures))}, not {', '.join(archs) or 'an unnamed '
-            f'architecture'}: its SGLang layers are not among the classes the {mode} hooks act on "
-            f"({', '.join(hooked)}: {covers})"]
+            f'architecture'}: {why}"]
 
 
 def dense_model_problems(mode: str, model_path: str, architectures: dict[str, tuple[str, ...]], covers: str,
-                         moe_hint: str = "") -> tuple[list[str], dict | None]:
+                         moe_hint: str = "", refused: dict[str, tuple[tuple[str, ...], str]] | None = None
+                         ) -> tuple[list[str], dict | None]:
     """What a dense-model feature refuses in `model_path`'s config.json, one line each: an MoE model (`moe_hint`
-    appended, e.g. where to go instead), or an architecture outside `architectures` (`architecture_problems`).
-    Returns (problems, the HF config or None when it cannot be read)."""
+    appended, e.g. where to go instead), or an architecture outside `architectures` (`architecture_problems`, with
+    the feature's `refused` reasons). Returns (problems, the HF config or None when it cannot be read)."""
     from sgl_sidp.model_info import model_is_moe, read_hf_config
 
     hf = read_hf_config(model_path)
     if model_is_moe(model_path):
         return [f"--overlay-mode {mode} is for dense models; {model_path} is MoE{moe_hint}"], hf
-    return architecture_problems(mode, hf, architectures, covers), hf
+    return architecture_problems(mode, hf, architectures, covers, refused), hf
 
 
 def flag_given(argv: list[str], *flags: str) -> bool:

@@ -24,6 +24,22 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "MistralForCausalLM": _LLAMA,
 }
 
+_GEMMA_MLP = ("SGLang builds its FFN layers as {mlp}, whose forward no shift hook replaces (they replace Qwen2MLP's "
+              "and LlamaMLP's): in the base configuration it would multiply this SP rank's tokens by the TP shards and "
+              "all-reduce them with SP ranks that hold other tokens")
+#: Architecture -> (the SGLang classes of its layers the shift hooks do not act on, why Shift refuses it)
+#: (`Feature.refused`). Gemma 3's `Gemma3TextScaledWordEmbedding` is a torch `nn.Embedding`, so the embedding hook
+#: (`VocabParallelEmbedding.forward`), where every forward chooses its configuration, would never run.
+REFUSED: dict[str, tuple[tuple[str, ...], str]] = {
+    "GemmaForCausalLM": (("sglang.srt.models.gemma.GemmaMLP",), _GEMMA_MLP.format(mlp="GemmaMLP")),
+    "Gemma2ForCausalLM": (("sglang.srt.models.gemma2.Gemma2MLP",), _GEMMA_MLP.format(mlp="Gemma2MLP")),
+    "Gemma3ForCausalLM": (("sglang.srt.models.gemma3_causal.Gemma3MLP",
+                           "sglang.srt.models.gemma3_causal.Gemma3TextScaledWordEmbedding"),
+                          _GEMMA_MLP.format(mlp="Gemma3MLP") + "; and it embeds tokens with "
+                          "Gemma3TextScaledWordEmbedding (an nn.Embedding), not VocabParallelEmbedding, whose forward "
+                          "is where the shift hooks choose each forward's configuration"),
+}
+
 
 def sp_of(settings, tp_size: int) -> int:
     """The base configuration's SP: `--shift-sp` (`settings.sp`), or P when 0 (the launcher replaces 0 by the
@@ -44,7 +60,8 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     last = int(getattr(raw, "base_gpu_id", 0) or 0) + (p - 1) * int(getattr(raw, "gpu_id_step", 1) or 1)
     if gpus is not None and last >= gpus:
         problems.append(f"--overlay-mode shift with --tp-size {p} needs GPU {last}, but {gpus} GPU(s) are visible")
-    bad, hf = dense_model_problems("shift", raw.model_path, ARCHITECTURES, "the layers its base configuration runs")
+    bad, hf = dense_model_problems("shift", raw.model_path, ARCHITECTURES, "the layers its base configuration runs",
+                                   refused=REFUSED)
     problems += bad
     if hf is not None:  # every problem at once, even with another architecture
         heads, kv = hf.get("num_attention_heads"), hf.get("num_key_value_heads") or hf.get("num_attention_heads")
@@ -179,6 +196,7 @@ FEATURE = Feature(
     summary="Ulysses sequence parallelism for big forwards, TP for small ones, on one KV cache (Shift Parallelism)",
     settings=ShiftSettings,
     architectures=ARCHITECTURES,
+    refused=REFUSED,
     check=check,
     describe=describe,
     resolve=resolve,

@@ -22,6 +22,16 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "MistralForCausalLM": (LLAMA_MLP,),
 }
 
+#: Architecture -> (the SGLang MLP class its decoder layers use, why SiDP refuses it) (`Feature.refused`). Gemma's
+#: MLPs hold `gate_up_proj` and `down_proj` like `Qwen2MLP`, but their `forward(x)` takes no `forward_batch` (a
+#: parameter of the SiDP MLP hooks): accepting them needs hooks on their own classes and a GPU exactness run.
+REFUSED: dict[str, tuple[tuple[str, ...], str]] = {
+    f"Gemma{v}ForCausalLM": ((f"sglang.srt.models.{module}.Gemma{v}MLP",),
+                             f"SGLang builds its FFN layers as Gemma{v}MLP, whose __init__ and forward no sidp hook "
+                             "wraps (they wrap {hooked}): no rank would share, stream or serve them")
+    for v, module in (("", "gemma"), ("2", "gemma2"), ("3", "gemma3_causal"))
+}
+
 
 def check(cfg, raw: argparse.Namespace) -> list[str]:
     """Every reason SiDP cannot run with SGLang's flags `raw` (argparse namespace), one line each."""
@@ -40,7 +50,7 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     if dp < 2:
         problems.append(f"--overlay-mode sidp shares FFN layers across DP ranks: needs --dp-size >= 2, got {dp}")
     bad, hf = dense_model_problems("sidp", raw.model_path, ARCHITECTURES, "the FFN layers it shares",
-                                   " (use --overlay-mode zerodp)")
+                                   " (use --overlay-mode zerodp)", REFUSED)
     problems += bad
     if hf is not None:  # every problem at once, even with another architecture
         layers = hf.get("num_hidden_layers")
@@ -90,6 +100,7 @@ FEATURE = Feature(
     summary="dense FFN layers owned per DP rank; the others stream them from the owner (WaS) or send it their rows (CaS)",
     settings=SiDPSettings,
     architectures=ARCHITECTURES,
+    refused=REFUSED,
     check=check,
     describe=describe,
     ignored=ignored,
