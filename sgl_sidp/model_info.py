@@ -40,8 +40,9 @@ def moe_layer_ids(hf_config: Mapping) -> list[int] | None:
     """The decoder layers that hold routed experts, by the rules SGLang's model classes build them with; None for a
     dense model.
 
-    - `first_k_dense_replace` and `moe_layer_freq` (DeepSeek-V2/V3: `DeepseekV2DecoderLayer`): i >= k and
-      i % freq == 0;
+    - `first_k_dense_replace` and `moe_layer_freq` (DeepSeek-V2/V3 and Kimi-K2: `DeepseekV2DecoderLayer`): i >= k and
+      i % freq == 0; DeepSeek-V3's MTP layer (index `num_hidden_layers`, `num_nextn_predict_layers`) is built only by
+      the speculative draft model (`DeepseekV3ForCausalLMNextN`), never in the served model's layers;
     - otherwise every layer: Mixtral, and Qwen2-MoE / Qwen3-MoE, whose SGLang decoder layers are all sparse
       (`is_layer_sparse = True`; SGLang 0.5.17 ignores `mlp_only_layers` and `decoder_sparse_step`).
     """

@@ -235,6 +235,25 @@ def test_rejects_zerodp_with_incompatible_sglang_flags(moe_dir, extra, line):
         parse("--overlay-mode", "zerodp").validate_against(SimpleNamespace(**vars(args(moe_dir, dp=2)), **ok))
 
 
+def test_zerodp_refuses_what_sglang_resolved_by_itself(moe_dir):
+    """`zerodp.feature.resolve` checks SGLang's resolved settings: DeepSeek-V3 with --enable-prefill-cp gets DP attention
+    and DeepEP from SGLang itself (`_deepseek_family_overrides`), which the raw flags did not show."""
+    from sgl_sidp.features import FEATURES
+
+    cfg = parse("--overlay-mode", "zerodp")
+    resolved = dict(vars(args(moe_dir, dp=2)), enable_prefill_cp=True, pp_size=1, offload_mode="cpu", cpu_offload_gb=0,
+                    dwdp_size=1, moe_a2a_backend="none", enable_dp_attention=False, enable_two_batch_overlap=False,
+                    enable_single_batch_overlap=False)
+    assert FEATURES["zerodp"].resolve(cfg, SimpleNamespace(**resolved)) == (cfg, [])
+    resolved.update(enable_dp_attention=True, moe_a2a_backend="deepep")
+    _, ps = FEATURES["zerodp"].resolve(cfg, SimpleNamespace(**resolved))
+    assert ps == [f"--overlay-mode zerodp pairs independent DP replicas; it does not work with --enable-dp-attention "
+                  f"(SGLang chose this for {moe_dir} itself)",
+                  f"--overlay-mode zerodp needs --moe-a2a-backend none, got deepep: SGLang's all-to-all MoE layers "
+                  "(DeepEPMoE) run their experts outside FusedMoE.run_moe_core, where a sink waits for its pulled "
+                  f"weights (SGLang chose this for {moe_dir} itself)"]
+
+
 def test_zerodp_flags_accept_good_values():
     """--zerodp-* take the documented forms."""
     for tensors in ("w13,w2", "w2,w13", "w13", "w2"):

@@ -19,13 +19,25 @@ A2A_OK = ("none",)
 
 #: Architecture -> the SGLang classes the ZeroDP hooks act through in it: `FusedMoE` (built by SGLang's
 #: `get_moe_impl_class` with `--moe-a2a-backend none`; its `__init__` and `run_moe_core` are hooked) in decoder layers
-#: at `model.model.layers` (where the slot ring's forward pre-hook goes). Each entry is exact on a distinct-weight
-#: checkpoint with `all` and the default policy (`tests/gpu/test_family_matrix.py`).
+#: at `model.model.layers` (where the slot ring's forward pre-hook goes). Each entry but DeepSeek-V3's is exact on a
+#: distinct-weight checkpoint with `all` and the default policy (`tests/gpu/test_family_matrix.py`).
+#:
+#: `DeepseekV3ForCausalLM` (DeepSeek-V3/R1, Kimi-K2) is SGLang's `DeepseekV2ForCausalLM` subclassed with nothing
+#: changed (`sglang.srt.models.deepseek_v2`): the same `DeepseekV2DecoderLayer` (sparse from `first_k_dense_replace`
+#: on, every `moe_layer_freq`-th, as `model_info.moe_layer_ids` counts) and `DeepseekV2MoE`. What V3 changes stays
+#: outside the pulled tensors: `noaux_tc` routing (sigmoid scores, grouped top-k over `n_group`/`topk_group`) runs in
+#: `TopK` before `FusedMoE`, with `e_score_correction_bias` a parameter of the resident `MoEGate`; with 256 routed
+#: experts (384 in a Quark checkpoint) and one shared expert, SGLang fuses the shared expert into `FusedMoE` as one more
+#: expert (`DeepseekV2ForCausalLM.determine_num_fused_shared_experts`), so a sink pulls it with the routed ones. Not
+#: measured: SGLang's own V3 choices on Blackwell (the flashinfer_trtllm MoE runner, which re-lays out the expert
+#: tensors after loading, `_deepseek_moe_quant_resolution`), and FP8 block-quantized experts (their scales travel in
+#: the w13/w2 groups); `resolve` refuses what SGLang turns on by itself that ZeroDP cannot run.
 ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "Qwen3MoeForCausalLM": (FUSED_MOE,),
     "Qwen2MoeForCausalLM": (FUSED_MOE,),
     "MixtralForCausalLM": (FUSED_MOE,),
     "DeepseekV2ForCausalLM": (FUSED_MOE,),
+    "DeepseekV3ForCausalLM": (FUSED_MOE,),
 }
 
 
@@ -38,34 +50,57 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
             f"--overlay-mode zerodp shares weights across DP replicas: needs --dp-size >= 2 (a source and at least "
             f"one sink), got {dp}"
         )
+    hf = read_hf_config(raw.model_path)
+    moe_ids = moe_layer_ids(hf) if hf is not None else None
     if model_is_moe(raw.model_path) is False:
         problems.append(
             f"--overlay-mode zerodp offloads MoE expert weights, but {raw.model_path} has no MoE layers "
             "(use --overlay-mode sidp for dense models)"
         )
-    hf = read_hf_config(raw.model_path)
-    moe_ids = moe_layer_ids(hf) if hf is not None else None
+    elif moe_ids == [] and hf.get("num_hidden_layers"):
+        problems.append(
+            f"--overlay-mode zerodp offloads MoE expert weights, but no decoder layer of {raw.model_path} holds "
+            f"experts (first_k_dense_replace {hf.get('first_k_dense_replace')}, moe_layer_freq "
+            f"{hf.get('moe_layer_freq') or 1}, {hf.get('num_hidden_layers')} layers)"
+        )
     if moe_ids:
         problems += architecture_problems("zerodp", hf, ARCHITECTURES, "the expert layers a sink pulls")
         problems += _layer_problems(cfg.zerodp.layers, moe_ids)
-    problems += replica_problems("zerodp", raw, pp_why="each replica holds all its layers",
-                                 dp_attention_why="pairs independent DP replicas")
-    if int(getattr(raw, "dwdp_size", 1) or 1) > 1:
+    problems += flag_problems(raw)
+    problems += _launch_problems(cfg, raw) if dp >= 2 else []
+    return problems
+
+
+def flag_problems(args) -> list[str]:
+    """SGLang settings ZeroDP refuses, one line each: pipeline parallelism, DP attention, SGLang's weight offloading,
+    DWDP, an all-to-all MoE backend, two/single-batch overlap. `args`: SGLang's raw flags (`check`) or its resolved
+    `ServerArgs` (`resolve`)."""
+    problems = replica_problems("zerodp", args, pp_why="each replica holds all its layers",
+                                dp_attention_why="pairs independent DP replicas")
+    if int(getattr(args, "dwdp_size", 1) or 1) > 1:
         problems.append("--overlay-mode zerodp and --dwdp-size both move expert weights; use one of them")
-    a2a = str(getattr(raw, "moe_a2a_backend", "none") or "none")
+    a2a = str(getattr(args, "moe_a2a_backend", "none") or "none")
     if a2a not in A2A_OK:
         problems.append(
             f"--overlay-mode zerodp needs --moe-a2a-backend none, got {a2a}: SGLang's all-to-all MoE layers (DeepEPMoE) "
             "run their experts outside FusedMoE.run_moe_core, where a sink waits for its pulled weights"
         )
-    if getattr(raw, "enable_two_batch_overlap", False) or getattr(raw, "enable_single_batch_overlap", False):
-        flag = "--enable-two-batch-overlap" if getattr(raw, "enable_two_batch_overlap", False) else "--enable-single-batch-overlap"
+    if getattr(args, "enable_two_batch_overlap", False) or getattr(args, "enable_single_batch_overlap", False):
+        tbo = getattr(args, "enable_two_batch_overlap", False)
+        flag = "--enable-two-batch-overlap" if tbo else "--enable-single-batch-overlap"
         problems.append(
             f"--overlay-mode zerodp does not work with {flag}: micro-batches run each MoE layer twice per forward, "
             "and a sink's slot ring fetches each offloaded layer once (SGLang's DWDP refuses it too)"
         )
-    problems += _launch_problems(cfg, raw) if dp >= 2 else []
     return problems
+
+
+def resolve(cfg, server_args):
+    """Once SGLang resolved its settings (`Feature.resolve`): what `check` refuses in its flags, refused again where
+    SGLang turned it on by itself for the model (none passed the raw check): for `DeepseekV3ForCausalLM`,
+    `--enable-prefill-cp` brings DP attention and `--moe-a2a-backend deepep` (SGLang's `_deepseek_family_overrides`),
+    whose `DeepEPMoE` layers run their experts outside `FusedMoE.run_moe_core`."""
+    return cfg, [f"{p} (SGLang chose this for {server_args.model_path} itself)" for p in flag_problems(server_args)]
 
 
 def _layer_problems(spec: str, moe_ids: list[int]) -> list[str]:
@@ -136,4 +171,5 @@ FEATURE = Feature(
     sglang_defaults=sglang_defaults,
     describe=describe,
     ignored=ignored,
+    resolve=resolve,
 )
