@@ -2,7 +2,8 @@
 
 Each family is built with Hugging Face's own config and model classes, then every parameter gets its own random
 values (a different tensor in every layer; biases and norm weights too, which Hugging Face's init leaves at 0 and 1,
-so a mode that drops a bias or mixes up two layers changes the answers). Vocabulary: the bundled 4,096-id tokenizer
+and DeepSeek-V3's router correction bias, a buffer it leaves at 0, so a mode that drops a bias or mixes up two layers
+changes the answers). Vocabulary: the bundled 4,096-id tokenizer
 (`sgl_sidp/default_model`). `tests/gpu/test_family_matrix.py` serves them with vanilla SGLang and with each mode.
 
 usage: python scripts/make_family_models.py OUT_DIR [--family NAME ...] [--config-only]
@@ -55,7 +56,39 @@ FAMILIES: dict[str, tuple[str, str, dict, str]] = {
                          norm_topk_prob=False, tie_word_embeddings=False, rope_scaling=None),
                     "MoE with shared experts, MLA attention (DeepSeek-V2-Lite's head sizes, which SGLang's Triton MLA "
                     "kernels need), a dense first layer"),
+    # new families go last: built all together (the GPU matrix's default), a family's seed is its index here, so the
+    # checkpoints above stay the ones measured
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(DENSE, head_dim=64, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+                    query_pre_attn_scalar=64, sliding_window=256, attn_logit_softcapping=50.0,
+                    final_logit_softcapping=30.0, tie_word_embeddings=True),  # SGLang's Gemma2MLP reads hidden_act too
+               "dense, SGLang's own MLP class (Gemma2MLP), attention logit soft-capping, a sliding window on even "
+               "layers, pre/post feed-forward norms"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(DENSE, head_dim=64, hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=64,
+                    sliding_window=256, layer_types=["sliding_attention"] * 3 + ["full_attention"],
+                    tie_word_embeddings=True),
+               "dense, text-only Gemma 3: SGLang's own MLP and embedding classes (Gemma3MLP, "
+               "Gemma3TextScaledWordEmbedding), QK norms, sliding and global layers with their own RoPE bases"),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                    dict(DENSE, num_key_value_heads=8, q_lora_rank=256, kv_lora_rank=512, qk_nope_head_dim=128,
+                         qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256, num_experts_per_tok=8,
+                         n_shared_experts=1, moe_intermediate_size=128, first_k_dense_replace=1, moe_layer_freq=1,
+                         topk_method="noaux_tc", scoring_func="sigmoid", n_group=8, topk_group=4,
+                         routed_scaling_factor=2.5, norm_topk_prob=True, tie_word_embeddings=False),
+                    # moe_layer_freq, topk_method and scoring_func are not DeepseekV3Config's own fields: DeepSeek-V3's
+                    # config.json has them and SGLang's DeepseekV2DecoderLayer / MoEGate / TopK read them
+                    "MoE with DeepSeek-V3's routing (noaux_tc: sigmoid scores, e_score_correction_bias, 8 groups, "
+                    "top 4 groups, top-8 of 256 routed experts) and one shared expert, which SGLang fuses into "
+                    "FusedMoE for 256 routed experts; MLA with a q LoRA (q_lora_rank), the V2 family's head sizes, a "
+                    "dense first layer"),
 }
+
+#: Tensors the checkpoint stores that are buffers, not parameters, in Hugging Face's model (DeepSeek-V3's router
+#: `e_score_correction_bias`, which it leaves at 0): `randomize` gives them N(0, 0.05), half the spread of the sigmoid
+#: router scores they shift (0.11). On 2,000 random hidden states, in each MoE layer of the deepseek_v3 family, that
+#: changes 44-46% of the experts picked, and 250-252 of the 256 experts are still picked (N(0, 0.1): 72 never are).
+SAVED_BUFFERS = ("e_score_correction_bias",)
 
 
 def hf_config(family: str):
@@ -67,7 +100,8 @@ def hf_config(family: str):
 
 
 def randomize(model, seed: int) -> None:
-    """Give every parameter its own random values: weights N(0, 0.02), biases N(0, 0.02), norm weights 1 + N(0, 0.1)."""
+    """Give every parameter its own random values: weights N(0, 0.02), biases N(0, 0.02), norm weights 1 + N(0, 0.1);
+    then the saved buffers of `SAVED_BUFFERS` (DeepSeek-V3's router correction bias) N(0, 0.05)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -75,6 +109,9 @@ def randomize(model, seed: int) -> None:
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             p.copy_((1 + 0.1 * noise) if "norm" in name.split(".")[-2] else 0.02 * noise)
+        for name, b in model.named_buffers():
+            if name.rsplit(".", 1)[-1] in SAVED_BUFFERS:
+                b.copy_(0.05 * torch.randn(b.shape, generator=gen, dtype=torch.float32))
 
 
 def make(family: str, out: Path, config_only: bool = False, seed: int = 0) -> Path:
