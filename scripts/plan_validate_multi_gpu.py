@@ -3,11 +3,13 @@
     python scripts/plan_validate_multi_gpu.py DIR --model-path ../shared/models/Qwen3-8B [--gpu H200]
     python scripts/plan_validate_multi_gpu.py --forwards TP2.json [TP2.json ...] --gpus 2 --model-path MODEL
 
-DIR holds `scripts/shift_compare.py` results (`tp.json`, `dp.json`, `dp_attn.json`, `shift.json`, each run on the same
-N GPUs). For each configuration measured, the planner predicts the same numbers from the model's config.json and the
-calibrations of its shards (one GPU each, never this measurement): KV tokens, the TTFT of single prompts and the
-burst's throughput, TTFT and TPOT. Prints a markdown table with every error (predicted / measured - 1), then the
-measured and predicted ranking of the configurations on the burst.
+DIR holds one model's results of `python -m sgl_sidp.bench.compare` (its `OUT/<model>/`: `<configuration>.json`
+with `kv_tokens` per DP rank and a `burst`), or the retired `scripts/shift_compare.py`'s results (`tp.json`,
+`dp.json`, `dp_attn.json`, `shift.json`, each run on the same N GPUs; also their TTFT of single prompts). For each
+configuration measured, the planner predicts the same numbers from the model's config.json and the calibrations of its
+shards (one GPU each, never this measurement): KV tokens, the TTFT of single prompts and the burst's throughput, TTFT
+and TPOT. Prints a markdown table with every error (predicted / measured - 1), then the measured and predicted
+ranking of the configurations on the burst (one table per GPU count measured).
 
 With `--forwards`: the forwards of TP-N servers (`--overlay-calibrate` cache entries of the whole model served at
 `--tp N` on N GPUs, `scripts/gpu_calibrate_model.sh OUT MODEL --tp N`) next to the planner's `tpN` decode steps and
@@ -34,23 +36,63 @@ def burst_shape(run: dict) -> tuple[int, int, int]:
     return n, round((run["total_tok_s"] - run["output_tok_s"]) * secs / n), out
 
 
+def old_measured(files: list[Path]) -> dict[int, dict[str, dict]]:
+    """`measured` of shift_compare.py's `<config>.json` files (N: the most KV pools one of them logged)."""
+    res = {p.stem: json.loads(p.read_text()) for p in files}
+    n = max(len(m["kv_tokens"]) for m in res.values())  # DP runs log one pool per GPU
+    out = {}
+    for cfg, m in res.items():
+        b = m.get("burst")
+        out[NAMES[cfg].format(n=n)] = {
+            # SGLang logs one max_total_num_tokens per DP rank (DP attention: one for all)
+            "kv": m["kv_tokens"] and ("KV tokens of one rank's pool", n if cfg in ("dp", "dp_attn") else 1, m["kv_tokens"][0]),
+            "ttft_ms": m.get("ttft_ms", {}),
+            "burst": b and {"shape": burst_shape(b), "total_tok_s": b["total_tok_s"], "ttft_ms_p50": b["median_ttft_ms"],
+                            "tpot_ms_p50": b["median_tpot_ms"]}}
+    return {n: out}
+
+
+def compare_measured(results: list[dict]) -> dict[int, dict[str, dict]]:
+    """`measured` of bench.compare's results (configurations with options, `auto` and those that did not start
+    left out: the planner predicts its own names)."""
+    out: dict[int, dict[str, dict]] = {}
+    for r in results:
+        if r.get("config") != r.get("base_name") or not r.get("kv_tokens"):
+            continue
+        b = r.get("burst")
+        out.setdefault(int(r["gpu_count"]), {})[r["config"]] = {
+            "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
+            "burst": b and b.get("total_tok_s") and {"shape": tuple(int(x) for x in b["spec"].split("+")),
+                                                     **{k: b[k] for k in ("total_tok_s", "ttft_ms_p50", "tpot_ms_p50")}}}
+    return out
+
+
+def load(folder: Path) -> dict[int, dict[str, dict]]:
+    """{GPU count: {the planner's configuration name: measured}} of a results folder, either kind (module docstring).
+    Measured: "kv" (label, DP ranks the prediction's total is split over, tokens), "ttft_ms" ({prompt tokens: ms}),
+    "burst" ({"shape": (requests, prompt, output), "total_tok_s", "ttft_ms_p50", "tpot_ms_p50"} or None)."""
+    old = [p for p in sorted(folder.glob("*.json")) if p.stem in NAMES]
+    if old:
+        return old_measured(old)
+    results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"]
+    return compare_measured([r for r in results if isinstance(r, dict) and r.get("config")])
+
+
 def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[tuple]:
     """(configuration, what, unit, predicted, measured) for every measured number the planner predicts."""
     out = []
     lat = {}
-    burst = next((m["burst"] for m in measured.values() if m.get("burst")), None)
-    shape = burst_shape(burst) if burst else None
-    pred_burst = {r["name"]: r for r in plan(model_path, n, gpu, "offline:%d:%d:%d" % shape)["configurations"]} if shape else {}
-    for cfg, m in measured.items():
-        name = NAMES[cfg].format(n=n)
+    shape = next((m["burst"]["shape"] for m in measured.values() if m.get("burst")), None)
+    workload = "offline:%d:%d:%d" % shape if shape else "latency:2048:4"  # without a burst, for the KV tokens
+    pred_burst = {r["name"]: r for r in plan(model_path, n, gpu, workload)["configurations"]}
+    for name, m in measured.items():
         if name not in pred_burst or "total_tok_s" not in pred_burst[name]:
             out.append((name, "not predicted", "", None, None))
             continue
         p = pred_burst[name]
-        if m.get("kv_tokens"):
-            # SGLang logs one max_total_num_tokens per DP rank (DP attention: one for all)
-            per_gpu = p["kv_tokens_total"] / (n if cfg in ("dp", "dp_attn") else 1)
-            out.append((name, "KV tokens of one rank's pool", "tokens", per_gpu, m["kv_tokens"][0]))
+        if m.get("kv"):
+            label, ranks, tokens = m["kv"]
+            out.append((name, label, "tokens", p["kv_tokens_total"] / ranks, tokens))
         for tokens, ms in sorted(m.get("ttft_ms", {}).items(), key=lambda kv: int(kv[0])):
             key = (tokens,)
             if key not in lat:
@@ -58,10 +100,10 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[t
             out.append((name, f"TTFT of one {int(tokens):,}-token prompt", "ms", lat[key][name]["ttft_ms_p50"], ms))
         if m.get("burst"):
             b = m["burst"]
-            what = "burst of %d x (%d in, %d out)" % shape
+            what = "burst of %d x (%d in, %d out)" % b["shape"]
             out += [(name, f"{what}: total throughput", "tok/s", p["total_tok_s"], b["total_tok_s"]),
-                    (name, f"{what}: TTFT p50", "ms", p["ttft_ms_p50"], b["median_ttft_ms"]),
-                    (name, f"{what}: TPOT p50", "ms", p["tpot_ms_p50"], b["median_tpot_ms"])]
+                    (name, f"{what}: TTFT p50", "ms", p["ttft_ms_p50"], b["ttft_ms_p50"]),
+                    (name, f"{what}: TPOT p50", "ms", p["tpot_ms_p50"], b["tpot_ms_p50"])]
     return out
 
 
@@ -88,7 +130,7 @@ def forwards_table(files: list[Path], model_path: str, gpu: str, n: int) -> list
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dir", type=Path, nargs="?", help="a folder of shift_compare.py results run on N GPUs")
+    ap.add_argument("dir", type=Path, nargs="?", help="one model's folder of bench.compare results (OUT/<model>), or of shift_compare.py's")
     ap.add_argument("--model-path", required=True, help="the model's config folder the measurement served")
     ap.add_argument("--gpu", default="H200", help="GPU kind the measurement ran on (default: H200)")
     ap.add_argument("--forwards", type=Path, nargs="+", default=None,
@@ -101,19 +143,25 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(forwards_table(a.forwards, a.model_path, a.gpu, a.gpus)))
         return
     if a.dir is None:
-        ap.error("give DIR (shift_compare.py results) or --forwards")
-    measured = {p.stem: json.loads(p.read_text()) for p in sorted(a.dir.glob("*.json")) if p.stem in NAMES}
-    n = max(len(m["kv_tokens"]) for m in measured.values())  # DP runs log one pool per GPU
-    print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")
-    table = rows(measured, a.model_path, a.gpu, n)
-    for name, what, unit, pred, meas in table:
-        if pred is None:
-            print(f"| {name} | {what} | | | | |")
+        ap.error("give DIR (bench.compare's or shift_compare.py's results) or --forwards")
+    groups = load(a.dir)
+    if not groups:
+        ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there (bench.compare's are in OUT/<model>/)")
+    for n, measured in sorted(groups.items()):
+        if len(groups) > 1:
+            print(f"\n## {n} GPU{'s' if n > 1 else ''}\n")
+        print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")
+        table = rows(measured, a.model_path, a.gpu, n)
+        for name, what, unit, pred, meas in table:
+            if pred is None:
+                print(f"| {name} | {what} | | | | |")
+                continue
+            print(f"| {name} | {what} | {unit} | {pred:,.1f} | {meas:,.1f} | {pred / meas - 1:+.1%} |")
+        thr = [(name, pred, meas) for name, what, _, pred, meas in table if what.endswith("total throughput")]
+        if not thr:
             continue
-        print(f"| {name} | {what} | {unit} | {pred:,.1f} | {meas:,.1f} | {pred / meas - 1:+.1%} |")
-    thr = [(name, pred, meas) for name, what, _, pred, meas in table if what.endswith("total throughput")]
-    print("\nBurst throughput ranking, measured: " + " > ".join(f"{x[0]} ({x[2]:,.0f})" for x in sorted(thr, key=lambda x: -x[2])))
-    print("Burst throughput ranking, predicted: " + " > ".join(f"{x[0]} ({x[1]:,.0f})" for x in sorted(thr, key=lambda x: -x[1])))
+        print("\nBurst throughput ranking, measured: " + " > ".join(f"{x[0]} ({x[2]:,.0f})" for x in sorted(thr, key=lambda x: -x[2])))
+        print("Burst throughput ranking, predicted: " + " > ".join(f"{x[0]} ({x[1]:,.0f})" for x in sorted(thr, key=lambda x: -x[1])))
 
 
 if __name__ == "__main__":

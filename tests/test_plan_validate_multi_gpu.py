@@ -1,0 +1,63 @@
+"""scripts/plan_validate_multi_gpu.py reads both kinds of results: `python -m sgl_sidp.bench.compare`'s
+(`OUT/<model>/<configuration>.json`) and the retired shift_compare.py's committed ones, into the same measured
+numbers, so the planner's predictions stand beside either."""
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MOD = runpy.run_path(str(ROOT / "scripts/plan_validate_multi_gpu.py"))
+OLD = ROOT / "benchmarks/results/plan_multi_gpu/qwen3_8b_2xh200"
+QWEN3_8B = ROOT.parent / "shared/models/Qwen3-8B"
+
+
+def as_compare(folder: Path) -> Path:
+    """The committed shift_compare.py results of OLD written as bench.compare writes its own (and a tp1 reference, a
+    configuration with options and one refused at launch, which the script leaves out or counts apart)."""
+    folder.mkdir()
+    names = {"tp": ("tp2", 1, 2), "dp": ("dp2", 2, 1), "dp_attn": ("dp2_attn", 2, 1), "shift": ("shift_sp2_tp1", 1, 1)}
+    for old, (name, dp, tp) in names.items():
+        r = json.loads((OLD / f"{old}.json").read_text())
+        b = r["burst"]
+        kv = {str(i): v for i, v in enumerate(r["kv_tokens"][:dp])}
+        (folder / f"{name}.json").write_text(json.dumps({
+            "config": name, "base_name": name, "dp": dp, "tp": tp, "gpu_count": 2, "kv_tokens": kv,
+            "burst": {"spec": "512+2048+256", "total_tok_s": b["total_tok_s"], "ttft_ms_p50": b["median_ttft_ms"],
+                      "tpot_ms_p50": b["median_tpot_ms"]}}))
+    (folder / "tp1.json").write_text(json.dumps({"config": "tp1", "base_name": "tp1", "gpu_count": 1,
+                                                 "kv_tokens": {"0": 803502}}))
+    (folder / "shift_sp2_tp1_th1.json").write_text(json.dumps({"config": "shift_sp2_tp1_th1", "base_name": "shift_sp2_tp1",
+                                                              "gpu_count": 2, "kv_tokens": {"0": 1}}))
+    (folder / "sidp_dp2_was.json").write_text(json.dumps({"config": "sidp_dp2_was", "base_name": "sidp_dp2_was",
+                                                         "gpu_count": 2, "refused": "sgl-sidp: error: ..."}))
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_both_kinds_of_results_give_the_same_measured_numbers(tmp_path):
+    old, new = MOD["load"](OLD), MOD["load"](as_compare(tmp_path / "Qwen3-8B"))
+    assert list(old) == [2] and sorted(new) == [1, 2] and list(new[1]) == ["tp1"]
+    assert sorted(old[2]) == sorted(new[2]) == ["dp2", "dp2_attn", "shift_sp2_tp1", "tp2"]
+    for name in old[2]:
+        assert old[2][name]["burst"] == new[2][name]["burst"]
+        assert new[2][name]["burst"]["shape"] == (512, 2048, 256)
+    assert old[2]["dp2"]["kv"] == ("KV tokens of one rank's pool", 2, 803502)
+    assert new[2]["dp2"]["kv"] == ("KV tokens, all ranks", 1, 2 * 803502) and new[2]["dp2"]["ttft_ms"] == {}
+    assert old[2]["tp2"]["ttft_ms"] == json.loads((OLD / "tp.json").read_text())["ttft_ms"]
+    assert MOD["load"](tmp_path) == {}
+
+
+def test_the_predictions_beside_either_are_the_same(tmp_path, capsys):
+    if not QWEN3_8B.is_dir():
+        pytest.skip(f"{QWEN3_8B} missing (../shared/models)")
+    MOD["main"]([str(OLD), "--model-path", str(QWEN3_8B)])
+    old = capsys.readouterr().out
+    MOD["main"]([str(as_compare(tmp_path / "Qwen3-8B")), "--model-path", str(QWEN3_8B)])
+    new = capsys.readouterr().out
+    burst = [line for line in old.splitlines() if "burst of 512" in line]
+    assert len(burst) == 12 and all(line in new for line in burst)
+    assert "\n## 1 GPU\n" in new and "\n## 2 GPUs\n" in new and "| tp1 | KV tokens, all ranks | tokens |" in new
+    assert old.splitlines()[-2:] == new.splitlines()[-2:]  # the rankings
