@@ -1,58 +1,66 @@
-"""scripts/shift_compare.py: configurations, argument checks before any server, the merged report (no servers)."""
+"""scripts/shift_compare.py, retired into `python -m sgl_sidp.bench.compare`: its old flags mapped onto compare's,
+what compare cannot run refused before anything starts, and its own committed result folders still pointed at."""
 
-import json
 import runpy
-import types
 from pathlib import Path
 
 import pytest
 
-MOD = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts/shift_compare.py"))
+from sgl_sidp.plan.configs import configuration_named
+
+ROOT = Path(__file__).resolve().parents[1]
+MOD = runpy.run_path(str(ROOT / "scripts/shift_compare.py"))
 
 
-def test_commands_follow_the_gpus_and_the_threshold():
-    a = types.SimpleNamespace(model="M", gpus="0,1", threshold=512, mem_fraction_static=0.5, extra_args="--x 1")
-    launcher, flags = MOD["command"]("shift", a)
-    assert launcher == "sgl_sidp.launch_server"
-    assert flags[-10:] == ["--tp-size", "2", "--overlay-mode", "shift", "--shift-threshold", "512",
-                           "--mem-fraction-static", "0.5", "--x", "1"]
-    launcher, flags = MOD["command"]("dp", a)
-    assert launcher == "sglang.launch_server" and "--dp-size" in flags and "--shift-threshold" not in flags
+def mapped(*argv):
+    return MOD["compare_args"](MOD["parser"]().parse_args(["--out-dir", "OUT", *argv]))
 
 
-def test_bad_arguments_are_refused_before_any_server(tmp_path):
-    with pytest.raises(SystemExit, match="unknown configuration 'tp8'"):
-        MOD["main"](["--out-dir", str(tmp_path), "--configs", "tp,tp8"])
-    with pytest.raises(SystemExit, match="'64\\+2048' is not N\\+P\\+O"):
-        MOD["main"](["--out-dir", str(tmp_path), "--configs", "tp", "--burst", "64+2048"])
-    with pytest.raises(SystemExit, match="--trace 'azure' is not NAME=REPLAY_ARGS"):
-        MOD["main"](["--out-dir", str(tmp_path), "--configs", "tp", "--trace", "azure"])
+def test_configurations_are_the_planners_names_for_the_gpus_given():
+    argv = mapped("--configs", "tp,dp,dp_attn,shift", "--gpus", "0,1,2,3", "--model", "M", "--threshold", "256",
+                  "--mem-fraction-static", "0.5", "--extra-args", "--x 1", "--burst", "64+2048+16")
+    names = argv[argv.index("--configs") + 1].split(",")
+    assert names == ["tp4", "dp4", "dp4_attn", "shift_sp4_tp1_th256"]
+    assert all(configuration_named(n).gpus == 4 for n in names)
+    assert "--shift-threshold" in configuration_named(names[-1]).launch_flags()
+    assert argv[:4] == ["--model-path", "M", "--load-format", "dummy"] and argv[argv.index("--gpus") + 1] == "0,1,2,3"
+    assert "--extra-args=--attention-backend triton --sampling-backend pytorch --mem-fraction-static 0.5 --x 1" in argv
+    assert argv[-2:] == ["--burst", "64+2048+16"] and argv[argv.index("--port") + 1] == "26000"
 
 
-def test_forwards_by_config_between_two_scrapes():
-    def body(base, shift):
-        return ("# TYPE sglang:sidp_shift_forwards counter\n"
-                f'sglang:sidp_shift_forwards_total{{config="base",tp_rank="0"}} {base}\n'
-                f'sglang:sidp_shift_forwards_total{{config="shift",tp_rank="0"}} {shift}\n')
+def test_traces_become_files_with_one_set_of_replay_arguments():
+    argv = mapped("--configs", "tp", "--trace", "az=--trace a.csv --duration-s 60", "--trace",
+                  "mc=--duration-s 60 --trace=m.jsonl")
+    assert argv[argv.index("--trace-args=--duration-s 60") - 2:] == [
+        "--trace", "a.csv", "--trace-args=--duration-s 60", "--trace", "m.jsonl"]
+    with pytest.raises(ValueError, match="unlike the first trace's"):
+        mapped("--trace", "az=--trace a.csv --duration-s 60", "--trace", "mc=--trace m.jsonl --duration-s 300")
+    with pytest.raises(ValueError, match="'azure' is not NAME=REPLAY_ARGS"):
+        mapped("--trace", "azure")
+    with pytest.raises(ValueError, match="with --trace FILE"):
+        mapped("--trace", "azure=--duration-s 60")
 
-    assert MOD["forwards_by_config"](body(1, 5), body(4, 105)) == {"base": 3.0, "shift": 100.0}
+
+@pytest.mark.parametrize("old,why", [("shift_sp1", "no planner configuration"), ("tp_eager_prefill", "--extra-args"),
+                                     ("tp8", "unknown configuration 'tp8'")])
+def test_configurations_compare_does_not_run_are_refused_before_anything(old, why, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        MOD["main"](["--out-dir", str(tmp_path), "--configs", f"tp,{old}"])
+    assert e.value.code == 2 and why in capsys.readouterr().err and not list(tmp_path.iterdir())
 
 
-def test_report_puts_ratios_against_tp_and_dp(tmp_path):
-    def write(name, kv, ttft, burst, tpot):
-        (tmp_path / f"{name}.json").write_text(json.dumps({"config": name, "kv_tokens": kv, "ttft_ms": ttft,
-                                                           "burst": {"total_tok_s": burst},
-                                                           "low_traffic": {"median_tpot_ms": tpot}, "traces": {}}))
+def test_print_only_says_the_new_command_and_what_it_drops(capsys):
+    assert MOD["main"](["--out-dir", "OUT", "--configs", "tp,shift", "--ttft", "512", "--low-traffic", "4+1024+64",
+                        "--burst", "8+64+8", "--print-only"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("shift_compare.py: --ttft ignored: bench.compare has no single-prompt TTFT step")
+    assert out[1].startswith("shift_compare.py: --low-traffic ignored")
+    assert out[2].endswith("python -m sgl_sidp.bench.compare --model-path .gpu/models/Qwen3-32B --load-format dummy "
+                           "--gpus 0,1 --configs tp2,shift_sp2_tp1 --out-dir OUT --port 26000 '--extra-args=--attention-"
+                           "backend triton --sampling-backend pytorch' --burst 8+64+8")
 
-    write("tp", [770642, 770642], {"4096": 600.0}, 18200.0, 15.0)
-    write("dp", [264513, 264513], {"4096": 1100.0}, 20000.0, 20.0)
-    write("shift", [700000, 700000], {"4096": 540.0}, 19656.0, 15.3)
-    shift = json.loads((tmp_path / "shift.json").read_text())
-    (tmp_path / "shift.json").write_text(json.dumps({**shift, "forwards": {"burst": {"base": 17.0, "shift": 128.0}}}))
-    table = MOD["report"](tmp_path).splitlines()
-    assert "| burst: forwards base / shift | - | 17 / 128 | - |" in table
-    assert table[0] == "| metric | dp | shift | tp |"
-    assert "| TTFT ms, 4,096-token prompt | 1100 (1.83x tp) | 540 (0.90x tp, 0.49x dp) | 600 (0.55x dp) |" in table
-    assert any(line.startswith("| burst tok/s (in+out) |") and "19,656 (1.08x tp, 0.98x dp)" in line for line in table)
-    MOD["plot"](tmp_path)
-    assert (tmp_path / "compare.png").stat().st_size > 10_000
+
+def test_report_of_a_committed_folder_points_at_its_table(capsys):
+    folder = ROOT / "benchmarks/results/shift/prefill_graphs_1gpu"
+    assert MOD["main"](["--report", "--out-dir", str(folder)]) == 0
+    assert f"their table is {folder / 'compare.md'}" in capsys.readouterr().out

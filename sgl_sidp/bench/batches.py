@@ -1,5 +1,6 @@
-"""Building blocks of the side-by-side comparison scripts (`scripts/*_compare.py`): random prompts, a batch of
-requests sent at once, one trace replay as a child process, a server's /metrics. No GPU code."""
+"""Building blocks of the side-by-side comparisons (`sgl_sidp.bench.compare`, `scripts/compare_replay.py`) and the
+planner's serving probes (`sgl_sidp.plan.calibrate`): random prompts, a batch of requests sent at once, one trace
+replay as a child process, a server's /metrics. No GPU code."""
 
 from __future__ import annotations
 
@@ -19,11 +20,6 @@ def prompts(n: int, length: int, seed: int) -> list[list[int]]:
     """`n` random token-id prompts (ids 3..4000: the bundled tokenizer's range) of `length` tokens."""
     rng = np.random.default_rng(seed)
     return rng.integers(3, 4000, size=(n, length)).tolist()
-
-
-def spread(n: int, ranks: int) -> list[int | None]:
-    """DP rank of each of `n` requests: round robin over `ranks` (None with one rank)."""
-    return [None if ranks == 1 else i % ranks for i in range(n)]
 
 
 async def _send(base_url: str, bodies: list[tuple[list[int], int, int | None]]):

@@ -14,7 +14,7 @@ tokens / sum of prompt tokens over successful requests) and the dispatch lag of 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -154,36 +154,3 @@ def dispatch_lag_stats(lags_s: Sequence[float]) -> dict[str, float]:
     stats = summarize_ms(lags_s, "dispatch_lag")
     stats["max_dispatch_lag_ms"] = float(np.max(lags_s) * 1000) if len(lags_s) else 0.0
     return stats
-
-
-def per_rank_stats(rows: Sequence[Mapping], duration_s: float) -> dict[int, dict]:
-    """Per-DP-rank throughput and latency of one replay, from its ``requests.jsonl`` rows.
-
-    Args:
-        rows: per-request rows with ``dp_rank``, ``success``, ``output_len_received``, ``ttft_ms``, ``tpot_ms``.
-        duration_s: the replay's benchmark duration (s; ``summary["duration"]``), shared by all ranks, so the
-            ranks' ``output_throughput`` add up to the replay's.
-
-    Returns:
-        ``{dp_rank: {"requests", "completed", "output_tokens", "output_throughput" (tok/s), and TTFT/TPOT stats
-        "{mean,median,p90,p99}_{ttft,tpot}_ms"}}`` over successful requests; ``{}`` when no row has a rank.
-    """
-    by_rank: dict[int, list[Mapping]] = {}
-    for r in rows:
-        if r.get("dp_rank") is not None:
-            by_rank.setdefault(int(r["dp_rank"]), []).append(r)
-    out: dict[int, dict] = {}
-    for rank, rs in sorted(by_rank.items()):
-        ok = [r for r in rs if r.get("success")]
-        tokens = sum(int(r.get("output_len_received") or 0) for r in ok)
-        ttft = summarize_ms([r["ttft_ms"] / 1000 for r in ok if r.get("ttft_ms") is not None], "ttft")
-        tpot = summarize_ms([r["tpot_ms"] / 1000 for r in ok if r.get("tpot_ms") is not None], "tpot")
-        stats = {k: v for k, v in {**ttft, **tpot}.items() if not k.startswith(("std_", "p95_"))}
-        out[rank] = {
-            "requests": len(rs),
-            "completed": len(ok),
-            "output_tokens": tokens,
-            "output_throughput": tokens / duration_s if duration_s > 0 else 0.0,
-            **stats,
-        }
-    return out

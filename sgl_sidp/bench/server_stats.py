@@ -1,4 +1,4 @@
-"""What a running SGLang server says about itself, per DP rank: KV capacity, Prometheus counters, overlay log lines.
+"""What a running SGLang server says about itself, per DP rank: KV capacity, Prometheus counters.
 
 Pure functions over text/JSON already fetched (no HTTP here, so they are unit-tested on samples). The sources, as
 SGLang 0.5.17 writes them:
@@ -37,7 +37,6 @@ RANK_COUNTERS = (
 # scheduler logger prefix: " DP<d>" then optional " PP<p>", " TP<t>", ...).
 _SGLANG_CAPACITY = re.compile(r"^\[[^\]]*?\bDP(\d+)\b[^\]]*\]\s*max_total_num_tokens=(\d+)", re.M)
 _ANY_CAPACITY = re.compile(r"max_total_num_tokens=(\d+)")
-_ZERODP_LINE = re.compile(r"^.*sgl-sidp zerodp.*$", re.M)
 _ZERODP_CAPACITY = re.compile(r"sgl-sidp zerodp DP(\d+) TP(\d+): (source|sink) KV cache (\d+) tokens")
 
 
@@ -55,11 +54,6 @@ def capacity_from_log(log_text: str) -> dict[int, int]:
         if m:
             found = {0: int(m.group(1))}
     return found
-
-
-def zerodp_lines(log_text: str) -> list[str]:
-    """Every log line that contains ``sgl-sidp zerodp`` (our ZeroDP engine's start-up and error lines), in order."""
-    return [line.strip() for line in _ZERODP_LINE.findall(log_text)]
 
 
 def zerodp_capacity_from_log(log_text: str) -> dict[int, dict]:
