@@ -11,6 +11,9 @@ same instants), and writes, under `--out`:
 - `compare.md` / `compare.json`: every key metric of both sides and the ratio ours/vanilla,
   with the exact commands.
 
+`python -m sgl_sidp.bench.compare` runs the planner's named configurations side by side; this script is for two
+launches that differ only in the flags given to ours (e.g. `--overlay-mode off` against vanilla SGLang), one GPU each.
+
 Example (two GPUs, Qwen3-30B-A3B with random weights):
     python scripts/compare_replay.py --out benchmarks/results/replay_off_vs_vanilla --gpus 0,1 \\
       --server-args "--model-path MODEL --load-format dummy --attention-backend triton --sampling-backend pytorch" \\

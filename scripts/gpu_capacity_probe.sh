@@ -5,7 +5,7 @@
 # from the server logs. Writes OUT_DIR/{dwdp,zerodp_all}.log.gz.
 # Caveat (benchmarks/results/zerodp/README.md, round 2): the request goes out once /health answers, before SGLang
 # logs "The server is fired up"; in our runs it crashed vanilla SGLang and ZeroDP alike ("CUDA error: invalid
-# argument" in fused_topk), so only the capacity lines are evidence. scripts/zerodp_compare.py waits properly.
+# argument" in fused_topk), so only the capacity lines are evidence. python -m sgl_sidp.bench.compare waits properly.
 # Usage (repo root): bash scripts/gpu_capacity_probe.sh OUT_DIR [extra flags for both servers]
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
