@@ -12,12 +12,12 @@ NAME=$1 FAMS=$2
 shift 2
 source scripts/gpu_env.sh
 RES=/tmp/compare_results
-mkdir -p "$RES" /tmp/fam
+mkdir -p "$RES/$NAME" /tmp/fam
 [ -f ".gpu/prev/$NAME.tgz" ] && tar xzf ".gpu/prev/$NAME.tgz" -C "$RES"
+# a `timeout` around this script stops compare (it stops its servers); the results are packed in any case
+trap 'echo "gpu_compare_families.sh: terminated, packing what was measured" >&2' TERM
+trap 'tar czf "${OUT:-/tmp}/$NAME.tgz" -C "$RES" "$NAME"' EXIT
 python3 scripts/make_family_models.py /tmp/fam $(for f in $FAMS; do printf -- '--family %s ' "$f"; done) || exit 1
 MODELS=()
 for f in $FAMS; do MODELS+=(--model-path "/tmp/fam/$f"); done
 python3 -m sgl_sidp.bench.compare "${MODELS[@]}" --out-dir "$RES/$NAME" "$@"
-RC=$?
-tar czf "${OUT:-/tmp}/$NAME.tgz" -C "$RES" "$NAME"
-exit $RC

@@ -56,7 +56,7 @@ FAMILIES: dict[str, tuple[str, str, dict, str]] = {
                          norm_topk_prob=False, tie_word_embeddings=False, rope_scaling=None),
                     "MoE with shared experts, MLA attention (DeepSeek-V2-Lite's head sizes, which SGLang's Triton MLA "
                     "kernels need), a dense first layer"),
-    # new families go last: built all together (the GPU matrix's default), a family's seed is its index here, so the
+    # new families go last: a family's seed is its index here, so the
     # checkpoints above stay the ones measured
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
                dict(DENSE, head_dim=64, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
@@ -114,8 +114,10 @@ def randomize(model, seed: int) -> None:
                 b.copy_(0.05 * torch.randn(b.shape, generator=gen, dtype=torch.float32))
 
 
-def make(family: str, out: Path, config_only: bool = False, seed: int = 0) -> Path:
-    """Write `family`'s checkpoint (or its config.json alone) to `out/family`; returns that folder."""
+def make(family: str, out: Path, config_only: bool = False, seed: int | None = None) -> Path:
+    """Write `family`'s checkpoint (or its config.json alone) to `out/family`; returns that folder. The weights' seed
+    is `seed`, else the family's index in FAMILIES, so a family is the same checkpoint whichever others are built."""
+    seed = list(FAMILIES).index(family) if seed is None else seed
     d = out / family
     d.mkdir(parents=True, exist_ok=True)
     cfg = hf_config(family)
@@ -141,8 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES), help="only these families (repeatable)")
     ap.add_argument("--config-only", action="store_true", help="write config.json alone")
     a = ap.parse_args(argv)
-    for i, family in enumerate(a.family or FAMILIES):
-        d = make(family, a.out, a.config_only, seed=i)
+    for family in a.family or FAMILIES:
+        d = make(family, a.out, a.config_only)
         print(f"{d}: {FAMILIES[family][1]} ({FAMILIES[family][3]})", file=sys.stderr)
 
 

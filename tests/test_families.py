@@ -125,8 +125,8 @@ def test_the_matrix_covers_what_the_issue_asks():
 
 
 def test_family_seeds_stay_put():
-    """Built all together (`make_family_models.py OUT`, the GPU matrix's default), a family's seed is its index in
-    FAMILIES: new families go last, so the checkpoints measured before are built again bit for bit."""
+    """A family's seed is its index in FAMILIES, whichever families are built with it: new families go last, so the
+    checkpoints measured before are built again bit for bit."""
     assert list(FAMILIES["FAMILIES"])[:9] == ["qwen3", "qwen2", "llama", "mistral", "gemma", "qwen3_moe", "qwen2_moe",
                                               "mixtral", "deepseek_v2"]
 

@@ -257,17 +257,18 @@ def auto_choice(log_text: str) -> str | None:
 
 
 def git_commit() -> str | None:
-    """This package's commit: `git rev-parse HEAD` of its checkout, else $SIDP_COMMIT (a copy without .git)."""
+    """The code's commit: $SIDP_COMMIT where set (a device host's copy of the tree may carry a stale .git), else
+    `git rev-parse HEAD` of this package's checkout, else None."""
     import os
 
+    if os.environ.get("SIDP_COMMIT"):
+        return os.environ["SIDP_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(sgl_sidp.__file__).resolve().parent,
                              capture_output=True, text=True, timeout=10)
-        if out.returncode == 0:
-            return out.stdout.strip()
+        return out.stdout.strip() if out.returncode == 0 else None
     except OSError:
-        pass
-    return os.environ.get("SIDP_COMMIT")
+        return None
 
 
 def gpu_name(index: str) -> str | None:

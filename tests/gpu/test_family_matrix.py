@@ -94,8 +94,8 @@ def verdict(ref, got):
 @pytest.fixture(scope="module")
 def matrix(log_dir, tmp_path_factory):
     models, calib = tmp_path_factory.mktemp("families"), tmp_path_factory.mktemp("calibration")
-    for i, family in enumerate(SELECTED):
-        MAKER["make"](family, models, seed=i)
+    for family in SELECTED:
+        MAKER["make"](family, models)
     refs = run_all(log_dir, models, calib, [(f, "vanilla", CAP) for f in SELECTED if cases_of(f)])
     results = run_all(log_dir, models, calib, [(f, n, fl) for f in SELECTED for n, fl in cases_of(f)])
     table = {f: {n: verdict(refs[(f, "vanilla")], results[(f, n)]) for n, _ in cases_of(f)} for f in SELECTED}
