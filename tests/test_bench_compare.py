@@ -220,3 +220,11 @@ def test_sigterm_stops_the_servers_and_keeps_what_was_measured(tmp_path):
     assert pid["kv_tokens"] == {"0": 2000}
     left = subprocess.run(["pgrep", "-f", "fake_sglang"], capture_output=True, text=True).stdout.split()
     assert not left, f"fake servers still running: {left}"
+
+
+def test_report_needs_the_results_folder_alone(tmp_path, capsys):
+    assert compare.main(["--report", "--out-dir", str(tmp_path / "none")]) == 2
+    assert "--out-dir" in capsys.readouterr().err
+    (tmp_path / "res").mkdir()
+    assert compare.main(["--report", "--out-dir", str(tmp_path / "res")]) == 0
+    assert (tmp_path / "res" / "compare.md").exists()

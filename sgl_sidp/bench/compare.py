@@ -621,7 +621,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.compare", description=__doc__.split("\n\n")[0],
                                 epilog="Exit status: 0 when every configuration ran what was asked (or was refused "
                                 "at launch), 1 when one failed or was left for the next call, 2 on bad input.")
-    p.add_argument("--model-path", type=Path, action="append", required=True,
+    p.add_argument("--model-path", type=Path, action="append", default=[],
                    help="a model folder (config.json; weights unless --load-format dummy); repeatable")
     p.add_argument("--gpus", default="0,1", help="GPU indices to run on (default: %(default)s)")
     p.add_argument("--configs", default="", help="comma-separated configuration names (module docstring) or auto")
@@ -663,9 +663,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def check(a: argparse.Namespace) -> list[str]:
     """Every problem with the arguments, one line each, before any server starts."""
     problems = []
-    if not a.report and not a.configs:
+    if a.report:  # the results folder alone
+        return [] if a.out_dir.is_dir() else [f"--out-dir {a.out_dir}: no such folder"]
+    if not a.model_path:
+        problems.append("--model-path: name at least one model")
+    if not a.configs:
         problems.append("--configs: name at least one configuration")
-    if not a.report and not (a.exact or a.burst or a.trace):
+    if not (a.exact or a.burst or a.trace):
         problems.append("nothing to measure: give --exact, --burst or --trace")
     if a.burst:
         try:
@@ -684,7 +688,7 @@ def check(a: argparse.Namespace) -> list[str]:
     for m in a.model_path:
         if not (m / "config.json").is_file():
             problems.append(f"--model-path {m}: no config.json")
-        elif a.load_format != "dummy" and not a.report and not any(
+        elif a.load_format != "dummy" and not any(
                 f.suffix in WEIGHT_SUFFIXES for f in m.iterdir()):
             problems.append(f"--model-path {m}: no weights there; pass --load-format dummy for random weights")
     return problems
