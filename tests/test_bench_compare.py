@@ -59,10 +59,10 @@ def args(tmp_path, *extra):
 def test_jobs_add_each_overlay_configurations_reference_and_skip_what_the_model_does_not_run(tmp_path):
     dense, moe = model(tmp_path, "dense", DENSE), model(tmp_path, "moe", MOE)
     jobs, notes = compare.plan_jobs([dense, moe], ["sidp_dp2_cas_graphs", "shift_sp2_tp1_th1", "zerodp_dp2_all",
-                                                   "tp4"], 2, True, tmp_path)
+                                                   "tp4", "tp1", "shift_sp1_tp2"], 2, True, tmp_path)
     assert [(j.model.name, j.name, j.gpus) for j in jobs] == [
-        ("dense", "tp1", 1), ("dense", "sidp_dp2_cas_graphs", 2), ("dense", "tp2", 2), ("dense", "shift_sp2_tp1_th1", 2),
-        ("moe", "tp1", 1), ("moe", "zerodp_dp2_all", 2)]
+        ("dense", "sidp_dp2_cas_graphs", 2), ("dense", "shift_sp2_tp1_th1", 2), ("dense", "tp1", 1),
+        ("dense", "shift_sp1_tp2", 2), ("dense", "tp2", 2), ("moe", "zerodp_dp2_all", 2), ("moe", "tp1", 1)]
     assert any("dense zerodp_dp2_all: not a configuration of this model on 2 GPUs (dense model" in n for n in notes)
     assert any("moe sidp_dp2_cas_graphs: not a configuration" in n for n in notes)
     assert any("tp4: needs 4 GPUs, --gpus has 2" in n for n in notes)

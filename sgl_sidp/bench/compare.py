@@ -143,8 +143,10 @@ def plan_jobs(models: Sequence[Path], names: Sequence[str], gpus: int, with_refe
 
     Each name is read with `configuration_named`; one the model does not run in on `gpus` GPUs (`plan.configs.
     configurations` does not list its planner name: a dense model's ZeroDP, an MoE model's SiDP or Shift, sizes
-    that do not split) or that needs more GPUs is left out with the reason. With `with_references`, the vanilla
-    reference of every overlay configuration (`exact.reference_name`) is added before the first job that needs it.
+    that do not split; Shift at SP 1, the wiring check on TP = P, is a configuration of any dense model too) or that
+    needs more GPUs is left out with the reason. With `with_references`, the vanilla reference of every overlay
+    configuration (`exact.reference_name`) not named is added after the named ones (so `--parallel` rounds keep the
+    named configurations paired as given).
 
     Raises:
         CompareError: a name of no known form (every one is read before anything runs).
@@ -167,21 +169,22 @@ def plan_jobs(models: Sequence[Path], names: Sequence[str], gpus: int, with_refe
         folder = out_dir / model_label(model)
         valid = {n: {c.name for c in configurations(shapes, n)} for n in range(1, gpus + 1)}
         wanted: list[str] = []
+        refs: list[str] = []
         for name, c in parsed.items():
             need = gpus if c is None else c.gpus
             if need > gpus:
                 notes.append(f"{model_label(model)} {name}: needs {need} GPUs, --gpus has {gpus}")
                 continue
-            if c is not None and c.base_name not in valid[c.gpus]:
+            wiring = c is not None and c.technique == "shift" and c.sp == 1 and not shapes.moe_layers
+            if c is not None and c.base_name not in valid[c.gpus] and not wiring:
                 notes.append(f"{model_label(model)} {name}: not a configuration of this model on {c.gpus} GPUs "
                              f"({'MoE' if shapes.moe_layers else 'dense'} model; see plan.configs.configurations)")
                 continue
+            wanted.append(name)
             ref = exact.reference_name(c.technique, c.dp, c.tp, c.sp) if (c and with_references) else None
-            if ref and ref not in wanted:
-                wanted.append(ref)
-            if name not in wanted:
-                wanted.append(name)
-        for name in wanted:
+            if ref and ref not in parsed and ref not in refs:
+                refs.append(ref)
+        for name in wanted + refs:
             c = parsed.get(name) if name in parsed else configuration_named(name)
             jobs.append(Job(model, name, c, gpus if c is None else c.gpus, folder / f"{name}.json"))
     return jobs, notes
