@@ -181,7 +181,7 @@ def test_flag_names_one_prefix_each_and_every_old_spelling_maps_to_one():
     p = argparse.ArgumentParser()
     flags = [a.option_strings[0] for a in SidpConfig.add_cli_args(p)._group_actions]
     assert all(f.split("-")[2] in {"overlay", *FEATURES} and f.count("sidp") <= 1 for f in flags), flags
-    newer = {"--overlay-start-after"}  # added after the rename: no old spelling
+    newer = {"--overlay-start-after", "--shift-exact"}  # added after the rename: no old spelling
     assert sorted(RENAMED.values()) == sorted(set(flags) - newer) and not set(RENAMED) & set(flags)
     argv = ["--sidp-sidp-force", "cas", "--dp-size", "2", "--sidp-mode=sidp", "--sidp-service", "was"]
     assert renamed_flags(argv) == ["--sidp-sidp-force was renamed --sidp-service", "--sidp-mode was renamed --overlay-mode"]

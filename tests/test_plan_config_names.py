@@ -27,6 +27,8 @@ def test_every_planner_name_reads_back_as_its_configuration(n):
                                      "--sidp-b-th", "64"]),
     ("shift_sp2_tp2_th1", "shift", ["--tp-size", "4", "--overlay-mode", "shift", "--shift-sp", "2",
                                     "--shift-threshold", "1"]),
+    ("shift_sp2_tp1_th1_exact", "shift", ["--tp-size", "2", "--overlay-mode", "shift", "--shift-sp", "2",
+                                          "--shift-threshold", "1", "--shift-exact"]),
 ])
 def test_options_become_launch_flags(name, technique, flags):
     c = configuration_named(name)

@@ -13,17 +13,24 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from sgl_sidp.shift.runtime import ShiftRuntime
-from sgl_sidp.shift.ulysses import TorchComm
+from sgl_sidp.shift.ulysses import TorchComm, sum_in_rank_order
 from sgl_sidp.shift.views import shares_storage
 from tests.gloo_procs import spawn
 
 H, D, V, LAYERS = 16, 4, 32, 2
 
 
+def all_reduce(x, group=None):
+    """In place, as SGLang's custom all-reduce adds: every rank's tensor upcast, added in rank order, rounded once."""
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, x.contiguous(), group=group)
+    x.copy_(sum_in_rank_order(torch.stack(parts)) if x.dtype != torch.float64 else sum(parts))
+    return x
+
+
 class TPComm(TorchComm):
     def all_reduce(self, x):
-        dist.all_reduce(x, group=self.group)
-        return x
+        return all_reduce(x, self.group)
 
 
 class Linear(torch.nn.Module):
@@ -40,7 +47,7 @@ class Linear(torch.nn.Module):
     def forward(self, x):
         y = F.linear(x, self.weight)
         if self.reduce:
-            dist.all_reduce(y)
+            all_reduce(y)
         return y, None
 
 
@@ -61,8 +68,7 @@ class Embed(torch.nn.Module):
         local = ids - self.lo
         ok = (local >= 0) & (local < self.weight.shape[0])
         out = self.weight[local.clamp(0, self.weight.shape[0] - 1)] * ok[:, None]
-        dist.all_reduce(out)
-        return out
+        return all_reduce(out)
 
 
 def silu_mul(x):
@@ -87,10 +93,10 @@ class Logits(torch.nn.Module):
         return torch.cat(parts, dim=1)
 
 
-def build(rank, p, hook, llama=False):
+def build(rank, p, hook, llama=False, dtype=torch.float64):
     """The TP = P shards of GPU `rank` of a model with distinct random weights per layer (8 heads, 2 KV heads)."""
     g = torch.Generator().manual_seed(11)
-    r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64) / shape[-1] ** 0.5  # noqa: E731
+    r = lambda *shape: (torch.randn(*shape, generator=g, dtype=torch.float64) / shape[-1] ** 0.5).to(dtype)  # noqa: E731
     nh, nkv, inter = 8, 2, 8 * p
     emb, lm = r(V, H), r(V, H)
     hq, ip = nh // p, inter // p
@@ -146,17 +152,17 @@ def body(model, rt, ids, kv_out, llama=False):
         o = torch.einsum("hnm,mhd->nhd", s.softmax(-1), vh[:, idx]).reshape(n, -1)
         o = layer.self_attn.o_proj(o)[0]
         if not llama:
-            o = rt.around_attn_all_reduce(lambda x: (dist.all_reduce(x), x)[1], o)
+            o = rt.around_attn_all_reduce(all_reduce, o)
         h = h + o
         h = h + layer.mlp(h)
     return h
 
 
-def _rank(rank, p, sp, n_tokens, llama=False):
-    ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=sp, threshold=4)),
-                                listeners=[])
+def _rank(rank, p, sp, n_tokens, llama=False, exact=False, dtype=torch.float64):
+    ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=sp, threshold=4,
+                                                                                         exact=exact)), listeners=[])
     rt = ShiftRuntime(ctx)
-    model = build(rank, p, lambda: rt, llama)
+    model = build(rank, p, lambda: rt, llama, dtype)
     tb = p // sp
     sp_groups = [dist.new_group([t * sp + s for s in range(sp)]) for t in range(tb)]
     tb_groups = [dist.new_group([t * sp + s for t in range(tb)]) for s in range(sp)]
@@ -345,3 +351,15 @@ def test_cache_keeps_a_feature_measurement_per_key(tmp_path):
     cache.put_extra(key, "shift-sp2", {"threshold": float("inf")})
     assert cache.get_extra(key, "shift-sp2") == {"threshold": float("inf")}
     assert cache.get_extra(key, "shift-sp4") is None and cache.get(key) is None
+
+
+@pytest.mark.parametrize("p,sp,llama", [(2, 2, False), (2, 2, True), (4, 4, False), (4, 2, False), (4, 2, True)])
+def test_shift_exact_base_rounds_as_tp_does_in_bf16(p, sp, llama):
+    """bf16, all-reduces adding in rank order as SGLang's custom all-reduce does: with `--shift-exact` the base
+    configuration's logits and KV equal the TP forward's to the bit; without it (one GEMM over the whole K, rounded
+    once) they do not."""
+    exact = spawn(_rank, p, sp, 9, llama, True, torch.bfloat16)
+    for rank, (err, kv_err, views, base, replay_err) in exact.items():
+        assert base and views and err == kv_err == replay_err == 0.0, (rank, err, kv_err, replay_err)
+    plain = spawn(_rank, p, sp, 9, llama, False, torch.bfloat16)
+    assert any(err > 0 for err, *_ in plain.values())

@@ -11,7 +11,7 @@ Names (the planner's JSON keeps them): `tp{t}` (one replica), `dp{d}` (replicas 
 cas,auto}` (dense), `shift_sp{sp}_tp{tp}` (dense; base (SP, TP), shift TP = SP x TP). A name may end in options that
 pick a launch setting the planner does not vary (`OPTIONS`; `configuration_named` reads both, `Configuration.
 launch_flags` turns them into flags): `dp4_attn_ep`, `zerodp_dp2_all`, `sidp_dp2_cas_graphs`, `sidp_dp2_auto_bth64`,
-`shift_sp2_tp1_th1`.
+`shift_sp2_tp1_th1_exact`.
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ class Configuration:
         if self.technique == "shift":
             flags = ["--tp-size", str(self.sp * self.tp), "--overlay-mode", "shift", "--shift-sp", str(self.sp)]
             th = opts.get("th", shift_threshold)
-            return flags + (["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else [])
+            flags += ["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else []
+            return flags + (["--shift-exact"] if "exact" in opts else [])
         flags = (["--tp-size", str(self.tp)] if self.tp > 1 else []) + (["--dp-size", str(self.dp)] if self.dp > 1 else [])
         if self.technique == "zerodp":  # its runtime policy picks the offload set with the same cost model
             if "all" in opts:
@@ -244,7 +245,8 @@ OPTIONS = {
     "sidp": {"graphs": "CaS iterations in CUDA graphs (--sidp-cas-graphs)",
              "bth": "auto's B_th in tokens per rank (bthN: --sidp-b-th N)"},
     "shift": {"th": "the threshold in tokens per forward (thN: --shift-threshold N; th1 puts every forward of two "
-                    "tokens or more in the base configuration)"},
+                    "tokens or more in the base configuration)",
+              "exact": "the base configuration rounds as TP does (--shift-exact)"},
 }
 
 _NAMES = (  # (technique, pattern); the groups: dp, tp, sp, variant, options
@@ -291,4 +293,4 @@ def configuration_named(name: str) -> Configuration:
             raise ValueError(f"configuration {name}: B_th (bthN) is auto's; {g['variant']} has none")
         return Configuration(name, technique, dp, tp, sp, g.get("variant") or "", options)
     raise ValueError(f"configuration {name!r}: expected tpT, dpD, tpT_dpD, dpN_attn[_ep], zerodp_dpD[_tpT][_all], "
-                     "sidp_dpD[_tpT]_{was,cas,auto}[_graphs][_bthN] or shift_spS_tpT[_thN]")
+                     "sidp_dpD[_tpT]_{was,cas,auto}[_graphs][_bthN] or shift_spS_tpT[_thN][_exact]")

@@ -280,7 +280,7 @@ class ShiftRuntime:
         if not (self.base and self.roles.get(id(module)) == "qkv"):
             return original(module, x, *args, **kwargs)
         w, b = self.weights[id(module)]
-        return ulysses.heads_all_to_all(F.linear(x, w, b), self.sp, self.n_tokens, self.sp_comm), None
+        return ulysses.heads_all_to_all(self.column_gemm(x, w, b), self.sp, self.n_tokens, self.sp_comm), None
 
     def around_row_linear(self, original: Callable, module, x, *args, **kwargs):
         """AROUND `RowParallelLinear.forward`: base o_proj: this rank's tokens with the SP group's heads, base O GEMM.
@@ -289,23 +289,49 @@ class ShiftRuntime:
         if not (self.base and self.roles.get(id(module)) == "o"):
             return original(module, x, *args, **kwargs)
         w, _ = self.weights[id(module)]
-        out = F.linear(ulysses.tokens_all_to_all(x, self.sp, self.sp_comm), w)
+        x = ulysses.tokens_all_to_all(x, self.sp, self.sp_comm)
+        if self.settings.exact:  # summed over every TP rank here: the all-reduce that follows has nothing to add
+            return self.row_gemm_exact(x, w), None
+        out = F.linear(x, w)
         if getattr(module, "reduce_results", False) and self.tb_comm is not None:
             out = self.tb_comm.all_reduce(out)
         return out, None
 
     def around_attn_all_reduce(self, original: Callable, x, *args, **kwargs):
-        """AROUND `attention_tensor_model_parallel_all_reduce`: base: over the TP_b group only (none at TP_b = 1)."""
+        """AROUND `attention_tensor_model_parallel_all_reduce`: base: over the TP_b group only (none at TP_b = 1, nor
+        with `--shift-exact`, whose o_proj summed every rank's part)."""
         if not self.base:
             return original(x, *args, **kwargs)
-        return self.tb_comm.all_reduce(x) if self.tb_comm is not None else x
+        return self.tb_comm.all_reduce(x) if self.tb_comm is not None and not self.settings.exact else x
+
+    def column_gemm(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """A column-parallel layer's base GEMM: x [N, K] by the base weight w [SP * n, K] (shard-major: SP shift
+        shards) -> [N, SP * n]; with `--shift-exact`, one GEMM per shift shard, as each TP rank computes its own."""
+        if not self.settings.exact or self.sp == 1:
+            return F.linear(x, w, b)
+        bs = b.chunk(self.sp) if b is not None else [None] * self.sp
+        return torch.cat([F.linear(x, ws, bi) for ws, bi in zip(w.chunk(self.sp), bs)], dim=-1)
+
+    def row_gemm_exact(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """`--shift-exact`'s row-parallel layer: x [N, SP * k] by the base weight w [H, SP * k] as the P TP ranks
+        compute it: one partial GEMM per shift shard (rounded to x's dtype, as each rank's output is), the TP_b
+        group's partials all-gathered, all P added in TP-rank order (g = t * SP + s) by `ulysses.sum_in_rank_order`.
+        Returns [N, H], the sum over every GPU (no all-reduce follows)."""
+        parts = torch.stack([F.linear(xs, ws) for xs, ws in zip(x.chunk(self.sp, -1), w.chunk(self.sp, -1))])
+        if self.tb_comm is not None:
+            gathered = parts.new_empty((self.tp_b * parts.numel(),))
+            self.tb_comm.all_gather_into_tensor(gathered, parts.reshape(-1))
+            parts = gathered.view(self.p, *parts.shape[1:])
+        return ulysses.sum_in_rank_order(parts)
 
     def around_mlp(self, original: Callable, mlp, x, *args, **kwargs):
         """AROUND `Qwen2MLP.forward` / `LlamaMLP.forward`: base: gate|up and down on the base weights, SGLang's
         act_fn per shard, all-reduced over TP_b."""
         if not (self.base and self.roles.get(id(mlp)) == "mlp"):
             return original(mlp, x, *args, **kwargs)
-        h = ulysses.act_per_shard(mlp.act_fn, F.linear(x, self.weights[id(mlp.gate_up_proj)][0]), self.sp)
+        h = ulysses.act_per_shard(mlp.act_fn, self.column_gemm(x, self.weights[id(mlp.gate_up_proj)][0], None), self.sp)
+        if self.settings.exact:
+            return self.row_gemm_exact(h, self.weights[id(mlp.down_proj)][0])
         out = F.linear(h, self.weights[id(mlp.down_proj)][0])
         return self.tb_comm.all_reduce(out) if self.tb_comm is not None else out
 

@@ -25,3 +25,10 @@ class ShiftSettings(BaseModel):
         "start-up calibration (SGLang's dummy prefill bodies timed in both configurations before any CUDA graph is "
         "captured, so every graph is captured with it; cached on disk for the next start).",
     )
+    exact: bool = Field(
+        False,
+        description="The base configuration rounds as TP = P does: every linear as its P TP shards' GEMMs, a "
+        "row-parallel layer's partial sums added in TP-rank order in fp32 and rounded once, as SGLang's all-reduce "
+        "adds two of them (at P > 2 SGLang's all-reduce may add in another order). Costs SP GEMMs per linear instead "
+        "of one and, at TP_b > 1, an all-gather of the partial sums in place of the TP_b all-reduce.",
+    )

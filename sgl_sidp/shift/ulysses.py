@@ -137,3 +137,13 @@ def act_per_shard(act_fn, gate_up: torch.Tensor, sp: int) -> torch.Tensor:
     n, width = gate_up.shape
     out = act_fn(gate_up.reshape(n * sp, width // sp))
     return out.reshape(n, -1)
+
+
+def sum_in_rank_order(parts: torch.Tensor) -> torch.Tensor:
+    """The sum over dim 0 of `parts` [R, N, H] (bf16/fp16 partial sums of R TP ranks, in rank order) as SGLang's
+    all-reduce adds them: upcast to fp32, added rank 0 first, rounded once to `parts.dtype` (sgl_kernel's custom
+    all-reduce; any all-reduce of two ranks gives the same). Returns [N, H]."""
+    acc = parts[0].float()
+    for part in parts[1:]:
+        acc.add_(part.float())
+    return acc.to(parts.dtype)
