@@ -550,6 +550,9 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.kernels.ops.attention.rope._jit_fused_rope_module", ("is_neox", "rope_dim", "dtype", "q_dtype")),
     UsedSymbol("sglang.kernels.ops.layernorm.norm._jit_qknorm_module", ("head_dim", "dtype")),
     UsedSymbol("sglang.kernels.ops.kvcache.kvcache._jit_kvcache_module", ("k_row_bytes", "v_row_bytes")),
+    UsedSymbol("sglang.kernels.ops.communication.all_reduce.get_all_reduce_module", ("dtype", "world_size")),
+    UsedSymbol("sglang.kernels.ops.communication.all_reduce._init_communicator", ()),
+    UsedSymbol("sglang.kernels.ops.communication.all_reduce._init_ipc_manager", ()),
     UsedSymbol("sglang.kernels.jit.utils.arch.override_jit_cuda_arch", ("major", "minor")),
     UsedSymbol("sglang.kernels.jit.utils.arch.make_jit_cuda_arch", ("major", "minor")),
 )

@@ -188,6 +188,7 @@ def test_jit_kernels_of_every_model_and_kv_layout_are_built_ahead(tmp_path, monk
     assert compare.start_jit_prebuild(jobs, ["0", "1"], tmp_path) == "started" and seen["cap"] == (9, 0)
     rows = sorted(m.args[0] for m in seen["mods"] if m.builder == jit_prebuild.BUILDERS["kvcache"])
     assert rows == [256, 512]  # 4 KV heads x 64 x 2 bytes at TP1, 2 heads at Shift's TP = 2 layout
+    assert [m.args for m in seen["mods"] if m.builder == jit_prebuild.BUILDERS["all_reduce"]] == [("torch.bfloat16", 2)]
     assert len(seen["mods"]) == len(set(seen["mods"]))  # the two models' common modules once
     monkeypatch.setattr("sgl_sidp.peer.topology.gpu_capability", lambda i: None)
     assert compare.start_jit_prebuild(jobs, ["0"], tmp_path) is None

@@ -44,7 +44,11 @@ def test_every_builder_is_sglangs_with_the_arguments_we_pass():
     assert {b.replace(":", ".") for b in BUILDERS.values()} <= {u.path for u in USED_SYMBOLS}
     hf = {"hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
           "num_hidden_layers": 2, "vocab_size": 100}
-    for m in jit_modules(hf, {2}):
+    mods = jit_modules(hf, {2}, tp_sizes=(1, 2, 4))
+    assert {m.builder for m in mods} == set(BUILDERS.values())
+    assert [m.args for m in mods if m.builder == BUILDERS["all_reduce"]] == [("torch.bfloat16", 2), ("torch.bfloat16", 4)]
+    assert not {BUILDERS["all_reduce"], BUILDERS["communicator"]} & {m.builder for m in jit_modules(hf, {2}, (1,))}
+    for m in mods:
         module, name = m.builder.split(":")
         fn = getattr(importlib.import_module(module), name)
         inspect.signature(fn).bind(*m.args)  # raises TypeError where the arguments no longer fit

@@ -460,8 +460,10 @@ def start_jit_prebuild(jobs: Sequence[Job], gpus: Sequence[str], log_dir: Path):
     for model in dict.fromkeys(j.model for j in jobs):
         hf = read_model_config(model)
         shapes = ModelShapes.of(hf)
-        tps = {t for j in jobs if j.model == model for t in ((j.config.attn_tp,) if j.config else range(1, j.gpus + 1))}
-        modules += jit_prebuild.jit_modules(hf, sorted({shapes.kv_heads_per_gpu(t) for t in tps}))
+        mine = [j for j in jobs if j.model == model]
+        tps = {t for j in mine for t in ((j.config.attn_tp,) if j.config else range(1, j.gpus + 1))}
+        groups = {t for j in mine for t in ((j.config.server_tp,) if j.config else range(1, j.gpus + 1))}
+        modules += jit_prebuild.jit_modules(hf, sorted({shapes.kv_heads_per_gpu(t) for t in tps}), groups)
     return jit_prebuild.start(list(dict.fromkeys(modules)), capability, log_dir)
 
 

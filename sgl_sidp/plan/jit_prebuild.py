@@ -38,6 +38,11 @@ BUILDERS = {
     "fused_rope": "sglang.kernels.ops.attention.rope:_jit_fused_rope_module",  # (is_neox, rope_dim, dtype, q dtype)
     "qknorm": "sglang.kernels.ops.layernorm.norm:_jit_qknorm_module",  # (head_dim, dtype)
     "kvcache": "sglang.kernels.ops.kvcache.kvcache:_jit_kvcache_module",  # (K row bytes, V row bytes)
+    # a TP group's custom all-reduce (TP > 1): its kernel per (dtype, world size), its communicator and CUDA-IPC
+    # classes (built and registered on first use); a fresh 2 x H100 host's servers compiled these three themselves
+    "all_reduce": "sglang.kernels.ops.communication.all_reduce:get_all_reduce_module",  # (dtype, world size)
+    "communicator": "sglang.kernels.ops.communication.all_reduce:_init_communicator",  # ()
+    "cuda_ipc": "sglang.kernels.ops.communication.all_reduce:_init_ipc_manager",  # ()
 }
 
 
@@ -49,12 +54,13 @@ class JitModule:
     args: tuple
 
 
-def jit_modules(hf: dict, kv_heads: Iterable[int]) -> list[JitModule]:
+def jit_modules(hf: dict, kv_heads: Iterable[int], tp_sizes: Iterable[int] = ()) -> list[JitModule]:
     """The JIT modules SGLang 0.5.17 compiles for the shards of `hf` (a config.json) whose KV heads per GPU are
     `kv_heads`, in the model's dtype: SiLU-and-mul, the position clamp of the first request, the rotary embedding
     (NeoX style, over head_dim x partial_rotary_factor), the Q/K norm (built for every model: an unused module costs a
-    thread here, nothing on the GPU), and one KV-cache store per KV row width (KV heads x head_dim x element bytes;
-    none for MLA). A shard's JIT kernels outside this list are still compiled by its server, on first use; on one
+    thread here, nothing on the GPU), one KV-cache store per KV row width (KV heads x head_dim x element bytes;
+    none for MLA), and for servers whose TP groups have `tp_sizes` GPUs (sizes above 1) SGLang's custom all-reduce of
+    each size with its communicator and CUDA-IPC classes. A shard's JIT kernels outside this list are still compiled by its server, on first use; on one
     H200 the servers of Qwen3-32B, Qwen3-30B-A3B and Llama-3.1-70B compiled none
     (`benchmarks/results/plan/calibrate_h200_jit_2026-11-24/`)."""
     cfg = hf.get("text_config", hf)
@@ -69,6 +75,10 @@ def jit_modules(hf: dict, kv_heads: Iterable[int]) -> list[JitModule]:
     if not shapes.mla:
         rows = sorted({k * shapes.head_dim * dtype_bytes(cfg) for k in kv_heads}, reverse=True)
         out += [JitModule(BUILDERS["kvcache"], (r, r)) for r in rows]
+    sizes = sorted({int(t) for t in tp_sizes if int(t) > 1})
+    if sizes:
+        out += [JitModule(BUILDERS["communicator"], ()), JitModule(BUILDERS["cuda_ipc"], ())]
+        out += [JitModule(BUILDERS["all_reduce"], (dtype, t)) for t in sizes]
     return out
 
 
