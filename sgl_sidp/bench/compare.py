@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import shlex
 import shutil
 import signal
@@ -245,9 +246,11 @@ def launch_problem(log_text: str) -> str | None:
 
 def failure_lines(log_text: str, n: int = 5) -> list[str]:
     """What a failed server's log says went wrong: its sgl-sidp and error lines, else its last lines."""
-    keep = [ln for ln in log_text.splitlines()
-            if "sgl-sidp" in ln and ("error" in ln.lower() or "fail" in ln.lower()) or ln.startswith(("Error", "RuntimeError"))
-            or "Error:" in ln]
+    def telling(ln: str) -> bool:
+        ours = "sgl-sidp" in ln and ("error" in ln.lower() or "fail" in ln.lower())
+        return ours or "Error:" in ln or ln.startswith(("Error", "RuntimeError"))
+
+    keep = [ln for ln in log_text.splitlines() if telling(ln)]
     return (keep or log_text.splitlines())[-n:]
 
 
@@ -262,8 +265,6 @@ def auto_choice(log_text: str) -> str | None:
 def git_commit() -> str | None:
     """The code's commit: $SIDP_COMMIT where set (a device host's copy of the tree may carry a stale .git), else
     `git rev-parse HEAD` of this package's checkout, else None."""
-    import os
-
     if os.environ.get("SIDP_COMMIT"):
         return os.environ["SIDP_COMMIT"]
     try:
@@ -443,6 +444,11 @@ class Measurement:
                     shutil.copyfileobj(src, dst)
                 log.unlink()
         self.srv = None
+
+
+def pending(job: Job, a: argparse.Namespace) -> bool:
+    """Whether `job` has a step left to run in its results so far (`Measurement.pending`; starts nothing)."""
+    return Measurement(job, a, [], 0).pending()
 
 
 def start_jit_prebuild(jobs: Sequence[Job], gpus: Sequence[str], log_dir: Path):
@@ -736,7 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.copy(m / "config.json", folder / "config.json")  # what the report's predictions read
         for n in notes:
             log(f"skipped: {n}")
-        todo = [j for j in jobs if Measurement(j, a, ["0"], 0).pending()]
+        todo = [j for j in jobs if pending(j, a)]
         log(f"{len(todo)} of {len(jobs)} configurations to run: " + ", ".join(f"{j.model.name}/{j.name}" for j in todo))
         prebuild = start_jit_prebuild(todo, a.gpus, a.out_dir / "logs")
         signal.signal(signal.SIGTERM, _interrupt)  # `timeout` stops the run: its servers (own sessions) stop too
@@ -753,7 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if prebuild is not None:
                 prebuild.stop()
                 log(prebuild.report())
-        left = [j for j in jobs if Measurement(j, a, ["0"], 0).pending() or load_result(j.result).get("error")]
+        left = [j for j in jobs if pending(j, a) or load_result(j.result).get("error")]
         rc = 1 if left else 0
         if left:
             log("not done: " + ", ".join(f"{j.model.name}/{j.name}" for j in left))
