@@ -89,6 +89,13 @@ def cell(v: float | None, best: tuple[str, float] | None, predicted: float | Non
     return text
 
 
+def ratio_row(value: float | None, best: tuple[str, float] | None) -> dict:
+    """A summary row's numbers: `value`, the best vanilla configuration's name and value, and their ratio (None
+    where either is missing or the best is 0)."""
+    return {"value": value, "best_vanilla": best and best[0], "best_vanilla_value": best and best[1],
+            "ratio": value / best[1] if value is not None and best and best[1] else None}
+
+
 def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None) -> tuple[dict, str]:
     """The planner's rows ({configuration: row}) for the burst of a group, and a note ("" when it predicted).
 
@@ -184,12 +191,9 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                 cells = [cell(r["burst"].get(k), bests[k], row.get(PREDICTED[k])) for k, _, _ in BURST]
                 ranks = ", ".join(f"{int(v.get('decode_tokens', 0)):,}" for _, v in sorted(r["burst"].get("per_rank", {}).items()))
                 lines.append(f"| {name} | " + " | ".join(cells) + f" | {ranks or '-'} |")
-                best = bests["total_tok_s"]
                 summary.append({"model": model, "gpus": count, "gpu_name": gpu, "configuration": name,
                                 "workload": f"burst {burst_spec}", "metric": "total_tok_s",
-                                "value": r["burst"].get("total_tok_s"), "best_vanilla": best and best[0],
-                                "best_vanilla_value": best and best[1],
-                                "ratio": (r["burst"]["total_tok_s"] / best[1]) if best and r["burst"].get("total_tok_s") else None,
+                                **ratio_row(r["burst"].get("total_tok_s"), bests["total_tok_s"]),
                                 "predicted": row.get("total_tok_s")})
                 label = f"{model} {count}x{gpu.split()[-1] if gpu else ''}: {name}"
                 plot.setdefault("burst tok/s", {})[label] = r["burst"].get("total_tok_s")
@@ -204,11 +208,9 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
             for name, r in with_trace.items():
                 t = r["traces"][key]
                 lines.append(f"| {name} | " + " | ".join(cell(t.get(k), bests[k]) for k, _, _ in TRACE) + " |")
-                best = bests["request_goodput"]
                 summary.append({"model": model, "gpus": count, "gpu_name": gpu, "configuration": name,
-                                "workload": f"trace {key}", "metric": "request_goodput", "value": t.get("request_goodput"),
-                                "best_vanilla": best and best[0], "best_vanilla_value": best and best[1],
-                                "ratio": (t["request_goodput"] / best[1]) if best and best[1] and t.get("request_goodput") is not None else None})
+                                "workload": f"trace {key}", "metric": "request_goodput",
+                                **ratio_row(t.get("request_goodput"), bests["request_goodput"])})
                 plot.setdefault(f"{key} goodput req/s", {})[f"{model}: {name}"] = t.get("request_goodput")
             lines.append("")
         errs = [(n, r["step_errors"]) for n, r in group.items() if r.get("step_errors")]
