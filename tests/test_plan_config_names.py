@@ -21,6 +21,10 @@ def test_every_planner_name_reads_back_as_its_configuration(n):
     ("tp2_dp2", "vanilla", ["--tp-size", "2", "--dp-size", "2"]),
     ("dp4_attn_ep", "dp_attention", ["--tp-size", "4", "--dp-size", "4", "--enable-dp-attention", "--ep-size", "4"]),
     ("zerodp_dp4_all", "zerodp", ["--dp-size", "4", "--overlay-mode", "zerodp", "--zerodp-layers", "all"]),
+    ("zerodp_dp2_pf8192", "zerodp", ["--dp-size", "2", "--overlay-mode", "zerodp", "--zerodp-expected-batch",
+                                     "prefill:8192"]),
+    ("zerodp_dp2_kv4096", "zerodp", ["--dp-size", "2", "--overlay-mode", "zerodp", "--zerodp-expected-batch",
+                                     "kv:4096"]),
     ("sidp_dp2_tp2_cas_graphs", "sidp", ["--tp-size", "2", "--dp-size", "2", "--overlay-mode", "sidp",
                                          "--sidp-service", "cas", "--sidp-cas-graphs"]),
     ("sidp_dp2_auto_bth64", "sidp", ["--dp-size", "2", "--overlay-mode", "sidp", "--sidp-service", "auto",
@@ -45,7 +49,7 @@ def test_an_option_wins_over_the_cost_models_decision_and_the_base_name_drops_it
 
 @pytest.mark.parametrize("name, says", [
     ("tp", "expected tpT"), ("sidp_dp2_was_bth8", "auto's"), ("zerodp_dp2_graphs", "no option 'graphs'"),
-    ("shift_sp2_tp1_th", "needs a number"), ("zerodp_dp2_all3", "takes no number"), ("dp0", "at least 1"),
+    ("shift_sp2_tp1_th", "needs a number"), ("zerodp_dp2_all3", "takes no number"), ("zerodp_dp2_pf", "needs a number"), ("dp0", "at least 1"),
 ])
 def test_bad_names_are_refused_with_the_reason(name, says):
     with pytest.raises(ValueError, match=says):

@@ -11,7 +11,7 @@ Names (the planner's JSON keeps them): `tp{t}` (one replica), `dp{d}` (replicas 
 cas,auto}` (dense), `shift_sp{sp}_tp{tp}` (dense; base (SP, TP), shift TP = SP x TP). A name may end in options that
 pick a launch setting the planner does not vary (`OPTIONS`; `configuration_named` reads both, `Configuration.
 launch_flags` turns them into flags): `dp4_attn_ep`, `zerodp_dp2_all`, `sidp_dp2_cas_graphs`, `sidp_dp2_auto_bth64`,
-`shift_sp2_tp1_th1_exact`.
+`shift_sp2_tp1_th1_exact`, `zerodp_dp2_pf8192`.
 """
 
 from __future__ import annotations
@@ -137,6 +137,8 @@ class Configuration:
         if self.technique == "zerodp":  # its runtime policy picks the offload set with the same cost model
             if "all" in opts:
                 return flags + ["--overlay-mode", "zerodp", "--zerodp-layers", "all"]
+            if "pf" in opts or "kv" in opts:
+                expected_batch = f"prefill:{opts['pf']}" if "pf" in opts else f"kv:{opts['kv']}"
             return flags + ["--overlay-mode", "zerodp"] + (["--zerodp-expected-batch", expected_batch]
                                                             if expected_batch else [])
         if self.technique == "sidp":
@@ -241,7 +243,9 @@ def configurations(shapes: ModelShapes, n_gpus: int) -> list[Configuration]:
 #: A trailing number is the option's value (`bth64`: B_th 64).
 OPTIONS = {
     "dp_attention": {"ep": "expert parallelism over the DP ranks' GPUs (--ep-size N)"},
-    "zerodp": {"all": "every MoE layer offloaded on the sinks (--zerodp-layers all)"},
+    "zerodp": {"all": "every MoE layer offloaded on the sinks (--zerodp-layers all)",
+               "pf": "the policy sized for forwards of N prefill tokens (pfN: --zerodp-expected-batch prefill:N)",
+               "kv": "the policy sized for a saturated cache of N-token sequences (kvN: --zerodp-expected-batch kv:N)"},
     "sidp": {"graphs": "CaS iterations in CUDA graphs (--sidp-cas-graphs)",
              "bth": "auto's B_th in tokens per rank (bthN: --sidp-b-th N)"},
     "shift": {"th": "the threshold in tokens per forward (thN: --shift-threshold N; th1 puts every forward of two "
@@ -286,11 +290,11 @@ def configuration_named(name: str) -> Configuration:
             if key not in known:
                 have = ", ".join(known) or "none"
                 raise ValueError(f"configuration {name}: {technique} has no option {o!r} (options: {have})")
-            if (key in ("bth", "th")) != (value is not None):
+            if (key in ("bth", "th", "pf", "kv")) != (value is not None):
                 raise ValueError(f"configuration {name}: option {o!r} " + ("needs a number" if value is None else
                                                                               "takes no number"))
         if technique == "sidp" and any(_option(o)[0] == "bth" for o in options) and g["variant"] != "auto":
             raise ValueError(f"configuration {name}: B_th (bthN) is auto's; {g['variant']} has none")
         return Configuration(name, technique, dp, tp, sp, g.get("variant") or "", options)
-    raise ValueError(f"configuration {name!r}: expected tpT, dpD, tpT_dpD, dpN_attn[_ep], zerodp_dpD[_tpT][_all], "
+    raise ValueError(f"configuration {name!r}: expected tpT, dpD, tpT_dpD, dpN_attn[_ep], zerodp_dpD[_tpT][_all|_pfN|_kvN], "
                      "sidp_dpD[_tpT]_{was,cas,auto}[_graphs][_bthN] or shift_spS_tpT[_thN][_exact]")
