@@ -120,6 +120,17 @@ def model_args(name):
     return ["--model-path", str(path), "--load-format", "dummy"]
 
 
+def needs_gpu_memory(gib: float, why: str):
+    """Skip the test, saying why, where the first visible GPU has less than `gib` GiB (e.g. a test written for an
+    H200's 141 GB on an H100's 80 GB): a skip, not an out-of-memory failure that says nothing of the code."""
+    import pytest
+    import torch
+
+    have = torch.cuda.get_device_properties(0).total_memory / 2**30
+    if have < gib:
+        pytest.skip(f"needs a GPU of {gib:.0f} GiB or more ({why}); this one has {have:.0f} GiB")
+
+
 def child_pid(srv, title, timeout_s=120):
     """The pid of the process titled `title` (e.g. "sglang::scheduler_DP1") among `srv`'s own descendants (another
     server running at the same time has processes of the same titles)."""

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from servers import COMMON, PROMPTS, Server, answer_diff, at_once, flush_cache, greedy, model_args, summary, vanilla_reference
+from servers import (COMMON, PROMPTS, Server, answer_diff, at_once, flush_cache, greedy, model_args, needs_gpu_memory,
+                     summary, vanilla_reference)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 
@@ -210,6 +211,7 @@ def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
 
 
 def test_llama_70b_tp1_dp2_loads_and_serves(log_dir):
+    needs_gpu_memory(120, "a SiDP rank holds Llama-3.1-70B's attention and half its FFN layers: about 84 GB")
     with sidp(log_dir, "llama_70b_sidp_was", model_args("Llama-3.1-70B"), port=23400) as srv:
         a = [greedy(srv.base_url, p, dp_rank=0, n=4) for p in PROMPTS[:2]]
         b = [greedy(srv.base_url, p, dp_rank=1, n=4) for p in PROMPTS[:2]]

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from servers import COMMON, PROMPTS, Server, child_pid, greedy, model_args, summary, vanilla_reference
+from servers import (COMMON, PROMPTS, Server, child_pid, greedy, model_args, needs_gpu_memory, summary,
+                     vanilla_reference)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 
@@ -158,6 +159,7 @@ def test_mixtral_starts_with_peak_extra_memory_bounded(log_dir, tmp_path, layers
     (peak extra memory below one expert tensor + 1 GB), the sink never holds its experts while loading, the default
     policy calibrates itself, sink == source. `all` folds onto one GPU (a sink then needs ~10 GB beside the source's
     93 GB); `auto` keeps most layers on the sink, so it needs two GPUs."""
+    needs_gpu_memory(120, "the source holds Mixtral-8x7B's 93 GB of weights")
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
     with zerodp(log_dir, f"mixtral_zerodp_{layers}", model_args("Mixtral-8x7B"), ["--zerodp-layers", layers],
                 env=env, port=22200) as srv:
