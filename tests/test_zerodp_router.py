@@ -6,17 +6,18 @@ import pytest
 
 from sgl_sidp.config import SidpConfig
 from sgl_sidp.plugin import PluginContext
-from sgl_sidp.zerodp.router import pick_rank
+from sgl_sidp.zerodp.router import pick_rank, prefill_seconds_per_token
 from sgl_sidp.zerodp.runtime import ZeroDPRuntime
 
 dpc = pytest.importorskip("sglang.srt.managers.data_parallel_controller")
 DPBudget, LoadBalanceMethod = dpc.DPBudget, dpc.LoadBalanceMethod
 
 
-def load(dp_rank, capacity, tokens=0, running=0, waiting=0, timestamp=1.0):
+def load(dp_rank, capacity, tokens=0, running=0, waiting=0, timestamp=1.0, busy_us=0, prefilled=0):
     """A scheduler load snapshot with the fields DPBudget.update_budget and our hook read."""
     return SimpleNamespace(dp_rank=dp_rank, timestamp=timestamp, num_running_reqs=running, num_waiting_reqs=waiting,
-                           num_total_tokens=tokens, max_total_num_tokens=capacity)
+                           num_total_tokens=tokens, max_total_num_tokens=capacity, total_prefill_busy_us=busy_us,
+                           total_prefill_uncached_tokens=prefilled)
 
 
 def runtime():
@@ -75,6 +76,33 @@ def test_pick_rank_counts_the_new_request():
     assert pick_rank([0, 400], [0, 0], [1000, 8000], 100) == 1  # 0.1 vs 0.0625
 
 
+def test_pick_rank_queues_what_fits_nowhere_where_it_drains_soonest():
+    """A prompt no cache can take goes to the rank with the fewest tokens (equal speeds), or the least work in
+    seconds (measured speeds); while one cache can still take it, the fraction rule stands."""
+    assert pick_rank([900, 7_000], [9, 70], [1_000, 8_000], 200) == 1  # fits only rank 1 (7,200 <= 8,000)
+    assert pick_rank([900, 7_900], [9, 79], [1_000, 8_000], 200) == 0  # fits nowhere: 1,100 tokens vs 8,100
+    assert pick_rank([900, 7_900], [9, 79], [1_000, 8_000], 200, seconds_per_token=[1.0, 0.1]) == 1  # 1,100 s vs 810 s
+
+
+def test_a_burst_bigger_than_every_cache_splits_by_work_not_by_kv():
+    """Issue 35's prefill-heavy burst: 128 prompts of 8,192 tokens at once on ZeroDP's 89,915-token source and
+    647,013-token sink. Fractions alone sent 106 to the sink (the source then idled); now each cache fills in
+    proportion and the overflow evens out the tokens."""
+    tokens, reqs, caps = [0, 0], [0, 0], [89_915, 647_013]
+    for _ in range(128):
+        r = pick_rank(tokens, reqs, caps, 8_192)
+        tokens[r] += 8_192
+        reqs[r] += 1
+    assert reqs[0] + reqs[1] == 128 and reqs[0] >= 40, reqs
+    assert abs(tokens[1] - tokens[0]) <= caps[1] - caps[0] + 8_192
+
+
+def test_prefill_seconds_per_token_from_sglangs_snapshot_counters():
+    assert prefill_seconds_per_token(load(0, 10, busy_us=2_000_000, prefilled=40_000)) == pytest.approx(5e-5)
+    assert prefill_seconds_per_token(load(0, 10)) is None
+    assert prefill_seconds_per_token(SimpleNamespace()) is None
+
+
 # --------------------------------------------------------------------------- hooks on DPBudget
 def test_after_update_budget_records_capacity():
     """Capacities come from the snapshots; zero or missing values leave the rank unknown."""
@@ -101,6 +129,19 @@ def test_dispatch_follows_capacity_ratio():
 def test_dispatch_uses_fresh_loads():
     """A snapshot showing the sink busy moves requests to the source."""
     b = budget_after([load(0, 10_000, tokens=0), load(1, 80_000, tokens=79_000, timestamp=2.0)])
+    assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 3) == [3, 0]
+
+
+def test_dispatch_overflow_weighs_measured_prefill_speed():
+    """Both caches full: the overflow follows each rank's measured prefill time per token once every rank has one."""
+    full = [load(0, 10_000, tokens=10_000), load(1, 80_000, tokens=80_000, busy_us=1_000_000, prefilled=10_000)]
+    b = budget_after(full)
+    assert RT.prefill_spt == [None, pytest.approx(1e-4)]
+    assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 1) == [1, 0]  # a speed missing: equal speeds, fewest tokens (rank 0)
+    rt = RT
+    b = budget_after([load(0, 10_000, tokens=10_000, busy_us=100_000, prefilled=10_000, timestamp=2.0),
+                      load(1, 80_000, tokens=80_000, busy_us=1_000_000, prefilled=10_000, timestamp=2.0)], rt=rt)
+    assert RT.prefill_spt == [pytest.approx(1e-5), pytest.approx(1e-4)]
     assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 3) == [3, 0]
 
 
