@@ -93,6 +93,9 @@ def _add_flag(group: argparse._ArgumentGroup, loc: tuple[str, ...], field: Any, 
     if field.annotation is bool:  # a switch, off unless given
         group.add_argument(_flag(*loc), action="store_true", default=None, help=help)
         return
+    if field.annotation == bool | None:  # on, off or the feature's own choice: --x / --no-x
+        group.add_argument(_flag(*loc), action=argparse.BooleanOptionalAction, default=None, help=help)
+        return
     default, choices = getattr(field.default, "value", field.default), _choices(field.annotation)
     kind = field.annotation if field.annotation in (int, float) else str
     metavar = None if choices else (field.json_schema_extra or {}).get("metavar", loc[-1].upper())

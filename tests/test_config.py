@@ -398,6 +398,25 @@ def test_sidp_cas_graphs_needs_cas_graphs_and_one_gpu_per_rank(tmp_path):
                                                  "--sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU"]
 
 
+def test_sidp_cas_graphs_default_on_where_they_can_run(tmp_path):
+    """Not given: CaS decodes in graphs with cas and auto wherever SGLang captures decode graphs on one GPU per rank,
+    eager (and said so, not refused) without graphs or with folded replicas; --no-sidp-cas-graphs: eager."""
+    from sgl_sidp.sidp.feature import describe
+    from sgl_sidp.sidp.settings import cas_graphs_on
+
+    raw = args(dense(tmp_path, "Qwen3ForCausalLM"), dp=2)
+    cfg = parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th", "64")
+    assert cfg.sidp.cas_graphs is None and cas_graphs_on(cfg.sidp, False, False)
+    assert not cas_graphs_on(cfg.sidp, True, False) and not cas_graphs_on(cfg.sidp, False, True)
+    assert "CaS decodes in CUDA graphs" in describe(cfg, SimpleNamespace(dp_size=2, disable_cuda_graph=False))
+    assert "CaS decodes eager (no decode graphs here" in describe(cfg, SimpleNamespace(dp_size=2, disable_cuda_graph=True))
+    raw.disable_cuda_graph = True
+    cfg.validate_against(raw)  # the default falls back, never refuses
+    off = parse("--overlay-mode", "sidp", "--sidp-service", "cas", "--no-sidp-cas-graphs")
+    assert off.sidp.cas_graphs is False and not cas_graphs_on(off.sidp, False, False)
+    assert not cas_graphs_on(parse("--overlay-mode", "sidp").sidp, False, False)  # WaS: none to capture
+
+
 # --------------------------------------------------------------------------- values reach every process intact
 #: every flag of ours with values the launcher accepts, edge values included (floats in exponent form, big ints)
 ACCEPTED = {

@@ -25,6 +25,8 @@ def test_every_planner_name_reads_back_as_its_configuration(n):
                                      "prefill:8192"]),
     ("zerodp_dp2_kv4096", "zerodp", ["--dp-size", "2", "--overlay-mode", "zerodp", "--zerodp-expected-batch",
                                      "kv:4096"]),
+    ("sidp_dp2_cas_eager", "sidp", ["--dp-size", "2", "--overlay-mode", "sidp", "--sidp-service", "cas",
+                                    "--no-sidp-cas-graphs"]),
     ("sidp_dp2_tp2_cas_graphs", "sidp", ["--tp-size", "2", "--dp-size", "2", "--overlay-mode", "sidp",
                                          "--sidp-service", "cas", "--sidp-cas-graphs"]),
     ("sidp_dp2_auto_bth64", "sidp", ["--dp-size", "2", "--overlay-mode", "sidp", "--sidp-service", "auto",

@@ -148,6 +148,8 @@ class Configuration:
                 flags += ["--sidp-b-th", str(int(b_th))]
             if "graphs" in opts:
                 flags += ["--sidp-cas-graphs"]
+            if "eager" in opts:
+                flags += ["--no-sidp-cas-graphs"]
         return flags
 
     @property
@@ -246,7 +248,8 @@ OPTIONS = {
     "zerodp": {"all": "every MoE layer offloaded on the sinks (--zerodp-layers all)",
                "pf": "the policy sized for forwards of N prefill tokens (pfN: --zerodp-expected-batch prefill:N)",
                "kv": "the policy sized for a saturated cache of N-token sequences (kvN: --zerodp-expected-batch kv:N)"},
-    "sidp": {"graphs": "CaS iterations in CUDA graphs (--sidp-cas-graphs)",
+    "sidp": {"graphs": "CaS decodes in CUDA graphs, asked for (--sidp-cas-graphs; the default where they can run)",
+             "eager": "CaS decodes without CUDA graphs (--no-sidp-cas-graphs)",
              "bth": "auto's B_th in tokens per rank (bthN: --sidp-b-th N)"},
     "shift": {"th": "the threshold in tokens per forward (thN: --shift-threshold N; th1 puts every forward of two "
                     "tokens or more in the base configuration)",
@@ -297,4 +300,4 @@ def configuration_named(name: str) -> Configuration:
             raise ValueError(f"configuration {name}: B_th (bthN) is auto's; {g['variant']} has none")
         return Configuration(name, technique, dp, tp, sp, g.get("variant") or "", options)
     raise ValueError(f"configuration {name!r}: expected tpT, dpD, tpT_dpD, dpN_attn[_ep], zerodp_dpD[_tpT][_all|_pfN|_kvN], "
-                     "sidp_dpD[_tpT]_{was,cas,auto}[_graphs][_bthN] or shift_spS_tpT[_thN][_exact]")
+                     "sidp_dpD[_tpT]_{was,cas,auto}[_graphs|_eager][_bthN] or shift_spS_tpT[_thN][_exact]")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from sgl_sidp.feature import Feature, dense_model_problems, replica_problems
-from sgl_sidp.sidp.settings import SiDPSettings
+from sgl_sidp.sidp.settings import SiDPSettings, cas_graphs_on
 
 QWEN2_MLP, LLAMA_MLP = "sglang.srt.models.qwen2.Qwen2MLP", "sglang.srt.models.llama.LlamaMLP"
 
@@ -40,7 +40,7 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     if s.service != "was" and getattr(raw, "speculative_algorithm", None):
         problems.append(f"--sidp-service {s.service} does not work with speculative decoding (a CaS iteration runs "
                         "one forward per rank, in step with the others); use --sidp-service was")
-    if s.cas_graphs:
+    if s.cas_graphs:  # asked for: refused where it cannot run (the default only falls back, `cas_graphs_on`)
         if getattr(raw, "disable_cuda_graph", False):
             problems.append("--sidp-cas-graphs captures decode CUDA graphs: drop --disable-cuda-graph")
         if cfg.fold_gpus:
@@ -90,7 +90,12 @@ def describe(cfg, server_args) -> str:
     how = {"was": "WaS", "cas": "CaS (DP ranks in lockstep)",
            "auto": f"WaS at >= B_th tokens per rank, else CaS (B_th {s.b_th:g}" + (" from the calibration" if not s.b_th else "")
            + f", hysteresis {s.hysteresis:g}; DP ranks in lockstep)"}[s.service]
-    graphs = "; CaS decodes in CUDA graphs" if s.cas_graphs else ""
+    graphs = ""
+    if s.service != "was":
+        on = cas_graphs_on(s, bool(getattr(server_args, "disable_cuda_graph", False)), cfg.fold_gpus)
+        why = "" if s.cas_graphs is not None or on else " (no decode graphs here: --disable-cuda-graph or " \
+                                                           "--overlay-fold-gpus)"
+        graphs = "; CaS decodes in CUDA graphs" if on else f"; CaS decodes eager{why}"
     return (f"sidp: FFN layer l owned by DP rank l mod {d}; non-owned layers {how}{graphs}; {slots} WaS slots, "
             f"{s.fetch_order} fetch order")
 

@@ -51,6 +51,7 @@ from sgl_sidp.peer.manifest import TensorSpec, manifest_mismatches
 from sgl_sidp.prefetch.binding import SlotBinding, decoder_layers, param_at
 from sgl_sidp.prefetch.placeholders import LoadPlaceholders
 from sgl_sidp.prefetch.schedules import owner_of, peak_shift_order
+from sgl_sidp.sidp.settings import cas_graphs_on
 
 logger = logging.getLogger(__name__)
 
@@ -466,7 +467,7 @@ class SiDPRuntime:
                     "--sidp-service auto needs B_th: pass --sidp-b-th TOKENS, or first run this model once "
                     "with --overlay-calibrate (and no --overlay-mode) on this GPU kind so its forward times are cached")
         self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
-        if self.settings.cas_graphs:
+        if cas_graphs_on(self.settings, bool(sa.disable_cuda_graph), self.fold_gpus):
             self._capture_cas_graphs(scheduler.tp_worker.model_runner, tag)
         logger.info("sgl-sidp sidp %s: DP ranks in lockstep (%s); CaS rows over %s%s", self.who, self.settings.service,
                     "gloo (replicas share a GPU)" if self.fold_gpus else "NCCL",

@@ -124,7 +124,7 @@ def test_tiny_dense_cas_exact(log_dir, tiny_dense_reference):
     alone, together = tiny_dense_reference
     model = ["--model-path", str(TINY_DENSE)]
     facts = {}
-    with sidp(log_dir, "tiny_dense_sidp_cas", model, ["--sidp-service", "cas"], port=23700) as srv:
+    with sidp(log_dir, "tiny_dense_sidp_cas", model, ["--sidp-service", "cas", "--no-sidp-cas-graphs"], port=23700) as srv:
         sidp_answers(srv, alone, facts)
         for a, b in ((1, 2), (2, 1), (3, 4)):
             flush_cache(srv.base_url)
