@@ -223,3 +223,23 @@ def test_a_sink_waiting_for_its_sources_calibration_logs_progress(monkeypatch, t
     expected = (f"sgl-sidp zerodp DP1 TP0 waits for the start-up calibration of zerodp source DP0 TP0 (pid {os.getpid()}) "
                 f"in {CalibrationCache().path(key)}: ")
     assert waits and all(m.startswith(expected) and m.endswith(" s so far, limit 5 s") for m in waits)
+
+
+def test_a_copy_bound_sink_says_so_with_the_predicted_slowdown(caplog):
+    """Issue 35's case (all 48 layers of Qwen3-30B-A3B on 2 x H100: 146 ms of copies per forward against 4.6-28 ms
+    decode forwards) gets one warning with the predicted decode step and the prefills that hide it; a plan whose
+    copies the slowest decode forward hides gets none."""
+    from sgl_sidp.calibration.table import Calibration
+
+    rt, _ = runtime()
+    rt.role, rt.dp_rank = "sink", 1
+    cal = Calibration("m", "NVIDIA H100 80GB HBM3", {1: 4.6, 256: 27.9}, {2048: 50.6, 8192: 238.8}, None, "test")
+    with caplog.at_level(logging.WARNING, logger="sgl_sidp.zerodp.runtime"):
+        rt._warn_if_copy_bound(OffloadPlan(tuple(range(48)), ("w13", "w2"), 57_980_000_000, 146.1, 238.8, "t"), cal)
+        rt._warn_if_copy_bound(OffloadPlan((47,), ("w13", "w2"), 1_200_000_000, 3.0, 4.6, "t"), cal)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("sgl-sidp zerodp DP1 TP0: this sink's decode steps are copy-bound: 146.1 ms of copies "
+                                  "per forward")
+    assert "a decode step takes at least 146 ms, 5.2-32x a vanilla replica's (predicted)" in warnings[0]
+    assert "Only prefill forwards of 8192 tokens or more hide them" in warnings[0]
