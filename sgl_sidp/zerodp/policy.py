@@ -125,6 +125,7 @@ def choose_plan(
     sink_index: int = 0,
     n_sinks: int = 1,
     kv: KVModel | None = None,
+    rate_in_forward: float = 1.0,
 ) -> OffloadPlan:
     """The offload set of one sink.
 
@@ -141,6 +142,9 @@ def choose_plan(
             fewer offloads none (the slots would cost what the layers free).
         sink_index, n_sinks: this sink's 0-based index among the source's sinks; shifts the
             picked layers by `sink_index / n_sinks` of the spacing (staggered orders).
+        rate_in_forward: fraction of `copy_gbps` that copies reach while forwards run (`Calibration.
+            copy_rate_in_forward`, measured on the real pair; 0.71 on 2 x H100, 0.80 on H200): a fixed budget fits
+            the copies at that rate, since they run beside the forward that hides them.
 
     Raises:
         ValueError: unknown group, no budget and no forced layers, non-positive rate.
@@ -178,14 +182,18 @@ def choose_plan(
     else:
         if budget_ms is None:
             raise ValueError("choose_plan needs budget_ms or kv unless forced_layers is given")
+        if not 0 < rate_in_forward <= 1:
+            raise ValueError(f"copy rate in forwards must be in (0, 1] of the idle rate, got {rate_in_forward}")
         budget = float(budget_ms)
         fit = COPY_BUDGET_MARGIN * budget
-        fits = min(len(moe_layers), copies_that_fit(one, budget))
+        beside = one / rate_in_forward
+        fits = min(len(moe_layers), copies_that_fit(beside, budget))
         n = fits if fits > N_SLOTS else 0
         layers = spread(moe_layers, n, phase)
         reason = (
-            f"{n} of {len(moe_layers)} MoE layers: {one:.2f} ms per layer at {copy_gbps:.0f} GB/s, "
-            f"{COPY_BUDGET_MARGIN:.0%} of a {budget:.1f} ms forward = {fit:.1f} ms of copies"
+            f"{n} of {len(moe_layers)} MoE layers: {one:.2f} ms per layer at {copy_gbps:.0f} GB/s"
+            + (f" ({beside:.2f} ms beside compute, at {rate_in_forward:.0%} of that rate)" if rate_in_forward < 1 else "")
+            + f", {COPY_BUDGET_MARGIN:.0%} of a {budget:.1f} ms forward = {fit:.1f} ms of copies"
             + (f" ({fits} would fit, but {N_SLOTS} slots cost as much as they free)" if fits and not n else "")
         )
     nbytes = sum(per_layer[lid] for lid in layers)

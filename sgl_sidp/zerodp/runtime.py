@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from sgl_sidp.calibration.cost import KVModel, hidden_fraction
+from sgl_sidp.calibration.cost import DEFAULT_COPY_RATE_IN_FORWARD, KVModel, hidden_fraction
 from sgl_sidp.calibration.measure import kv_bytes_per_token
 from sgl_sidp.calibration.table import Calibration, ExpectedBatch
 from sgl_sidp.peer.manifest import manifest_mismatches
@@ -230,8 +230,9 @@ class ZeroDPRuntime:
             else:
                 budget = self.calibration.forward_ms(expected)
         n_sinks = max(1, int(runner.server_args.dp_size) - 1)
+        rate = (self.calibration.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD) if self.calibration else 1.0
         plan = choose_plan(manifest, groups, self.copy_gbps, budget, forced, sink_index=self.dp_rank - 1,
-                           n_sinks=n_sinks, kv=kv)
+                           n_sinks=n_sinks, kv=kv, rate_in_forward=rate)
         if get_tensor_model_parallel_world_size() > 1:  # one decision per replica: TP rank 0's (copy rate, memory)
             plan = get_tp_group().broadcast_object(plan if self.tp_rank == 0 else None, src=0)
         self.plan = plan
