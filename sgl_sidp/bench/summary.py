@@ -1,0 +1,104 @@
+"""Each technique against the best vanilla configuration, over every side-by-side run under one folder.
+
+    python -m sgl_sidp.bench.summary benchmarks/results/multi_gpu      # writes its summary.json and summary.md
+
+Reads the `summary.json` that `python -m sgl_sidp.bench.compare` wrote in each run folder below ROOT (one row per
+configuration, workload and metric, each with the best vanilla configuration of the same run: `compare_report`)
+and keeps, per (technique, model, GPUs, GPU name, workload, run), the technique's best configuration on the run's
+headline number: total tokens/s of a burst, goodput of a trace replay. Ratios are never formed across runs: a row's
+best vanilla configuration ran in the same run (same host, same call or resumed calls of one results folder). The
+README's "which mode for which workload" table is written from these rows (issue 35).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sgl_sidp.plan.configs import configuration_named
+
+#: the headline number of a workload kind: burst throughput, trace goodput (higher is better for both)
+HEADLINE = ("total_tok_s", "request_goodput")
+#: techniques reported (vanilla and DP attention are the baselines)
+TECHNIQUES = ("zerodp", "sidp", "shift")
+
+
+def technique_of(configuration: str) -> str | None:
+    """The technique of a compare configuration name ("zerodp_dp2_pf8192" -> "zerodp"), None for an unknown name."""
+    try:
+        return configuration_named(configuration).technique
+    except ValueError:
+        return None
+
+
+def technique_rows(rows: list[dict], run: str) -> list[dict]:
+    """The best configuration of each technique per (model, GPUs, GPU name, workload) among one run's `rows`
+    (compare's summary.json), on the headline metric, with the run's best vanilla configuration beside it.
+
+    Returns:
+        dicts with technique, model, gpus, gpu_name, workload, metric, run, configuration, value, best_vanilla,
+        best_vanilla_value, ratio (value / best vanilla value; None where either is missing), sorted by technique,
+        model, GPUs and workload.
+    """
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        tech = technique_of(r.get("configuration", ""))
+        if tech not in TECHNIQUES or r.get("metric") not in HEADLINE or r.get("value") is None:
+            continue
+        key = (tech, r["model"], r["gpus"], r["gpu_name"], r["workload"], r["metric"])
+        if key not in best or r["value"] > best[key]["value"]:
+            best[key] = {"technique": tech, "model": r["model"], "gpus": r["gpus"], "gpu_name": r["gpu_name"],
+                         "workload": r["workload"], "metric": r["metric"], "run": run,
+                         "configuration": r["configuration"], "value": r["value"],
+                         "best_vanilla": r.get("best_vanilla"), "best_vanilla_value": r.get("best_vanilla_value"),
+                         "ratio": r.get("ratio")}
+    return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], k[2], k[4]))]
+
+
+def combine(root: Path) -> list[dict]:
+    """`technique_rows` of every run folder below `root` that holds a compare summary.json (the folder's path
+    relative to `root` names the run)."""
+    out = []
+    for path in sorted(root.glob("**/summary.json")):
+        if path.parent == root:
+            continue
+        try:
+            rows = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if isinstance(rows, list):
+            out += technique_rows([r for r in rows if isinstance(r, dict)], str(path.parent.relative_to(root)))
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    """One table line per row: technique, model, GPUs, workload, its best configuration and value, the best
+    vanilla configuration and value, the ratio, the run folder."""
+    lines = ["| technique | model | GPUs | workload | best configuration | value | best vanilla | value | ratio | run |",
+             "|---|---|---|---|---|---:|---|---:|---:|---|"]
+    for r in rows:
+        unit = "tok/s" if r["metric"] == "total_tok_s" else "req/s goodput"
+        num = (lambda v: "-" if v is None else f"{v:,.0f}" if r["metric"] == "total_tok_s" else f"{v:.2f}")
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        lines.append(f"| {r['technique']} | {r['model']} | {r['gpus']} x {r['gpu_name']} | {r['workload']} | "
+                     f"{r['configuration']} | {num(r['value'])} {unit} | {r['best_vanilla'] or '-'} | "
+                     f"{num(r['best_vanilla_value'])} | {ratio} | {r['run']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.summary", description=__doc__.split("\n\n")[0])
+    ap.add_argument("root", type=Path, help="folder whose run folders hold compare's summary.json files")
+    a = ap.parse_args(argv)
+    if not a.root.is_dir():
+        sys.exit(f"summary: {a.root} is not a folder")
+    rows = combine(a.root)
+    (a.root / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (a.root / "summary.md").write_text(markdown(rows))
+    print(markdown(rows), end="")
+
+
+if __name__ == "__main__":
+    main()

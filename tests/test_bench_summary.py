@@ -1,0 +1,43 @@
+"""`python -m sgl_sidp.bench.summary`: each technique's best configuration per run against that run's best vanilla."""
+
+import json
+
+import pytest
+
+from sgl_sidp.bench import summary
+
+
+def row(config, value, workload="burst 128+8192+16", metric="total_tok_s", best=("dp2", 60_000.0), gpus=2):
+    return {"model": "Qwen3-30B-A3B", "gpus": gpus, "gpu_name": "NVIDIA H100 80GB HBM3", "configuration": config,
+            "workload": workload, "metric": metric, "value": value, "best_vanilla": best[0],
+            "best_vanilla_value": best[1], "ratio": value / best[1], "predicted": None}
+
+
+def test_best_configuration_of_each_technique_per_workload():
+    rows = [row("dp2", 60_000.0), row("tp2", 52_000.0), row("zerodp_dp2_pf8192", 34_000.0), row("zerodp_dp2", 59_000.0),
+            row("zerodp_dp2", 9.0, metric="ttft_ms_p50"), row("sidp_dp2_cas", 1.0, workload="trace x",
+                                                                metric="request_goodput", best=("tp2", 2.0)),
+            row("bogus_name", 1e9)]
+    out = summary.technique_rows(rows, "run_a")
+    assert [(r["technique"], r["configuration"], r["workload"]) for r in out] == [
+        ("sidp", "sidp_dp2_cas", "trace x"), ("zerodp", "zerodp_dp2", "burst 128+8192+16")]
+    z = out[1]
+    assert z["best_vanilla"] == "dp2" and z["ratio"] == pytest.approx(59 / 60) and z["run"] == "run_a"
+
+
+def test_combine_keeps_runs_apart_and_writes_both_files(tmp_path, capsys):
+    for run, v in (("a", 30_000.0), ("b", 40_000.0)):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "summary.json").write_text(json.dumps([row("dp2", 60_000.0), row("zerodp_dp2", v)]))
+    (tmp_path / "summary.json").write_text("[]")  # a combined file of an earlier run is not a run
+    summary.main([str(tmp_path)])
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert [(r["run"], r["value"]) for r in rows] == [("a", 30_000.0), ("b", 40_000.0)]
+    md = (tmp_path / "summary.md").read_text()
+    assert "| zerodp | Qwen3-30B-A3B | 2 x NVIDIA H100 80GB HBM3 | burst 128+8192+16 | zerodp_dp2 | 40,000 tok/s | dp2 | 60,000 | 0.67x | b |" in md
+    assert md in capsys.readouterr().out
+
+
+def test_a_missing_folder_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="is not a folder"):
+        summary.main([str(tmp_path / "nope")])
