@@ -229,3 +229,20 @@ def test_report_needs_the_results_folder_alone(tmp_path, capsys):
     (tmp_path / "res").mkdir()
     assert compare.main(["--report", "--out-dir", str(tmp_path / "res")]) == 0
     assert (tmp_path / "res" / "compare.md").exists()
+
+
+def test_config_args_reach_one_configuration_only(tmp_path, capsys):
+    """--config-args NAME=ARGS adds flags after --extra-args to that configuration's server alone; a name not in
+    --configs is one line of error."""
+    dense = model(tmp_path, "dense", DENSE)
+    a = compare.parse_args(args(tmp_path, "--model-path", str(dense), "--configs", "dp2,zerodp_dp2", "--burst", "8+16+4",
+                                "--extra-args", "--attention-backend triton",
+                                "--config-args", "dp2=--max-running-requests 64 --chunked-prefill-size 4096"))
+    jobs, _ = compare.plan_jobs([dense], ["dp2", "tp2"], 2, False, tmp_path)
+    flags = {j.name: compare.server_flags(j, a)[1] for j in jobs}
+    assert flags["dp2"][-8:] == ["--attention-backend", "triton", "--max-running-requests", "64",
+                                 "--chunked-prefill-size", "4096", "--dp-size", "2"]
+    assert "--max-running-requests" not in flags["tp2"]
+    rc = compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "dp2", "--burst", "8+16+4",
+                           "--config-args", "tp4=--x 1"))
+    assert rc == 2 and "compare: error: --config-args tp4=...: tp4 is not one of --configs" in capsys.readouterr().err

@@ -200,7 +200,7 @@ def server_flags(job: Job, a: argparse.Namespace) -> tuple[str, list[str]]:
         flags += ["--tokenizer-path", str(DEFAULT_TOKENIZER_DIR)]
     if a.load_format:
         flags += ["--load-format", a.load_format]
-    flags += shlex.split(a.extra_args)
+    flags += shlex.split(a.extra_args) + shlex.split(a.config_args.get(job.name, ""))
     if job.config is None:
         workload = "offline:%d:%d:%d" % triple(a.burst) if a.burst else "offline:512:2048:256"
         return LAUNCHERS["sgl_sidp.launch_server"], flags + ["--overlay-mode", "auto", "--overlay-plan-workload", workload]
@@ -641,6 +641,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--extra-args", default="",
                    help="more SGLang flags for every server, one shell-quoted string (e.g. \"--attention-backend "
                    "triton --sampling-backend pytorch\")")
+    p.add_argument("--config-args", action="append", default=[], metavar="NAME=ARGS",
+                   help="more flags for one configuration of --configs, after --extra-args (e.g. "
+                   "\"zerodp_dp2=--zerodp-expected-batch kv:8192\"); repeatable")
     p.add_argument("--exact", action="store_true", help="greedy answers on every DP rank against the vanilla reference")
     p.add_argument("--exact-tokens", type=int, default=exact.NEW_TOKENS, help="greedy tokens per prompt (default: %(default)s)")
     p.add_argument("--burst", default=None, metavar="S+IN+OUT", help="S requests of IN prompt and OUT output tokens at once")
@@ -664,6 +667,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     a.t0 = time.time()  # what --deadline-s counts from
     a.live = set()  # the Measurements whose server runs (stopped on SIGTERM)
     a.gpus = [g for g in a.gpus.split(",") if g]
+    a.config_args = dict(c.partition("=")[::2] for c in a.config_args)
     try:
         a.rates = [float(r) for r in a.rates.split(",") if r]
     except ValueError:
@@ -680,6 +684,8 @@ def check(a: argparse.Namespace) -> list[str]:
         problems.append("--model-path: name at least one model")
     if not a.configs:
         problems.append("--configs: name at least one configuration")
+    unknown = sorted(set(a.config_args) - {n for n in a.configs.split(",") if n})
+    problems += [f"--config-args {n}=...: {n} is not one of --configs" for n in unknown]
     if not (a.exact or a.burst or a.trace):
         problems.append("nothing to measure: give --exact, --burst or --trace")
     if a.burst:
