@@ -27,10 +27,9 @@ from pathlib import Path
 
 from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError, SidpMode, renamed_flags
 from sgl_sidp.feature import flag_given
+from sgl_sidp.model_info import DEFAULT_MODEL_DIR
 from sgl_sidp.process import LAUNCHER_PID_ENV
 
-#: Folder of the embedded default model (config.json + tokenizer files).
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
 PLUGIN_NAME = "sgl_sidp"
 PROG = "python -m sgl_sidp.launch_server"
 

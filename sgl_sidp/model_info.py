@@ -1,6 +1,8 @@
 """What a model is, read from its Hugging Face `config.json` alone (no hub, no GPU, no SGLang).
 
-Used before any GPU memory is taken (launcher checks) and to key start-up calibrations.
+Used before any GPU memory is taken (launcher checks) and to key start-up calibrations. Also where the embedded
+default model lives (`DEFAULT_MODEL_DIR`), which the launcher serves without `--model-path` and the planner's
+calibration servers take their tokenizer from.
 """
 
 from __future__ import annotations
@@ -8,6 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Mapping
+
+#: Folder of the embedded default model (config.json + tokenizer files): a small Qwen3-architecture config served with
+#: dummy weights, and a byte-level BPE tokenizer.
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
 
 #: Config keys that give an MoE model's routed-expert count, across the architectures SGLang serves.
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")

@@ -37,7 +37,7 @@ from sgl_sidp.calibration.cache import CalibrationCache, CalibrationKey, default
 from sgl_sidp.calibration.gate import reached
 from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, free_before_load
 from sgl_sidp.calibration.table import BUDGET_SKIPPED, Calibration
-from sgl_sidp.model_info import read_hf_config
+from sgl_sidp.model_info import DEFAULT_MODEL_DIR, read_hf_config
 from sgl_sidp.plan import jit_prebuild
 from sgl_sidp.plan.configs import Shard, configurations
 from sgl_sidp.plan.steps import find_calibration, shard_config, shard_roles, shard_signature
@@ -377,8 +377,6 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, ca
             results[sig] = (f"cached {found[1]}", found[1])
         else:
             todo.append((sig, flags, log, probes[0] if probes else PROBES))
-    from sgl_sidp.launch_server import DEFAULT_MODEL_DIR
-
     base = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(DEFAULT_MODEL_DIR)]
     live, gates = [], []  # servers started and not stopped yet; gate files made
     waiting = collections.deque()  # (server, its gate file) of the jobs after the current one, in order
