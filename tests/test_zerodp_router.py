@@ -108,11 +108,11 @@ def test_after_update_budget_records_capacity():
     """Capacities come from the snapshots; zero or missing values leave the rank unknown."""
     b = budget_after([load(0, 10_000, tokens=500, running=2, waiting=1), load(1, 0)])
     assert b.total_tokens == [500, 0] and b.total_requests == [3, 0]  # SGLang's own update still ran
-    assert RT.capacity == [10_000, 0]
+    assert RT.router.capacity == [10_000, 0]
     RT.after_update_budget(None, b, [SimpleNamespace(dp_rank=1, max_total_num_tokens=None)])
-    assert RT.capacity == [10_000, 0]
+    assert RT.router.capacity == [10_000, 0]
     RT.after_update_budget(None, b, [load(1, 80_000, timestamp=2.0)])
-    assert RT.capacity == [10_000, 80_000]
+    assert RT.router.capacity == [10_000, 80_000]
     assert RT.after_update_budget("result", b, []) == "result"
     assert not any("sidp" in k for k in vars(b))  # nothing pinned on SGLang's DPBudget
 
@@ -136,12 +136,12 @@ def test_dispatch_overflow_weighs_measured_prefill_speed():
     """Both caches full: the overflow follows each rank's measured prefill time per token once every rank has one."""
     full = [load(0, 10_000, tokens=10_000), load(1, 80_000, tokens=80_000, busy_us=1_000_000, prefilled=10_000)]
     b = budget_after(full)
-    assert RT.prefill_spt == [None, pytest.approx(1e-4)]
+    assert RT.router.prefill_spt == [None, pytest.approx(1e-4)]
     assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 1) == [1, 0]  # a speed missing: equal speeds, fewest tokens (rank 0)
     rt = RT
     b = budget_after([load(0, 10_000, tokens=10_000, busy_us=100_000, prefilled=10_000, timestamp=2.0),
                       load(1, 80_000, tokens=80_000, busy_us=1_000_000, prefilled=10_000, timestamp=2.0)], rt=rt)
-    assert RT.prefill_spt == [pytest.approx(1e-5), pytest.approx(1e-4)]
+    assert RT.router.prefill_spt == [pytest.approx(1e-5), pytest.approx(1e-4)]
     assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 3) == [3, 0]
 
 
@@ -192,3 +192,63 @@ def test_hooks_through_sglangs_wrappers():
         counts[b.dispatch(LoadBalanceMethod.TOTAL_TOKENS, estimated_tokens=100)] += 1
     assert counts == [10, 80]
     assert b.dispatch(LoadBalanceMethod.TOTAL_REQUESTS) == 0  # fewest requests, SGLang's rule
+
+
+def test_requests_sent_since_the_previous_snapshot_are_added_back():
+    """A burst of 128 prompts of 8,192 tokens on issue 35's source (89,915 KV tokens) and sink (647,013). Each
+    scheduler publishes after every 8 requests sent, counting what it read when its iteration began: what was sent
+    before its previous snapshot. Added back, the split is the simulated 50/78; SGLang's overwrite alone gives the
+    big cache 85 (94 of 128 on the GPUs)."""
+    from sgl_sidp.zerodp.router import Router
+
+    def burst(add_back: bool):
+        now = [0.0]
+        router = Router(clock=lambda: now[0])
+        b = DPBudget(2)
+        sent = []  # (time, rank)
+        last = [0.0]  # the previous snapshot's time: when each scheduler last read its socket
+
+        def snapshot():
+            seen = [k for when, k in sent if when <= last[0]]
+            loads = [load(r, cap, tokens=8_192 * seen.count(r), waiting=seen.count(r), timestamp=now[0])
+                     for r, cap in ((0, 89_915), (1, 647_013))]
+            last[0] = now[0]
+            b.update_budget(loads)
+            if add_back:
+                router.observe(b, loads)
+            else:  # capacities only: SGLang's counts as its update left them
+                router.capacity, router.prefill_spt = [89_915, 647_013], [None, None]
+
+        snapshot()
+        for i in range(128):
+            now[0] += 0.001
+            if i and i % 8 == 0:
+                snapshot()
+            now[0] += 0.001
+            sent.append((now[0], router.dispatch(b, 8_192)))
+        return [sum(1 for _, k in sent if k == r) for r in (0, 1)]
+
+    assert burst(add_back=True) == [50, 78]
+    assert burst(add_back=False) == [43, 85]
+
+
+def test_router_forgets_what_every_snapshot_counts():
+    from sgl_sidp.zerodp.router import Router
+
+    now = [10.0]
+    router = Router(clock=lambda: now[0])
+    b = DPBudget(2)
+    loads = [load(0, 1_000, timestamp=10.0), load(1, 8_000, timestamp=10.0)]
+    b.update_budget(loads)
+    router.observe(b, loads)
+    now[0] = 11.0
+    router.dispatch(b, 100)
+    assert b.total_tokens == [0, 100] and len(router._sent) == 1
+    loads = [load(0, 1_000, timestamp=12.0), load(1, 8_000, tokens=100, running=1, timestamp=12.0)]
+    b.update_budget(loads)
+    router.observe(b, loads)
+    assert b.total_tokens == [0, 200] and b.total_requests == [0, 2]  # read at 12.0 or still on the wire: both
+    loads = [load(0, 1_000, timestamp=13.0), load(1, 8_000, tokens=100, running=1, timestamp=13.0)]
+    b.update_budget(loads)
+    router.observe(b, loads)
+    assert b.total_tokens == [0, 100] and b.total_requests == [0, 1] and router._sent == []

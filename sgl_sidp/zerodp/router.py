@@ -49,3 +49,73 @@ def prefill_seconds_per_token(load) -> float | None:
     busy_us = getattr(load, "total_prefill_busy_us", 0) or 0
     tokens = getattr(load, "total_prefill_uncached_tokens", 0) or 0
     return busy_us * 1e-6 / tokens if busy_us > 0 and tokens > 0 else None
+
+
+class Router:
+    """The DP controller's routing state: each replica's capacity and measured prefill speed, and the requests sent
+    since its last load snapshot.
+
+    SGLang's `DPBudget.update_budget` overwrites each replica's token and request counts with its scheduler's latest
+    snapshot, which counts only the requests the scheduler had read when its iteration began: a scheduler reads its
+    socket, runs a forward (a prefill of 8,192 tokens: 240 ms), then publishes (`Scheduler.process_batch_result`).
+    What the controller sent after the previous snapshot of that replica is missing from it; in a burst those
+    requests vanished from the counts and every snapshot restarted the fill of the caches (issue 35: a split
+    simulated at 50/78 ran 33/94). `observe` adds back, to each replica's latest snapshot, what was sent to it after
+    its previous one (a request read in the moment between a publish and the next read counts twice until the next
+    snapshot; one published every few decode steps rather than each step widens that window); `dispatch` records
+    each request it places.
+
+    Attributes:
+        capacity: `max_total_num_tokens` per DP rank (0: not reported yet).
+        prefill_spt: measured prefill seconds per token per DP rank (None: not yet measured).
+    """
+
+    def __init__(self, clock=None):
+        import time
+
+        self.clock = clock or time.time  # the schedulers stamp their snapshots with time.time() on the same host
+        self.capacity: list[int] = []
+        self.prefill_spt: list[float | None] = []
+        self._snapshot: dict[int, tuple[float, float, int, int]] = {}  # rank -> (ts, previous ts, tokens, requests)
+        self._sent: list[tuple[float, int, int]] = []  # (time, rank, tokens) since the oldest snapshot
+
+    def observe(self, budget, loads) -> None:
+        """After SGLang's `update_budget(loads)`: note capacities and speeds, then set each reported replica's counts
+        to its latest snapshot plus what was sent to it after that snapshot was taken."""
+        n = budget.dp_size
+        if len(self.capacity) != n:
+            self.capacity, self.prefill_spt = [0] * n, [None] * n
+        for load in loads:
+            r = load.dp_rank
+            cap = int(getattr(load, "max_total_num_tokens", 0) or 0)
+            if cap > 0:
+                self.capacity[r] = cap
+            spt = prefill_seconds_per_token(load)
+            if spt is not None:
+                self.prefill_spt[r] = spt
+            ts = float(getattr(load, "timestamp", 0.0) or 0.0)
+            if r not in self._snapshot or ts > self._snapshot[r][0]:
+                prev = self._snapshot[r][0] if r in self._snapshot else 0.0
+                self._snapshot[r] = (ts, prev, int(load.num_total_tokens),
+                                     int(load.num_running_reqs + load.num_waiting_reqs))
+        if len(self._snapshot) == n:  # forget what every replica's latest snapshot counts
+            oldest = min(prev for _, prev, _, _ in self._snapshot.values())
+            self._sent = [s for s in self._sent if s[0] > oldest]
+        for r, (_, prev, tokens, requests) in self._snapshot.items():
+            late = [t for when, rank, t in self._sent if rank == r and when > prev]
+            budget.total_tokens[r] = tokens + sum(late)
+            budget.total_requests[r] = requests + len(late)
+
+    def ready(self) -> bool:
+        """Every replica has reported a capacity."""
+        return bool(self.capacity) and min(self.capacity) > 0
+
+    def dispatch(self, budget, estimated_tokens: int) -> int:
+        """The DP rank for a request of `estimated_tokens` prompt tokens (`pick_rank`), counted in `budget` and
+        remembered until a snapshot of that rank covers it."""
+        spt = self.prefill_spt if None not in self.prefill_spt else None
+        target = pick_rank(budget.total_tokens, budget.total_requests, self.capacity, estimated_tokens, spt)
+        budget.total_requests[target] += 1
+        budget.total_tokens[target] += estimated_tokens
+        self._sent.append((self.clock(), target, estimated_tokens))
+        return target

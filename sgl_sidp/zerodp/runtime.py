@@ -38,7 +38,7 @@ from sgl_sidp.peer.manifest import manifest_mismatches
 from sgl_sidp.prefetch.placeholders import LoadPlaceholders
 from sgl_sidp.process import Progress, dp_rank
 from sgl_sidp.zerodp.policy import GROUPS, N_SLOTS, OffloadPlan, ZeroDPError, choose_plan, group_of, manifest_of, parse_layers
-from sgl_sidp.zerodp.router import pick_rank, prefill_seconds_per_token
+from sgl_sidp.zerodp.router import Router
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +108,7 @@ class ZeroDPRuntime:
         self.metrics: ZeroDPMetrics | None = None
         self.placeholders = LoadPlaceholders()  # a sink's experts while its model loads
         self.held_at_load: list[int] = []  # MoE layers SGLang gave expert storage of their own while loading
-        self.capacity: list[int] = []  # DP controller: max_total_num_tokens per DP rank
-        self.prefill_spt: list[float | None] = []  # DP controller: measured prefill s/token per DP rank
+        self.router = Router()  # DP controller: capacities, speeds, requests in flight
         ctx.listeners.append(self._on_iteration)
 
     @property
@@ -402,31 +401,17 @@ class ZeroDPRuntime:
 
     # ------------------------------------------------------------------ DP controller hooks
     def after_update_budget(self, result, budget, loads, *args, **kwargs):
-        """AFTER `DPBudget.update_budget`: remember each replica's `max_total_num_tokens`."""
-        if len(self.capacity) != budget.dp_size:
-            self.capacity = [0] * budget.dp_size
-            self.prefill_spt = [None] * budget.dp_size
-        for load in loads:
-            cap = int(getattr(load, "max_total_num_tokens", 0) or 0)
-            if cap > 0:
-                self.capacity[load.dp_rank] = cap
-            spt = prefill_seconds_per_token(load)
-            if spt is not None:
-                self.prefill_spt[load.dp_rank] = spt
+        """AFTER `DPBudget.update_budget`: capacities, speeds and the requests the snapshots miss (`router.Router`)."""
+        self.router.observe(budget, loads)
         return result
 
     def around_dispatch(self, original, budget, method, estimated_tokens: int = 0, *args, **kwargs):
         """AROUND `DPBudget.dispatch`: `total_tokens` routing by KV fraction, overflow by drain time (`router.pick_rank`)."""
         from sglang.srt.managers.data_parallel_controller import LoadBalanceMethod
 
-        caps = self.capacity
-        if method != LoadBalanceMethod.TOTAL_TOKENS or not caps or min(caps) <= 0:
+        if method != LoadBalanceMethod.TOTAL_TOKENS or not self.router.ready():
             return original(budget, method, estimated_tokens, *args, **kwargs)
-        spt = self.prefill_spt if None not in self.prefill_spt else None
-        target = pick_rank(budget.total_tokens, budget.total_requests, caps, estimated_tokens, spt)
-        budget.total_requests[target] += 1
-        budget.total_tokens[target] += estimated_tokens
-        return target
+        return self.router.dispatch(budget, estimated_tokens)
 
     # ------------------------------------------------------------------ facts
     def status(self) -> dict:
