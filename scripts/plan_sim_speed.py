@@ -3,7 +3,7 @@
     .venv/bin/python scripts/plan_sim_speed.py [--model-path ../shared/models/Qwen3-8B] [--gpus 1 2]
         [--workload trace:../shared/traces/AzureLLMInferenceTrace_code.csv ...] [--repeat 1]
 
-Runs the planner (`sgl_sidp.plan.__main__.plan`) on each workload and number of GPUs, timing every `simulate` call
+Runs the planner (`sgl_sidp.plan.planner.plan`) on each workload and number of GPUs, timing every `simulate` call
 it makes (one per predicted configuration), and prints one line per configuration: workload, GPUs, configuration
 (DP replicas), simulated requests, seconds (best of --repeat), of which in the configuration's step-time functions
 (`StepTimes.decode_ms`, `prefill_ms` and `decode_run`, timed in a second run; the rest is the simulation's own),
@@ -35,7 +35,7 @@ def main() -> None:
                          "traces under ../shared/traces, and offline:512:2048:256)")
     ap.add_argument("--repeat", type=int, default=1, help="time each simulation this many times, keep the best")
     a = ap.parse_args()
-    import sgl_sidp.plan.__main__ as planner  # here, so that --help answers without the planner
+    import sgl_sidp.plan.planner as planner  # here, so that --help answers without the planner
     from sgl_sidp.plan.sim import SimRequest, StepTimes
 
     original = planner.simulate

@@ -111,7 +111,7 @@ def trace_requests(replay_args: str, trace_dir: Path | None = None):
 
 def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None) -> list[tuple]:
     """(what, unit, predicted, measured) for every measured number."""
-    from sgl_sidp.plan.__main__ import plan, plan_requests
+    from sgl_sidp.plan.planner import plan, plan_requests
 
     out = []
     if measured.get("kv_tokens"):

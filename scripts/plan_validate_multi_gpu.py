@@ -22,7 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
-from sgl_sidp.plan.__main__ import plan
+from sgl_sidp.plan.planner import plan
 from sgl_sidp.plan.what_if import add_what_if_args, apply_what_if
 
 #: shift_compare.py configuration -> the planner's configuration name, by GPU count

@@ -176,7 +176,7 @@ def resolve_auto(argv: list[str]) -> list[str]:
     if ours.overlay_mode != SidpMode.AUTO.value:
         return argv
     from sgl_sidp.peer.topology import gpu_name, visible_gpu_count
-    from sgl_sidp.plan.__main__ import PlanError, plan, table
+    from sgl_sidp.plan.planner import PlanError, plan, table
     from sgl_sidp.plan.comm import gpu_kind
     from sgl_sidp.plan.steps import GPUS
 

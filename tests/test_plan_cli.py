@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sgl_sidp.plan.__main__ import main, plan
+from sgl_sidp.plan.__main__ import main
+from sgl_sidp.plan.planner import plan
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 KEYS = {"name", "technique", "dp", "tp", "sp", "weights_gb_per_gpu", "kv_tokens_total", "decode_step_ms", "prefill_ms",
@@ -42,7 +43,7 @@ def test_json_keeps_the_keys_scripts_rely_on(qwen3_8b):
 def test_a_configuration_stepping_as_another_is_simulated_once(qwen3_8b, monkeypatch):
     """On 8 GPUs at 2,048-token prompts SiDP DP2 x TP4's auto has B_th 1 (WaS wins from batch 1): its schedule is
     WaS's, simulated once."""
-    import sgl_sidp.plan.__main__ as planner
+    import sgl_sidp.plan.planner as planner
 
     calls = []
     simulate = planner.simulate
@@ -90,7 +91,7 @@ def test_bad_input_is_one_line_and_exit_2(qwen3_8b, args, says):
 def test_a_workload_that_cannot_run_is_an_error(spec, says):
     """A request SGLang cannot serve (no prompt token), one that has no TPOT (no output token), no requests at all, or a
     trace's arrival factor that is not a positive number: one line naming the spec, before any trace is read."""
-    from sgl_sidp.plan.__main__ import PlanError, workload
+    from sgl_sidp.plan.planner import PlanError, workload
 
     with pytest.raises(PlanError) as e:
         workload(spec)

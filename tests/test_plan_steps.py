@@ -10,7 +10,7 @@ import pytest
 from sgl_sidp.calibration.cost import DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB, first_lasting_win
 from sgl_sidp.calibration.memory import ModelShapes
 from sgl_sidp.calibration.table import Calibration
-from sgl_sidp.plan.__main__ import launch_flags, rank
+from sgl_sidp.plan.planner import launch_flags, rank
 from sgl_sidp.plan.comm import Interconnect, Link
 from sgl_sidp.plan.configs import Configuration
 from sgl_sidp.plan.steps import BUNDLED_DIR, ShardClock, StepModel, find_calibration

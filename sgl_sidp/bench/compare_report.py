@@ -102,7 +102,7 @@ def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str 
     Never raises: a GPU kind or model the planner cannot predict gives ({}, the reason)."""
     if not burst:
         return {}, ""
-    from sgl_sidp.plan.__main__ import PlanError, plan
+    from sgl_sidp.plan.planner import PlanError, plan
     from sgl_sidp.plan.comm import gpu_kind
     from sgl_sidp.plan.steps import GPUS
 

@@ -12,7 +12,9 @@ one GPU. Every figure it gives is a prediction and is labelled so.
   decisions it makes with the features' cost model (`sgl_sidp.calibration.cost`);
 - `sim`: a discrete-event simulation of SGLang's scheduler (continuous batching, chunked prefill, KV admission and
   retraction, the radix cache);
-- `__main__`: the command (table, `--json`, `--png`) and `launch_flags`, which the launcher's auto mode starts.
+- `planner`: the library: `plan` / `plan_requests` predict every configuration and rank them, `table` and
+  `write_png` render the result, `launch_flags` gives the flags the launcher's auto mode starts the winner with;
+- `__main__`: the command (`python -m sgl_sidp.plan`: argument parsing and printing, the table, `--json`, `--png`).
 
 Measured against: `benchmarks/results/plan/` (one H200) and `benchmarks/results/plan_multi_gpu/`.
 """

@@ -28,7 +28,7 @@ def add_what_if_args(parser: argparse.ArgumentParser) -> None:
 
 def apply_what_if(args: argparse.Namespace) -> None:
     """Set the planner's numbers that `args` names (process-wide) and print one line for each."""
-    import sgl_sidp.plan.__main__ as planner
+    import sgl_sidp.plan.planner as planner
     from sgl_sidp.plan.steps import ShardClock
 
     k, rate, host = args.prefix_factor, args.stream_tokens_per_s, args.host_ms_per_request

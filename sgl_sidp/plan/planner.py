@@ -1,0 +1,268 @@
+"""The planner as a library: every configuration of a model on N GPUs of one node, predicted from one-GPU calibrations.
+
+Start at `plan` (a `--workload` spec) or `plan_requests` (an explicit request list): for each configuration
+(`configs.configurations`) it reads the calibrations of its shards (`steps.find_calibration`), builds its step model
+(`steps.StepModel`), sizes its weights and KV cache (`configs.Configuration.kv_tokens`), simulates SGLang's scheduler
+on the requests (`sim.simulate`), and ranks the predicted ones (`rank`); the result is the `--json` object of
+`python -m sgl_sidp.plan`. `table` and `write_png` render it; `launch_flags` turns a row into the flags that start
+it. `PlanError` is any input the planner cannot work with, as one line.
+
+Used by the command (`__main__`: argument parsing and printing only), the launcher's `--overlay-mode auto`
+(`sgl_sidp.launch_server.resolve_auto`), the comparison report (`sgl_sidp.bench.compare_report`) and the validation
+scripts (`scripts/plan_validate_*.py`). Every number it gives is a prediction.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sgl_sidp.calibration.memory import (GIB, ModelShapes, default_decode_graph_max_bs, default_mem_fraction_static,
+                                        dtype_bytes)
+from sgl_sidp.model_info import read_hf_config
+from sgl_sidp.plan.calibrate import unservable
+from sgl_sidp.plan.comm import Interconnect, InterconnectError
+from sgl_sidp.plan.configs import configuration_named, configurations, shard_of
+from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, no_cycle_collection,
+                               simulate, summarize)
+from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
+                                 shard_roles, shard_signature, stream_tokens_per_s)
+
+DECODE_CONTEXTS, DECODE_BATCHES, PREFILL_TOKENS = (256, 2048), (1, 8, 32, 64, 128, 256), (512, 2048, 4096, 8192)
+
+
+class PlanError(ValueError):
+    """Input the planner cannot work with (one line for the user)."""
+
+
+def workload(spec: str) -> list[SimRequest]:
+    """The requests of a `--workload` spec.
+
+    Raises:
+        PlanError: an unknown or malformed spec, or an unreadable trace.
+    """
+    kind, _, rest = spec.partition(":")
+    try:
+        if kind in ("offline", "latency"):
+            counts = [int(x) for x in rest.split(":")]
+            names = ("S", "IN", "OUT") if kind == "offline" else ("IN", "OUT")
+            if len(counts) != len(names):
+                raise ValueError(f"expected {kind}:{':'.join(names)}")
+            low = [f"{name} {x}" for name, x in zip(names, counts) if x < 1]
+            if low:  # SGLang serves no request without a prompt token, and TPOT needs an output token
+                raise ValueError(f"{', '.join(low)}: each at least 1")
+            n, inp, out = counts if kind == "offline" else (1, *counts)
+            return [SimRequest(0.0, inp, out) for _ in range(n)]
+        if kind == "trace":
+            from sgl_sidp.bench.traces import load_trace
+
+            path, _, scale = rest.partition(":")
+            k = float(scale or 1.0)
+            if not 0 < k < float("inf"):
+                raise ValueError(f"SCALE {scale}: the arrival times' factor must be a positive number")
+            return [SimRequest(r.arrival_s * k, r.input_len, max(1, r.output_len), r.hash_ids) for r in load_trace(path)]
+    except (ValueError, OSError) as e:
+        raise PlanError(f"--workload {spec}: {e}") from None
+    raise PlanError(f"--workload {spec}: expected offline:S:IN:OUT, latency:IN:OUT or trace:FILE[:SCALE]")
+
+
+def launch_flags(row: dict) -> list[str]:
+    """The `python -m sgl_sidp.launch_server` flags (besides the model's) that start configuration `row`, with the
+    decisions this cost model made for it (SiDP's B_th, Shift's threshold, ZeroDP's capacity-bound policy at the
+    workload's context): `Configuration.launch_flags`."""
+    d = row.get("decisions", {})
+    return configuration_named(row["name"]).launch_flags(b_th=d.get("b_th"), shift_threshold=d.get("shift_threshold"),
+                                                         expected_batch=d.get("expected_batch"))
+
+
+@no_cycle_collection()  # (`plan_requests`; the trace's parse too)
+def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None,
+         decode_points: list[tuple[int, int]] | None = None) -> dict:
+    """The planner's result as the `--json` object (`winner`, `configurations`, what is predicted and from what) for
+    the `--workload` spec; `decode_points` adds each configuration's predicted decode step at those (batch, context)
+    points as `decode_at` (ms)."""
+    objective = "throughput" if spec.startswith("offline:") else "latency"
+    return plan_requests(model_path, n_gpus, gpu, spec, workload(spec), calibration_dirs, decode_points, objective)
+
+
+#: a configuration "keeps up" with a trace when its predicted throughput is within this of the best one's
+KEEPS_UP = 0.02
+
+
+def rank(rows: list[dict], objective: str) -> list[dict]:
+    """The predicted configurations, best first: by throughput ("throughput", offline work), or ("latency", traces and
+    single requests) by median E2E latency among those within `KEEPS_UP` of the best throughput (a trace's throughput
+    is its arrival rate wherever the configuration keeps up), then the rest by throughput."""
+    done = sorted((r for r in rows if "total_tok_s" in r), key=lambda r: -r["total_tok_s"])
+    if objective == "throughput" or not done:
+        return done
+    floor = (1 - KEEPS_UP) * done[0]["total_tok_s"]
+    keep = sorted((r for r in done if r["total_tok_s"] >= floor), key=lambda r: r["e2e_ms_p50"])
+    return keep + [r for r in done if r["total_tok_s"] < floor]
+
+
+@no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
+def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
+                  calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
+                  objective: str = "latency") -> dict:
+    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`)."""
+    hf = read_hf_config(model_path)
+    if hf is None:
+        raise PlanError(f"--model-path {model_path}: no config.json there")
+    if gpu not in GPUS:
+        raise PlanError(f"--gpu {gpu}: known kinds are {', '.join(GPUS)}")
+    shapes, elt = ModelShapes.of(hf), dtype_bytes(hf)
+    configs = configurations(shapes, n_gpus)
+    if not configs:
+        raise PlanError(f"{model_path} does not shard over {n_gpus} GPUs in any configuration")
+    try:
+        ic = Interconnect.load(GPUS[gpu]["name"])
+        for n in sorted({c.gpus for c in configs if c.gpus > 1}):
+            ic.time_us("all_reduce", n, 1)
+    except InterconnectError as e:
+        raise PlanError(str(e)) from None
+    kind, free = GPUS[gpu], GPUS[gpu]["free_before_load_gib"] * GIB
+    whole = shard_signature(hf, shard_of(shapes, 1, 1, 1))  # the model's TP1 signature: its shards' model part
+    overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs, model=whole)
+    host_ms = host_time_alone_ms(kind["name"], calibration_dirs)
+    stream = stream_tokens_per_s(kind["name"], calibration_dirs, model=whole)
+    context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
+    rows, simulated = [], {}  # simulated: schedules by what determines them (below)
+    private = PrivateBlocks(requests)  # each request's blocks that the simulation need not look up, by DP replicas
+    for c in configs:
+        server_tp = c.gpus if c.technique == "dp_attention" else c.attn_tp  # SGLang's --tp-size of one replica
+        frac = default_mem_fraction_static(kind["mib"], server_tp,
+                                           prefill_graph_buckets=0 if shapes.mla else 58, mla=shapes.mla,
+                                           dp_attention_dp=c.dp if c.technique == "dp_attention" else 0)
+        row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
+               "mem_fraction_static": frac}
+        rows.append(row)
+        clocks, missing, calibratable = {}, [], False
+        for role, shard in shard_roles(c, shapes).items():
+            sig = shard_signature(hf, shard)
+            found = find_calibration(sig, kind["name"], calibration_dirs)
+            if found is None:
+                why = unservable(hf, shard)
+                calibratable |= why is None
+                missing.append(f"'{sig}' ({why})" if why else
+                               f"'{sig}' (--json-model-override-args '{json.dumps(shard.override_args(shapes))}')")
+                continue
+            clocks[role] = ShardClock(found[0].pipelined(host_ms), shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt))
+            row.setdefault("calibrations", {})[role] = str(found[1])
+        model = (StepModel(c, shapes, clocks, ic, elt, int(context), default_decode_graph_max_bs(kind["mib"], server_tp))
+                 if not missing else None)
+        memory = {}
+        if c.technique == "zerodp":
+            none = c.kv_tokens(shapes, free, frac, elt, sink_offload=())["sink"]
+            layers = model.choose_offload(none * shapes.kv_bytes_per_token(c.tp, elt)) if model else ()
+            memory = {"sink_offload": layers}
+        weights = c.weight_bytes_per_gpu(shapes, elt, **memory)
+        kv = c.kv_tokens(shapes, free, frac, elt, **memory)
+        row.update({"weights_gb_per_gpu": round(max(weights.values()) / 1e9, 2), "kv_tokens_total": kv["total"]})
+        if missing:
+            row["not_predicted"] = f"no calibration of the shard {' or '.join(missing)} on {kind['name']}" + (
+                f": run python -m sgl_sidp.plan calibrate --model-path {model_path} --gpus {n_gpus}" if calibratable else "")
+            continue
+        if min(v for k, v in kv.items() if k != "total") <= 0:
+            row["not_predicted"] = "the weights leave no KV cache"
+            continue
+        row["decisions"] = model.decisions()
+        row["decode_step_ms"] = {str(ctx): {str(b): round(model.decode_ms(b, ctx), 3) for b in DECODE_BATCHES}
+                                 for ctx in DECODE_CONTEXTS}
+        row["prefill_ms"] = {str(t): round(model.prefill_ms([(t, 0)]), 2) for t in PREFILL_TOKENS}
+        if decode_points:
+            row["decode_at"] = [model.decode_ms(b, ctx) for b, ctx in decode_points]
+        # a configuration whose replicas step as another's, with the same KV, has its schedule: simulated once
+        twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), tuple(sorted(kv.items())))
+        if twin not in simulated:
+            replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times, log_tokens=bool(stream))
+                        for r in model.replicas(kv)]
+            reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids, private_blocks=k)
+                    for r, k in zip(requests, private(len(replicas)))]
+            simulate(reqs, replicas)
+            if stream:  # the replicas' tokens reach the clients through one tokenizer manager
+                deliver(reqs, [rep.tokens_log for rep in replicas], stream)
+            simulated[twin] = summarize(reqs)
+        summary = dict(simulated[twin])
+        for k in ("ttft_ms_p50", "ttft_ms_p99", "e2e_ms_p50", "e2e_ms_p99"):
+            if k in summary:
+                summary[k] += overhead
+        row.update({k: round(v, 2) if isinstance(v, float) else v for k, v in summary.items()})
+    vanilla = [r for r in rows if r["technique"] in ("vanilla", "dp_attention") and "total_tok_s" in r]
+    best_vanilla = max(vanilla, key=lambda r: r["total_tok_s"], default=None)
+    for r in rows:
+        if best_vanilla and "total_tok_s" in r:
+            r["ratio_to_best_vanilla"] = round(r["total_tok_s"] / best_vanilla["total_tok_s"], 3)
+    ranked = rank(rows, objective)
+    if not ranked:
+        first = next((r["not_predicted"] for r in rows if "not_predicted" in r), "")
+        raise PlanError(f"nothing to predict from: {first or 'no configuration is modelled'}")
+    win = ranked[0]
+    runner_up = next((r for r in ranked[1:]), None)
+    if objective == "throughput":
+        reason = (f"{win['name']}: the highest predicted throughput on {label} ({win['total_tok_s']:,.0f} tokens/s"
+                  + (f", {win['total_tok_s'] / runner_up['total_tok_s']:.2f}x the next, {runner_up['name']}"
+                     if runner_up else "") + ")")
+    else:
+        reason = (f"{win['name']}: the lowest predicted median E2E latency on {label} ({win['e2e_ms_p50']:,.1f} ms"
+                  + (f", against {runner_up['e2e_ms_p50']:,.1f} ms for the next, {runner_up['name']}" if runner_up else "")
+                  + f") among the configurations within {KEEPS_UP:.0%} of the best throughput")
+    if best_vanilla and win is not best_vanilla:
+        reason += f"; {win['ratio_to_best_vanilla']:.2f}x the throughput of the best vanilla configuration, {best_vanilla['name']}"
+    return {"predicted": True, "model": model_path, "gpus": n_gpus, "gpu": kind["name"], "workload": label,
+            "winner": win["name"], "reason": reason, "objective": objective,
+            "launch": ["python", "-m", "sgl_sidp.launch_server", "--model-path", model_path, *launch_flags(win)],
+            "configurations": rows,
+            "memory_source": f"free memory before load: {kind['source']}; mem_fraction_static: SGLang's default",
+            "request_overhead_ms": round(overhead, 2), "request_overhead_source": overhead_source,
+            "stream_tokens_per_s": stream}
+
+
+def shard_attn_tp(c, role: str) -> int:
+    """The attention TP of the GPU that runs `role` of configuration `c` (its KV heads per token): the
+    configuration's KV layout (`Configuration.attn_tp`), but TP_b for Shift's base shard, which is timed with
+    TP_b's heads."""
+    return c.tp if role == "base" else c.attn_tp
+
+
+def table(result: dict) -> str:
+    """The result as a markdown table, every number labelled predicted."""
+    lines = [f"Predicted for {result['model']} on {result['gpus']} x {result['gpu']}, workload {result['workload']} "
+             "(every number below is a prediction):", "",
+             "| configuration | weights GB/GPU | KV tokens (all GPUs) | total tok/s | TTFT p50 ms | TPOT p50 ms | "
+             "TTFT p99 ms | TPOT p99 ms | vs best vanilla |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["configurations"]:
+        if "total_tok_s" in r:
+            cells = [f"{r['total_tok_s']:.0f}", f"{r['ttft_ms_p50']:.1f}", f"{r['tpot_ms_p50']:.2f}",
+                     f"{r['ttft_ms_p99']:.1f}", f"{r['tpot_ms_p99']:.2f}", f"{r.get('ratio_to_best_vanilla', 0):.2f}x"]
+        else:
+            cells = ["not predicted"] + [""] * 5
+        lines.append(f"| {r['name']} | {r['weights_gb_per_gpu']:.1f} | {r['kv_tokens_total']:,} | " + " | ".join(cells) + " |")
+    lines += ["", f"Winner (predicted): {result['reason']}.", "Launch: " + " ".join(result["launch"])]
+    missing = [f"- {r['name']}: {r['not_predicted']}" for r in result["configurations"] if "not_predicted" in r]
+    return "\n".join(lines + (["", "Not predicted:"] + missing if missing else [])) + "\n"
+
+
+def write_png(result: dict, path: Path) -> None:
+    """Predicted throughput of every predicted configuration, and its decode step against the batch (2,048-token
+    context), as a PNG titled as a prediction."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["configurations"] if "total_tok_s" in r]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.barh([r["name"] for r in rows], [r["total_tok_s"] for r in rows], color="tab:blue")
+    left.set_xlabel("total tokens/s (predicted)")
+    left.set_title(f"{result['workload']}")
+    for r in rows:
+        steps = r["decode_step_ms"]["2048"]
+        right.plot([int(b) for b in steps], list(steps.values()), marker="o", label=r["name"])
+    right.set_xlabel("decode batch (sequences of 2,048 tokens)")
+    right.set_ylabel("decode step ms (predicted)")
+    right.legend(fontsize=8)
+    fig.suptitle(f"PREDICTED: {Path(result['model']).name} on {result['gpus']} x {result['gpu']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
