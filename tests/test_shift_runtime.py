@@ -363,3 +363,16 @@ def test_shift_exact_base_rounds_as_tp_does_in_bf16(p, sp, llama):
         assert base and views and err == kv_err == replay_err == 0.0, (rank, err, kv_err, replay_err)
     plain = spawn(_rank, p, sp, 9, llama, False, torch.bfloat16)
     assert any(err > 0 for err, *_ in plain.values())
+
+
+def test_a_base_configuration_that_never_pays_says_so_with_the_ratio():
+    """Calibrated points whose base configuration loses at the largest prefill give one line naming vanilla TP and
+    the measured ratio; a base that wins there gives none."""
+    from sgl_sidp.shift.runtime import base_never_pays
+
+    line = base_never_pays({512: (10.0, 14.0), 4096: (40.0, 46.0)}, 2, 1)
+    assert line.startswith("the base configuration (SP2 x TP1) was slower than TP=2 up to the largest prefill measured "
+                           "(4096 tokens: 46.0 ms against 40.0 ms, 1.15x)")
+    assert "vanilla --tp-size 2 is predicted to serve as fast with more KV" in line
+    assert base_never_pays({512: (10.0, 14.0), 4096: (40.0, 38.0)}, 2, 1) is None
+    assert base_never_pays({}, 2, 2) is None

@@ -442,7 +442,32 @@ class ShiftRuntime:
             logger.info("sgl-sidp shift TP0: prefill ms (shift, base) by tokens (%s): %s; threshold %s tokens (cached "
                         "in %s)", what, ", ".join(f"{t}: {a:.1f}, {b:.1f}" for t, (a, b) in points.items()),
                         threshold, path)
+            verdict = base_never_pays(points, self.sp, self.tp_b)
+            if verdict:
+                logger.warning("sgl-sidp shift TP0: %s", verdict)
 
+
+
+def base_never_pays(points: dict[int, tuple[float, float]], sp: int, tp_b: int) -> str | None:
+    """The line a Shift server logs when its calibration puts no forward in the base configuration: the base
+    configuration was slower than TP = SP x TP_b at the largest prefill measured, so every forward runs as vanilla
+    TP = P does (while the base weights still take their memory), with the measured ratio there; None otherwise.
+
+    Args:
+        points: tokens in a forward -> (shift ms, base ms), as `calibrate` measured them.
+        sp, tp_b: the base configuration's SP and TP sizes.
+    """
+    if not points:
+        return None
+    largest = max(points)
+    shift_ms, base_ms = points[largest]
+    if base_ms <= shift_ms:
+        return None
+    p = sp * tp_b
+    return (f"the base configuration (SP{sp} x TP{tp_b}) was slower than TP={p} up to the largest prefill measured "
+            f"({largest} tokens: {base_ms:.1f} ms against {shift_ms:.1f} ms, {base_ms / shift_ms:.2f}x), so every "
+            f"forward runs in TP={p}, as vanilla --tp-size {p} serves, while the base weights still take their memory: "
+            f"vanilla --tp-size {p} is predicted to serve as fast with more KV")
 
 
 class ShiftMetrics:
