@@ -319,3 +319,18 @@ def test_joining_the_lockstep_group_logs_whom_it_waits_for(monkeypatch, tmp_path
         r"sgl-sidp: rank 1 of the gloo group lockstep-30000-4242-tp0 waits for the other 2 member\(s\) to join "
         rf"\(store {re.escape(str(tmp_path))}/sgl-sidp-lockstep-30000-4242-tp0\.store\): 0 s so far, limit 900 s", m)
         for m in lines), lines
+
+
+def test_was_says_when_decode_steps_cannot_hide_its_copies():
+    """Qwen3-32B-like: 63 ms of copies per forward against 20-60 ms decode forwards (batch 1-256): hidden from no
+    batch, a warning with the bound; copies the batch-1 step hides: no line."""
+    from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.sidp.runtime import was_verdict
+
+    cal = Calibration("m", "NVIDIA H100 80GB HBM3", {1: 20.0, 64: 30.0, 256: 60.0}, {4096: 400.0}, None, "test")
+    line = was_verdict(cal, 63.0)
+    assert line == ("WaS hides its 63.0 ms of copies per forward at no decode batch up to 256; below that a decode step "
+                    "takes at least 63.0 ms, up to 3.1x vanilla's 20.0 ms at batch 1 (predicted); --sidp-service auto "
+                    "runs those steps in CaS")
+    assert "from decode batches of" in was_verdict(cal, 40.0)
+    assert was_verdict(cal, 10.0) is None

@@ -441,6 +441,8 @@ class SiDPRuntime:
         """
         if self.settings.service != "was" and self.mlps:
             self._join_lockstep(scheduler)
+        elif self.mlps and self.streamed and self.copy_gbps and self.tp_rank == 0:
+            self._say_if_was_is_copy_bound(scheduler.tp_worker.model_runner)
         collector = getattr(scheduler, "metrics_collector", None)
         if collector is not None:
             self.metrics = SiDPMetrics(self, dict(collector.labels))
@@ -509,6 +511,17 @@ class SiDPRuntime:
         logger.info("sgl-sidp sidp %s: CaS decode CUDA graphs captured for %d sizes (%s..%s) in %.1f s", self.who,
                     len(self.graphs.capture_bs), self.graphs.capture_bs[0], self.graphs.capture_bs[-1],
                     time.monotonic() - t0)
+
+    def _say_if_was_is_copy_bound(self, runner) -> None:
+        """With `--sidp-service was` and this model's forward times cached: one warning where decode steps cannot hide
+        a forward's copies (`was_verdict`)."""
+        from sgl_sidp.calibration.cache import CalibrationCache
+        from sgl_sidp.calibration.startup import calibration_key
+
+        cal = CalibrationCache().get(calibration_key(runner))
+        line = was_verdict(cal, self.bytes_per_forward / (self.copy_gbps * 1e9) * 1e3) if cal is not None else None
+        if line:
+            logger.warning("sgl-sidp sidp %s: %s", self.who, line)
 
     def _calibrated_b_th(self, scheduler) -> float:
         """B_th from this model's cached forward times: the smallest decode batch whose forward hides one
@@ -619,6 +632,27 @@ def bucket_runner_class(base: type) -> type:
             return base._pad_to_bucket(max(raw_size, self.forced_bs), buckets)
 
     return CasDecodeGraphRunner
+
+
+def was_verdict(cal, copy_ms: float) -> str | None:
+    """What WaS costs a decode step, predicted from vanilla forward times `cal` (`Calibration`) and `copy_ms` (ms) of
+    copies per forward: None where the smallest calibrated decode batch hides them; else where they start to hide
+    (`cost.crossover_batch`, SiDP's B_th) or that no decode batch does, with the step they bound. SiDP paper §3: WaS
+    pays off where a forward's compute covers the streamed weights; below that CaS serves."""
+    from sgl_sidp.calibration.cost import crossover_batch
+
+    if not cal.decode_ms:
+        return None
+    batches = sorted(cal.decode_ms)
+    b = crossover_batch(cal, copy_ms)
+    if b == batches[0]:
+        return None
+    lo = cal.decode_ms[batches[0]]
+    where = (f"from decode batches of {b} tokens per rank" if b is not None
+             else f"at no decode batch up to {batches[-1]}")
+    return (f"WaS hides its {copy_ms:.1f} ms of copies per forward {where}; below that a decode step takes at least "
+            f"{copy_ms:.1f} ms, up to {copy_ms / lo:.1f}x vanilla's {lo:.1f} ms at batch {batches[0]} (predicted); "
+            "--sidp-service auto runs those steps in CaS")
 
 
 class SiDPMetrics:
