@@ -92,7 +92,7 @@ def main() -> None:
             for n in a.gpus:
                 timings.clear()
                 result = planner.plan(a.model_path, n, "H200", spec)
-                tok_s = {r["name"]: r.get("total_tok_s") for r in result["configurations"]}
+                tok_s = {r.name: r.total_tok_s for r in result["configurations"]}
                 for name, dp, reqs, sec, in_times in timings:
                     print(f"{Path(spec).name:32s} gpus={n} {name:14s} replicas={dp} requests={reqs:6d} "
                           f"{sec:7.3f} s (step times {in_times:6.3f} s)  total_tok_s={tok_s.get(name)}", flush=True)

@@ -116,31 +116,31 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
     out = []
     if measured.get("kv_tokens"):
         pred = plan(model_path, 1, gpu, "latency:16:1")["configurations"][0]
-        out.append(("KV tokens (max_total_num_tokens)", "tokens", pred["kv_tokens_total"], measured["kv_tokens"][0]))
+        out.append(("KV tokens (max_total_num_tokens)", "tokens", pred.kv_tokens_total, measured["kv_tokens"][0]))
     for tokens, ms in sorted(measured["ttft_ms"].items(), key=lambda kv: int(kv[0])):
         pred = plan(model_path, 1, gpu, f"latency:{tokens}:1")["configurations"][0]
-        out.append((f"TTFT of one {int(tokens):,}-token prompt", "ms", pred["ttft_ms_p50"], ms))
+        out.append((f"TTFT of one {int(tokens):,}-token prompt", "ms", pred.ttft_ms_p50, ms))
     for d in measured.get("decode", []):
         if d["step_ms"] is None:
             continue
         pred = plan(model_path, 1, gpu, "latency:16:1", decode_points=[(d["batch"], d["context_mean"])])
         out.append((f"decode step, batch {d['batch']}, context {d['context_mean']:,}", "ms",
-                    pred["configurations"][0]["decode_at"][0], d["step_ms"]))
+                    pred["configurations"][0].decode_at[0], d["step_ms"]))
     b = measured.get("burst")
     if b:
         pred = plan(model_path, 1, gpu, f"offline:{b['requests']}:{b['prompt']}:{b['output']}")["configurations"][0]
         what = f"burst of {b['requests']} x ({b['prompt']:,} in, {b['output']} out)"
-        out += [(f"{what}: total throughput", "tok/s", pred["total_tok_s"], b["total_throughput"]),
-                (f"{what}: TTFT p50", "ms", pred["ttft_ms_p50"], b["median_ttft_ms"]),
-                (f"{what}: TPOT p50", "ms", pred["tpot_ms_p50"], b["median_tpot_ms"])]
+        out += [(f"{what}: total throughput", "tok/s", pred.total_tok_s, b["total_throughput"]),
+                (f"{what}: TTFT p50", "ms", pred.ttft_ms_p50, b["median_ttft_ms"]),
+                (f"{what}: TPOT p50", "ms", pred.tpot_ms_p50, b["median_tpot_ms"])]
     for name, t in measured.get("traces", {}).items():
         pred = plan_requests(model_path, 1, gpu, f"replay {t['args']}", trace_requests(t["args"], trace_dir))
         pred = pred["configurations"][0]
-        out += [(f"{name}: total throughput", "tok/s", pred["total_tok_s"], t["total_throughput"]),
-                (f"{name}: TTFT p50", "ms", pred["ttft_ms_p50"], t["median_ttft_ms"]),
-                (f"{name}: TPOT p50", "ms", pred["tpot_ms_p50"], t["median_tpot_ms"]),
-                (f"{name}: TTFT p99", "ms", pred["ttft_ms_p99"], t["p99_ttft_ms"]),
-                (f"{name}: TPOT p99", "ms", pred["tpot_ms_p99"], t["p99_tpot_ms"])]
+        out += [(f"{name}: total throughput", "tok/s", pred.total_tok_s, t["total_throughput"]),
+                (f"{name}: TTFT p50", "ms", pred.ttft_ms_p50, t["median_ttft_ms"]),
+                (f"{name}: TPOT p50", "ms", pred.tpot_ms_p50, t["median_tpot_ms"]),
+                (f"{name}: TTFT p99", "ms", pred.ttft_ms_p99, t["p99_ttft_ms"]),
+                (f"{name}: TPOT p99", "ms", pred.tpot_ms_p99, t["p99_tpot_ms"])]
     return out
 
 

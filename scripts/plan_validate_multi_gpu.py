@@ -84,26 +84,26 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[t
     lat = {}
     shape = next((m["burst"]["shape"] for m in measured.values() if m.get("burst")), None)
     workload = "offline:%d:%d:%d" % shape if shape else "latency:2048:4"  # without a burst, for the KV tokens
-    pred_burst = {r["name"]: r for r in plan(model_path, n, gpu, workload)["configurations"]}
+    pred_burst = {r.name: r for r in plan(model_path, n, gpu, workload)["configurations"]}
     for name, m in measured.items():
-        if name not in pred_burst or "total_tok_s" not in pred_burst[name]:
+        if name not in pred_burst or not pred_burst[name].predicted:
             out.append((name, "not predicted", "", None, None))
             continue
         p = pred_burst[name]
         if m.get("kv"):
             label, ranks, tokens = m["kv"]
-            out.append((name, label, "tokens", p["kv_tokens_total"] / ranks, tokens))
+            out.append((name, label, "tokens", p.kv_tokens_total / ranks, tokens))
         for tokens, ms in sorted(m.get("ttft_ms", {}).items(), key=lambda kv: int(kv[0])):
             key = (tokens,)
             if key not in lat:
-                lat[key] = {r["name"]: r for r in plan(model_path, n, gpu, f"latency:{tokens}:4")["configurations"]}
-            out.append((name, f"TTFT of one {int(tokens):,}-token prompt", "ms", lat[key][name]["ttft_ms_p50"], ms))
+                lat[key] = {r.name: r for r in plan(model_path, n, gpu, f"latency:{tokens}:4")["configurations"]}
+            out.append((name, f"TTFT of one {int(tokens):,}-token prompt", "ms", lat[key][name].ttft_ms_p50, ms))
         if m.get("burst"):
             b = m["burst"]
             what = "burst of %d x (%d in, %d out)" % b["shape"]
-            out += [(name, f"{what}: total throughput", "tok/s", p["total_tok_s"], b["total_tok_s"]),
-                    (name, f"{what}: TTFT p50", "ms", p["ttft_ms_p50"], b["ttft_ms_p50"]),
-                    (name, f"{what}: TPOT p50", "ms", p["tpot_ms_p50"], b["tpot_ms_p50"])]
+            out += [(name, f"{what}: total throughput", "tok/s", p.total_tok_s, b["total_tok_s"]),
+                    (name, f"{what}: TTFT p50", "ms", p.ttft_ms_p50, b["ttft_ms_p50"]),
+                    (name, f"{what}: TPOT p50", "ms", p.tpot_ms_p50, b["tpot_ms_p50"])]
     return out
 
 
@@ -113,13 +113,13 @@ def forwards_table(files: list[Path], model_path: str, gpu: str, n: int) -> list
     from sgl_sidp.calibration.table import Calibration
 
     reals = [Calibration.from_entry(json.loads(Path(f).read_text())) for f in files]
-    row = next(c for c in plan(model_path, n, gpu, "latency:2048:4")["configurations"] if c["name"] == f"tp{n}")
+    row = next(c for c in plan(model_path, n, gpu, "latency:2048:4")["configurations"] if c.name == f"tp{n}")
     out = ["| number | predicted | measured (each server) | error |", "|---|---:|---:|---:|"]
     points = [(f"decode step, batch {b}, context {ctx}", p, [r.decode_ms.get(int(b)) if ctx == "256" else
                                                            r.decode_ms_long.get(int(b)) for r in reals])
-              for ctx in ("256", "2048") for b, p in row["decode_step_ms"][ctx].items()]
+              for ctx in ("256", "2048") for b, p in row.decode_step_ms[ctx].items()]
     points += [(f"prefill of {int(t):,} tokens", p, [r.prefill_ms.get(int(t)) for r in reals])
-               for t, p in row["prefill_ms"].items() if int(t) >= 512]
+               for t, p in row.prefill_ms.items() if int(t) >= 512]
     for what, pred, ms in points:
         if None in ms:
             continue

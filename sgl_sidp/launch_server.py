@@ -193,9 +193,8 @@ def resolve_auto(argv: list[str]) -> list[str]:
     except PlanError as e:
         raise SidpConfigError([f"--overlay-mode auto: {e}"]) from None
     print(table(result), flush=True)
-    winner = next(r for r in result["configurations"] if r["name"] == result["winner"])
     chosen = result["launch"][result["launch"].index("--model-path") + 2:]
-    print(f"sgl-sidp: --overlay-mode auto starts {winner['name']} (predicted): {' '.join(chosen) or 'TP1, one GPU'}",
+    print(f"sgl-sidp: --overlay-mode auto starts {result['winner']} (predicted): {' '.join(chosen) or 'TP1, one GPU'}",
           flush=True)
     dropped = {"--overlay-mode": True, "--overlay-plan-workload": True, "--tp-size": True, "--tp": True,
                "--dp-size": True, "--dp": True, "--enable-dp-attention": False}

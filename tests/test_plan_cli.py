@@ -28,7 +28,7 @@ def qwen3_8b():
 
 def test_json_keeps_the_keys_scripts_rely_on(qwen3_8b):
     r = plan(qwen3_8b, 2, "H200", "offline:32:1024:64")
-    by = {c["name"]: c for c in r["configurations"]}
+    by = {c.name: c.as_dict() for c in r["configurations"]}  # as --json prints them
     predicted = {n for n, c in by.items() if "total_tok_s" in c}
     # bundled H200 shards: every configuration of 2 GPUs
     assert r["predicted"] is True and predicted == set(by) and r["winner"] in predicted
@@ -48,11 +48,11 @@ def test_a_configuration_stepping_as_another_is_simulated_once(qwen3_8b, monkeyp
     calls = []
     simulate = planner.simulate
     monkeypatch.setattr(planner, "simulate", lambda reqs, reps: calls.append(len(reps)) or simulate(reqs, reps))
-    by = {c["name"]: c for c in plan(qwen3_8b, 8, "H200", "offline:16:2048:256")["configurations"]}
-    assert by["sidp_dp2_tp4_auto"]["decisions"]["b_th"] == 1.0 and by["sidp_dp4_tp2_auto"]["decisions"]["b_th"] > 1
+    by = {c.name: c for c in plan(qwen3_8b, 8, "H200", "offline:16:2048:256")["configurations"]}
+    assert by["sidp_dp2_tp4_auto"].decisions["b_th"] == 1.0 and by["sidp_dp4_tp2_auto"].decisions["b_th"] > 1
     summary = ("total_tok_s", "ttft_ms_p50", "tpot_ms_p99", "makespan_s")
-    assert [by["sidp_dp2_tp4_auto"][k] for k in summary] == [by["sidp_dp2_tp4_was"][k] for k in summary]
-    assert len(calls) == sum("total_tok_s" in c for c in by.values()) - 1
+    assert [getattr(by["sidp_dp2_tp4_auto"], k) for k in summary] == [getattr(by["sidp_dp2_tp4_was"], k) for k in summary]
+    assert len(calls) == sum(c.predicted for c in by.values()) - 1
 
 
 def test_table_and_png_label_every_number_predicted(qwen3_8b, tmp_path, capsys):
@@ -590,16 +590,16 @@ def test_plan_delivers_through_the_measured_stream_rate(qwen3_8b, tmp_path):
         data = json.loads(f.read_text())
         data.pop("stream", None)
         (tmp_path / f.name).write_text(json.dumps(data))
-    before = {c["name"]: c for c in plan(qwen3_8b, 2, "H200", "offline:256:512:256", [tmp_path])["configurations"]}
+    before = {c.name: c for c in plan(qwen3_8b, 2, "H200", "offline:256:512:256", [tmp_path])["configurations"]}
     entry = tmp_path / "h200_qwen3-8b_tp1.json"
     data = json.loads(entry.read_text())
     data["stream"] = {"tokens_per_s": 5000.0}
     entry.write_text(json.dumps(data))
     r = plan(qwen3_8b, 2, "H200", "offline:256:512:256", [tmp_path])
-    after = {c["name"]: c for c in r["configurations"]}
+    after = {c.name: c for c in r["configurations"]}
     assert r["stream_tokens_per_s"] == 5000.0
-    assert after["dp2"]["total_tok_s"] < 0.9 * before["dp2"]["total_tok_s"]
-    assert after["dp2"]["tpot_ms_p50"] > before["dp2"]["tpot_ms_p50"]
+    assert after["dp2"].total_tok_s < 0.9 * before["dp2"].total_tok_s
+    assert after["dp2"].tpot_ms_p50 > before["dp2"].tpot_ms_p50
 
 
 def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):

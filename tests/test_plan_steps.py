@@ -10,9 +10,9 @@ import pytest
 from sgl_sidp.calibration.cost import DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB, first_lasting_win
 from sgl_sidp.calibration.memory import ModelShapes
 from sgl_sidp.calibration.table import Calibration
-from sgl_sidp.plan.planner import launch_flags, rank
 from sgl_sidp.plan.comm import Interconnect, Link
 from sgl_sidp.plan.configs import Configuration
+from sgl_sidp.plan.planner import PlanRow, launch_flags, rank
 from sgl_sidp.plan.steps import BUNDLED_DIR, ShardClock, StepModel, find_calibration
 
 SHAPES = ModelShapes(layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, vocab=1000, tied=False, intermediate=4096)
@@ -150,8 +150,14 @@ def test_zerodp_offloads_nothing_on_two_h200s_as_its_runtime_policy_does():
     assert m.decode_ms(64, 2048, "sink") == m.decode_ms(64, 2048)
 
 
+def plan_row(name: str, **fields) -> PlanRow:
+    """A `PlanRow` of configuration `name` with made-up sizes and the given fields."""
+    return PlanRow(**{"name": name, "technique": "", "variant": "", "dp": 1, "tp": 1, "sp": 1, "mem_fraction_static": 0.9,
+                      "weights_gb_per_gpu": 1.0, "kv_tokens_total": 1000, **fields})
+
+
 def test_launch_flags_start_each_technique_with_the_decisions_of_this_cost_model():
-    row = lambda name, **d: {"name": name, "decisions": d}  # noqa: E731
+    row = lambda name, **d: plan_row(name, decisions=d)  # noqa: E731
     assert launch_flags(row("dp2")) == ["--dp-size", "2"]
     assert launch_flags(row("dp2_attn")) == ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]
     assert launch_flags(row("sidp_dp2_auto", b_th=96.0))[-2:] == ["--sidp-b-th", "96"]
@@ -162,10 +168,10 @@ def test_launch_flags_start_each_technique_with_the_decisions_of_this_cost_model
 
 
 def test_latency_ranking_keeps_to_configurations_that_keep_up():
-    rows = [{"name": "a", "total_tok_s": 100.0, "e2e_ms_p50": 50.0}, {"name": "b", "total_tok_s": 99.0, "e2e_ms_p50": 40.0},
-            {"name": "c", "total_tok_s": 50.0, "e2e_ms_p50": 1.0}, {"name": "d"}]
-    assert [r["name"] for r in rank(rows, "latency")] == ["b", "a", "c"]
-    assert [r["name"] for r in rank(rows, "throughput")] == ["a", "b", "c"]
+    rows = [plan_row("a", total_tok_s=100.0, e2e_ms_p50=50.0), plan_row("b", total_tok_s=99.0, e2e_ms_p50=40.0),
+            plan_row("c", total_tok_s=50.0, e2e_ms_p50=1.0), plan_row("d", not_predicted="no calibration")]
+    assert [r.name for r in rank(rows, "latency")] == ["b", "a", "c"]
+    assert [r.name for r in rank(rows, "throughput")] == ["a", "b", "c"]
 
 
 def _context_cal(scale: float = 1.0) -> Calibration:

@@ -31,7 +31,7 @@ BURST: list[tuple[str, str, bool]] = [
 TRACE: list[tuple[str, str, bool]] = [
     ("request_goodput", "goodput req/s", True), ("output_throughput", "output tok/s", True),
     ("median_ttft_ms", "TTFT p50 ms", False), ("median_tpot_ms", "TPOT p50 ms", False)]
-#: the planner's keys of the burst's numbers
+#: the planner's `PlanRow` fields of the burst's numbers
 PREDICTED = {"total_tok_s": "total_tok_s", "ttft_ms_p50": "ttft_ms_p50", "ttft_ms_p99": "ttft_ms_p99",
              "tpot_ms_p50": "tpot_ms_p50", "tpot_ms_p99": "tpot_ms_p99", "kv_tokens": "kv_tokens_total"}
 
@@ -97,7 +97,7 @@ def ratio_row(value: float | None, best: tuple[str, float] | None) -> dict:
 
 
 def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None) -> tuple[dict, str]:
-    """The planner's rows ({configuration: row}) for the burst of a group, and a note ("" when it predicted).
+    """The planner's rows ({configuration: `PlanRow`}) for the burst of a group, and a note ("" when it predicted).
 
     Never raises: a GPU kind or model the planner cannot predict gives ({}, the reason)."""
     if not burst:
@@ -114,8 +114,8 @@ def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str 
         result = plan(str(out_dir / model), gpus, kind, f"offline:{s}:{i}:{o}")
     except PlanError as e:
         return {}, f"no prediction: {e}"
-    rows = {r["name"]: r for r in result["configurations"]}
-    missing = sorted({r["not_predicted"] for r in rows.values() if "not_predicted" in r})
+    rows = {r.name: r for r in result["configurations"]}
+    missing = sorted({r.not_predicted for r in rows.values() if r.not_predicted is not None})
     return rows, ("; ".join(missing[:2]) if missing else "")
 
 
@@ -168,7 +168,8 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                 lines.append(f"| {name} | {(r.get('commit') or '')[:7]} | - | - | - | {'refused: ' if r.get('refused') else ''}{why} |")
                 continue
             kv = FACTS[0][3](r)
-            p = pred.get(r.get("base_name"), {}).get("kv_tokens_total") if name == r.get("base_name") else None
+            row = pred.get(r.get("base_name")) if name == r.get("base_name") else None
+            p = row.kv_tokens_total if row else None
             per_rank = ", ".join(f"{v:,}" for _, v in sorted((r.get("kv_tokens") or {}).items(), key=lambda kv: int(kv[0])))
             lines.append(f"| {name}{' -> ' + r['auto_choice'] if r.get('auto_choice') else ''} | "
                          f"{(r.get('commit') or '')[:7]} | {fmt(r.get('startup_s'))} | {per_rank or '-'} | "
@@ -187,14 +188,14 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                       "|---|" + "---:|" * len(BURST) + "---|"]
             bests = {k: best_vanilla(with_burst, lambda r, k=k: r["burst"].get(k), hi) for k, _, hi in BURST}
             for name, r in with_burst.items():
-                row = pred.get(r.get("base_name"), {}) if name == r.get("base_name") else {}
-                cells = [cell(r["burst"].get(k), bests[k], row.get(PREDICTED[k])) for k, _, _ in BURST]
+                row = pred.get(r.get("base_name")) if name == r.get("base_name") else None
+                cells = [cell(r["burst"].get(k), bests[k], getattr(row, PREDICTED[k]) if row else None) for k, _, _ in BURST]
                 ranks = ", ".join(f"{int(v.get('decode_tokens', 0)):,}" for _, v in sorted(r["burst"].get("per_rank", {}).items()))
                 lines.append(f"| {name} | " + " | ".join(cells) + f" | {ranks or '-'} |")
                 summary.append({"model": model, "gpus": count, "gpu_name": gpu, "configuration": name,
                                 "workload": f"burst {burst_spec}", "metric": "total_tok_s",
                                 **ratio_row(r["burst"].get("total_tok_s"), bests["total_tok_s"]),
-                                "predicted": row.get("total_tok_s")})
+                                "predicted": row.total_tok_s if row else None})
                 label = f"{model} {count}x{gpu.split()[-1] if gpu else ''}: {name}"
                 plot.setdefault("burst tok/s", {})[label] = r["burst"].get("total_tok_s")
                 plot.setdefault("burst TPOT p50 ms", {})[label] = r["burst"].get("tpot_ms_p50")

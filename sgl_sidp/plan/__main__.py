@@ -158,7 +158,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     if a.png:
         write_png(result, a.png)
-    print(json.dumps(result, indent=1) if a.json else table(result), end="" if not a.json else "\n")
+    if a.json:  # the rows as JSON objects (`PlanRow.as_dict`)
+        print(json.dumps({**result, "configurations": [r.as_dict() for r in result["configurations"]]}, indent=1))
+    else:
+        print(table(result), end="")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ scripts (`scripts/plan_validate_*.py`). Every number it gives is a prediction.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -33,6 +34,85 @@ DECODE_CONTEXTS, DECODE_BATCHES, PREFILL_TOKENS = (256, 2048), (1, 8, 32, 64, 12
 
 class PlanError(ValueError):
     """Input the planner cannot work with (one line for the user)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlanRow:
+    """One configuration's prediction: a row of the table, an entry of the `--json` object's "configurations"
+    (`as_dict`). Every number is a prediction. A field that is None is absent from the JSON: the optional ones say
+    when they are set.
+
+    Attributes:
+        name: the configuration's name (`configs.configuration_named` reads it back), e.g. "dp2", "sidp_dp2_auto".
+        technique: "vanilla", "dp_attention", "zerodp", "sidp" or "shift".
+        variant: the technique's variant ("was", "cas", "auto" for SiDP; "" where there is none).
+        dp, tp, sp: DP replicas, TP size of one replica, Shift's SP size (1 where it has none).
+        mem_fraction_static: SGLang's default `--mem-fraction-static` for the configuration's servers (fraction of
+            GPU memory).
+        calibrations: shard role ("forward"; Shift's "shift" and "base") -> the calibration file read for it; None
+            when none of its shards is calibrated.
+        weights_gb_per_gpu: weights on the fullest GPU (GB, 1e9 bytes).
+        kv_tokens_total: KV cache tokens over all of the configuration's GPUs (SGLang's `max_total_num_tokens`
+            summed over the DP replicas).
+        not_predicted: why nothing past the memory is predicted (a shard without calibration, with the command that
+            makes one where one can; no room for a KV cache); None when predicted.
+        decisions: what the technique decides from this cost model (`steps.StepModel.decisions`: SiDP's "b_th",
+            Shift's "shift_threshold", ZeroDP's "offload_layers", "copy_ms_per_forward" ms and "expected_batch"); {}
+            for vanilla; None when not predicted.
+        decode_step_ms: context tokens -> batch -> one decode step (ms), keys as strings (`DECODE_CONTEXTS` x
+            `DECODE_BATCHES`).
+        prefill_ms: prompt tokens -> one fresh prefill of that many tokens (ms), keys as strings (`PREFILL_TOKENS`).
+        decode_at: the decode step (ms) at each of `plan`'s `decode_points` (batch, context), in their order; None
+            without decode points.
+        requests: requests the simulation finished (0: none; then only `rejected` follows).
+        makespan_s: first arrival to last finish (s).
+        total_tok_s, output_tok_s: prompt plus output tokens, and output tokens, per second of the makespan.
+        ttft_ms_p50, ttft_ms_p99: time to first token, median and 99th percentile (ms; with the request overhead).
+        tpot_ms_p50, tpot_ms_p99: time per output token after the first, median and 99th percentile (ms).
+        e2e_ms_p50, e2e_ms_p99: arrival to last token, median and 99th percentile (ms; with the request overhead).
+        retractions: decode retractions the simulated scheduler made (SGLang's, on a full KV cache).
+        rejected: requests that can never fit the KV cache.
+        ratio_to_best_vanilla: `total_tok_s` over the best vanilla or DP-attention configuration's; None when either
+            is not predicted.
+    """
+
+    name: str
+    technique: str
+    variant: str
+    dp: int
+    tp: int
+    sp: int
+    mem_fraction_static: float
+    calibrations: dict[str, str] | None = None
+    weights_gb_per_gpu: float
+    kv_tokens_total: int
+    not_predicted: str | None = None
+    decisions: dict | None = None
+    decode_step_ms: dict[str, dict[str, float]] | None = None
+    prefill_ms: dict[str, float] | None = None
+    decode_at: list[float] | None = None
+    requests: int | None = None
+    makespan_s: float | None = None
+    total_tok_s: float | None = None
+    output_tok_s: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p99: float | None = None
+    tpot_ms_p50: float | None = None
+    tpot_ms_p99: float | None = None
+    e2e_ms_p50: float | None = None
+    e2e_ms_p99: float | None = None
+    retractions: int | None = None
+    rejected: int | None = None
+    ratio_to_best_vanilla: float | None = None
+
+    @property
+    def predicted(self) -> bool:
+        """Whether the simulation predicted the configuration's throughput and latencies (`total_tok_s` is set)."""
+        return self.total_tok_s is not None
+
+    def as_dict(self) -> dict:
+        """The row as `--json` prints it: every field that is not None, in the order of the fields."""
+        return {f.name: v for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
 
 
 def workload(spec: str) -> list[SimRequest]:
@@ -66,21 +146,27 @@ def workload(spec: str) -> list[SimRequest]:
     raise PlanError(f"--workload {spec}: expected offline:S:IN:OUT, latency:IN:OUT or trace:FILE[:SCALE]")
 
 
-def launch_flags(row: dict) -> list[str]:
+def launch_flags(row: PlanRow) -> list[str]:
     """The `python -m sgl_sidp.launch_server` flags (besides the model's) that start configuration `row`, with the
     decisions this cost model made for it (SiDP's B_th, Shift's threshold, ZeroDP's capacity-bound policy at the
     workload's context): `Configuration.launch_flags`."""
-    d = row.get("decisions", {})
-    return configuration_named(row["name"]).launch_flags(b_th=d.get("b_th"), shift_threshold=d.get("shift_threshold"),
+    d = row.decisions or {}
+    return configuration_named(row.name).launch_flags(b_th=d.get("b_th"), shift_threshold=d.get("shift_threshold"),
                                                          expected_batch=d.get("expected_batch"))
 
 
 @no_cycle_collection()  # (`plan_requests`; the trace's parse too)
 def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None,
          decode_points: list[tuple[int, int]] | None = None) -> dict:
-    """The planner's result as the `--json` object (`winner`, `configurations`, what is predicted and from what) for
-    the `--workload` spec; `decode_points` adds each configuration's predicted decode step at those (batch, context)
-    points as `decode_at` (ms)."""
+    """The planner's result for the `--workload` spec: the `--json` object (`winner`, `reason`, `launch`, what is
+    predicted and from what), its "configurations" a `PlanRow` each (`PlanRow.as_dict` gives the JSON's);
+    `decode_points` adds each configuration's predicted decode step at those (batch, context) points as `decode_at`
+    (ms).
+
+    Raises:
+        PlanError: a bad spec, model folder or GPU kind, a model that does not shard over `n_gpus`, no interconnect
+            entry it needs, or no configuration predicted.
+    """
     objective = "throughput" if spec.startswith("offline:") else "latency"
     return plan_requests(model_path, n_gpus, gpu, spec, workload(spec), calibration_dirs, decode_points, objective)
 
@@ -89,23 +175,27 @@ def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: li
 KEEPS_UP = 0.02
 
 
-def rank(rows: list[dict], objective: str) -> list[dict]:
+def rank(rows: list[PlanRow], objective: str) -> list[PlanRow]:
     """The predicted configurations, best first: by throughput ("throughput", offline work), or ("latency", traces and
     single requests) by median E2E latency among those within `KEEPS_UP` of the best throughput (a trace's throughput
     is its arrival rate wherever the configuration keeps up), then the rest by throughput."""
-    done = sorted((r for r in rows if "total_tok_s" in r), key=lambda r: -r["total_tok_s"])
+    done = sorted((r for r in rows if r.predicted), key=lambda r: -r.total_tok_s)
     if objective == "throughput" or not done:
         return done
-    floor = (1 - KEEPS_UP) * done[0]["total_tok_s"]
-    keep = sorted((r for r in done if r["total_tok_s"] >= floor), key=lambda r: r["e2e_ms_p50"])
-    return keep + [r for r in done if r["total_tok_s"] < floor]
+    floor = (1 - KEEPS_UP) * done[0].total_tok_s
+    keep = sorted((r for r in done if r.total_tok_s >= floor), key=lambda r: r.e2e_ms_p50)
+    return keep + [r for r in done if r.total_tok_s < floor]
 
 
 @no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
                   objective: str = "latency") -> dict:
-    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`)."""
+    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`).
+
+    Raises:
+        PlanError: as `plan`, but for the spec.
+    """
     hf = read_hf_config(model_path)
     if hf is None:
         raise PlanError(f"--model-path {model_path}: no config.json there")
@@ -135,8 +225,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                                            prefill_graph_buckets=0 if shapes.mla else 58, mla=shapes.mla,
                                            dp_attention_dp=c.dp if c.technique == "dp_attention" else 0)
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
-               "mem_fraction_static": frac}
-        rows.append(row)
+               "mem_fraction_static": frac}  # the `PlanRow`'s fields so far
         clocks, missing, calibratable = {}, [], False
         for role, shard in shard_roles(c, shapes).items():
             sig = shard_signature(hf, shard)
@@ -162,9 +251,11 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         if missing:
             row["not_predicted"] = f"no calibration of the shard {' or '.join(missing)} on {kind['name']}" + (
                 f": run python -m sgl_sidp.plan calibrate --model-path {model_path} --gpus {n_gpus}" if calibratable else "")
+            rows.append(PlanRow(**row))
             continue
         if min(v for k, v in kv.items() if k != "total") <= 0:
             row["not_predicted"] = "the weights leave no KV cache"
+            rows.append(PlanRow(**row))
             continue
         row["decisions"] = model.decisions()
         row["decode_step_ms"] = {str(ctx): {str(b): round(model.decode_ms(b, ctx), 3) for b in DECODE_BATCHES}
@@ -188,29 +279,32 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             if k in summary:
                 summary[k] += overhead
         row.update({k: round(v, 2) if isinstance(v, float) else v for k, v in summary.items()})
-    vanilla = [r for r in rows if r["technique"] in ("vanilla", "dp_attention") and "total_tok_s" in r]
-    best_vanilla = max(vanilla, key=lambda r: r["total_tok_s"], default=None)
-    for r in rows:
-        if best_vanilla and "total_tok_s" in r:
-            r["ratio_to_best_vanilla"] = round(r["total_tok_s"] / best_vanilla["total_tok_s"], 3)
+        rows.append(PlanRow(**row))
+    vanilla = [r for r in rows if r.technique in ("vanilla", "dp_attention") and r.predicted]
+    best_vanilla = max(vanilla, key=lambda r: r.total_tok_s, default=None)
+    if best_vanilla:
+        best_tok_s = best_vanilla.total_tok_s
+        rows = [dataclasses.replace(r, ratio_to_best_vanilla=round(r.total_tok_s / best_tok_s, 3)) if r.predicted else r
+                for r in rows]
+        best_vanilla = next(r for r in rows if r.name == best_vanilla.name)
     ranked = rank(rows, objective)
     if not ranked:
-        first = next((r["not_predicted"] for r in rows if "not_predicted" in r), "")
+        first = next((r.not_predicted for r in rows if r.not_predicted is not None), "")
         raise PlanError(f"nothing to predict from: {first or 'no configuration is modelled'}")
     win = ranked[0]
     runner_up = next((r for r in ranked[1:]), None)
     if objective == "throughput":
-        reason = (f"{win['name']}: the highest predicted throughput on {label} ({win['total_tok_s']:,.0f} tokens/s"
-                  + (f", {win['total_tok_s'] / runner_up['total_tok_s']:.2f}x the next, {runner_up['name']}"
+        reason = (f"{win.name}: the highest predicted throughput on {label} ({win.total_tok_s:,.0f} tokens/s"
+                  + (f", {win.total_tok_s / runner_up.total_tok_s:.2f}x the next, {runner_up.name}"
                      if runner_up else "") + ")")
     else:
-        reason = (f"{win['name']}: the lowest predicted median E2E latency on {label} ({win['e2e_ms_p50']:,.1f} ms"
-                  + (f", against {runner_up['e2e_ms_p50']:,.1f} ms for the next, {runner_up['name']}" if runner_up else "")
+        reason = (f"{win.name}: the lowest predicted median E2E latency on {label} ({win.e2e_ms_p50:,.1f} ms"
+                  + (f", against {runner_up.e2e_ms_p50:,.1f} ms for the next, {runner_up.name}" if runner_up else "")
                   + f") among the configurations within {KEEPS_UP:.0%} of the best throughput")
     if best_vanilla and win is not best_vanilla:
-        reason += f"; {win['ratio_to_best_vanilla']:.2f}x the throughput of the best vanilla configuration, {best_vanilla['name']}"
+        reason += f"; {win.ratio_to_best_vanilla:.2f}x the throughput of the best vanilla configuration, {best_vanilla.name}"
     return {"predicted": True, "model": model_path, "gpus": n_gpus, "gpu": kind["name"], "workload": label,
-            "winner": win["name"], "reason": reason, "objective": objective,
+            "winner": win.name, "reason": reason, "objective": objective,
             "launch": ["python", "-m", "sgl_sidp.launch_server", "--model-path", model_path, *launch_flags(win)],
             "configurations": rows,
             "memory_source": f"free memory before load: {kind['source']}; mem_fraction_static: SGLang's default",
@@ -226,39 +320,39 @@ def shard_attn_tp(c, role: str) -> int:
 
 
 def table(result: dict) -> str:
-    """The result as a markdown table, every number labelled predicted."""
+    """`plan`'s result as a markdown table (one row per `PlanRow`), every number labelled predicted."""
     lines = [f"Predicted for {result['model']} on {result['gpus']} x {result['gpu']}, workload {result['workload']} "
              "(every number below is a prediction):", "",
              "| configuration | weights GB/GPU | KV tokens (all GPUs) | total tok/s | TTFT p50 ms | TPOT p50 ms | "
              "TTFT p99 ms | TPOT p99 ms | vs best vanilla |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["configurations"]:
-        if "total_tok_s" in r:
-            cells = [f"{r['total_tok_s']:.0f}", f"{r['ttft_ms_p50']:.1f}", f"{r['tpot_ms_p50']:.2f}",
-                     f"{r['ttft_ms_p99']:.1f}", f"{r['tpot_ms_p99']:.2f}", f"{r.get('ratio_to_best_vanilla', 0):.2f}x"]
+        if r.predicted:
+            cells = [f"{r.total_tok_s:.0f}", f"{r.ttft_ms_p50:.1f}", f"{r.tpot_ms_p50:.2f}",
+                     f"{r.ttft_ms_p99:.1f}", f"{r.tpot_ms_p99:.2f}", f"{r.ratio_to_best_vanilla or 0:.2f}x"]
         else:
             cells = ["not predicted"] + [""] * 5
-        lines.append(f"| {r['name']} | {r['weights_gb_per_gpu']:.1f} | {r['kv_tokens_total']:,} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r.name} | {r.weights_gb_per_gpu:.1f} | {r.kv_tokens_total:,} | " + " | ".join(cells) + " |")
     lines += ["", f"Winner (predicted): {result['reason']}.", "Launch: " + " ".join(result["launch"])]
-    missing = [f"- {r['name']}: {r['not_predicted']}" for r in result["configurations"] if "not_predicted" in r]
+    missing = [f"- {r.name}: {r.not_predicted}" for r in result["configurations"] if r.not_predicted is not None]
     return "\n".join(lines + (["", "Not predicted:"] + missing if missing else [])) + "\n"
 
 
 def write_png(result: dict, path: Path) -> None:
-    """Predicted throughput of every predicted configuration, and its decode step against the batch (2,048-token
-    context), as a PNG titled as a prediction."""
+    """Predicted throughput of every predicted configuration of `plan`'s result, and its decode step against the
+    batch (2,048-token context), as a PNG at `path`, titled as a prediction."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in result["configurations"] if "total_tok_s" in r]
+    rows = [r for r in result["configurations"] if r.predicted]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.barh([r["name"] for r in rows], [r["total_tok_s"] for r in rows], color="tab:blue")
+    left.barh([r.name for r in rows], [r.total_tok_s for r in rows], color="tab:blue")
     left.set_xlabel("total tokens/s (predicted)")
     left.set_title(f"{result['workload']}")
     for r in rows:
-        steps = r["decode_step_ms"]["2048"]
-        right.plot([int(b) for b in steps], list(steps.values()), marker="o", label=r["name"])
+        steps = r.decode_step_ms["2048"]
+        right.plot([int(b) for b in steps], list(steps.values()), marker="o", label=r.name)
     right.set_xlabel("decode batch (sequences of 2,048 tokens)")
     right.set_ylabel("decode step ms (predicted)")
     right.legend(fontsize=8)
