@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sgl_sidp.plan.what_if import add_what_if_args, apply_what_if
+from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf, add_what_if_args, what_if_from_args
 
 DECODE_BATCHES = (1, 8, 32, 64, 128, 256)
 
@@ -109,32 +109,35 @@ def trace_requests(replay_args: str, trace_dir: Path | None = None):
                        i.request.hash_ids if i.prompt_len == i.request.input_len else None) for i in p.items]
 
 
-def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None) -> list[tuple]:
-    """(what, unit, predicted, measured) for every measured number."""
+def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None,
+         what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
+    """(what, unit, predicted, measured) for every measured number (predicted with `what_if`'s numbers set by hand)."""
     from sgl_sidp.plan.planner import plan, plan_requests
 
     out = []
     if measured.get("kv_tokens"):
-        pred = plan(model_path, 1, gpu, "latency:16:1")["configurations"][0]
+        pred = plan(model_path, 1, gpu, "latency:16:1", what_if=what_if)["configurations"][0]
         out.append(("KV tokens (max_total_num_tokens)", "tokens", pred.kv_tokens_total, measured["kv_tokens"][0]))
     for tokens, ms in sorted(measured["ttft_ms"].items(), key=lambda kv: int(kv[0])):
-        pred = plan(model_path, 1, gpu, f"latency:{tokens}:1")["configurations"][0]
+        pred = plan(model_path, 1, gpu, f"latency:{tokens}:1", what_if=what_if)["configurations"][0]
         out.append((f"TTFT of one {int(tokens):,}-token prompt", "ms", pred.ttft_ms_p50, ms))
     for d in measured.get("decode", []):
         if d["step_ms"] is None:
             continue
-        pred = plan(model_path, 1, gpu, "latency:16:1", decode_points=[(d["batch"], d["context_mean"])])
+        pred = plan(model_path, 1, gpu, "latency:16:1", decode_points=[(d["batch"], d["context_mean"])], what_if=what_if)
         out.append((f"decode step, batch {d['batch']}, context {d['context_mean']:,}", "ms",
                     pred["configurations"][0].decode_at[0], d["step_ms"]))
     b = measured.get("burst")
     if b:
-        pred = plan(model_path, 1, gpu, f"offline:{b['requests']}:{b['prompt']}:{b['output']}")["configurations"][0]
+        pred = plan(model_path, 1, gpu, f"offline:{b['requests']}:{b['prompt']}:{b['output']}",
+                    what_if=what_if)["configurations"][0]
         what = f"burst of {b['requests']} x ({b['prompt']:,} in, {b['output']} out)"
         out += [(f"{what}: total throughput", "tok/s", pred.total_tok_s, b["total_throughput"]),
                 (f"{what}: TTFT p50", "ms", pred.ttft_ms_p50, b["median_ttft_ms"]),
                 (f"{what}: TPOT p50", "ms", pred.tpot_ms_p50, b["median_tpot_ms"])]
     for name, t in measured.get("traces", {}).items():
-        pred = plan_requests(model_path, 1, gpu, f"replay {t['args']}", trace_requests(t["args"], trace_dir))
+        pred = plan_requests(model_path, 1, gpu, f"replay {t['args']}", trace_requests(t["args"], trace_dir),
+                             what_if=what_if)
         pred = pred["configurations"][0]
         out += [(f"{name}: total throughput", "tok/s", pred.total_tok_s, t["total_throughput"]),
                 (f"{name}: TTFT p50", "ms", pred.ttft_ms_p50, t["median_ttft_ms"]),
@@ -146,9 +149,9 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
 
 def report(a) -> None:
     measured = json.loads((Path(a.out_dir) / "measured.json").read_text())
-    apply_what_if(a)
+    what_if = what_if_from_args(a)
     print("| number | unit | predicted | measured | error |\n|---|---|---:|---:|---:|")
-    for what, unit, pred, meas in rows(measured, a.model_path, a.gpu, a.trace_dir):
+    for what, unit, pred, meas in rows(measured, a.model_path, a.gpu, a.trace_dir, what_if):
         err = f"{pred / meas - 1:+.1%}" if meas else "-"
         print(f"| {what} | {unit} | {pred:,.1f} | {meas:,.1f} | {err} |")
 

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from sgl_sidp.plan.planner import plan
-from sgl_sidp.plan.what_if import add_what_if_args, apply_what_if
+from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf, add_what_if_args, what_if_from_args
 
 #: shift_compare.py configuration -> the planner's configuration name, by GPU count
 NAMES = {"tp": "tp{n}", "dp": "dp{n}", "dp_attn": "dp{n}_attn", "shift": "shift_sp{n}_tp1"}
@@ -78,13 +78,14 @@ def load(folder: Path) -> dict[int, dict[str, dict]]:
     return compare_measured([r for r in results if isinstance(r, dict) and r.get("config")])
 
 
-def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[tuple]:
-    """(configuration, what, unit, predicted, measured) for every measured number the planner predicts."""
+def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
+    """(configuration, what, unit, predicted, measured) for every measured number the planner predicts (with
+    `what_if`'s numbers set by hand)."""
     out = []
     lat = {}
     shape = next((m["burst"]["shape"] for m in measured.values() if m.get("burst")), None)
     workload = "offline:%d:%d:%d" % shape if shape else "latency:2048:4"  # without a burst, for the KV tokens
-    pred_burst = {r.name: r for r in plan(model_path, n, gpu, workload)["configurations"]}
+    pred_burst = {r.name: r for r in plan(model_path, n, gpu, workload, what_if=what_if)["configurations"]}
     for name, m in measured.items():
         if name not in pred_burst or not pred_burst[name].predicted:
             out.append((name, "not predicted", "", None, None))
@@ -96,7 +97,8 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[t
         for tokens, ms in sorted(m.get("ttft_ms", {}).items(), key=lambda kv: int(kv[0])):
             key = (tokens,)
             if key not in lat:
-                lat[key] = {r.name: r for r in plan(model_path, n, gpu, f"latency:{tokens}:4")["configurations"]}
+                lat[key] = {r.name: r for r in plan(model_path, n, gpu, f"latency:{tokens}:4",
+                                                    what_if=what_if)["configurations"]}
             out.append((name, f"TTFT of one {int(tokens):,}-token prompt", "ms", lat[key][name].ttft_ms_p50, ms))
         if m.get("burst"):
             b = m["burst"]
@@ -107,13 +109,15 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[t
     return out
 
 
-def forwards_table(files: list[Path], model_path: str, gpu: str, n: int) -> list[str]:
+def forwards_table(files: list[Path], model_path: str, gpu: str, n: int, what_if: WhatIf = NO_WHAT_IF) -> list[str]:
     """Markdown rows: the planner's `tp{n}` decode steps (contexts 256 and 2,048) and prefills of 512 tokens or more
-    next to the same points of the TP-`n` servers' calibrations in `files` (their mean; each listed)."""
+    (with `what_if`'s numbers set by hand) next to the same points of the TP-`n` servers' calibrations in `files`
+    (their mean; each listed)."""
     from sgl_sidp.calibration.table import Calibration
 
     reals = [Calibration.from_entry(json.loads(Path(f).read_text())) for f in files]
-    row = next(c for c in plan(model_path, n, gpu, "latency:2048:4")["configurations"] if c.name == f"tp{n}")
+    row = next(c for c in plan(model_path, n, gpu, "latency:2048:4", what_if=what_if)["configurations"]
+               if c.name == f"tp{n}")
     out = ["| number | predicted | measured (each server) | error |", "|---|---:|---:|---:|"]
     points = [(f"decode step, batch {b}, context {ctx}", p, [r.decode_ms.get(int(b)) if ctx == "256" else
                                                            r.decode_ms_long.get(int(b)) for r in reals])
@@ -138,9 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpus", type=int, default=2, help="N, with --forwards (default: 2)")
     add_what_if_args(ap)
     a = ap.parse_args(argv)
-    apply_what_if(a)
+    what_if = what_if_from_args(a)
     if a.forwards:
-        print("\n".join(forwards_table(a.forwards, a.model_path, a.gpu, a.gpus)))
+        print("\n".join(forwards_table(a.forwards, a.model_path, a.gpu, a.gpus, what_if)))
         return
     if a.dir is None:
         ap.error("give DIR (bench.compare's or shift_compare.py's results) or --forwards")
@@ -151,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         if len(groups) > 1:
             print(f"\n## {n} GPU{'s' if n > 1 else ''}\n")
         print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")
-        table = rows(measured, a.model_path, a.gpu, n)
+        table = rows(measured, a.model_path, a.gpu, n, what_if)
         for name, what, unit, pred, meas in table:
             if pred is None:
                 print(f"| {name} | {what} | | | | |")

@@ -28,6 +28,7 @@ from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequ
                                simulate, summarize)
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
                                  shard_roles, shard_signature, stream_tokens_per_s)
+from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf
 
 DECODE_CONTEXTS, DECODE_BATCHES, PREFILL_TOKENS = (256, 2048), (1, 8, 32, 64, 128, 256), (512, 2048, 4096, 8192)
 
@@ -157,18 +158,20 @@ def launch_flags(row: PlanRow) -> list[str]:
 
 @no_cycle_collection()  # (`plan_requests`; the trace's parse too)
 def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None,
-         decode_points: list[tuple[int, int]] | None = None) -> dict:
+         decode_points: list[tuple[int, int]] | None = None, what_if: WhatIf = NO_WHAT_IF) -> dict:
     """The planner's result for the `--workload` spec: the `--json` object (`winner`, `reason`, `launch`, what is
     predicted and from what), its "configurations" a `PlanRow` each (`PlanRow.as_dict` gives the JSON's);
     `decode_points` adds each configuration's predicted decode step at those (batch, context) points as `decode_at`
-    (ms).
+    (ms). `what_if` sets numbers by hand in place of the calibrated ones (`what_if.WhatIf`, validation scripts'
+    sensitivity checks; the result does not say so: the caller does).
 
     Raises:
         PlanError: a bad spec, model folder or GPU kind, a model that does not shard over `n_gpus`, no interconnect
             entry it needs, or no configuration predicted.
     """
     objective = "throughput" if spec.startswith("offline:") else "latency"
-    return plan_requests(model_path, n_gpus, gpu, spec, workload(spec), calibration_dirs, decode_points, objective)
+    return plan_requests(model_path, n_gpus, gpu, spec, workload(spec), calibration_dirs, decode_points, objective,
+                         what_if)
 
 
 #: a configuration "keeps up" with a trace when its predicted throughput is within this of the best one's
@@ -190,8 +193,9 @@ def rank(rows: list[PlanRow], objective: str) -> list[PlanRow]:
 @no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
-                  objective: str = "latency") -> dict:
-    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`).
+                  objective: str = "latency", what_if: WhatIf = NO_WHAT_IF) -> dict:
+    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if` as
+    `plan`'s).
 
     Raises:
         PlanError: as `plan`, but for the spec.
@@ -215,7 +219,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     whole = shard_signature(hf, shard_of(shapes, 1, 1, 1))  # the model's TP1 signature: its shards' model part
     overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs, model=whole)
     host_ms = host_time_alone_ms(kind["name"], calibration_dirs)
-    stream = stream_tokens_per_s(kind["name"], calibration_dirs, model=whole)
+    stream = (what_if.stream_tokens_per_s if what_if.stream_tokens_per_s is not None else
+              stream_tokens_per_s(kind["name"], calibration_dirs, model=whole))
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
     rows, simulated = [], {}  # simulated: schedules by what determines them (below)
     private = PrivateBlocks(requests)  # each request's blocks that the simulation need not look up, by DP replicas
@@ -236,7 +241,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                 missing.append(f"'{sig}' ({why})" if why else
                                f"'{sig}' (--json-model-override-args '{json.dumps(shard.override_args(shapes))}')")
                 continue
-            clocks[role] = ShardClock(found[0].pipelined(host_ms), shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt))
+            clocks[role] = ShardClock(found[0].pipelined(host_ms), shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt),
+                                      what_if)
             row.setdefault("calibrations", {})[role] = str(found[1])
         model = (StepModel(c, shapes, clocks, ic, elt, int(context), default_decode_graph_max_bs(kind["mib"], server_tp))
                  if not missing else None)

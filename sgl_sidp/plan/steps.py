@@ -55,6 +55,7 @@ from sgl_sidp.model_info import model_signature
 from sgl_sidp.plan.comm import Interconnect, gpu_kind
 from sgl_sidp.plan.configs import Configuration, Shard
 from sgl_sidp.plan.sim import StepTimes
+from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf
 
 #: GPU kinds the planner knows: NVML's total MiB and the free GiB SGLang logged before loading a model at TP1.
 GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 139.13,
@@ -176,10 +177,13 @@ class ShardClock:
     Attributes:
         cal: the shard's calibration (decode steps by batch at two contexts, one-request prefills).
         kv_bytes_per_token: the shard's KV bytes per token (all layers), for the context term of decode steps.
+        what_if: numbers set by hand in place of the calibration's (`prefix_factor`, `host_ms`; validation
+            scripts' sensitivity checks); `NO_WHAT_IF`: none.
     """
 
     cal: Calibration
     kv_bytes_per_token: int
+    what_if: WhatIf = NO_WHAT_IF
     #: `decode_ms`'s answers, (batch, whole context) -> ms: each computed once, for every `StepModel` given an equal
     #: clock (`shared_clock`; a planning run asks the same shards, under several configurations, for thousands)
     _decode_memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -217,7 +221,10 @@ class ShardClock:
 
     def host_ms(self, batch: float) -> float:
         """The scheduler's host work of one decode step of `batch` running requests outside the forward (ms;
-        `Calibration.host_ms_per_request` x batch, 0 where not measured)."""
+        `Calibration.host_ms_per_request` x batch, 0 where not measured; the what-if's
+        `WhatIf.host_ms_per_request` x batch where it sets one)."""
+        if self.what_if.host_ms_per_request is not None:
+            return self.what_if.host_ms_per_request * batch
         per_request = self.cal.host_ms_per_request
         return per_request * batch if per_request else 0.0
 
@@ -261,7 +268,10 @@ class ShardClock:
         (`prefill_ms`' k): the median over the calibration's prefills over a prefix (`Calibration.prefill_prefix_ms`)
         of (ms - the fresh prefill of the new tokens) / (2 b x new x prefix), at least 0; 1 without such points
         (SGLang's triton extend attention reads the prefix's KV through the request's token table, the new tokens'
-        from the forward's own buffers: the same work, not necessarily the same speed)."""
+        from the forward's own buffers: the same work, not necessarily the same speed). The what-if's
+        `WhatIf.prefix_factor` where it sets one."""
+        if self.what_if.prefix_factor is not None:
+            return self.what_if.prefix_factor
         c, a, b = self.prefill_fit
         ks = [(ms - (c + a * n + b * n * n)) / (2 * b * n * p) for n, p, ms in self.cal.prefill_prefix_ms if n and p]
         return max(0.0, statistics.median(ks)) if ks and b > 0 else 1.0

@@ -2,11 +2,16 @@
 (`scripts/plan_validate_1gpu.py report`, `scripts/plan_validate_multi_gpu.py`): each set by hand on every shard,
 to see how far a prediction moves with it. A sensitivity check, never a prediction: the planner itself takes these numbers from
 `plan calibrate`'s probes (`calibrate.record_prefix_prefills`, `record_serving_step`, `record_stream_rate`).
+
+A `WhatIf` is a parameter of `planner.plan` / `planner.plan_requests`, which hand it to every shard's
+`steps.ShardClock` (the prefix factor, the host time) and read the stream rate from it: nothing is patched, and a
+plan without one (`NO_WHAT_IF`) is the calibrated prediction.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 # flag -> (metavar, what it sets: "{}" stands for the value)
 WHAT_IFS = {
@@ -19,6 +24,28 @@ WHAT_IFS = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class WhatIf:
+    """Numbers set by hand in place of the calibrated ones, on every shard; None: the calibrated value.
+
+    Attributes:
+        prefix_factor: attention over a cached prefix per token pair, as a multiple of attention within the new
+            tokens (dimensionless; `ShardClock.prefix_factor`).
+        stream_tokens_per_s: the tokens per second SGLang's tokenizer manager streams to clients (tokens/s;
+            `steps.stream_tokens_per_s`, `sim.deliver`).
+        host_ms_per_request: the scheduler's host time per running request per decode step (ms;
+            `ShardClock.host_ms`).
+    """
+
+    prefix_factor: float | None = None
+    stream_tokens_per_s: float | None = None
+    host_ms_per_request: float | None = None
+
+
+#: no what-if: every number calibrated
+NO_WHAT_IF = WhatIf()
+
+
 def add_what_if_args(parser: argparse.ArgumentParser) -> None:
     """`--prefix-factor K`, `--stream-tokens-per-s R` and `--host-ms-per-request MS` (each None: calibrated)."""
     for name, (metavar, what) in WHAT_IFS.items():
@@ -26,20 +53,13 @@ def add_what_if_args(parser: argparse.ArgumentParser) -> None:
                             help=f"what-if: take {what.format(metavar)} on every shard instead of the calibrated value")
 
 
-def apply_what_if(args: argparse.Namespace) -> None:
-    """Set the planner's numbers that `args` names (process-wide) and print one line for each."""
-    import sgl_sidp.plan.planner as planner
-    from sgl_sidp.plan.steps import ShardClock
-
-    k, rate, host = args.prefix_factor, args.stream_tokens_per_s, args.host_ms_per_request
-    if k is not None:
-        ShardClock.prefix_factor = property(lambda self: k)
-    if rate is not None:
-        planner.stream_tokens_per_s = lambda *a, **kw: rate
-    if host is not None:
-        ShardClock.host_ms = lambda self, batch: host * batch
+def what_if_from_args(args: argparse.Namespace) -> WhatIf:
+    """The `WhatIf` of the flags `add_what_if_args` added to `args`, printing one line for each number it sets (to
+    pass to `planner.plan`)."""
+    what_if = WhatIf(**{name: getattr(args, name) for name in WHAT_IFS})
     for name, (metavar, what) in WHAT_IFS.items():
-        value = getattr(args, name)
+        value = getattr(what_if, name)
         if value is not None:
             print(f"What-if: {what.format(f'{value:g}')} on every shard (set by hand: a sensitivity check, not a "
                   "prediction)\n")
+    return what_if
