@@ -62,6 +62,23 @@ def test_table_and_png_label_every_number_predicted(qwen3_8b, tmp_path, capsys):
     assert (tmp_path / "p.png").stat().st_size > 10_000
 
 
+def test_more_gpus_than_any_measured_node_is_called_an_extrapolation(qwen3_8b, capsys):
+    """8 GPUs (more than any node the predictions were measured on, `MEASURED_GPU_COUNTS`): one line under the
+    table's title and an "extrapolation" field in --json; 1 and 2 GPUs: neither."""
+    from sgl_sidp.plan.planner import MEASURED_GPU_COUNTS, extrapolation
+
+    line = "8 GPUs: an extrapolation (no 8-GPU node has measured these predictions; nodes of 1 and 2 GPUs have)"
+    assert MEASURED_GPU_COUNTS == (1, 2) and extrapolation(8) == line and extrapolation(4).startswith("4 GPUs: ")
+    main(["--model-path", qwen3_8b, "--gpus", "8", "--workload", "latency:512:16"])
+    assert capsys.readouterr().out.splitlines()[1:4] == ["", line + ".", ""]
+    main(["--model-path", qwen3_8b, "--gpus", "8", "--workload", "latency:512:16", "--json"])
+    assert json.loads(capsys.readouterr().out)["extrapolation"] == line
+    for n in MEASURED_GPU_COUNTS:
+        assert extrapolation(n) is None and "extrapolation" not in plan(qwen3_8b, n, "H200", "latency:512:16")
+        main(["--model-path", qwen3_8b, "--gpus", str(n), "--workload", "latency:512:16"])
+        assert "extrapolation" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("args, says", [
     (["--model-path", "/nonexistent", "--gpus", "2"], "no config.json there"),
     (["--gpus", "2", "--gpu", "A10"], "known kinds are"),

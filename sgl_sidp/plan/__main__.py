@@ -7,7 +7,8 @@
 Prints one row per configuration (vanilla TP x DP, DP attention, ZeroDP, SiDP, Shift): weights and KV tokens per GPU
 (SGLang's own memory accounting), and, where its shards are calibrated, throughput and TTFT/TPOT p50/p99 from a
 simulation of SGLang's scheduler on the workload, then the winner, why, and the command that starts it. Every
-number is a prediction. Workloads: `offline:S:IN:OUT` (S
+number is a prediction; for a number of GPUs no measured node has (`planner.MEASURED_GPU_COUNTS`), a line under the
+title (and `extrapolation` in `--json`) says the plan is an extrapolation. Workloads: `offline:S:IN:OUT` (S
 requests of IN prompt and OUT output tokens, all at once), `latency:IN:OUT` (one request), `trace:FILE[:SCALE]` (an
 Azure CSV or Mooncake JSONL trace; SCALE > 1 spreads arrivals out). Bad input: one line, exit code 2.
 """

@@ -32,9 +32,25 @@ from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf
 
 DECODE_CONTEXTS, DECODE_BATCHES, PREFILL_TOKENS = (256, 2048), (1, 8, 32, 64, 128, 256), (512, 2048, 4096, 8192)
 
+#: GPU counts of the nodes whose measurements the planner's predictions have been checked against: one H200
+#: (`benchmarks/results/plan/`) and 2 x H200 (`benchmarks/results/plan_multi_gpu/`). A plan for any other count is an
+#: extrapolation (`extrapolation`). Not read from the interconnect tables (`comm`): their 4- and 8-GPU entries are
+#: public figures, and even a measured entry times the collectives alone, not a prediction of a served node.
+MEASURED_GPU_COUNTS = (1, 2)
+
 
 class PlanError(ValueError):
     """Input the planner cannot work with (one line for the user)."""
+
+
+def extrapolation(n_gpus: int) -> str | None:
+    """One line saying that a plan for `n_gpus` GPUs is an extrapolation, no node of that many GPUs having measured
+    the planner's predictions (`MEASURED_GPU_COUNTS`); None for a count that one has."""
+    if n_gpus in MEASURED_GPU_COUNTS:
+        return None
+    measured = " and ".join(str(n) for n in MEASURED_GPU_COUNTS)
+    return (f"{n_gpus} GPUs: an extrapolation (no {n_gpus}-GPU node has measured these predictions; nodes of "
+            f"{measured} GPUs have)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -160,7 +176,8 @@ def launch_flags(row: PlanRow) -> list[str]:
 def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None,
          decode_points: list[tuple[int, int]] | None = None, what_if: WhatIf = NO_WHAT_IF) -> dict:
     """The planner's result for the `--workload` spec: the `--json` object (`winner`, `reason`, `launch`, what is
-    predicted and from what), its "configurations" a `PlanRow` each (`PlanRow.as_dict` gives the JSON's);
+    predicted and from what; `extrapolation`, the line of `extrapolation`, for a GPU count no measured node has),
+    its "configurations" a `PlanRow` each (`PlanRow.as_dict` gives the JSON's);
     `decode_points` adds each configuration's predicted decode step at those (batch, context) points as `decode_at`
     (ms). `what_if` sets numbers by hand in place of the calibrated ones (`what_if.WhatIf`, validation scripts'
     sensitivity checks; the result does not say so: the caller does).
@@ -309,7 +326,9 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                   + f") among the configurations within {KEEPS_UP:.0%} of the best throughput")
     if best_vanilla and win is not best_vanilla:
         reason += f"; {win.ratio_to_best_vanilla:.2f}x the throughput of the best vanilla configuration, {best_vanilla.name}"
-    return {"predicted": True, "model": model_path, "gpus": n_gpus, "gpu": kind["name"], "workload": label,
+    beyond = extrapolation(n_gpus)
+    return {"predicted": True, "model": model_path, "gpus": n_gpus, "gpu": kind["name"],
+            **({"extrapolation": beyond} if beyond else {}), "workload": label,
             "winner": win.name, "reason": reason, "objective": objective,
             "launch": ["python", "-m", "sgl_sidp.launch_server", "--model-path", model_path, *launch_flags(win)],
             "configurations": rows,
@@ -326,11 +345,14 @@ def shard_attn_tp(c, role: str) -> int:
 
 
 def table(result: dict) -> str:
-    """`plan`'s result as a markdown table (one row per `PlanRow`), every number labelled predicted."""
+    """`plan`'s result as a markdown table (one row per `PlanRow`), every number labelled predicted, and under the
+    title the line saying that it is an extrapolation where it is (`extrapolation`)."""
     lines = [f"Predicted for {result['model']} on {result['gpus']} x {result['gpu']}, workload {result['workload']} "
-             "(every number below is a prediction):", "",
-             "| configuration | weights GB/GPU | KV tokens (all GPUs) | total tok/s | TTFT p50 ms | TPOT p50 ms | "
-             "TTFT p99 ms | TPOT p99 ms | vs best vanilla |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "(every number below is a prediction):", ""]
+    if result.get("extrapolation"):
+        lines += [result["extrapolation"] + ".", ""]
+    lines += ["| configuration | weights GB/GPU | KV tokens (all GPUs) | total tok/s | TTFT p50 ms | TPOT p50 ms | "
+              "TTFT p99 ms | TPOT p99 ms | vs best vanilla |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["configurations"]:
         if r.predicted:
             cells = [f"{r.total_tok_s:.0f}", f"{r.ttft_ms_p50:.1f}", f"{r.tpot_ms_p50:.2f}",
