@@ -5,7 +5,8 @@
 # The results folder (pytest.txt with every call's output, server logs, per-test facts) is packed into OUT/NAME.tgz.
 # Usage (GPU host, repo root, .whl and .gpu carried): bash scripts/gpu_tests.sh NAME [PYTEST_ARGS...]
 #   e.g. BUDGET_S=520 bash scripts/gpu_tests.sh gpu_tests_2gpu tests/gpu/test_sidp_gpu.py
-# Environment: OUT (where NAME.tgz goes, default /tmp), BUDGET_S (default 540).
+# Environment: OUT (where NAME.tgz goes, default /tmp), BUDGET_S (default 540), SIDP_COMMIT (the commit written in
+# pytest.txt; default: git rev-parse, stale on a device host whose .git copy names an old HEAD).
 set -u -o pipefail
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
 [ $# -ge 1 ] || { echo "usage: bash scripts/gpu_tests.sh NAME [PYTEST_ARGS...] (--help for more)" >&2; exit 2; }
