@@ -47,7 +47,7 @@ def test_a_configuration_stepping_as_another_is_simulated_once(qwen3_8b, monkeyp
 
     calls = []
     simulate = planner.simulate
-    monkeypatch.setattr(planner, "simulate", lambda reqs, reps: calls.append(len(reps)) or simulate(reqs, reps))
+    monkeypatch.setattr(planner, "simulate", lambda reqs, reps, route=None: calls.append(len(reps)) or simulate(reqs, reps, route))
     by = {c.name: c for c in plan(qwen3_8b, 8, "H200", "offline:16:2048:256")["configurations"]}
     assert by["sidp_dp2_tp4_auto"].decisions["b_th"] == 1.0 and by["sidp_dp4_tp2_auto"].decisions["b_th"] > 1
     summary = ("total_tok_s", "ttft_ms_p50", "tpot_ms_p99", "makespan_s")
@@ -731,3 +731,20 @@ print(seen)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().startswith("[False"), out.stderr[-2000:]
+
+
+def test_zerodp_replicas_are_routed_as_its_router_routes():
+    """The planner sends ZeroDP's requests by the runtime's rule (`zerodp.router.pick_rank` on each simulated
+    replica's load); every other configuration keeps SGLang's round robin."""
+    from types import SimpleNamespace
+
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.plan.planner import route_of
+
+    assert route_of(configuration_named("dp2")) is None and route_of(configuration_named("sidp_dp2_was")) is None
+    route = route_of(configuration_named("zerodp_dp2"))
+    rep = lambda tokens, kv: SimpleNamespace(load=lambda: (tokens, 0), limits=SimpleNamespace(kv_tokens=kv))  # noqa: E731
+    req = SimpleNamespace(input_len=8_192)
+    assert route(req, [rep(0, 89_915), rep(0, 647_013)]) == 1  # the least full cache it fits in
+    assert route(req, [rep(40_000, 89_915), rep(300_000, 647_013)]) == 1  # 0.54 vs 0.48 of capacity
+    assert route(req, [rep(90_000, 89_915), rep(647_000, 647_013)]) == 0  # fits nowhere: the fewest tokens

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Callable
 
 from sgl_sidp.calibration.memory import (GIB, ModelShapes, default_decode_graph_max_bs, default_mem_fraction_static,
                                         dtype_bytes)
@@ -291,9 +292,11 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         if twin not in simulated:
             replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times, log_tokens=bool(stream))
                         for r in model.replicas(kv)]
-            reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids, private_blocks=k)
+            route = route_of(c)  # private blocks assume round robin: none precomputed for another routing
+            reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids,
+                               private_blocks=k if route is None else 0)
                     for r, k in zip(requests, private(len(replicas)))]
-            simulate(reqs, replicas)
+            simulate(reqs, replicas, route)
             if stream:  # the replicas' tokens reach the clients through one tokenizer manager
                 deliver(reqs, [rep.tokens_log for rep in replicas], stream)
             simulated[twin] = summarize(reqs)
@@ -335,6 +338,23 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             "memory_source": f"free memory before load: {kind['source']}; mem_fraction_static: SGLang's default",
             "request_overhead_ms": round(overhead, 2), "request_overhead_source": overhead_source,
             "stream_tokens_per_s": stream}
+
+
+def route_of(c) -> Callable | None:
+    """How the DP controller of configuration `c` sends each request to a replica, for `sim.simulate`: None for
+    SGLang's default round robin; ZeroDP's launcher sets `total_tokens` and its router (`zerodp.router.pick_rank`:
+    the least full KV cache the prompt fits in, else the fewest tokens), read from each simulated replica's load
+    (`ReplicaSim.load`, current at the arrival, as the router's snapshot add-back makes it)."""
+    if c.technique != "zerodp":
+        return None
+    from sgl_sidp.zerodp.router import pick_rank
+
+    def route(req, replicas) -> int:
+        loads = [rep.load() for rep in replicas]
+        return pick_rank([t for t, _ in loads], [n for _, n in loads], [rep.limits.kv_tokens for rep in replicas],
+                         req.input_len)
+
+    return route
 
 
 def shard_attn_tp(c, role: str) -> int:

@@ -586,6 +586,13 @@ class ReplicaSim:
         self.waiting.appendleft(victim)
         self.ratio = INIT_NEW_TOKEN_RATIO
 
+    def load(self) -> tuple[int, int]:
+        """(tokens, requests) as this replica's SGLang scheduler reports them to the DP controller (`LoadSnapshot.
+        num_total_tokens`: KV tokens in use plus the waiting requests' prompts; running plus waiting requests)."""
+        chunked = [self.chunked] if self.chunked is not None and self.chunked not in self.waiting else []
+        tokens = self.used + sum(r.input_len for r in self.waiting)
+        return tokens, len(self._running) + len(self.waiting) + len(chunked)
+
     def arrive(self, req: SimRequest) -> None:
         """Queue `req` once this replica has run every iteration SGLang's scheduler chose before `req` arrived.
 
