@@ -128,6 +128,7 @@ def test_timed_rounds_run_side_by_side_and_give_ratios_to_the_best_vanilla(tmp_p
     out = tmp_path / "out"
     res = {n: json.loads((out / "dense" / f"{n}.json").read_text()) for n in ("tp2", "dp2", "sidp_dp2_cas", "tp4")}
     assert {n: r["gpus"] for n, r in res.items()} == {"tp2": "0,1", "dp2": "2,3", "sidp_dp2_cas": "0,1", "tp4": "0,1,2,3"}
+    assert res["dp2"]["calibration_dir"].endswith("dense/calibration/dp2")  # servers at once: a cache each
     b = res["dp2"]["burst"]
     assert b["spec"] == "8+16+4" and b["failed"] == 0 and b["total_tok_s"] > 0
     assert sum(v["decode_tokens"] for v in b["per_rank"].values()) == 8 * 3
@@ -246,3 +247,12 @@ def test_config_args_reach_one_configuration_only(tmp_path, capsys):
     rc = compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "dp2", "--burst", "8+16+4",
                            "--config-args", "tp4=--x 1"))
     assert rc == 2 and "compare: error: --config-args tp4=...: tp4 is not one of --configs" in capsys.readouterr().err
+
+
+def test_servers_one_after_the_other_share_a_calibration_cache(tmp_path, fake):
+    """Sequential servers of a model read and write one cache (a ZeroDP source calibrates once, a sink's copy rates
+    reach the next ZeroDP configuration); servers that run at once each have their own (the parallel test above)."""
+    dense = model(tmp_path, "dense", DENSE)
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2,dp2", "--burst", "4+8+2")) == 0
+    dirs = {n: json.loads((tmp_path / "out" / "dense" / f"{n}.json").read_text())["calibration_dir"] for n in ("tp2", "dp2")}
+    assert dirs["tp2"] == dirs["dp2"] == str(tmp_path / "out" / "dense" / "calibration" / "shared")

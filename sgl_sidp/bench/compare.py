@@ -326,9 +326,13 @@ class Measurement:
         from sgl_sidp.bench.server import ServerProcess
 
         launcher, flags = server_flags(self.job, self.a)
-        # each server its own calibration cache (servers that run at once would race on one); packed servers share
-        # GPUs, so a TP group's GPUs differ in free memory, which SGLang refuses unless told otherwise
-        env = {"SIDP_CALIBRATION_DIR": str(self.job.result.parent / "calibration" / self.job.name)}
+        # one calibration cache per model for servers that run one after the other (a ZeroDP source measures its
+        # forward times once, and its sinks' copy rates, measured at a start that offloads nothing, reach the next
+        # ZeroDP configuration's policy, as at a user's second start); each its own where servers run at once (they
+        # would race on one). Packed servers share GPUs, so a TP group's GPUs differ in free memory, which SGLang
+        # refuses unless told otherwise
+        alone = not self.a.parallel and self.a.servers_per_gpu == 1
+        env = {"SIDP_CALIBRATION_DIR": str(self.job.result.parent / "calibration" / ("shared" if alone else self.job.name))}
         if self.a.servers_per_gpu > 1:
             env["SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"] = "0"
         self.srv = ServerProcess(launcher, flags, port=self.port, log_path=self.job.log, gpus=",".join(self.gpus),
@@ -340,6 +344,7 @@ class Measurement:
                          "dp": c.dp if c else None, "tp": c.tp if c else None, "sp": c.sp if c else None,
                          "gpu_count": len(self.gpus), "gpus": ",".join(self.gpus), "gpu_name": gpu_name(self.gpus[0]),
                          "commit": git_commit(), "command": shlex.join(self.srv.command),
+                         "calibration_dir": env["SIDP_CALIBRATION_DIR"],
                          "started": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         self.res.pop("error", None)
         self.srv.start()
