@@ -454,6 +454,15 @@ def test_accepted_values_reach_child_processes_intact(flag, value):
     assert back.model_dump() == cfg.model_dump()
 
 
+@pytest.mark.parametrize("switch", ["--sidp-cas-graphs", "--no-sidp-cas-graphs", "--overlay-fold-gpus",
+                                    "--overlay-batch-signal"])
+def test_switches_reach_child_processes_intact(switch):
+    """On, off (`--no-x` of a three-way switch) and not given stay apart in every SGLang process."""
+    cfg = parse(switch)
+    back = SidpConfig.from_env(cfg.to_env({}))
+    assert back.model_dump() == cfg.model_dump() and back.model_dump() != parse().model_dump()
+
+
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "1e999"])
 @pytest.mark.parametrize("flag", ["--sidp-b-th", "--sidp-owner-timeout-s", "--sidp-hysteresis",
                                   "--zerodp-source-timeout-s"])
