@@ -73,10 +73,12 @@ def test_jobs_add_each_overlay_configurations_reference_and_skip_what_the_model_
 def test_bad_input_is_one_line_each_before_any_server(tmp_path, capsys, fake):
     dense = model(tmp_path, "dense", DENSE)
     rc = compare.main(["--model-path", str(dense), "--out-dir", str(tmp_path / "o"), "--configs", "tp2,xx",
-                       "--burst", "8+16", "--trace", str(tmp_path / "missing.csv"), "--servers-per-gpu", "2"])
+                       "--burst", "8+16", "--trace", str(tmp_path / "missing.csv"), "--servers-per-gpu", "2",
+                       "--alone", "0+1+1"])
     err = capsys.readouterr().err.splitlines()
     assert rc == 2 and not fake
     assert "compare: error: --burst 8+16: expected S+IN+OUT (three integers)" in err
+    assert "compare: error: --alone 0+1+1: each of N, IN, OUT at least 1" in err
     assert any("missing.csv: no such file" in e for e in err)
     assert any("only for --exact alone" in e for e in err)
     assert any("no weights there; pass --load-format dummy" in e for e in err)
@@ -253,6 +255,12 @@ def test_servers_one_after_the_other_share_a_calibration_cache(tmp_path, fake):
     """Sequential servers of a model read and write one cache (a ZeroDP source calibrates once, a sink's copy rates
     reach the next ZeroDP configuration); servers that run at once each have their own (the parallel test above)."""
     dense = model(tmp_path, "dense", DENSE)
-    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2,dp2", "--burst", "4+8+2")) == 0
-    dirs = {n: json.loads((tmp_path / "out" / "dense" / f"{n}.json").read_text())["calibration_dir"] for n in ("tp2", "dp2")}
-    assert dirs["tp2"] == dirs["dp2"] == str(tmp_path / "out" / "dense" / "calibration" / "shared")
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2,dp2", "--burst", "4+8+2",
+                             "--alone", "2+8+3")) == 0
+    res = {n: json.loads((tmp_path / "out" / "dense" / f"{n}.json").read_text()) for n in ("tp2", "dp2")}
+    assert res["tp2"]["calibration_dir"] == res["dp2"]["calibration_dir"] == str(
+        tmp_path / "out" / "dense" / "calibration" / "shared")
+    alone = res["dp2"]["alone"]  # --alone: requests one after the other
+    assert alone["spec"] == "2+8+3" and alone["failed"] == 0 and alone["ttft_ms_p50"] > 0 and alone["tpot_ms_p50"] > 0
+    md = (tmp_path / "out" / "compare.md").read_text()
+    assert "Alone 2+8+3 (N+IN+OUT, each request after the last finished):" in md

@@ -21,6 +21,8 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   Shift against TP of its size), which runs too when it is missing.
 * `--burst S+IN+OUT`: S random prompts of IN tokens, OUT forced output tokens, all at once: throughput, TTFT and TPOT
   p50/p99, and the requests each DP rank decoded (SGLang's Prometheus counters).
+* `--alone N+IN+OUT`: N random prompts of IN tokens, OUT forced output tokens, each sent after the last finished:
+  TTFT and TPOT p50 of a server with nothing else to do (the low-load latency).
 * `--trace FILE --rates R,...`: `python -m sgl_sidp.replay` of the trace at each arrival-rate factor R (`--time-scale
   1/R`, with `--trace-args`), goodput under `--slo-ttft-ms`/`--slo-tpot-ms`.
 
@@ -101,8 +103,8 @@ class Job:
         return self.result.parent / "logs" / f"{self.name}.log"
 
 
-def triple(spec: str) -> tuple[int, int, int]:
-    """(S, IN, OUT) of "S+IN+OUT".
+def triple(spec: str, flag: str = "--burst", first: str = "S") -> tuple[int, int, int]:
+    """(S, IN, OUT) of "S+IN+OUT" (`flag`'s value; `first` names its first number in errors).
 
     Raises:
         CompareError: not three positive integers.
@@ -110,9 +112,9 @@ def triple(spec: str) -> tuple[int, int, int]:
     try:
         s, i, o = (int(x) for x in spec.split("+"))
     except ValueError:
-        raise CompareError(f"--burst {spec}: expected S+IN+OUT (three integers)") from None
+        raise CompareError(f"{flag} {spec}: expected {first}+IN+OUT (three integers)") from None
     if min(s, i, o) < 1:
-        raise CompareError(f"--burst {spec}: each of S, IN, OUT at least 1")
+        raise CompareError(f"{flag} {spec}: each of {first}, IN, OUT at least 1")
     return s, i, o
 
 
@@ -307,6 +309,8 @@ class Measurement:
         out = []
         if a.exact and "exact" not in res:
             out.append(("exact", self.run_exact))
+        if a.alone and res.get("alone", {}).get("spec") != a.alone:
+            out.append(("alone", self.run_alone))
         if a.burst and res.get("burst", {}).get("spec") != a.burst:
             out.append(("burst", self.run_burst))
         for trace in a.trace:
@@ -410,6 +414,21 @@ class Measurement:
             "output_tok_s": m["output_throughput"], "ttft_ms_p50": m["median_ttft_ms"], "ttft_ms_p99": m["p99_ttft_ms"],
             "tpot_ms_p50": m["median_tpot_ms"], "tpot_ms_p99": m["p99_tpot_ms"],
             "per_rank": {str(r): v for r, v in per_rank_from_deltas(counter_deltas(before, after)).items()}}
+
+    def run_alone(self) -> None:
+        """`--alone N+IN+OUT`: N requests, each sent when the one before finished (distinct prompts: no cache hit)."""
+        from sgl_sidp.bench.batches import prompts, run_batch
+        from sgl_sidp.bench.metrics import compute_metrics
+
+        n, i, o = triple(self.a.alone, "--alone", "N")
+        outs, seconds = [], 0.0
+        for ids in prompts(n, i, 11):
+            got, s = run_batch(self.srv.base_url, [(ids, o, None)])
+            outs += got
+            seconds += s
+        m = compute_metrics(outs, seconds)
+        self.res["alone"] = {"spec": self.a.alone, "failed": m["failed"], "ttft_ms_p50": m["median_ttft_ms"],
+                             "tpot_ms_p50": m["median_tpot_ms"], "e2e_ms_p50": m.get("median_e2e_latency_ms")}
 
     def run_trace(self, trace: Path, rate: float) -> None:
         """One replay of `trace` at `rate` times its arrival rate."""
@@ -626,7 +645,7 @@ def status_line(job: Job, res: dict) -> str:
         return f"{head}: refused: {res['refused']}"
     if res.get("error"):
         return f"{head}: did not start: {res['error']['what']}"
-    done = [k for k in ("exact", "burst") if k in res] + list(res.get("traces", {}))
+    done = [k for k in ("exact", "alone", "burst") if k in res] + list(res.get("traces", {}))
     errs = res.get("step_errors") or {}
     return (f"{head}: up in {res.get('startup_s')} s, KV {res.get('kv_tokens')}, done: {', '.join(done) or 'nothing'}"
             + (f"; errors: {errs}" if errs else ""))
@@ -651,6 +670,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    "\"zerodp_dp2=--zerodp-expected-batch kv:8192\"); repeatable")
     p.add_argument("--exact", action="store_true", help="greedy answers on every DP rank against the vanilla reference")
     p.add_argument("--exact-tokens", type=int, default=exact.NEW_TOKENS, help="greedy tokens per prompt (default: %(default)s)")
+    p.add_argument("--alone", default=None, metavar="N+IN+OUT",
+                   help="N requests of IN prompt and OUT output tokens, one after the other (low-load TTFT, TPOT)")
     p.add_argument("--burst", default=None, metavar="S+IN+OUT", help="S requests of IN prompt and OUT output tokens at once")
     p.add_argument("--trace", type=Path, action="append", default=[], help="a trace to replay (repeatable)")
     p.add_argument("--rates", default="1", help="arrival-rate factors of each trace replay (default: %(default)s)")
@@ -691,8 +712,13 @@ def check(a: argparse.Namespace) -> list[str]:
         problems.append("--configs: name at least one configuration")
     unknown = sorted(set(a.config_args) - {n for n in a.configs.split(",") if n})
     problems += [f"--config-args {n}=...: {n} is not one of --configs" for n in unknown]
-    if not (a.exact or a.burst or a.trace):
-        problems.append("nothing to measure: give --exact, --burst or --trace")
+    if not (a.exact or a.alone or a.burst or a.trace):
+        problems.append("nothing to measure: give --exact, --alone, --burst or --trace")
+    if a.alone:
+        try:
+            triple(a.alone, "--alone", "N")
+        except CompareError as e:
+            problems.append(str(e))
     if a.burst:
         try:
             triple(a.burst)
@@ -703,7 +729,7 @@ def check(a: argparse.Namespace) -> list[str]:
     problems += [f"--trace {t}: no such file" for t in a.trace if not t.is_file()]
     if a.servers_per_gpu < 1:
         problems.append("--servers-per-gpu: at least 1")
-    if a.servers_per_gpu > 1 and (a.burst or a.trace):
+    if a.servers_per_gpu > 1 and (a.alone or a.burst or a.trace):
         problems.append("--servers-per-gpu > 1 shares GPUs between servers: only for --exact alone (no speed numbers)")
     if not a.gpus or any(not g.isdigit() for g in a.gpus):
         problems.append(f"--gpus {','.join(a.gpus)}: expected GPU indices such as 0,1")
@@ -758,7 +784,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prebuild = start_jit_prebuild(todo, a.gpus, a.out_dir / "logs")
         signal.signal(signal.SIGTERM, _interrupt)  # `timeout` stops the run: its servers (own sessions) stop too
         try:
-            if a.exact and not (a.burst or a.trace):
+            if a.exact and not (a.alone or a.burst or a.trace):
                 run_exact_pool(todo, a, log)
             else:
                 run_rounds(todo, a, log)

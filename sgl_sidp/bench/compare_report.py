@@ -28,6 +28,8 @@ FACTS: list[tuple[str, str, bool, Callable[[dict], float | None]]] = [
 BURST: list[tuple[str, str, bool]] = [
     ("total_tok_s", "tok/s (in+out)", True), ("ttft_ms_p50", "TTFT p50 ms", False), ("ttft_ms_p99", "TTFT p99 ms", False),
     ("tpot_ms_p50", "TPOT p50 ms", False), ("tpot_ms_p99", "TPOT p99 ms", False)]
+ALONE: list[tuple[str, str, bool]] = [
+    ("ttft_ms_p50", "TTFT p50 ms", False), ("tpot_ms_p50", "TPOT p50 ms", False), ("e2e_ms_p50", "E2E p50 ms", False)]
 TRACE: list[tuple[str, str, bool]] = [
     ("request_goodput", "goodput req/s", True), ("output_throughput", "output tok/s", True),
     ("median_ttft_ms", "TTFT p50 ms", False), ("median_tpot_ms", "TPOT p50 ms", False)]
@@ -181,6 +183,20 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                                 "max_logprob_gap": ex[name]["max_logprob_gap"],
                                 "first_difference": ex[name]["first_difference"]})
         lines.append("")
+        with_alone = {n: r for n, r in group.items() if r.get("alone")}
+        if with_alone:
+            spec = next(iter(with_alone.values()))["alone"]["spec"]
+            lines += [f"Alone {spec} (N+IN+OUT, each request after the last finished):", "",
+                      "| configuration | " + " | ".join(label for _, label, _ in ALONE) + " |",
+                      "|---|" + "---:|" * len(ALONE)]
+            bests = {k: best_vanilla(with_alone, lambda r, k=k: r["alone"].get(k), hi) for k, _, hi in ALONE}
+            for name, r in with_alone.items():
+                lines.append(f"| {name} | " + " | ".join(cell(r["alone"].get(k), bests[k]) for k, _, _ in ALONE) + " |")
+                for k in ("ttft_ms_p50", "tpot_ms_p50"):
+                    summary.append({"model": model, "gpus": count, "gpu_name": gpu, "configuration": name,
+                                    "workload": f"alone {spec}", "metric": k,
+                                    **ratio_row(r["alone"].get(k), bests[k])})
+            lines.append("")
         with_burst = {n: r for n, r in group.items() if r.get("burst")}
         if with_burst:
             lines += [f"Burst {burst_spec} (S+IN+OUT, all at once):", "",
