@@ -1,16 +1,15 @@
-"""The scheduler simulation (`sgl_sidp.plan.sim`) against schedules computed by hand, and against a frozen copy of
-its first, step-by-step implementation."""
+"""The scheduler simulation (`sgl_sidp.plan.sim`) against schedules computed by hand, and against its step-by-step
+reference (`sgl_sidp.plan.sim_reference`), float for float."""
 
 import collections
-import math
 import random
 from pathlib import Path
 
 import pytest
 
-from sgl_sidp.plan.sim import (BLOCK_TOKENS, CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO,
-                               NEW_TOKEN_RATIO_DECAY_STEPS, PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest,
-                               StepTimes, deliver, simulate, summarize)
+from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, StepTimes, deliver, simulate,
+                               summarize)
+from sgl_sidp.plan.sim_reference import ReferenceRadixBlocks, ReferenceReplicaSim, reference_simulate
 
 #: prefill: 1 us per new token; decode: 1 ms + 0.1 ms per sequence
 TIMES = StepTimes(decode_ms=lambda b, ctx: 1.0 + 0.1 * b, prefill_ms=lambda parts: sum(n for n, _ in parts) / 1000)
@@ -114,185 +113,9 @@ def test_an_admission_on_the_line_sums_the_reserved_tokens_per_request_as_prefil
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The simulation against a frozen copy of its first implementation (sgl_sidp.plan.sim at 68b72c1: every decode step
-# went over every running request): the same schedules, float for float, on workloads that exercise every branch.
-
-class _RefRadixBlocks:
-    def __init__(self):
-        self.blocks = collections.OrderedDict()
-
-    @property
-    def tokens(self):
-        return len(self.blocks) * BLOCK_TOKENS
-
-    def hit(self, hash_ids):
-        n = 0
-        for h in hash_ids or ():
-            if h not in self.blocks:
-                break
-            self.blocks.move_to_end(h)
-            n += 1
-        return n * BLOCK_TOKENS
-
-    def insert(self, hash_ids):
-        for h in hash_ids or ():
-            self.blocks[h] = None
-            self.blocks.move_to_end(h)
-
-    def evict(self, tokens):
-        while tokens > 0 and self.blocks:
-            self.blocks.popitem(last=False)
-            tokens -= BLOCK_TOKENS
-
-
-class _RefReplicaSim:
-    def __init__(self, limits, times):
-        self.limits, self.times = limits, times
-        self.clock = 0.0
-        self.waiting = collections.deque()
-        self.running = []
-        self.chunked = None
-        self.cache = _RefRadixBlocks()
-        self.used = 0
-        self.ratio = INIT_NEW_TOKEN_RATIO
-        self.iterations = collections.Counter()
-        self.last_start = self.last_end = -math.inf  # the last prefill or decode iteration (not a rejection)
-
-    def _free(self):
-        return self.limits.kv_tokens - self.used - self.cache.tokens
-
-    def _take(self, tokens):
-        short = tokens - self._free()
-        if short > 0:
-            self.cache.evict(short)
-        self.used += tokens
-
-    def _reserved(self):
-        return sum(min(r.output_len - r.decoded, CLIP_MAX_NEW_TOKENS) * self.ratio for r in self.running)
-
-    def _prefill_batch(self):
-        batch, chunk, budget = [], self.limits.chunked_prefill, self.limits.max_prefill_tokens
-        rem_total = self._free() + self.cache.tokens - self._reserved()
-        queue = ([self.chunked] if self.chunked else []) + list(self.waiting)
-        for req in queue:
-            if len(self.running) + len(batch) >= self.limits.max_running or chunk <= 0 or budget <= 0:
-                break
-            if req is not self.chunked:
-                req.cached = min(self.cache.hit(req.hash_ids), req.input_len - 1)
-                req.prefilled = req.cached
-                need = req.input_len - req.cached + min(req.output_len, CLIP_MAX_NEW_TOKENS) + 1
-                if need >= rem_total:
-                    break
-                rem_total -= need
-            take = min(req.input_len - req.prefilled, chunk)
-            batch.append((req, take))
-            chunk -= take
-            budget -= take
-            if req.prefilled + take < req.input_len:
-                break
-        return batch
-
-    def step(self):
-        # SGLang's overlap scheduler chose this iteration when the one before it started, if it follows that one back
-        # to back, else now: a request that arrived later is not part of it, unless nothing else would run
-        chosen = self.last_start if self.last_end == self.clock else self.clock
-        late = [r for r in self.waiting if r.arrival_s > chosen]
-        if late and (len(late) < len(self.waiting) or self.running or self.chunked):
-            for r in late:
-                self.waiting.remove(r)
-            ran = self._step()
-            self.waiting.extend(late)
-            return ran
-        return self._step()
-
-    def _step(self):
-        batch = self._prefill_batch() if (self.waiting or self.chunked) else []
-        if not batch and not self.running and not self.chunked and self.waiting:
-            self.waiting.popleft().rejected = True
-            return True
-        if batch:
-            self.last_start = self.clock
-            self.clock += self.times.prefill_ms([(t, r.prefilled) for r, t in batch]) / 1e3
-            self.last_end = self.clock
-            self.iterations["prefill"] += 1
-            self.chunked = None
-            for req, take in batch:
-                if req in self.waiting:
-                    self.waiting.remove(req)
-                self._take(take)
-                req.held += take
-                req.prefilled += take
-                if req.prefilled < req.input_len:
-                    self.chunked = req
-                    continue
-                req.decoded = 1
-                req.first_token_s = req.first_token_s or self.clock
-                self._finish_or_run(req)
-            return True
-        if not self.running:
-            return False
-        while self._free() + self.cache.tokens < len(self.running) and len(self.running) > 1:
-            self._retract()
-        n, d = len(self.running), self.times.decode_ms
-        ms = d(n, sum(r.input_len + r.decoded for r in self.running) / n)
-        if self.times.longest_row and n > 1:  # at least the longest row's step and what the other rows add
-            ms = max(ms, d(1, max(r.input_len + r.decoded for r in self.running)) + (d(n, 0) - d(1, 0)))
-        self.last_start = self.clock
-        self.clock += ms / 1e3
-        self.last_end = self.clock
-        self.iterations["decode"] += 1
-        self._take(len(self.running))
-        done = list(self.running)
-        self.running = []
-        for req in done:
-            req.decoded += 1
-            req.held += 1
-            self._finish_or_run(req)
-        step = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS
-        self.ratio = max(MIN_NEW_TOKEN_RATIO, self.ratio - step)
-        return True
-
-    def _finish_or_run(self, req):
-        if req.decoded >= req.output_len:
-            req.finish_s = self.clock
-            self.used -= req.held
-            req.held = 0
-            self.cache.insert(req.hash_ids)
-        else:
-            self.running.append(req)
-
-    def _retract(self):
-        victim = max(self.running, key=lambda r: r.decoded)
-        self.running.remove(victim)
-        self.used -= victim.held
-        victim.prefilled = victim.decoded = victim.held = 0
-        victim.retractions += 1
-        self.waiting.appendleft(victim)
-        self.ratio = INIT_NEW_TOKEN_RATIO
-
-
-def _ref_simulate(requests, replicas, route=None):
-    pending = collections.deque(sorted(requests, key=lambda r: r.arrival_s))
-    rr = 0
-    while pending or any(r.waiting or r.running or r.chunked for r in replicas):
-        busy = [r for r in replicas if r.waiting or r.running or r.chunked]
-        now = min((r.clock for r in busy), default=math.inf)
-        if pending and pending[0].arrival_s <= now:
-            req = pending.popleft()
-            i = route(req, replicas) if route else rr % len(replicas)
-            rr += 1
-            target = replicas[i]
-            target.clock = max(target.clock, req.arrival_s)
-            target.waiting.append(req)
-            chosen = target.last_start if target.last_end == target.clock else target.clock
-            if chosen < req.arrival_s and (len(target.waiting) > 1 or target.running or target.chunked):
-                target.step()  # the iteration chosen before `req` came, which runs without it, before the next arrival
-            continue
-        if not busy:
-            continue
-        min(busy, key=lambda r: r.clock).step()
-    return requests
-
+# The simulation against its reference (`sgl_sidp.plan.sim_reference`, after sgl_sidp.plan.sim's first implementation
+# at 68b72c1: every decode step goes over every running request): the same schedules, float for float, on workloads
+# that exercise every branch.
 
 #: step times with a context term, as the planner's are (the decode step depends on the mean context)
 CTX_TIMES = StepTimes(decode_ms=lambda b, ctx: 4.0 + 0.03 * b + 2.5e-5 * b * ctx,
@@ -324,7 +147,7 @@ def _least_loaded(req, replicas):
 
 def _cached_ids(cache):
     """The radix cache's block ids, least recently used first (the simulation's: its private runs spelled out)."""
-    if isinstance(cache, _RefRadixBlocks):
+    if isinstance(cache, ReferenceRadixBlocks):
         return list(cache.blocks)
     assert cache.size == len(cache.ids())
     return cache.ids()
@@ -352,8 +175,8 @@ def _outcome(requests, replicas):
 def test_the_schedule_is_the_first_implementations_float_for_float(kind, seed, n, dp, limits, route):
     rows = _workload(kind, seed, n)
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(**limits), CTX_TIMES) for _ in range(dp)]
-    _ref_simulate(ref_reqs, ref_reps, route)
+    ref_reps = [ReferenceReplicaSim(ReplicaLimits(**limits), CTX_TIMES) for _ in range(dp)]
+    reference_simulate(ref_reqs, ref_reps, route)
     reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(**limits), CTX_TIMES) for _ in range(dp)]
     simulate(reqs, reps, route)
     assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
@@ -376,8 +199,8 @@ def test_the_first_implementations_schedule_of_real_traces(name, n, dp, kv):
 
     rows = [(r.arrival_s, r.input_len, max(1, r.output_len), r.hash_ids) for r in load_trace(TRACES / name)[:n]]
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
-    _ref_simulate(ref_reqs, ref_reps)
+    ref_reps = [ReferenceReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
+    reference_simulate(ref_reqs, ref_reps)
     reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
     simulate(reqs, reps)
     assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
@@ -427,9 +250,9 @@ def test_runs_of_equal_step_times_give_the_first_implementations_schedule(kind, 
     assert times.decode_run is not None
     rows = _workload(kind, seed, n)
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(**limits), StepTimes(times.decode_ms, times.prefill_ms, longest_row=times.longest_row))
-                for _ in range(dp)]
-    _ref_simulate(ref_reqs, ref_reps, route)
+    ref_times = StepTimes(times.decode_ms, times.prefill_ms, longest_row=times.longest_row)
+    ref_reps = [ReferenceReplicaSim(ReplicaLimits(**limits), ref_times) for _ in range(dp)]
+    reference_simulate(ref_reqs, ref_reps, route)
     reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(**limits), times) for _ in range(dp)]
     simulate(reqs, reps, route)
     assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
@@ -447,8 +270,9 @@ def test_runs_of_equal_step_times_on_real_traces(name, n, dp, kv):
     times = _planner_times()
     rows = [(r.arrival_s, r.input_len, max(1, r.output_len), r.hash_ids) for r in load_trace(TRACES / name)[:n]]
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), StepTimes(times.decode_ms, times.prefill_ms, longest_row=times.longest_row)) for _ in range(dp)]
-    _ref_simulate(ref_reqs, ref_reps)
+    ref_times = StepTimes(times.decode_ms, times.prefill_ms, longest_row=times.longest_row)
+    ref_reps = [ReferenceReplicaSim(ReplicaLimits(kv), ref_times) for _ in range(dp)]
+    reference_simulate(ref_reqs, ref_reps)
     reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(kv), times) for _ in range(dp)]
     simulate(reqs, reps)
     assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
@@ -458,10 +282,10 @@ def test_simulating_again_on_the_same_replicas_goes_on_from_where_they_are():
     """A second `simulate` on replicas that ran before (round robin runs each replica through its own requests)."""
     rows = _workload("prefix", 12, 120)
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(30_000), CTX_TIMES) for _ in range(2)]
-    _ref_simulate(ref_reqs[:60], ref_reps)
+    ref_reps = [ReferenceReplicaSim(ReplicaLimits(30_000), CTX_TIMES) for _ in range(2)]
+    reference_simulate(ref_reqs[:60], ref_reps)
     later = [SimRequest(r.arrival_s + 1000.0, r.input_len, r.output_len, r.hash_ids) for r in ref_reqs[60:]]
-    _ref_simulate(later, ref_reps)
+    reference_simulate(later, ref_reps)
     reqs = [SimRequest(*r) for r in rows]
     reps = [ReplicaSim(ReplicaLimits(30_000), CTX_TIMES) for _ in range(2)]
     simulate(reqs[:60], reps)
@@ -492,8 +316,8 @@ def _aging_prefixes(seed: int) -> list[tuple]:
 def test_the_step_that_finishes_a_request_evicts_before_the_request_inserts_its_blocks(seed, kv):
     rows = _aging_prefixes(seed)
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), CTX_TIMES)]
-    _ref_simulate(ref_reqs, ref_reps)
+    ref_reps = [ReferenceReplicaSim(ReplicaLimits(kv), CTX_TIMES)]
+    reference_simulate(ref_reqs, ref_reps)
     reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(kv), CTX_TIMES)]
     simulate(reqs, reps)
     assert _outcome(reqs, reps) == _outcome(ref_reqs, ref_reps)
@@ -571,8 +395,8 @@ def test_private_blocks_are_the_last_blocks_no_other_request_of_the_replica_has(
 def test_private_blocks_leave_the_first_implementations_schedule_as_it_is(kind, seed, n, dp, kv):
     rows = _workload(kind, seed, n)
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
-    _ref_simulate(ref_reqs, ref_reps)
+    ref_reps = [ReferenceReplicaSim(ReplicaLimits(kv), CTX_TIMES) for _ in range(dp)]
+    reference_simulate(ref_reqs, ref_reps)
     plain = [SimRequest(*r) for r in rows]
     reqs = [SimRequest(*r, private_blocks=k) for r, k in zip(rows, PrivateBlocks(plain)(dp))]
     assert sum(r.private_blocks for r in reqs) > 0
@@ -592,9 +416,9 @@ def test_private_blocks_on_the_mooncake_trace(dp, kv):
     rows = [(r.arrival_s, r.input_len, max(1, r.output_len), r.hash_ids)
             for r in load_trace(TRACES / "conversation_trace.jsonl")[:600]]
     ref_reqs = [SimRequest(*r) for r in rows]
-    ref_reps = [_RefReplicaSim(ReplicaLimits(kv), StepTimes(times.decode_ms, times.prefill_ms,
+    ref_reps = [ReferenceReplicaSim(ReplicaLimits(kv), StepTimes(times.decode_ms, times.prefill_ms,
                                                             longest_row=times.longest_row)) for _ in range(dp)]
-    _ref_simulate(ref_reqs, ref_reps)
+    reference_simulate(ref_reqs, ref_reps)
     reqs = [SimRequest(*r, private_blocks=k) for r, k in zip(rows, PrivateBlocks(ref_reqs)(dp))]
     reps = [ReplicaSim(ReplicaLimits(kv), times) for _ in range(dp)]
     simulate(reqs, reps)

@@ -10,8 +10,10 @@ one GPU. Every figure it gives is a prediction and is labelled so.
   measured by `python -m sgl_sidp.plan measure-comm`;
 - `steps`: each technique's step times from its shards' calibrations, the collectives and copies it adds, and the
   decisions it makes with the features' cost model (`sgl_sidp.calibration.cost`);
-- `sim`: a discrete-event simulation of SGLang's scheduler (continuous batching, chunked prefill, KV admission and
-  retraction, the radix cache);
+- `sim_reference`: the scheduler simulation written plainly, one iteration at a time: start here;
+- `sim`: its optimised equivalent, the discrete-event simulation of SGLang's scheduler the planner runs (continuous
+  batching, chunked prefill, KV admission and retraction, the radix cache), tested float for float against
+  `sim_reference`;
 - `planner`: the library: `plan` / `plan_requests` predict every configuration and rank them, `table` and
   `write_png` render the result, `launch_flags` gives the flags the launcher's auto mode starts the winner with;
 - `__main__`: the command (`python -m sgl_sidp.plan`: argument parsing and printing, the table, `--json`, `--png`).

@@ -1,6 +1,9 @@
 """A discrete-event simulation of SGLang 0.5.17's scheduler, one DP replica at a time: predicted TTFT, TPOT, E2E and
 throughput from a replica's step times.
 
+A reader starts from `sim_reference.py`: the same simulation written plainly, one iteration at a time. This module is
+its optimised equivalent and must give the same schedule float for float (tests/test_plan_sim.py).
+
 What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.managers.schedule_policy`):
 
 - continuous batching, prefill first: an iteration runs a prefill batch when requests wait and one fits, else a
