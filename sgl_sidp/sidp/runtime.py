@@ -441,7 +441,7 @@ class SiDPRuntime:
         """
         if self.settings.service != "was" and self.mlps:
             self._join_lockstep(scheduler)
-        elif self.mlps and self.streamed and self.copy_gbps and self.tp_rank == 0:
+        elif self.mlps and self.streamed and self.copy_gbps and self.dp_rank == 0 and self.tp_rank == 0:
             self._say_if_was_is_copy_bound(scheduler.tp_worker.model_runner)
         collector = getattr(scheduler, "metrics_collector", None)
         if collector is not None:
