@@ -40,6 +40,9 @@ class Feature:
         resolve: `(config, server_args) -> (config, problems)`, once SGLang resolved its settings (`ServerArgs`,
             still before any model or KV memory is taken): checks that need SGLang's resolved values, and the
             feature's defaults that depend on them (the returned config is what SGLang's processes get).
+        planner: "module:attribute" of the feature's planner part, a `sgl_sidp.plan.technique.Technique` (its
+            configuration names and options, launch flags, shards, memory and step model), resolved only when the
+            planner runs (`technique.techniques`); "" for a feature the planner does not model.
     """
 
     name: str
@@ -52,6 +55,7 @@ class Feature:
     ignored: Callable[[Any], dict[str, str]] = lambda settings: {}
     resolve: Callable[[Any, Any], tuple[Any, list[str]]] = lambda cfg, server_args: (cfg, [])
     refused: dict[str, tuple[tuple[str, ...], str]] = dataclasses.field(default_factory=dict)
+    planner: str = ""
 
 
 def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_attention_why: str) -> list[str]:

@@ -9,7 +9,7 @@ adds comes from the interconnect table. Its **memory** (weights per GPU, KV toke
 Names (the planner's JSON keeps them): `tp{t}` (one replica), `dp{d}` (replicas of TP1), `tp{t}_dp{d}`, `dp{d}_attn`
 (SGLang's DP attention: attention data-parallel, the FFN TP over all GPUs), `zerodp_dp{d}` (MoE), `sidp_dp{d}_{was,
 cas,auto}` (dense), `shift_sp{sp}_tp{tp}` (dense; base (SP, TP), shift TP = SP x TP). A name may end in options that
-pick a launch setting the planner does not vary (`OPTIONS`; `configuration_named` reads both, `Configuration.
+pick a launch setting the planner does not vary (`Technique.options`; `configuration_named` reads both, `Configuration.
 launch_flags` turns them into flags): `dp4_attn_ep`, `zerodp_dp2_all`, `sidp_dp2_cas_graphs`, `sidp_dp2_auto_bth64`,
 `shift_sp2_tp1_th1_exact`, `zerodp_dp2_pf8192`.
 """
@@ -20,6 +20,7 @@ import dataclasses
 import re
 
 from sgl_sidp.calibration.memory import ModelShapes, kv_tokens
+from sgl_sidp.plan.technique import Technique, option, technique_named, techniques
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Configuration:
         technique: "vanilla", "dp_attention", "zerodp", "sidp" or "shift".
         dp, tp, sp: DP replicas, TP per replica (Shift: TP of the base configuration), SP (Shift's base only).
         variant: SiDP's service ("was", "cas", "auto"); "" otherwise.
-        options: launch settings the name ends in (`OPTIONS`), e.g. ("graphs",) or ("bth64",); () for the planner's.
+        options: launch settings the name ends in (`Technique.options`), e.g. ("graphs",) or ("bth64",); () for the planner's.
     """
 
     name: str
@@ -104,9 +105,14 @@ class Configuration:
         return self.name[: len(self.name) - sum(len(o) + 1 for o in self.options)] if self.options else self.name
 
     @property
+    def kind(self) -> Technique:
+        """Its technique's planner object (`technique.technique_named(technique)`), which every method below asks."""
+        return technique_named(self.technique)
+
+    @property
     def vanilla(self) -> bool:
         """Plain SGLang (TP, DP, TP x DP, DP attention): started with `python -m sglang.launch_server`."""
-        return self.technique in ("vanilla", "dp_attention")
+        return self.kind.vanilla
 
     @property
     def launcher(self) -> str:
@@ -116,7 +122,7 @@ class Configuration:
     @property
     def server_tp(self) -> int:
         """SGLang's `--tp-size` of one replica (DP attention: every GPU; Shift: SP x TP)."""
-        return self.gpus if self.technique == "dp_attention" else self.attn_tp
+        return self.kind.server_tp(self)
 
     def launch_flags(self, b_th: float | None = None, shift_threshold: float | None = None,
                      expected_batch: str | None = None) -> list[str]:
@@ -124,33 +130,8 @@ class Configuration:
         `--enable-dp-attention`, the overlay's mode and the settings its options and the given decisions pick (SiDP
         auto's B_th in tokens per rank, Shift's threshold in tokens per forward, ZeroDP's expected batch; an option
         wins over a decision). `python -m sgl_sidp.launch_server` accepts all of them; the vanilla ones are SGLang's."""
-        opts = dict(_option(o) for o in self.options)
-        if self.technique == "dp_attention":
-            return (["--tp-size", str(self.dp), "--dp-size", str(self.dp), "--enable-dp-attention"]
-                    + (["--ep-size", str(self.dp)] if "ep" in opts else []))
-        if self.technique == "shift":
-            flags = ["--tp-size", str(self.sp * self.tp), "--overlay-mode", "shift", "--shift-sp", str(self.sp)]
-            th = opts.get("th", shift_threshold)
-            flags += ["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else []
-            return flags + (["--shift-exact"] if "exact" in opts else [])
-        flags = (["--tp-size", str(self.tp)] if self.tp > 1 else []) + (["--dp-size", str(self.dp)] if self.dp > 1 else [])
-        if self.technique == "zerodp":  # its runtime policy picks the offload set with the same cost model
-            if "all" in opts:
-                return flags + ["--overlay-mode", "zerodp", "--zerodp-layers", "all"]
-            if "pf" in opts or "kv" in opts:
-                expected_batch = f"prefill:{opts['pf']}" if "pf" in opts else f"kv:{opts['kv']}"
-            return flags + ["--overlay-mode", "zerodp"] + (["--zerodp-expected-batch", expected_batch]
-                                                            if expected_batch else [])
-        if self.technique == "sidp":
-            flags += ["--overlay-mode", "sidp", "--sidp-service", self.variant]
-            b_th = opts.get("bth", b_th)
-            if self.variant == "auto" and b_th not in (None, float("inf")):
-                flags += ["--sidp-b-th", str(int(b_th))]
-            if "graphs" in opts:
-                flags += ["--sidp-cas-graphs"]
-            if "eager" in opts:
-                flags += ["--no-sidp-cas-graphs"]
-        return flags
+        return self.kind.launch_flags(self, dict(option(o) for o in self.options), b_th, shift_threshold,
+                                      expected_batch)
 
     @property
     def gpus(self) -> int:
@@ -160,9 +141,7 @@ class Configuration:
     def attn_tp(self) -> int:
         """The attention TP of the KV cache's layout: each GPU holds 1/attn_tp of every token's KV heads (DP
         attention: 1; Shift: SP x TP, its one cache in the TP = P layout)."""
-        if self.technique == "dp_attention":
-            return 1
-        return self.tp * (self.sp if self.technique == "shift" else 1)
+        return self.kind.attn_tp(self)
 
     def shards(self, shapes: ModelShapes) -> dict[str, Shard]:
         """What one GPU computes, by role: "forward" for most; Shift has "shift" (TP = P) and "base": the TP_b model
@@ -170,32 +149,13 @@ class Configuration:
         work (tokens x heads: T/SP x H/TP_b = T x H/P; a prefill's attention, quadratic in a request's length, does
         SP times more in the base configuration than this shard). DP attention's attention is whole and its FFN split
         over all GPUs."""
-        if self.technique == "shift":
-            p = self.sp * self.tp
-            return {"shift": shard_of(shapes, p, p, p), "base": shard_of(shapes, self.tp, self.tp, p, 1 / self.sp)}
-        if self.technique == "dp_attention":
-            return {"forward": shard_of(shapes, 1, self.gpus, self.gpus)}
-        return {"forward": shard_of(shapes, self.tp, self.tp, self.tp)}
+        return self.kind.shards(self, shapes)
 
     def weight_bytes_per_gpu(self, shapes: ModelShapes, elt: int = 2, sink_offload: tuple[int, ...] = (),
                              slots: int = 2) -> dict[str, int]:
         """Weights on one GPU, by role ("gpu"; ZeroDP: "source" and "sink", whose `sink_offload` layers' experts
         it pulls into `slots` slots; SiDP: a rank owning its share of the FFN layers, with `slots` slots)."""
-        if self.technique == "shift":
-            p = self.sp * self.tp
-            return {"gpu": shapes.weight_bytes(attn_tp=self.tp, mlp_tp=self.tp, vocab_tp=p, elt=elt)}
-        if self.technique == "dp_attention":  # the embedding whole, the lm_head TP over all GPUs (no --enable-dp-lm-head)
-            return {"gpu": shapes.weight_bytes(attn_tp=1, mlp_tp=self.gpus, vocab_tp=1, elt=elt, head_tp=self.gpus)}
-        full = shapes.weight_bytes(self.tp, self.tp, self.tp, elt)
-        if self.technique == "zerodp":
-            slot = elt * shapes.expert_params() // self.tp
-            sink = shapes.weight_bytes(self.tp, self.tp, self.tp, elt, expertless=sink_offload)
-            return {"source": full, "sink": sink + (slots * slot if sink_offload else 0)}
-        if self.technique == "sidp":
-            owned = tuple(i for i in range(shapes.layers) if i % self.dp == 0)  # rank 0's share; every rank alike
-            layer = elt * shapes.dense_mlp_params() // self.tp
-            return {"gpu": shapes.weight_bytes(self.tp, self.tp, self.tp, elt, mlp_layers=owned) + slots * layer}
-        return {"gpu": full}
+        return self.kind.weight_bytes_per_gpu(self, shapes, elt, sink_offload, slots)
 
     def kv_tokens(self, shapes: ModelShapes, free_before_load: int, mem_fraction_static: float, elt: int = 2,
                   **memory) -> dict[str, int]:
@@ -204,33 +164,22 @@ class Configuration:
         per_token = shapes.kv_bytes_per_token(self.attn_tp, elt)
         out = {role: kv_tokens(free_before_load, mem_fraction_static, w, per_token)
                for role, w in self.weight_bytes_per_gpu(shapes, elt, **memory).items()}
-        if self.technique == "zerodp":
-            out["total"] = out["source"] + (self.dp - 1) * out["sink"]
-        else:
-            out["total"] = out["gpu"] * (self.gpus if self.technique == "dp_attention" else self.dp)
+        out["total"] = self.kind.total_kv_tokens(self, out)
         return out
 
 
 def configurations(shapes: ModelShapes, n_gpus: int) -> list[Configuration]:
     """Every configuration of the model on `n_gpus` GPUs that the model's shapes allow (heads and intermediate sizes
-    that split evenly; ZeroDP for MoE models, SiDP and Shift for dense ones)."""
+    that split evenly; ZeroDP for MoE models, SiDP and Shift for dense ones): each technique's
+    (`Technique.split_configurations` for every split of the GPUs into DP x TP, TP 1 first, then `Technique.
+    node_configurations`), in the order of `technique.techniques`."""
+    kinds = techniques().values()
     out = []
     for tp in (d for d in range(1, n_gpus + 1) if n_gpus % d == 0):
-        dp = n_gpus // tp
-        name = f"tp{tp}" if dp == 1 else f"dp{dp}" if tp == 1 else f"tp{tp}_dp{dp}"
-        out.append(Configuration(name, "vanilla", dp, tp))
-        if dp > 1:
-            out.append(Configuration(f"zerodp_dp{dp}" + (f"_tp{tp}" if tp > 1 else ""), "zerodp", dp, tp)
-                       if shapes.moe_layers else None)
-            for variant in ("was", "cas", "auto"):
-                out.append(None if shapes.moe_layers or shapes.layers < dp else
-                           Configuration(f"sidp_dp{dp}" + (f"_tp{tp}" if tp > 1 else "") + f"_{variant}", "sidp", dp, tp,
-                                         variant=variant))
-    if n_gpus > 1:
-        out.append(Configuration(f"dp{n_gpus}_attn", "dp_attention", n_gpus, 1))
-        if not shapes.moe_layers:
-            out += [Configuration(f"shift_sp{sp}_tp{n_gpus // sp}", "shift", 1, n_gpus // sp, sp)
-                    for sp in range(2, n_gpus + 1) if n_gpus % sp == 0]
+        for kind in kinds:
+            out += kind.split_configurations(shapes, n_gpus, n_gpus // tp, tp)
+    for kind in kinds:
+        out += kind.node_configurations(shapes, n_gpus)
     fits = []
     for c in filter(None, out):
         try:
@@ -241,63 +190,38 @@ def configurations(shapes: ModelShapes, n_gpus: int) -> list[Configuration]:
     return fits
 
 
-#: Options a configuration's name may end in, by technique: option -> what it sets (`Configuration.launch_flags`).
-#: A trailing number is the option's value (`bth64`: B_th 64).
-OPTIONS = {
-    "dp_attention": {"ep": "expert parallelism over the DP ranks' GPUs (--ep-size N)"},
-    "zerodp": {"all": "every MoE layer offloaded on the sinks (--zerodp-layers all)",
-               "pf": "the policy sized for forwards of N prefill tokens (pfN: --zerodp-expected-batch prefill:N)",
-               "kv": "the policy sized for a saturated cache of N-token sequences (kvN: --zerodp-expected-batch kv:N)"},
-    "sidp": {"graphs": "CaS decodes in CUDA graphs, asked for (--sidp-cas-graphs; the default where they can run)",
-             "eager": "CaS decodes without CUDA graphs (--no-sidp-cas-graphs)",
-             "bth": "auto's B_th in tokens per rank (bthN: --sidp-b-th N)"},
-    "shift": {"th": "the threshold in tokens per forward (thN: --shift-threshold N; th1 puts every forward of two "
-                    "tokens or more in the base configuration)",
-              "exact": "the base configuration rounds as TP does (--shift-exact)"},
-}
-
-_NAMES = (  # (technique, pattern); the groups: dp, tp, sp, variant, options
-    ("vanilla", r"tp(?P<tp>\d+)"), ("vanilla", r"dp(?P<dp>\d+)"), ("vanilla", r"tp(?P<tp>\d+)_dp(?P<dp>\d+)"),
-    ("dp_attention", r"dp(?P<dp>\d+)_attn"),
-    ("zerodp", r"zerodp_dp(?P<dp>\d+)(?:_tp(?P<tp>\d+))?"),
-    ("sidp", r"sidp_dp(?P<dp>\d+)(?:_tp(?P<tp>\d+))?_(?P<variant>was|cas|auto)"),
-    ("shift", r"shift_sp(?P<sp>\d+)_tp(?P<tp>\d+)"),
-)
-
-
-def _option(text: str) -> tuple[str, int | None]:
-    """("bth", 64) of "bth64"; ("graphs", None) of "graphs"."""
-    m = re.fullmatch(r"([a-z]+)(\d*)", text)
-    return (m.group(1), int(m.group(2)) if m and m.group(2) else None) if m else (text, None)
+def __getattr__(name: str):
+    if name == "OPTIONS":  # option -> what it sets, by technique (`Technique.options`)
+        return {t.name: t.options for t in techniques().values() if t.options}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def configuration_named(name: str) -> Configuration:
     """The configuration a name gives: a planner name (`configurations`), optionally followed by options of its
-    technique (`OPTIONS`), e.g. "sidp_dp2_tp2_cas_graphs" or "shift_sp2_tp1_th1".
+    technique (`Technique.options`), e.g. "sidp_dp2_tp2_cas_graphs" or "shift_sp2_tp1_th1".
 
     Raises:
         ValueError: a name of no known form, an option its technique does not have (or a value it needs missing),
             or a size below 1; the message lists the forms.
     """
-    found = [(technique, m) for technique, pattern in _NAMES
+    kinds = techniques().values()
+    found = [(kind, m) for kind in kinds for pattern in kind.patterns
              if (m := re.fullmatch(pattern + r"(?P<opts>(?:_[a-z]+\d*)*)", name))]
-    for technique, m in sorted(found, key=lambda tm: len(tm[1]["opts"]))[:1]:  # the longest planner name
+    for kind, m in sorted(found, key=lambda tm: len(tm[1]["opts"]))[:1]:  # the longest planner name
         g = m.groupdict()
         dp, tp, sp = (int(g.get(k) or 1) for k in ("dp", "tp", "sp"))
         if min(dp, tp, sp) < 1:
             raise ValueError(f"configuration {name}: sizes must be at least 1")
         options = tuple(o for o in g["opts"].split("_") if o)
-        known = OPTIONS.get(technique, {})
         for o in options:
-            key, value = _option(o)
-            if key not in known:
-                have = ", ".join(known) or "none"
-                raise ValueError(f"configuration {name}: {technique} has no option {o!r} (options: {have})")
-            if (key in ("bth", "th", "pf", "kv")) != (value is not None):
+            key, value = option(o)
+            if key not in kind.options:
+                have = ", ".join(kind.options) or "none"
+                raise ValueError(f"configuration {name}: {kind.name} has no option {o!r} (options: {have})")
+            if (key in kind.valued) != (value is not None):
                 raise ValueError(f"configuration {name}: option {o!r} " + ("needs a number" if value is None else
                                                                               "takes no number"))
-        if technique == "sidp" and any(_option(o)[0] == "bth" for o in options) and g["variant"] != "auto":
-            raise ValueError(f"configuration {name}: B_th (bthN) is auto's; {g['variant']} has none")
-        return Configuration(name, technique, dp, tp, sp, g.get("variant") or "", options)
-    raise ValueError(f"configuration {name!r}: expected tpT, dpD, tpT_dpD, dpN_attn[_ep], zerodp_dpD[_tpT][_all|_pfN|_kvN], "
-                     "sidp_dpD[_tpT]_{was,cas,auto}[_graphs|_eager][_bthN] or shift_spS_tpT[_thN][_exact]")
+        kind.check_name(name, g, options)
+        return Configuration(name, kind.name, dp, tp, sp, g.get("variant") or "", options)
+    forms = [kind.form for kind in kinds if kind.form]
+    raise ValueError(f"configuration {name!r}: expected {', '.join(forms[:-1])} or {forms[-1]}")

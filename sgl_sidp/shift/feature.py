@@ -200,4 +200,5 @@ FEATURE = Feature(
     check=check,
     describe=describe,
     resolve=resolve,
+    planner="sgl_sidp.shift.planner:TECHNIQUE",
 )

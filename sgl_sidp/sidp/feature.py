@@ -109,4 +109,5 @@ FEATURE = Feature(
     check=check,
     describe=describe,
     ignored=ignored,
+    planner="sgl_sidp.sidp.planner:TECHNIQUE",
 )

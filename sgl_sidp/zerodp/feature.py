@@ -172,4 +172,5 @@ FEATURE = Feature(
     describe=describe,
     ignored=ignored,
     resolve=resolve,
+    planner="sgl_sidp.zerodp.planner:TECHNIQUE",
 )

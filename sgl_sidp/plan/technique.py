@@ -1,0 +1,171 @@
+"""What the planner asks of a technique: one `Technique` object per way of running a model, so that `configs`, `steps`
+and `planner` never branch on a technique's name.
+
+SGLang's own ways (vanilla TP x DP, DP attention) are in `sgl_sidp.plan.vanilla`; each feature of the overlay declares
+its own in its folder (`sgl_sidp/<feature>/planner.py`, named by `Feature.planner` in `sgl_sidp.features.FEATURES`).
+`techniques()` collects them, the vanilla ones first, then the features in the table's order: the order in which
+configurations are listed and names matched.
+
+A technique's methods take the configuration (`configs.Configuration`: `dp`, `tp`, `sp`, `variant`, `options`) and,
+for step times, the configuration's `steps.StepModel` (`model`), whose shared pieces they compose: `model.clocks`
+(role -> `steps.ShardClock`), `model._collective_ms(op, n, tokens, per_layer, width)`, `model._gathered_terms(tokens,
+n)`, `model._stream_terms()`, `model._decode_with`, `model._prefill_with`, `model.context` (tokens), `model.elt` (bytes
+per element), `model.shapes` (`memory.ModelShapes`). A decision a technique makes once per model (SiDP's B_th,
+Shift's threshold) is cached with `model.decided(key, compute)`.
+
+This module imports nothing heavy (no torch, no SGLang, no feature): it is read by every planning run and by the
+launcher's `--overlay-mode auto`.
+"""
+
+from __future__ import annotations
+
+import math
+import pkgutil
+import re
+from typing import Callable
+
+#: a term of `Technique.terms` that a forward lacks: nothing to add (see `Technique.terms`)
+NO_TERMS = (0.0, 0.0, -math.inf)
+
+
+class Technique:
+    """One way of running a model on N GPUs, as the planner sees it. Subclasses set the class attributes and override
+    the methods whose default does not fit them; every default is vanilla TP x DP's.
+
+    Attributes:
+        name: `Configuration.technique` ("vanilla", "dp_attention", "zerodp", "sidp", "shift").
+        patterns: the regular expressions of its configurations' planner names, with named groups `dp`, `tp`, `sp`
+            (sizes, 1 when absent) and `variant`; matched whole, options after them (`configs.configuration_named`).
+        form: the forms of its names for an error message, e.g. "dpN_attn[_ep]".
+        options: option -> what it sets: what a configuration name may end in (`Configuration.launch_flags` reads
+            them); a trailing number is the option's value (`bth64`: B_th 64).
+        valued: the options that take a number (the others take none).
+        vanilla: plain SGLang, started with `python -m sglang.launch_server`.
+        host_role: the shard role (`shards`) whose calibration times the host's work of a decode step.
+    """
+
+    name: str = ""
+    patterns: tuple[str, ...] = ()
+    form: str = ""
+    options: dict[str, str] = {}
+    valued: frozenset[str] = frozenset()
+    vanilla: bool = False
+    host_role: str = "forward"
+
+    # ------------------------------------------------------------------ configurations (`configs`)
+    def split_configurations(self, shapes, n_gpus: int, dp: int, tp: int) -> list:
+        """Its configurations of `dp` replicas of TP `tp` (dp x tp = `n_gpus`; `configs.configurations` asks for each
+        split in turn, TP 1 first), as `configs.Configuration`s; None entries are skipped. Default: none."""
+        return []
+
+    def node_configurations(self, shapes, n_gpus: int) -> list:
+        """Its configurations spanning the whole node in another way (after every technique's splits): DP
+        attention's, Shift's. Default: none."""
+        return []
+
+    def check_name(self, name: str, groups: dict[str, str | None], options: tuple[str, ...]) -> None:
+        """Refuses a configuration name its options do not fit beyond `options`/`valued` (raise ValueError with the
+        message); `groups`: the pattern's. Default: every such name fits."""
+
+    def server_tp(self, c) -> int:
+        """SGLang's `--tp-size` of one replica (GPUs)."""
+        return self.attn_tp(c)
+
+    def attn_tp(self, c) -> int:
+        """The attention TP of the KV cache's layout: each GPU holds 1/attn_tp of every token's KV heads."""
+        return c.tp
+
+    def dp_attention_dp(self, c) -> int:
+        """The `--dp-size` SGLang's memory default sees with `--enable-dp-attention` (`memory.
+        default_mem_fraction_static`'s `dp_attention_dp`); 0 without DP attention."""
+        return 0
+
+    def launch_flags(self, c, opts: dict[str, int | None], b_th: float | None, shift_threshold: float | None,
+                     expected_batch: str | None) -> list[str]:
+        """The launcher flags that start `c` (besides the model's): `Configuration.launch_flags`, `opts` its options
+        (option -> value or None)."""
+        return (["--tp-size", str(c.tp)] if c.tp > 1 else []) + (["--dp-size", str(c.dp)] if c.dp > 1 else [])
+
+    def shards(self, c, shapes) -> dict:
+        """What one GPU computes, by role (`configs.Shard`): `Configuration.shards`."""
+        from sgl_sidp.plan.configs import shard_of
+
+        return {"forward": shard_of(shapes, c.tp, c.tp, c.tp)}
+
+    def weight_bytes_per_gpu(self, c, shapes, elt: int, sink_offload: tuple[int, ...], slots: int) -> dict[str, int]:
+        """Weight bytes on one GPU, by role: `Configuration.weight_bytes_per_gpu`."""
+        return {"gpu": shapes.weight_bytes(c.tp, c.tp, c.tp, elt)}
+
+    def total_kv_tokens(self, c, kv: dict[str, int]) -> int:
+        """KV tokens over all the configuration's replicas, from one replica's pool by role (`kv`)."""
+        return kv["gpu"] * c.dp
+
+    # ------------------------------------------------------------------ step times (`steps.StepModel`)
+    def terms(self, model, size: float, role: str, variant: str | None) -> tuple:
+        """A forward of `size` (decode rows or prefill tokens) of a replica in `role` as (shard clock, SP, add1, add2,
+        add3, at_least): the forward lasts the shard's + add1 + add2 + add3 ms, at least at_least ms (`StepModel.
+        _terms`); `variant` stands for the configuration's (SiDP's B_th)."""
+        return model.clock, 1, model._collective_ms("all_reduce", model.config.tp, size), 0.0, 0.0, -math.inf
+
+    def streamed_bytes(self, model) -> int:
+        """Weight bytes a GPU pulls per forward (bytes)."""
+        return 0
+
+    def copy_gbps(self, model) -> float:
+        """The rate of those pulls in a forward (GB/s): the peer copy rate at the in-forward share."""
+        return model.copy_gbps * model.copy_rate
+
+    def replicas(self, model, kv: dict[str, int]) -> list:
+        """The simulation's replicas (`steps.Replica`), from `Configuration.kv_tokens` by role."""
+        from sgl_sidp.plan.steps import Replica
+
+        return [Replica(model.step_times(), kv["gpu"]) for _ in range(model.config.dp)]
+
+    def steps_variant(self, model) -> str:
+        """The variant whose step times this configuration's equal (configurations that step alike, with the same
+        KV, share one simulated schedule)."""
+        return model.config.variant
+
+    def decisions(self, model) -> dict:
+        """What the technique decides from this cost model, for the table and the launch command ({} for none)."""
+        return {}
+
+    # ------------------------------------------------------------------ the planner (`planner`)
+    def memory(self, c, model, shapes, free_before_load: int, mem_fraction_static: float, elt: int) -> dict:
+        """The keyword arguments of `Configuration.weight_bytes_per_gpu` / `kv_tokens` this configuration's decisions
+        fix (ZeroDP's offload set, chosen on `model` when there is one); {} by default."""
+        return {}
+
+    def route(self, c) -> Callable | None:
+        """How the DP controller sends each request to a replica (`planner.route_of`); None: round robin."""
+        return None
+
+
+_TECHNIQUES: dict[str, Technique] = {}
+
+
+def techniques() -> dict[str, Technique]:
+    """Every technique the planner knows, name -> `Technique`: vanilla TP x DP and DP attention, then each feature's
+    (`Feature.planner`, "module:attribute" resolved here, the first time)."""
+    if not _TECHNIQUES:
+        from sgl_sidp.features import FEATURES
+        from sgl_sidp.plan.vanilla import DP_ATTENTION, VANILLA
+
+        found = [VANILLA, DP_ATTENTION] + [pkgutil.resolve_name(f.planner) for f in FEATURES.values() if f.planner]
+        _TECHNIQUES.update((t.name, t) for t in found)
+    return _TECHNIQUES
+
+
+def technique_named(name: str) -> Technique:
+    """The technique called `name` (`Configuration.technique`).
+
+    Raises:
+        KeyError: no such technique.
+    """
+    return techniques()[name]
+
+
+def option(text: str) -> tuple[str, int | None]:
+    """("bth", 64) of "bth64"; ("graphs", None) of "graphs"."""
+    m = re.fullmatch(r"([a-z]+)(\d*)", text)
+    return (m.group(1), int(m.group(2)) if m and m.group(2) else None) if m else (text, None)
