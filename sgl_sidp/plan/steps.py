@@ -2,7 +2,9 @@
 each shard's model signature), plus the collectives and weight copies the configuration adds (`comm.Interconnect`),
 decided with the one cost model the features use at run time (`sgl_sidp.calibration.cost`).
 
-Per technique (L layers, h hidden, e bytes per element, b sequences or tokens in a forward):
+Per technique (L layers, h hidden, e bytes per element, b sequences or tokens in a forward; each composed by its
+`technique.Technique` object: `sgl_sidp.plan.vanilla` for vanilla and DP attention, `sgl_sidp/<feature>/planner.py`
+for ZeroDP, SiDP and Shift, from the pieces `StepModel` shares):
 
 - vanilla TP t x DP d: the TP-t shard's forward + 2L all-reduces of b x h x e bytes over t. Replicas are independent.
 - DP attention over N GPUs (SGLang's `--enable-dp-attention`): the shard with whole attention and the FFN split N
@@ -47,8 +49,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from sgl_sidp.calibration.cache import BUNDLED_DIR, calibration_files, default_cache_dir
-from sgl_sidp.calibration.cost import (DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB, KVModel,
-                                       best_offload_count, first_lasting_win, shift_threshold, spread)
+from sgl_sidp.calibration.cost import DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB
 from sgl_sidp.calibration.memory import ModelShapes
 from sgl_sidp.calibration.table import Calibration, _interp
 from sgl_sidp.model_info import model_signature
@@ -337,6 +338,7 @@ class StepModel:
     def __init__(self, config: Configuration, shapes: ModelShapes, clocks: Mapping[str, ShardClock],
                  ic: Interconnect, elt: int = 2, context: int = 1024, graph_max_bs: int | None = None):
         self.config, self.shapes, self.ic, self.elt = config, shapes, ic, elt
+        self.kind = config.kind  # its technique (`technique.Technique`), which composes its forwards
         self.graph_max_bs = graph_max_bs
         self.clocks = {role: shared_clock(clock) for role, clock in clocks.items()}
         self.context = max(1, int(context))
@@ -346,7 +348,7 @@ class StepModel:
         # their keys; the streamed bytes of the offload set they were computed for)
         self._collective_memo: dict[tuple, float] = {}
         self._gathered_memo: dict[tuple, tuple[float, float]] = {}
-        self._stream_memo: tuple | None = None  # (offload_layers, bytes, slowdown ms, copy_ms)
+        self._stream_memo: tuple | None = None  # (bytes, slowdown ms, copy_ms)
         # role -> the memos of `prefill_ms` of that role (`_prefill_runner`)
         self._prefill_memos: dict[str, tuple[dict, dict]] = {}
         self._host_memo: dict[float, float] = {}  # b -> the host's work of a decode step (`_host_ms`)
@@ -377,30 +379,25 @@ class StepModel:
         return mlp / (mlp + attn) if mlp else 0.0
 
     def streamed_bytes(self) -> int:
-        """Weight bytes a GPU pulls per forward: a ZeroDP sink's offloaded experts, a SiDP WaS rank's non-owned FFNs."""
-        c, s = self.config, self.shapes
-        if c.technique == "zerodp":
-            return len(self.offload_layers) * self.elt * s.expert_params() // c.tp
-        if c.technique == "sidp":
-            return (s.layers - len(range(0, s.layers, c.dp))) * self.elt * s.dense_mlp_params() // c.tp
-        return 0
+        """Weight bytes a GPU pulls per forward (`Technique.streamed_bytes`: a ZeroDP sink's offloaded experts, a SiDP
+        WaS rank's non-owned FFNs; 0 for the others)."""
+        return self.kind.streamed_bytes(self)
 
     def copy_ms(self) -> float:
-        """The pulls of one forward at the in-forward copy rate, or at the source's egress shared by its readers."""
-        readers = max(1, self.config.dp - 1)
-        gbps = min(self.copy_gbps * self.copy_rate, SOURCE_EGRESS_GBPS / readers if self.config.technique == "zerodp"
-                   else self.copy_gbps * self.copy_rate)
+        """The pulls of one forward at their rate (`Technique.copy_gbps`: the in-forward copy rate, or a ZeroDP
+        source's egress shared by its readers)."""
+        gbps = self.kind.copy_gbps(self)
         return self.streamed_bytes() / (gbps * 1e9) * 1e3 if gbps > 0 else float("inf")
 
     def _stream_terms(self) -> tuple[float, float, float]:
         """What pulling `streamed_bytes` during a forward adds (`_terms`' last three): (the copies' slowdown ms, 0.0,
         the copies' own ms, which the forward lasts at least: the pulls hide when shorter); (0.0, 0.0, -inf) when
-        nothing is pulled."""
+        nothing is pulled. Computed once per set of decisions (`decide` forgets it)."""
         memo = self._stream_memo
-        if memo is None or memo[0] is not self.offload_layers:  # computed once per offload set (`choose_offload`)
+        if memo is None:
             nbytes = self.streamed_bytes()
-            memo = self._stream_memo = (self.offload_layers, nbytes, self.copy_slowdown * nbytes / 1e9, self.copy_ms())
-        _, nbytes, slowdown_ms, copy_ms = memo
+            memo = self._stream_memo = (nbytes, self.copy_slowdown * nbytes / 1e9, self.copy_ms())
+        nbytes, slowdown_ms, copy_ms = memo
         return (slowdown_ms, 0.0, copy_ms) if nbytes else (0.0, 0.0, -math.inf)
 
     # ------------------------------------------------------------------ gathered FFN (DP attention, CaS)
@@ -416,61 +413,37 @@ class StepModel:
             extra_comm = self._gathered_memo[key] = (extra, comm)
         return extra_comm
 
-    # ------------------------------------------------------------------ SiDP
-    @functools.cached_property
-    def b_th(self) -> float:
-        """SiDP auto's B_th (tokens per rank): the smallest batch from which WaS is predicted no slower than CaS
-        (`cost.first_lasting_win` over decode batches 1-1,024 at `context`); inf when CaS wins throughout.
-        SiDP's runtime, left to itself (`--sidp-b-th 0`), takes the batch whose step hides the copies
-        (`cost.crossover_batch`), which ignores what CaS costs; the planner's launch command passes this B_th."""
-        sizes = [1, 2, 4] + list(range(8, 1025, 8))
-        b = first_lasting_win(lambda x: self._decode_with(self._terms(x, variant="was"), x, self.context),
-                              lambda x: self._decode_with(self._terms(x, variant="cas"), x, self.context), sizes)
-        return float("inf") if b is None else float(b)
+    # ------------------------------------------------------------------ the technique's decisions
+    def decided(self, key: str, compute: Callable[[], object]):
+        """The technique's decision `key` (SiDP's "b_th", Shift's "shift_threshold"), `compute()` the first time. Kept
+        as the model's attribute `key`, as a cached property would be (`__getattr__` asks the technique only before)."""
+        d = self.__dict__
+        if key not in d:
+            d[key] = compute()
+        return d[key]
 
-    # ------------------------------------------------------------------ Shift
-    def _ulysses_ms(self, tokens: float) -> float:
-        """Ulysses' two all-to-alls per layer over SP: QKV of `tokens` in, the attention output back."""
-        s, c = self.shapes, self.config
-        qkv = s.head_dim * (s.heads + 2 * s.kv_heads) // c.tp
-        return (self._collective_ms("all_to_all", c.sp, tokens, 1, qkv)
-                + self._collective_ms("all_to_all", c.sp, tokens, 1, s.heads * s.head_dim // c.tp))
+    def decision(self, key: str, default=None):
+        """The technique's decision `key` as made (`decided`, `decide`), else `default`."""
+        return self.__dict__.get(key, default)
 
-    def _shift_terms(self, size: float, base: bool) -> tuple:
-        """`_terms` of Shift's shift configuration (the TP-P shard and its all-reduces), or with `base` of its base
-        configuration: the TP_b shard on `size` / SP, the TP_b all-reduces of `size` / SP and Ulysses' all-to-alls."""
-        c = self.config
-        if base:
-            return (self.clocks["base"], c.sp, self._collective_ms("all_reduce", c.tp, size / c.sp),
-                    self._ulysses_ms(size), 0.0, -math.inf)
-        return self.clocks["shift"], 1, self._collective_ms("all_reduce", c.sp * c.tp, size), 0.0, 0.0, -math.inf
-
-    @functools.cached_property
-    def shift_threshold(self) -> float:
-        """Tokens per forward above which Shift runs its base configuration (`cost.shift_threshold` over decode
-        batches and one-request prefills, both configurations predicted)."""
-        points = {}
-        for b in (1, 8, 32, 64, 128, 256):
-            points[b] = tuple(self._decode_with(self._shift_terms(b, base), b, 1024) for base in (False, True))
-        for t in (512, 1024, 2048, 4096, 8192):
-            points[t] = tuple(self._prefill_with(self._shift_terms(t, base), [(t, 0)]) for base in (False, True))
-        return shift_threshold(points)
-
-    # ------------------------------------------------------------------ ZeroDP
-    offload_layers: tuple[int, ...] = ()
-
-    def choose_offload(self, vanilla_kv_bytes: float) -> tuple[int, ...]:
-        """ZeroDP's offload set for a sink whose KV pool holds `vanilla_kv_bytes` without offloading, decoding
-        sequences of `context` tokens (`cost.best_offload_count`); sets and returns `offload_layers` (and forgets
-        the forwards computed before, with another set)."""
-        s, c = self.shapes, self.config
-        kv = KVModel(vanilla_kv_bytes, self.clock.kv_bytes_per_token, self.context, self.clock.cal)
-        layer_bytes = self.elt * s.expert_params() // c.tp
-        n, _ = best_offload_count(kv, len(s.moe_layers), layer_bytes, self.copy_gbps)
-        self.offload_layers = spread(s.moe_layers, n)
+    def decide(self, key: str, value):
+        """Sets the technique's decision `key` (ZeroDP's "offload_layers") to `value` and forgets the forwards computed
+        before, with another; returns `value`."""
+        self.__dict__[key] = value
         self._decode_memos.clear()
         self._prefill_memos.clear()
-        return self.offload_layers
+        self._stream_memo = None
+        return value
+
+    def __getattr__(self, name: str):
+        """A technique's own attribute of its model (`Technique.model_attributes`: SiDP's `b_th`, Shift's
+        `shift_threshold`, ZeroDP's `offload_layers` and `choose_offload`)."""
+        if name.startswith("_") or name in ("config", "kind"):
+            raise AttributeError(name)
+        get = self.kind.model_attributes.get(name)
+        if get is None:
+            raise AttributeError(f"{type(self).__name__} of {self.config.technique} has no attribute {name!r}")
+        return get(self)
 
     # ------------------------------------------------------------------ a forward: one shard's, plus terms of its size
     # Every technique's forward is one shard's (`ShardClock.decode_ms`, `prefill_ms`) plus what the technique adds to
@@ -485,20 +458,7 @@ class StepModel:
         """A forward of `size` (decode rows or prefill tokens) of a replica in `role` ("sink" for a ZeroDP sink) as
         (shard, SP, add1, add2, add3, at_least) (see above; SP > 1: the shard runs `size` / SP, Shift's base), SiDP
         as `variant` (default: the configuration's)."""
-        c = self.config
-        if c.technique == "shift":
-            return self._shift_terms(size, size > self.shift_threshold)
-        if c.technique == "dp_attention":  # whole attention, no TP all-reduce; the FFN gathered from every GPU
-            return (self.clock, 1, *self._gathered_terms(size, c.gpus), 0.0, -math.inf)
-        all_reduce = self._collective_ms("all_reduce", c.tp, size)
-        if c.technique == "sidp":
-            variant = variant or c.variant
-            if variant == "was" or (variant == "auto" and size >= self.b_th):
-                return (self.clock, 1, all_reduce, *self._stream_terms())
-            return (self.clock, 1, all_reduce, *self._gathered_terms(size, c.dp), -math.inf)
-        if role == "sink":
-            return (self.clock, 1, all_reduce, *self._stream_terms())
-        return self.clock, 1, all_reduce, 0.0, 0.0, -math.inf
+        return self.kind.terms(self, size, role, variant)
 
     @staticmethod
     def _decode_with(terms: tuple, b: float, ctx: float) -> float:
@@ -577,7 +537,7 @@ class StepModel:
         """The host's work of a decode step of `b` running requests (`_decode_uncached`), computed once per batch."""
         host = self._host_memo.get(b)
         if host is None:
-            clock = self.clocks["shift" if self.config.technique == "shift" else "forward"]
+            clock = self.clocks[self.kind.host_role]
             host = clock.host_ms(b)
             if self.graph_max_bs is not None and b > self.graph_max_bs:
                 host += clock.eager_ms(b)
@@ -628,35 +588,18 @@ class StepModel:
 
     def replicas(self, kv: Mapping[str, int]) -> list[Replica]:
         """The simulation's replicas: `kv` is `Configuration.kv_tokens` (by role) of this configuration."""
-        c = self.config
-        if c.technique == "zerodp":
-            return [Replica(self.step_times(), kv["source"])] + [Replica(self.step_times("sink"), kv["sink"])
-                                                                  for _ in range(c.dp - 1)]
-        n = c.gpus if c.technique == "dp_attention" else c.dp
-        return [Replica(self.step_times(), kv["gpu"]) for _ in range(n)]
+        return self.kind.replicas(self, kv)
 
     def steps_variant(self) -> str:
         """The variant whose step times this configuration's equal: SiDP auto with its B_th at most one token steps as
         WaS at every batch and prefill, with B_th inf as CaS; else its own (`config.variant`)."""
-        c = self.config
-        if c.technique == "sidp" and c.variant == "auto":
-            return "was" if self.b_th <= 1 else "cas" if self.b_th == float("inf") else "auto"
-        return c.variant
+        return self.kind.steps_variant(self)
 
     def decisions(self) -> dict:
         """What the technique decides from this cost model (for the table and the launch command)."""
-        c = self.config
-        if c.technique == "zerodp":  # the runtime decides the same way from `--zerodp-expected-batch kv:<context>`
-            return {"offload_layers": len(self.offload_layers), "copy_ms_per_forward": round(self.copy_ms(), 3),
-                    "expected_batch": f"kv:{self.context}"}
-        if c.technique == "sidp":
-            return {"b_th": self.b_th, "copy_ms_per_forward": round(self.copy_ms(), 3)}
-        if c.technique == "shift":
-            return {"shift_threshold": self.shift_threshold}
-        return {}
+        return self.kind.decisions(self)
 
 
 def shard_roles(config: Configuration, shapes: ModelShapes) -> dict[str, Shard]:
     """The shards whose calibrations `StepModel` needs: role -> shard."""
-    shards = config.shards(shapes)
-    return {"shift": shards["shift"], "base": shards["base"]} if config.technique == "shift" else {"forward": shards["forward"]}
+    return dict(config.shards(shapes))

@@ -130,6 +130,12 @@ class Technique:
         """What the technique decides from this cost model, for the table and the launch command ({} for none)."""
         return {}
 
+    @property
+    def model_attributes(self) -> dict[str, Callable]:
+        """Attributes the technique gives its `StepModel`s: name -> function of the model (e.g. SiDP's "b_th", tokens
+        per rank); `StepModel.__getattr__` answers them. None by default."""
+        return {}
+
     # ------------------------------------------------------------------ the planner (`planner`)
     def memory(self, c, model, shapes, free_before_load: int, mem_fraction_static: float, elt: int) -> dict:
         """The keyword arguments of `Configuration.weight_bytes_per_gpu` / `kv_tokens` this configuration's decisions

@@ -4,6 +4,8 @@ sizes, else the base configuration (SP s x TP t, Ulysses' all-to-alls)."""
 
 from __future__ import annotations
 
+import math
+
 from sgl_sidp.plan.configs import Configuration, shard_of
 from sgl_sidp.plan.technique import Technique
 
@@ -42,6 +44,54 @@ class ShiftTechnique(Technique):
     def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots):
         p = c.sp * c.tp
         return {"gpu": shapes.weight_bytes(attn_tp=c.tp, mlp_tp=c.tp, vocab_tp=p, elt=elt)}
+
+    # ------------------------------------------------------------------ step times
+    # A forward of b tokens runs the shift configuration (the TP-P shard + its all-reduces) when b <= the threshold,
+    # else the base configuration: the TP_b shard on b / SP tokens (decode attention is the same work: b / SP
+    # sequences x H / TP_b heads = b x H / P), a prefill's attention 1/SP of the TP_b shard's (heads / P over the whole
+    # sequence), 2 all-to-alls per layer over SP (QKV in, attention out) and the TP_b all-reduces of b / SP tokens.
+    # The threshold is `cost.shift_threshold` of the two, as Shift's runtime picks it.
+    @property
+    def model_attributes(self):
+        return {"shift_threshold": self.threshold}
+
+    def _ulysses_ms(self, model, tokens: float) -> float:
+        """Ulysses' two all-to-alls per layer over SP: QKV of `tokens` in, the attention output back (ms)."""
+        s, c = model.shapes, model.config
+        qkv = s.head_dim * (s.heads + 2 * s.kv_heads) // c.tp
+        return (model._collective_ms("all_to_all", c.sp, tokens, 1, qkv)
+                + model._collective_ms("all_to_all", c.sp, tokens, 1, s.heads * s.head_dim // c.tp))
+
+    def _shift_terms(self, model, size: float, base: bool) -> tuple:
+        """`terms` of the shift configuration (the TP-P shard and its all-reduces), or with `base` of the base
+        configuration: the TP_b shard on `size` / SP, the TP_b all-reduces of `size` / SP and Ulysses' all-to-alls."""
+        c = model.config
+        if base:
+            return (model.clocks["base"], c.sp, model._collective_ms("all_reduce", c.tp, size / c.sp),
+                    self._ulysses_ms(model, size), 0.0, -math.inf)
+        return model.clocks["shift"], 1, model._collective_ms("all_reduce", c.sp * c.tp, size), 0.0, 0.0, -math.inf
+
+    def threshold(self, model) -> float:
+        """Tokens per forward above which Shift runs its base configuration (`cost.shift_threshold` over decode
+        batches and one-request prefills, both configurations predicted)."""
+        return model.decided("shift_threshold", lambda: self._threshold(model))
+
+    def _threshold(self, model) -> float:
+        from sgl_sidp.calibration.cost import shift_threshold
+
+        points = {}
+        for b in (1, 8, 32, 64, 128, 256):
+            points[b] = tuple(model._decode_with(self._shift_terms(model, b, base), b, 1024) for base in (False, True))
+        for t in (512, 1024, 2048, 4096, 8192):
+            points[t] = tuple(model._prefill_with(self._shift_terms(model, t, base), [(t, 0)])
+                              for base in (False, True))
+        return shift_threshold(points)
+
+    def terms(self, model, size, role, variant):
+        return self._shift_terms(model, size, size > self.threshold(model))
+
+    def decisions(self, model):
+        return {"shift_threshold": self.threshold(model)}
 
 
 TECHNIQUE = ShiftTechnique()

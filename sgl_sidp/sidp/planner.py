@@ -4,6 +4,8 @@ forward; CaS sends each layer's rows to its owner; auto runs WaS at batches from
 
 from __future__ import annotations
 
+import math
+
 from sgl_sidp.plan.configs import Configuration
 from sgl_sidp.plan.technique import Technique, option
 
@@ -46,6 +48,55 @@ class SiDPTechnique(Technique):
         owned = tuple(i for i in range(shapes.layers) if i % c.dp == 0)  # rank 0's share; every rank alike
         layer = elt * shapes.dense_mlp_params() // c.tp
         return {"gpu": shapes.weight_bytes(c.tp, c.tp, c.tp, elt, mlp_layers=owned) + slots * layer}
+
+    # ------------------------------------------------------------------ step times
+    # WaS streams the other (d-1)/d of the FFN weights every forward (as a ZeroDP sink, each rank's egress serving the
+    # others); CaS sends each layer's rows to its owner, which runs that layer's FFN on every rank's rows (the FFN's
+    # share of d x b tokens' linear time, plus an all-gather and a reduce-scatter of d x b x h x e bytes per layer);
+    # auto runs WaS at b >= B_th and CaS below.
+    @property
+    def model_attributes(self):
+        return {"b_th": self.b_th}
+
+    def b_th(self, model) -> float:
+        """Auto's B_th (tokens per rank): the smallest batch from which WaS is predicted no slower than CaS
+        (`cost.first_lasting_win` over decode batches 1-1,024 at `model.context`); inf when CaS wins throughout.
+        SiDP's runtime, left to itself (`--sidp-b-th 0`), takes the batch whose step hides the copies
+        (`cost.crossover_batch`), which ignores what CaS costs; the planner's launch command passes this B_th."""
+        return model.decided("b_th", lambda: self._b_th(model))
+
+    @staticmethod
+    def _b_th(model) -> float:
+        from sgl_sidp.calibration.cost import first_lasting_win
+
+        sizes = [1, 2, 4] + list(range(8, 1025, 8))
+        b = first_lasting_win(lambda x: model._decode_with(model._terms(x, variant="was"), x, model.context),
+                              lambda x: model._decode_with(model._terms(x, variant="cas"), x, model.context), sizes)
+        return float("inf") if b is None else float(b)
+
+    def terms(self, model, size, role, variant):
+        c = model.config
+        all_reduce = model._collective_ms("all_reduce", c.tp, size)
+        variant = variant or c.variant
+        if variant == "was" or (variant == "auto" and size >= self.b_th(model)):
+            return (model.clock, 1, all_reduce, *model._stream_terms())
+        return (model.clock, 1, all_reduce, *model._gathered_terms(size, c.dp), -math.inf)
+
+    def streamed_bytes(self, model):
+        """A WaS rank's non-owned FFNs."""
+        s, c = model.shapes, model.config
+        return (s.layers - len(range(0, s.layers, c.dp))) * model.elt * s.dense_mlp_params() // c.tp
+
+    def steps_variant(self, model):
+        """Auto with its B_th at most one token steps as WaS at every batch and prefill, with B_th inf as CaS."""
+        c = model.config
+        if c.variant == "auto":
+            b_th = self.b_th(model)
+            return "was" if b_th <= 1 else "cas" if b_th == float("inf") else "auto"
+        return c.variant
+
+    def decisions(self, model):
+        return {"b_th": self.b_th(model), "copy_ms_per_forward": round(model.copy_ms(), 3)}
 
 
 TECHNIQUE = SiDPTechnique()

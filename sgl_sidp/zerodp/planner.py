@@ -4,6 +4,9 @@ from the source's HBM."""
 
 from __future__ import annotations
 
+import functools
+import math
+
 from sgl_sidp.plan.configs import Configuration
 from sgl_sidp.plan.technique import Technique
 
@@ -42,6 +45,61 @@ class ZeroDPTechnique(Technique):
 
     def total_kv_tokens(self, c, kv):
         return kv["source"] + (c.dp - 1) * kv["sink"]
+
+    # ------------------------------------------------------------------ step times
+    # The source replica is vanilla; a sink (role "sink") pulls its offloaded layers' routed experts each forward: a
+    # forward takes max(compute + the copies' measured slowdown, the copies at the in-forward copy rate, the source's
+    # egress shared by its d - 1 sinks). The offloaded layers are the count that maximizes capacity-bound decode
+    # tokens/s (`cost.best_offload_count`, the policy ZeroDP runs with `--zerodp-expected-batch kv:C`).
+    @property
+    def model_attributes(self):
+        return {"offload_layers": self.offload_layers,
+                "choose_offload": lambda model: functools.partial(self.choose_offload, model)}
+
+    def offload_layers(self, model) -> tuple[int, ...]:
+        """The MoE layers a sink pulls (`choose_offload`; none before it)."""
+        return model.decision("offload_layers", ())
+
+    def choose_offload(self, model, vanilla_kv_bytes: float) -> tuple[int, ...]:
+        """The offload set for a sink whose KV pool holds `vanilla_kv_bytes` without offloading, decoding sequences
+        of `model.context` tokens (`cost.best_offload_count`); set on `model` (which forgets the forwards computed
+        before, with another set) and returned."""
+        from sgl_sidp.calibration.cost import KVModel, best_offload_count, spread
+
+        s, c = model.shapes, model.config
+        kv = KVModel(vanilla_kv_bytes, model.clock.kv_bytes_per_token, model.context, model.clock.cal)
+        layer_bytes = model.elt * s.expert_params() // c.tp
+        n, _ = best_offload_count(kv, len(s.moe_layers), layer_bytes, model.copy_gbps)
+        return model.decide("offload_layers", spread(s.moe_layers, n))
+
+    def terms(self, model, size, role, variant):
+        all_reduce = model._collective_ms("all_reduce", model.config.tp, size)
+        if role == "sink":
+            return (model.clock, 1, all_reduce, *model._stream_terms())
+        return model.clock, 1, all_reduce, 0.0, 0.0, -math.inf
+
+    def streamed_bytes(self, model):
+        """A sink's offloaded experts."""
+        return len(self.offload_layers(model)) * model.elt * model.shapes.expert_params() // model.config.tp
+
+    def copy_gbps(self, model):
+        """At the in-forward copy rate, or at the source's egress shared by its d - 1 sinks."""
+        from sgl_sidp.plan.steps import SOURCE_EGRESS_GBPS
+
+        readers = max(1, model.config.dp - 1)
+        return min(model.copy_gbps * model.copy_rate, SOURCE_EGRESS_GBPS / readers)
+
+    def replicas(self, model, kv):
+        """The source, then d - 1 sinks."""
+        from sgl_sidp.plan.steps import Replica
+
+        return [Replica(model.step_times(), kv["source"])] + [Replica(model.step_times("sink"), kv["sink"])
+                                                              for _ in range(model.config.dp - 1)]
+
+    def decisions(self, model):
+        # the runtime decides the same way from `--zerodp-expected-batch kv:<context>`
+        return {"offload_layers": len(self.offload_layers(model)), "copy_ms_per_forward": round(model.copy_ms(), 3),
+                "expected_batch": f"kv:{model.context}"}
 
 
 TECHNIQUE = ZeroDPTechnique()
