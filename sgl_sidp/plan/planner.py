@@ -29,6 +29,7 @@ from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequ
                                simulate, summarize)
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
                                  shard_roles, shard_signature, stream_tokens_per_s)
+from sgl_sidp.plan.technique import technique_named
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf
 
 DECODE_CONTEXTS, DECODE_BATCHES, PREFILL_TOKENS = (256, 2048), (1, 8, 32, 64, 128, 256), (512, 2048, 4096, 8192)
@@ -243,10 +244,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     rows, simulated = [], {}  # simulated: schedules by what determines them (below)
     private = PrivateBlocks(requests)  # each request's blocks that the simulation need not look up, by DP replicas
     for c in configs:
-        server_tp = c.gpus if c.technique == "dp_attention" else c.attn_tp  # SGLang's --tp-size of one replica
+        server_tp = c.server_tp  # SGLang's --tp-size of one replica
         frac = default_mem_fraction_static(kind["mib"], server_tp,
                                            prefill_graph_buckets=0 if shapes.mla else 58, mla=shapes.mla,
-                                           dp_attention_dp=c.dp if c.technique == "dp_attention" else 0)
+                                           dp_attention_dp=c.kind.dp_attention_dp(c))
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
                "mem_fraction_static": frac}  # the `PlanRow`'s fields so far
         clocks, missing, calibratable = {}, [], False
@@ -264,11 +265,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             row.setdefault("calibrations", {})[role] = str(found[1])
         model = (StepModel(c, shapes, clocks, ic, elt, int(context), default_decode_graph_max_bs(kind["mib"], server_tp))
                  if not missing else None)
-        memory = {}
-        if c.technique == "zerodp":
-            none = c.kv_tokens(shapes, free, frac, elt, sink_offload=())["sink"]
-            layers = model.choose_offload(none * shapes.kv_bytes_per_token(c.tp, elt)) if model else ()
-            memory = {"sink_offload": layers}
+        memory = c.kind.memory(c, model, shapes, free, frac, elt)  # what the technique's decisions fix (ZeroDP's set)
         weights = c.weight_bytes_per_gpu(shapes, elt, **memory)
         kv = c.kv_tokens(shapes, free, frac, elt, **memory)
         row.update({"weights_gb_per_gpu": round(max(weights.values()) / 1e9, 2), "kv_tokens_total": kv["total"]})
@@ -306,7 +303,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                 summary[k] += overhead
         row.update({k: round(v, 2) if isinstance(v, float) else v for k, v in summary.items()})
         rows.append(PlanRow(**row))
-    vanilla = [r for r in rows if r.technique in ("vanilla", "dp_attention") and r.predicted]
+    vanilla = [r for r in rows if technique_named(r.technique).vanilla and r.predicted]
     best_vanilla = max(vanilla, key=lambda r: r.total_tok_s, default=None)
     if best_vanilla:
         best_tok_s = best_vanilla.total_tok_s
@@ -341,20 +338,11 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
 
 
 def route_of(c) -> Callable | None:
-    """How the DP controller of configuration `c` sends each request to a replica, for `sim.simulate`: None for
-    SGLang's default round robin; ZeroDP's launcher sets `total_tokens` and its router (`zerodp.router.pick_rank`:
+    """How the DP controller of configuration `c` sends each request to a replica, for `sim.simulate` (its technique's
+    `Technique.route`): None for SGLang's default round robin; ZeroDP's launcher sets `total_tokens` and its router (`zerodp.router.pick_rank`:
     the least full KV cache the prompt fits in, else the fewest tokens), read from each simulated replica's load
     (`ReplicaSim.load`, current at the arrival, as the router's snapshot add-back makes it)."""
-    if c.technique != "zerodp":
-        return None
-    from sgl_sidp.zerodp.router import pick_rank
-
-    def route(req, replicas) -> int:
-        loads = [rep.load() for rep in replicas]
-        return pick_rank([t for t, _ in loads], [n for _, n in loads], [rep.limits.kv_tokens for rep in replicas],
-                         req.input_len)
-
-    return route
+    return c.kind.route(c)
 
 
 def shard_attn_tp(c, role: str) -> int:

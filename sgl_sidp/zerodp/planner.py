@@ -96,6 +96,27 @@ class ZeroDPTechnique(Technique):
         return [Replica(model.step_times(), kv["source"])] + [Replica(model.step_times("sink"), kv["sink"])
                                                               for _ in range(model.config.dp - 1)]
 
+    # ------------------------------------------------------------------ the planner
+    def memory(self, c, model, shapes, free_before_load, mem_fraction_static, elt):
+        """The sinks' offload set: chosen on `model` (`choose_offload`) for the KV pool a sink has without offloading;
+        none without a model."""
+        none = c.kv_tokens(shapes, free_before_load, mem_fraction_static, elt, sink_offload=())["sink"]
+        layers = self.choose_offload(model, none * shapes.kv_bytes_per_token(c.tp, elt)) if model else ()
+        return {"sink_offload": layers}
+
+    def route(self, c):
+        """ZeroDP's launcher sets `total_tokens` and its router (`zerodp.router.pick_rank`: the least full KV cache the
+        prompt fits in, else the fewest tokens), read from each simulated replica's load (`ReplicaSim.load`, current
+        at the arrival, as the router's snapshot add-back makes it)."""
+        from sgl_sidp.zerodp.router import pick_rank
+
+        def route(req, replicas) -> int:
+            loads = [rep.load() for rep in replicas]
+            return pick_rank([t for t, _ in loads], [n for _, n in loads], [rep.limits.kv_tokens for rep in replicas],
+                             req.input_len)
+
+        return route
+
     def decisions(self, model):
         # the runtime decides the same way from `--zerodp-expected-batch kv:<context>`
         return {"offload_layers": len(self.offload_layers(model)), "copy_ms_per_forward": round(model.copy_ms(), 3),
