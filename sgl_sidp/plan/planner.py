@@ -347,9 +347,9 @@ def route_of(c) -> Callable | None:
 
 def shard_attn_tp(c, role: str) -> int:
     """The attention TP of the GPU that runs `role` of configuration `c` (its KV heads per token): the
-    configuration's KV layout (`Configuration.attn_tp`), but TP_b for Shift's base shard, which is timed with
-    TP_b's heads."""
-    return c.tp if role == "base" else c.attn_tp
+    configuration's KV layout (`Configuration.attn_tp`) unless its technique times a shard with other heads
+    (`Technique.shard_attn_tp`: TP_b for Shift's base shard)."""
+    return c.kind.shard_attn_tp(c, role)
 
 
 def table(result: dict) -> str:

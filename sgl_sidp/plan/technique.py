@@ -75,6 +75,11 @@ class Technique:
         """The attention TP of the KV cache's layout: each GPU holds 1/attn_tp of every token's KV heads."""
         return c.tp
 
+    def shard_attn_tp(self, c, role: str) -> int:
+        """The attention TP of the GPU that runs shard `role` (`shards`) as its calibration timed it: its KV heads per
+        token. Default: the configuration's KV layout (`attn_tp`)."""
+        return self.attn_tp(c)
+
     def dp_attention_dp(self, c) -> int:
         """The `--dp-size` SGLang's memory default sees with `--enable-dp-attention` (`memory.
         default_mem_fraction_static`'s `dp_attention_dp`); 0 without DP attention."""

@@ -30,6 +30,10 @@ class ShiftTechnique(Technique):
         """SP x TP: its one cache in the TP = P layout."""
         return c.tp * c.sp
 
+    def shard_attn_tp(self, c, role):
+        """TP_b for the base shard, which is timed with TP_b's heads; SP x TP for the shift shard."""
+        return c.tp if role == "base" else c.attn_tp
+
     def launch_flags(self, c, opts, b_th, shift_threshold, expected_batch):
         flags = ["--tp-size", str(c.sp * c.tp), "--overlay-mode", "shift", "--shift-sp", str(c.sp)]
         th = opts.get("th", shift_threshold)

@@ -1,0 +1,41 @@
+"""The planner's technique objects (`sgl_sidp.plan.technique`): one per way of running a model, each feature's in its
+own folder, named by its `Feature.planner` (issue 36 item 6)."""
+
+import ast
+from pathlib import Path
+
+from sgl_sidp.features import FEATURES
+from sgl_sidp.plan.configs import configuration_named
+from sgl_sidp.plan.technique import Technique, techniques
+
+PACKAGE = Path(__file__).resolve().parents[1] / "sgl_sidp"
+
+
+def test_techniques_are_vanilla_then_each_feature_in_the_table_order():
+    assert list(techniques()) == ["vanilla", "dp_attention", *FEATURES]
+    assert all(isinstance(t, Technique) and name == t.name for name, t in techniques().items())
+    assert [n for n, t in techniques().items() if t.vanilla] == ["vanilla", "dp_attention"]
+
+
+def test_each_feature_declares_its_planner_part_in_its_folder_importing_no_other_feature():
+    for name, feature in FEATURES.items():
+        module, _, attribute = feature.planner.partition(":")
+        assert module == f"sgl_sidp.{name}.planner" and attribute
+        tree = ast.parse((PACKAGE / name / "planner.py").read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        others = {m for m in imported if any(m.startswith(f"sgl_sidp.{o}") for o in FEATURES if o != name)}
+        assert not others, f"{name}'s planner imports another feature: {others}"
+
+
+def test_no_planner_module_branches_on_a_technique_name():
+    for path in (PACKAGE / "plan").glob("*.py"):
+        text = path.read_text()
+        for branch in ("technique ==", "technique !=", "technique in (", 'if mode =='):
+            assert branch not in text, f"{path.name}: {branch}"
+
+
+def test_a_configuration_asks_its_technique():
+    for name in ("tp2", "dp4_attn_ep", "zerodp_dp2_all", "sidp_dp2_auto_bth64", "shift_sp2_tp1_th1_exact"):
+        c = configuration_named(name)
+        assert c.kind is techniques()[c.technique]
