@@ -4,6 +4,10 @@ one GPU. Every figure it gives is a prediction and is labelled so.
 - `configs`: the configurations (vanilla TP x DP, DP attention, ZeroDP, SiDP WaS/CaS/auto, Shift), each one's per-GPU
   shard shapes (what one GPU computes, as SGLang's `--json-model-override-args` for a one-GPU calibration run),
   weights and KV tokens per GPU (`sgl_sidp.calibration.memory`, checked against SGLang's logs);
+- `technique`: what the planner asks of a technique (`Technique`: its names and options, launch flags, shards,
+  memory, how its forwards are composed, its decisions), one object each: vanilla TP x DP and DP attention in
+  `vanilla`, ZeroDP, SiDP and Shift in their feature folders (`sgl_sidp/<feature>/planner.py`, `Feature.planner`);
+  nothing else in the planner branches on a technique's name;
 - `calibrate` (`python -m sgl_sidp.plan calibrate`): times every shard a model's configurations need on the GPU at
   hand, and a request's time outside forwards;
 - `comm`: the interconnect table (latency + bytes / bandwidth per collective and GPU count), bundled per GPU kind or
