@@ -56,12 +56,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
-import sgl_sidp
 from sgl_sidp.bench import exact
+from sgl_sidp.model_info import DEFAULT_MODEL_DIR
 from sgl_sidp.plan.configs import Configuration, configuration_named
 
-#: The embedded tokenizer, for a model folder with a config but no tokenizer (as `../shared/models/*`).
-DEFAULT_TOKENIZER_DIR = Path(sgl_sidp.__file__).resolve().parent / "default_model"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 #: Sources of the KV capacity per DP rank, most trusted first (`sgl_sidp.bench.server_stats`).
@@ -199,7 +197,7 @@ def server_flags(job: Job, a: argparse.Namespace) -> tuple[str, list[str]]:
     model = job.model
     flags = ["--model-path", str(model), "--enable-metrics"]
     if not any((model / f).exists() for f in TOKENIZER_FILES):
-        flags += ["--tokenizer-path", str(DEFAULT_TOKENIZER_DIR)]
+        flags += ["--tokenizer-path", str(DEFAULT_MODEL_DIR)]  # the embedded model's tokenizer (`../shared/models/*`)
     if a.load_format:
         flags += ["--load-format", a.load_format]
     flags += shlex.split(a.extra_args) + shlex.split(a.config_args.get(job.name, ""))
@@ -270,7 +268,7 @@ def git_commit() -> str | None:
     if os.environ.get("SIDP_COMMIT"):
         return os.environ["SIDP_COMMIT"]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(sgl_sidp.__file__).resolve().parent,
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
                              capture_output=True, text=True, timeout=10)
         return out.stdout.strip() if out.returncode == 0 else None
     except OSError:
