@@ -190,7 +190,7 @@ class SiDPRuntime:
         exposed = stalls.mean_ms() if stalls is not None else None
         if exposed is None or not self.copy_gbps:
             return exposed, None
-        copy_ms = self.bytes_per_forward / (self.copy_gbps * 1e9) * 1e3
+        copy_ms = self.copy_ms_per_forward
         return exposed, max(0.0, 1.0 - exposed / copy_ms) if copy_ms else None
 
     # ------------------------------------------------------------------ set-up (no SGLang, testable on CPU)
@@ -519,7 +519,7 @@ class SiDPRuntime:
         from sgl_sidp.calibration.startup import calibration_key
 
         cal = CalibrationCache().get(calibration_key(runner))
-        line = was_verdict(cal, self.bytes_per_forward / (self.copy_gbps * 1e9) * 1e3) if cal is not None else None
+        line = was_verdict(cal, self.copy_ms_per_forward) if cal is not None else None
         if line:
             logger.warning("sgl-sidp sidp %s: %s", self.who, line)
 
@@ -533,7 +533,7 @@ class SiDPRuntime:
         cal = CalibrationCache().get(calibration_key(scheduler.tp_worker.model_runner))
         if cal is None or not self.copy_gbps:
             return float("nan")
-        b = crossover_batch(cal, self.bytes_per_forward / (self.copy_gbps * 1e9) * 1e3)
+        b = crossover_batch(cal, self.copy_ms_per_forward)
         return float(b) if b is not None else float("inf")
 
     def on_next_batch(self, plan, scheduler, *args, **kwargs):
@@ -572,6 +572,11 @@ class SiDPRuntime:
     @property
     def bytes_per_forward(self) -> int:
         return self.binding.prefetcher.bytes_per_forward if self.binding is not None else 0
+
+    @property
+    def copy_ms_per_forward(self) -> float:
+        """A WaS forward's copies at the copy rate measured at load (ms); needs `copy_gbps` > 0."""
+        return self.bytes_per_forward / (self.copy_gbps * 1e9) * 1e3
 
     def around_mlp_forward(self, original, mlp, *args, **kwargs):
         """AROUND `Qwen2MLP.forward` / `LlamaMLP.forward`: WaS: a streamed layer waits for its slot, frees it after;
