@@ -77,11 +77,11 @@ class Router:
         self.capacity: list[int] = []
         self.prefill_spt: list[float | None] = []
         self._snapshot: dict[int, tuple[float, float, int, int]] = {}  # rank -> (ts, previous ts, tokens, requests)
-        self._sent: list[tuple[float, int, int]] = []  # (time, rank, tokens) since the oldest snapshot
+        self._sent: list[tuple[float, int, int]] = []  # (time, rank, tokens) after the oldest previous snapshot
 
     def observe(self, budget, loads) -> None:
         """After SGLang's `update_budget(loads)`: note capacities and speeds, then set each reported replica's counts
-        to its latest snapshot plus what was sent to it after that snapshot was taken."""
+        to its latest snapshot plus what was sent to it after its previous snapshot (what the latest one may miss)."""
         n = budget.dp_size
         if len(self.capacity) != n:
             self.capacity, self.prefill_spt = [0] * n, [None] * n

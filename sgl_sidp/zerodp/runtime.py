@@ -284,7 +284,7 @@ class ZeroDPRuntime:
     def _warn_if_copy_bound(self, plan: OffloadPlan, cal: Calibration) -> None:
         """One warning line where this sink's decode steps cannot hide its copies (issue 35: `--zerodp-layers all` on
         Qwen3-30B-A3B, 2 x H100, pulled 58 GB per forward, 146 ms at the idle copy rate, against 4.6-28 ms decode
-        forwards: 0.46x vanilla DP2's throughput on a decode-heavy burst), with the predicted slowdown."""
+        forwards: 0.61x vanilla DP2's throughput on a decode-heavy burst), with the predicted slowdown."""
         batches = sorted(cal.decode_ms)
         lo, hi = cal.decode_ms[batches[0]], cal.decode_ms[batches[-1]]
         if plan.copy_ms <= hi:
@@ -428,7 +428,7 @@ class ZeroDPRuntime:
 
 
 def _hiding_prefills(cal: Calibration, copy_ms: float) -> str:
-    """ "8192 tokens or more" for the smallest calibrated prefill whose forward takes `copy_ms`, or "none measured"."""
+    """ "8192 tokens or more" for the smallest calibrated prefill whose forward takes `copy_ms`, or "no measured size"."""
     hiding = [t for t, ms in sorted(cal.prefill_ms.items()) if ms >= copy_ms]
     return f"{hiding[0]} tokens or more" if hiding else "no measured size"
 
