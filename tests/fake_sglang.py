@@ -1,7 +1,8 @@
 """A stand-in for `python -m sglang.launch_server` and `python -m sgl_sidp.launch_server` on CPU (loopback only), for
 the tests of `sgl_sidp.bench.compare`: it reads the flags that pick a configuration, prints SGLang-like start-up lines
 ("max_total_num_tokens=" per DP rank, "The server is fired up"), answers /health, /generate (streamed and not, with
-logprobs and `routed_dp_rank`), /v1/loads, /server_info and /metrics (per-rank token counters).
+logprobs and `routed_dp_rank`), /v1/loads, /server_info, /metrics (per-rank token counters) and /start_profile (one
+small per-stage Chrome trace per TP rank of each DP rank, named as SGLang names them, written 0.3 s later).
 
 Its answers are a function of the prompt alone, so every configuration is "exact", except where
 `$FAKE_DIFFERS` names the configuration's overlay mode: then prompts of 2,000 tokens or more get their 4th token
@@ -83,6 +84,26 @@ def main(argv: list[str]) -> None:
                   for (r, m), v in counters.items()]
         return web.Response(text="\n".join(lines) + "\n")
 
+    async def start_profile(request):
+        body = await request.json()
+        folder, pid, steps = Path(body["output_dir"]), body["profile_id"], body["num_steps"]
+
+        def write():
+            import gzip
+            time.sleep(0.3)
+            for r in range(dp):
+                for t in range(tp):
+                    for stage, ms in (("EXTEND", 10.0), ("DECODE", 2.0)):
+                        events = [{"ph": "X", "cat": "kernel", "name": name, "ts": 1000.0 * k * ms, "dur": 1000.0 * ms * f}
+                                  for k in range(steps) for name, f in (("nvjet_gemm", 0.6), ("ncclAllReduce", 0.2))]
+                        rank = f"TP-{t}" + (f"-DP-{r}" if dp > 1 else "")
+                        with gzip.open(folder / f"{pid}-{rank}-{stage}.trace.json.gz", "wt") as f:
+                            json.dump({"traceEvents": events}, f)
+
+        folder.mkdir(parents=True, exist_ok=True)
+        asyncio.get_running_loop().run_in_executor(None, write)
+        return web.Response(text="Start profiling.\n")
+
     async def fired_up(app):
         print("The server is fired up and ready to roll!", flush=True)
 
@@ -94,7 +115,9 @@ def main(argv: list[str]) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/loads", lambda r: web.json_response(
         {"loads": [{"dp_rank": i, "max_total_num_tokens": c} for i, c in enumerate(caps)]}))
-    app.router.add_get("/server_info", lambda r: web.json_response({"max_total_num_tokens": caps[0]}))
+    app.router.add_post("/start_profile", start_profile)
+    app.router.add_get("/server_info", lambda r: web.json_response(
+        {"max_total_num_tokens": caps[0], "chunked_prefill_size": 8192}))
     web.run_app(app, host=a.host or "127.0.0.1", port=a.port, print=None, shutdown_timeout=1)
 
 

@@ -264,3 +264,27 @@ def test_servers_one_after_the_other_share_a_calibration_cache(tmp_path, fake):
     assert alone["spec"] == "2+8+3" and alone["failed"] == 0 and alone["ttft_ms_p50"] > 0 and alone["tpot_ms_p50"] > 0
     md = (tmp_path / "out" / "compare.md").read_text()
     assert "Alone 2+8+3 (N+IN+OUT, each request after the last finished):" in md
+
+
+def test_profile_step_summarises_every_gpus_traces_by_kernel_class(tmp_path, fake):
+    dense = model(tmp_path, "dense", DENSE)
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2,dp2", "--gpus", "0,1",
+                             "--profile", "4+16+5", "--profile-steps", "2")) == 0
+    out = tmp_path / "out"
+    for name, ranks in (("tp2", {"TP-0", "TP-1"}), ("dp2", {"TP-0-DP-0", "TP-0-DP-1"})):
+        prof = json.loads((out / "dense" / f"{name}.json").read_text())["profile"]
+        assert prof["spec"] == "4+16+5" and prof["steps"] == 2 and prof["chunked_prefill_size"] == 8192
+        assert set(prof["ranks"]) == ranks and prof["traces"] == 4
+        pre = prof["ranks"][sorted(ranks)[0]]["prefill"]
+        assert pre["by_class_ms"] == {"gemm": 6.0, "comm": 2.0} and pre["span_ms"] == pytest.approx(8.0) and pre["busy_ms"] == pytest.approx(6.0)
+        assert not list((out / "dense" / "profile" / name).glob("*.gz"))  # summarised, then removed
+    md = (out / "compare.md").read_text()
+    assert "Profile 4+16+5" in md and "| tp2 | TP-0 | prefill |" in md and "| dp2 | TP-0-DP-0 | decode |" in md
+
+
+def test_profile_spec_is_checked_before_any_server(tmp_path, capsys):
+    dense = model(tmp_path, "dense", DENSE)
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--profile", "4+16+3")) == 2
+    assert "OUT must be at least --profile-steps + 2" in capsys.readouterr().err
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--profile", "4+x+9")) == 2
+    assert "--profile 4+x+9: expected S+IN+OUT" in capsys.readouterr().err

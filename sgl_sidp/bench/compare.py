@@ -25,6 +25,10 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   TTFT and TPOT p50 of a server with nothing else to do (the low-load latency).
 * `--trace FILE --rates R,...`: `python -m sgl_sidp.replay` of the trace at each arrival-rate factor R (`--time-scale
   1/R`, with `--trace-args`), goodput under `--slo-ttft-ms`/`--slo-tpot-ms`.
+* `--profile S+IN+OUT`: where the GPU time goes. S prompts at once as in `--burst`; 1 s later SGLang's own torch
+  profiler traces the next `--profile-steps` prefill forwards and as many decode forwards on every GPU, summarised
+  per forward by kernel class (`sgl_sidp.bench.profile`: GEMM, attention, communication, ...). Pick S x IN large
+  enough that the prefill forwards traced are full chunks (SGLang's `chunked_prefill_size`, recorded beside).
 
 Resumable: a step already in the JSON is not run again, and a configuration with every step done (or refused) is
 not started, so the next call of a 10-minute device lease goes on where the last stopped (`--deadline-s` starts no
@@ -311,6 +315,8 @@ class Measurement:
             out.append(("alone", self.run_alone))
         if a.burst and res.get("burst", {}).get("spec") != a.burst:
             out.append(("burst", self.run_burst))
+        if a.profile and res.get("profile", {}).get("spec") != a.profile:
+            out.append(("profile", self.run_profile))
         for trace in a.trace:
             for rate in a.rates:
                 key = trace_key(trace, rate)
@@ -406,12 +412,34 @@ class Measurement:
         before = rank_counter_snapshot(metrics_text(self.srv.base_url))
         outs, seconds = run_batch(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 7)])
         after = rank_counter_snapshot(metrics_text(self.srv.base_url))
+        deltas = counter_deltas(before, after)
         m = compute_metrics(outs, seconds)
         self.res["burst"] = {
             "spec": self.a.burst, "seconds": seconds, "failed": m["failed"], "total_tok_s": m["total_throughput"],
             "output_tok_s": m["output_throughput"], "ttft_ms_p50": m["median_ttft_ms"], "ttft_ms_p99": m["p99_ttft_ms"],
             "tpot_ms_p50": m["median_tpot_ms"], "tpot_ms_p99": m["p99_tpot_ms"],
-            "per_rank": {str(r): v for r, v in per_rank_from_deltas(counter_deltas(before, after)).items()}}
+            "per_rank": {str(r): v for r, v in per_rank_from_deltas(deltas).items()},
+            "overlay": {k: v for k, v in deltas.items() if k.startswith("sglang:sidp_") and v}}
+
+    def run_profile(self) -> None:
+        """`--profile S+IN+OUT`: the burst's prefill and decode forwards traced by SGLang's profiler, by kernel
+        class (`sgl_sidp.bench.profile`); the traces are summarised and removed."""
+        from sgl_sidp.bench import profile
+        from sgl_sidp.bench.batches import prompts, run_batch
+
+        s, i, o = triple(self.a.profile, "--profile")
+        folder = self.job.result.parent / "profile" / self.job.name
+        shutil.rmtree(folder, ignore_errors=True)
+        info = http_json(self.srv.base_url + "/server_info", timeout_s=30)
+        sender = threading.Thread(target=run_batch, args=(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 13)]))
+        sender.start()
+        time.sleep(1.0)  # past the first, partly filled, prefill forwards
+        profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name)
+        sender.join()
+        found = profile.wait_for_traces(folder, expected=2 * len(self.gpus))
+        self.res["profile"] = {"spec": self.a.profile, "steps": self.a.profile_steps, "traces": found,
+                               "chunked_prefill_size": info.get("chunked_prefill_size"),
+                               "ranks": profile.summarize_dir(folder, self.a.profile_steps)}
 
     def run_alone(self) -> None:
         """`--alone N+IN+OUT`: N requests, each sent when the one before finished (distinct prompts: no cache hit)."""
@@ -643,7 +671,7 @@ def status_line(job: Job, res: dict) -> str:
         return f"{head}: refused: {res['refused']}"
     if res.get("error"):
         return f"{head}: did not start: {res['error']['what']}"
-    done = [k for k in ("exact", "alone", "burst") if k in res] + list(res.get("traces", {}))
+    done = [k for k in ("exact", "alone", "burst", "profile") if k in res] + list(res.get("traces", {}))
     errs = res.get("step_errors") or {}
     return (f"{head}: up in {res.get('startup_s')} s, KV {res.get('kv_tokens')}, done: {', '.join(done) or 'nothing'}"
             + (f"; errors: {errs}" if errs else ""))
@@ -671,6 +699,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--alone", default=None, metavar="N+IN+OUT",
                    help="N requests of IN prompt and OUT output tokens, one after the other (low-load TTFT, TPOT)")
     p.add_argument("--burst", default=None, metavar="S+IN+OUT", help="S requests of IN prompt and OUT output tokens at once")
+    p.add_argument("--profile", default=None, metavar="S+IN+OUT",
+                   help="S requests at once, their prefill and decode forwards traced by SGLang's profiler")
+    p.add_argument("--profile-steps", type=int, default=3,
+                   help="forwards of each stage --profile traces (default: %(default)s)")
     p.add_argument("--trace", type=Path, action="append", default=[], help="a trace to replay (repeatable)")
     p.add_argument("--rates", default="1", help="arrival-rate factors of each trace replay (default: %(default)s)")
     p.add_argument("--trace-args", default="", help="more `python -m sgl_sidp.replay` flags (e.g. \"--duration-s 120\")")
@@ -710,24 +742,25 @@ def check(a: argparse.Namespace) -> list[str]:
         problems.append("--configs: name at least one configuration")
     unknown = sorted(set(a.config_args) - {n for n in a.configs.split(",") if n})
     problems += [f"--config-args {n}=...: {n} is not one of --configs" for n in unknown]
-    if not (a.exact or a.alone or a.burst or a.trace):
-        problems.append("nothing to measure: give --exact, --alone, --burst or --trace")
-    if a.alone:
+    if not (a.exact or a.alone or a.burst or a.profile or a.trace):
+        problems.append("nothing to measure: give --exact, --alone, --burst, --profile or --trace")
+    for spec, flag, first in ((a.alone, "--alone", "N"), (a.burst, "--burst", "S"), (a.profile, "--profile", "S")):
         try:
-            triple(a.alone, "--alone", "N")
+            out = triple(spec, flag, first)[2] if spec else None
         except CompareError as e:
             problems.append(str(e))
-    if a.burst:
-        try:
-            triple(a.burst)
-        except CompareError as e:
-            problems.append(str(e))
+            continue
+        if flag == "--profile" and out is not None and out < a.profile_steps + 2:
+            problems.append(f"--profile {spec}: OUT must be at least --profile-steps + 2 (the decode forwards "
+                            "traced, then one that stops the trace)")
+    if a.profile and a.profile_steps < 1:
+        problems.append(f"--profile-steps {a.profile_steps}: must be at least 1")
     if any(r <= 0 for r in a.rates):
         problems.append("--rates: every factor must be positive")
     problems += [f"--trace {t}: no such file" for t in a.trace if not t.is_file()]
     if a.servers_per_gpu < 1:
         problems.append("--servers-per-gpu: at least 1")
-    if a.servers_per_gpu > 1 and (a.alone or a.burst or a.trace):
+    if a.servers_per_gpu > 1 and (a.alone or a.burst or a.profile or a.trace):
         problems.append("--servers-per-gpu > 1 shares GPUs between servers: only for --exact alone (no speed numbers)")
     if not a.gpus or any(not g.isdigit() for g in a.gpus):
         problems.append(f"--gpus {','.join(a.gpus)}: expected GPU indices such as 0,1")
@@ -782,7 +815,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prebuild = start_jit_prebuild(todo, a.gpus, a.out_dir / "logs")
         signal.signal(signal.SIGTERM, _interrupt)  # `timeout` stops the run: its servers (own sessions) stop too
         try:
-            if a.exact and not (a.alone or a.burst or a.trace):
+            if a.exact and not (a.alone or a.burst or a.profile or a.trace):
                 run_exact_pool(todo, a, log)
             else:
                 run_rounds(todo, a, log)

@@ -230,10 +230,40 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                                 **ratio_row(t.get("request_goodput"), bests["request_goodput"])})
                 plot.setdefault(f"{key} goodput req/s", {})[f"{model}: {name}"] = t.get("request_goodput")
             lines.append("")
+        lines += profile_table(group)
         errs = [(n, r["step_errors"]) for n, r in group.items() if r.get("step_errors")]
         if errs:
             lines += ["Steps that failed:", "", *[f"- {n}: {e}" for n, e in errs], ""]
     return "\n".join(lines), summary, plot
+
+
+def profile_table(group: dict[str, dict]) -> list[str]:
+    """Markdown lines of the group's `--profile` results: per configuration and stage, the first GPU's milliseconds
+    per forward by kernel class (`sgl_sidp.bench.profile.summarize_trace`); [] when none was profiled."""
+    with_prof = {n: r["profile"] for n, r in group.items() if (r.get("profile") or {}).get("ranks")}
+    if not with_prof:
+        return []
+    first = next(iter(with_prof.values()))
+    classes = ["gemm", "attention", "comm", "moe", "copy", "other"]
+    lines = [f"Profile {first['spec']} (S+IN+OUT; ms per forward on the first GPU, {first['steps']} forwards a stage "
+             f"traced by SGLang's torch profiler; SGLang's chunked prefill size "
+             f"{first.get('chunked_prefill_size')}): span = first to last kernel, busy = time any kernel ran", "",
+             "| configuration | GPU | stage | span | busy | " + " | ".join(classes) + " | heaviest kernel (ms) |",
+             "|---|---|---|---:|---:|" + "---:|" * len(classes) + "---|"]
+    for name, prof in with_prof.items():
+        rank = sorted(prof["ranks"])[0]
+        for stage in ("prefill", "decode"):
+            sm = prof["ranks"][rank].get(stage)
+            if not sm:
+                continue
+            if "error" in sm:
+                lines.append(f"| {name} | {rank} | {stage} | {sm['error']} |")
+                continue
+            top = sm["top"][0] if sm.get("top") else None
+            lines.append(f"| {name} | {rank} | {stage} | {fmt(sm['span_ms'])} | {fmt(sm['busy_ms'])} | "
+                         + " | ".join(fmt(sm["by_class_ms"].get(c)) for c in classes)
+                         + f" | {top[0][:60] + ' (' + fmt(top[1]) + ')' if top else '-'} |")
+    return lines + [""]
 
 
 def write_report(out_dir: Path, predict: bool = True) -> str:

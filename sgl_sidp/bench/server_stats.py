@@ -31,6 +31,8 @@ RANK_COUNTERS = (
     ("sglang:realtime_tokens_total", "mode"),
     ("sglang:forward_execution_seconds_total", "category"),
     ("sglang:num_retracted_requests_total", None),
+    ("sglang:sidp_shift_forwards_total", "config"),  # Shift: forwards and tokens by configuration (base, shift)
+    ("sglang:sidp_shift_tokens_total", "config"),
 )
 
 # "[2025-11-21 10:00:00 DP1 TP0] max_total_num_tokens=123456, chunked_prefill_size=..." (the prefix is SGLang's

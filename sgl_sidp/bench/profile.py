@@ -1,0 +1,159 @@
+"""Where a server's GPU time goes: SGLang's own torch profiler over a few forwards, summarised by kernel class.
+
+Source: SGLang 0.5.17's `POST /start_profile` (`ProfileReq`; `SchedulerProfilerManagerMixin` in
+`sglang.srt.managers.scheduler_components.profiler_manager`). With `profile_by_stage` every scheduler (each TP rank of
+each DP rank) traces its next `num_steps` prefill forwards, then its next `num_steps` decode forwards, and writes one
+Chrome trace per stage: `<profile_id>-TP-<t>[-DP-<d>]-EXTEND.trace.json.gz` and `...-DECODE.trace.json.gz`. Kernels
+replayed from CUDA graphs are in them (CUPTI records graph kernels one by one).
+
+`summarize_trace` condenses one such trace into milliseconds per kernel class (`KERNEL_CLASSES`), the GPU span and
+busy time, and the heaviest kernels, so two configurations' forwards compare side by side (`compare --profile`)
+without shipping the traces (tens of MB each). Pure functions over parsed JSON; the HTTP part is `start`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterable, Mapping
+
+#: (class, regular expression on the kernel name, case-insensitive), first match wins; the rest is "other".
+#: comm: NCCL, SGLang's custom all-reduce (`cross_device_reduce_*`), torch symmetric-memory collectives;
+#: gemm: cuBLAS/cuBLASLt (`nvjet`, `sm90_xmma`, `cutlass`), Triton matmuls; attention: SGLang's Triton attention
+#: (`_fwd_kernel*`, `extend_attention`, `decode_attention`) and FlashAttention/FlashInfer kernels.
+KERNEL_CLASSES: tuple[tuple[str, str], ...] = (
+    ("comm", r"nccl|cross_device_reduce|all_?reduce|all_?gather|all_?to_?all|reduce_?scatter|one_shot|two_shot|symm"),
+    ("gemm", r"gemm|xmma|cutlass|nvjet|cublas|matmul|wgmma|_mm_"),
+    ("attention", r"attn|attention|flash|_fwd_kernel|fwd_grouped|decode_grouped|_decode_|extend_"),
+    ("moe", r"moe|topk|expert"),
+)
+_CLASS_RES = [(name, re.compile(rx, re.I)) for name, rx in KERNEL_CLASSES]
+#: Chrome-trace categories of GPU work (torch profiler / Kineto).
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+STAGES = {"EXTEND": "prefill", "DECODE": "decode"}
+
+
+def kernel_class(name: str, category: str = "kernel") -> str:
+    """The class of one GPU event: "copy" for memcpy/memset events, else the first `KERNEL_CLASSES` entry whose
+    pattern the kernel name matches, else "other"."""
+    if category != "kernel":
+        return "copy"
+    for cls, rx in _CLASS_RES:
+        if rx.search(name):
+            return cls
+    return "other"
+
+
+def _union_us(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length (us) of the union of [start, end) intervals."""
+    total, end = 0.0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def summarize_trace(trace: Mapping, steps: int, top: int = 8) -> dict:
+    """One Chrome trace's GPU work, per forward.
+
+    Args:
+        trace: the parsed trace (`{"traceEvents": [...]}`); complete events (`"ph": "X"`) of `GPU_CATEGORIES`
+            count, with `ts` and `dur` in microseconds.
+        steps: the forwards the trace covers (SGLang's `num_steps`); every time is divided by it.
+        top: how many of the heaviest kernels to list.
+
+    Returns:
+        `{"steps", "kernels", "span_ms", "busy_ms", "by_class_ms": {class: ms}, "top": [[name, ms, calls], ...]}`,
+        times in ms per forward: span = first GPU event's start to the last one's end (idle gaps included), busy =
+        the union of GPU events (overlapping streams counted once), a class = the sum of its events' durations
+        (overlap counted twice, so classes may add up to more than busy).
+
+    Raises:
+        ValueError: `steps` < 1, or the trace has no GPU event (a profile that saw no forward).
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    events = [e for e in trace.get("traceEvents", [])
+              if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES and "dur" in e and "ts" in e]
+    if not events:
+        raise ValueError("the trace has no GPU event (no forward ran while profiling)")
+    by_class: dict[str, float] = {}
+    by_name: dict[str, list[float]] = {}
+    for e in events:
+        cls = kernel_class(e.get("name", ""), e["cat"])
+        by_class[cls] = by_class.get(cls, 0.0) + float(e["dur"])
+        agg = by_name.setdefault(e.get("name", "")[:100], [0.0, 0])
+        agg[0] += float(e["dur"])
+        agg[1] += 1
+    start = min(float(e["ts"]) for e in events)
+    end = max(float(e["ts"]) + float(e["dur"]) for e in events)
+    busy = _union_us((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events)
+    heaviest = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
+    per = 1e3 * steps
+    return {"steps": steps, "kernels": len(events), "span_ms": round((end - start) / per, 3),
+            "busy_ms": round(busy / per, 3),
+            "by_class_ms": {c: round(v / per, 3) for c, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
+            "top": [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in heaviest]}
+
+
+def trace_key(path: Path) -> tuple[str, str] | None:
+    """(rank, stage) of one of SGLang's per-stage trace files: ("TP-0-DP-1", "prefill"); None for another file."""
+    m = re.match(r".*?-(TP-\d+(?:-DP-\d+)?(?:-PP-\d+)?(?:-EP-\d+)?)-(EXTEND|DECODE)\.trace\.json\.gz$", path.name)
+    return (m.group(1), STAGES[m.group(2)]) if m else None
+
+
+def summarize_dir(folder: Path, steps: int, remove: bool = True) -> dict[str, dict[str, dict]]:
+    """`{rank: {stage: summarize_trace(...)}}` of every per-stage trace in `folder`; each trace removed once read
+    when `remove` (they are tens of MB). A trace that cannot be read gives `{"error": ...}` for its stage."""
+    out: dict[str, dict[str, dict]] = {}
+    for path in sorted(folder.glob("*.trace.json.gz")):
+        key = trace_key(path)
+        if key is None:
+            continue
+        try:
+            with gzip.open(path, "rt") as f:
+                out.setdefault(key[0], {})[key[1]] = summarize_trace(json.load(f), steps)
+        except (OSError, ValueError) as e:
+            out.setdefault(key[0], {})[key[1]] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        if remove:
+            path.unlink(missing_ok=True)
+    return out
+
+
+def start(base_url: str, folder: Path, steps: int, profile_id: str) -> None:
+    """Ask the server to trace its next `steps` prefill and `steps` decode forwards (GPU activity only, no stacks
+    or shapes: small traces, little overhead) into `folder` (a path on the server's host).
+
+    Raises:
+        urllib.error.URLError / HTTPError: the server refused (e.g. a profile already running).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {"output_dir": str(folder.resolve()), "num_steps": steps, "activities": ["GPU"], "profile_by_stage": True,
+            "with_stack": False, "record_shapes": False, "profile_id": profile_id}
+    req = urllib.request.Request(base_url + "/start_profile", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        r.read()
+
+
+def wait_for_traces(folder: Path, expected: int, timeout_s: float = 120.0) -> int:
+    """Wait until `expected` per-stage traces are in `folder` and none has grown for 2 s (SGLang writes them after
+    the forwards, seconds later); returns how many there are at the end (fewer on timeout)."""
+    deadline, last, stable_since = time.time() + timeout_s, None, time.time()
+    while time.time() < deadline:
+        files = sorted(p for p in folder.glob("*.trace.json.gz") if trace_key(p))
+        state = [(p.name, p.stat().st_size) for p in files]
+        if state != last:
+            last, stable_since = state, time.time()
+        elif len(files) >= expected and time.time() - stable_since >= 2.0:
+            return len(files)
+        time.sleep(0.5)
+    return len(last or [])

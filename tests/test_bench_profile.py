@@ -1,0 +1,68 @@
+"""`sgl_sidp.bench.profile`: SGLang's per-stage Chrome traces condensed into ms per forward by kernel class."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from sgl_sidp.bench import profile
+
+
+def kernel(name, ts, dur, cat="kernel"):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "comm"),
+    ("void cross_device_reduce_1stage<__nv_bfloat16, 2>(...)", "comm"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "comm"),
+    ("nvjet_tst_192x192_64x4_1x2_h_bz_coopB_TNT", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", "gemm"),
+    ("_fwd_kernel", "attention"), ("_fwd_grouped_kernel_stage1", "attention"),
+    ("fused_moe_kernel", "moe"), ("void at::native::vectorized_elementwise_kernel<4, ...>", "other"),
+])
+def test_kernel_names_fall_into_their_class(name, cls):
+    assert profile.kernel_class(name) == cls
+
+
+def test_a_trace_is_condensed_per_forward_with_overlap_counted_once_in_busy():
+    trace = {"traceEvents": [
+        kernel("nvjet_gemm", 0, 600), kernel("ncclAllReduce", 500, 200),  # overlaps the GEMM by 100 us
+        kernel("_fwd_kernel", 1000, 300), kernel("Memcpy DtoD", 1400, 100, cat="gpu_memcpy"),
+        kernel("nvjet_gemm", 2000, 600),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5000},  # CPU side: not GPU time
+        {"ph": "i", "cat": "kernel", "name": "instant", "ts": 0},  # not a complete event
+    ]}
+    s = profile.summarize_trace(trace, steps=2)
+    assert s["kernels"] == 5 and s["steps"] == 2
+    assert s["span_ms"] == pytest.approx(2.6 / 2) and s["busy_ms"] == pytest.approx((0.7 + 0.3 + 0.1 + 0.6) / 2)
+    assert s["by_class_ms"] == {"gemm": 0.6, "attention": 0.15, "comm": 0.1, "copy": 0.05}
+    assert s["top"][0] == ["nvjet_gemm", 0.6, 1]
+
+
+def test_a_trace_without_gpu_work_or_steps_is_refused():
+    with pytest.raises(ValueError, match="no GPU event"):
+        profile.summarize_trace({"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 0, "dur": 1}]}, 1)
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        profile.summarize_trace({"traceEvents": [kernel("k", 0, 1)]}, 0)
+
+
+def test_a_folder_of_sglang_traces_is_read_by_rank_and_stage_then_removed(tmp_path):
+    for name in ("1.5-TP-0-DP-1-EXTEND", "1.5-TP-1-DECODE"):
+        with gzip.open(tmp_path / f"{name}.trace.json.gz", "wt") as f:
+            json.dump({"traceEvents": [kernel("nvjet", 0, 1000)]}, f)
+    (tmp_path / "1.5-TP-2-DECODE.trace.json.gz").write_bytes(b"not gzip")
+    (tmp_path / "other.trace.json.gz").write_bytes(b"")  # not SGLang's naming: left alone
+    got = profile.summarize_dir(tmp_path, steps=1)
+    assert got["TP-0-DP-1"]["prefill"]["busy_ms"] == 1.0 and got["TP-1"]["decode"]["span_ms"] == 1.0
+    assert "error" in got["TP-2"]["decode"]
+    assert [p.name for p in tmp_path.iterdir()] == ["other.trace.json.gz"]
+    assert profile.trace_key(tmp_path / "x-TP-3-DP-0-EXTEND.trace.json.gz") == ("TP-3-DP-0", "prefill")
+
+
+def test_waiting_for_traces_returns_once_the_files_stop_growing(tmp_path):
+    assert profile.wait_for_traces(tmp_path, expected=1, timeout_s=1.0) == 0
+    (tmp_path / "p-TP-0-EXTEND.trace.json.gz").write_bytes(b"x")
+    assert profile.wait_for_traces(tmp_path, expected=1, timeout_s=5.0) == 1
