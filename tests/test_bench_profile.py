@@ -66,3 +66,15 @@ def test_waiting_for_traces_returns_once_the_files_stop_growing(tmp_path):
     assert profile.wait_for_traces(tmp_path, expected=1, timeout_s=1.0) == 0
     (tmp_path / "p-TP-0-EXTEND.trace.json.gz").write_bytes(b"x")
     assert profile.wait_for_traces(tmp_path, expected=1, timeout_s=5.0) == 1
+
+
+def test_forwards_are_counted_from_the_attention_kernels_when_a_stage_ended_early():
+    # 2 forwards of a 3-layer model traced where 3 were asked for (SGLang stops a prefill trace at the first decode)
+    events = [kernel(name, 100 * i, 10) for i in range(2) for _ in range(3) for name in ("_fwd_kernel", "nvjet_gemm")]
+    s = profile.summarize_trace({"traceEvents": events}, steps=3, layers=3)
+    assert s["steps"] == 2 and s["counted"] and s["by_class_ms"]["attention"] == pytest.approx(0.03)
+    assert s["top"][0][2] == 3  # calls per forward
+    # not a whole number of forwards: the steps asked for are the divisor
+    odd = profile.summarize_trace({"traceEvents": events[:-2]}, steps=3, layers=3)
+    assert odd["steps"] == 3 and not odd["counted"]
+    assert profile.forwards_in({"nvjet": (1.0, 6)}, 3) is None  # no attention kernel

@@ -437,9 +437,10 @@ class Measurement:
         profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name)
         sender.join()
         found = profile.wait_for_traces(folder, expected=2 * len(self.gpus))
+        layers = read_model_config(self.job.model).get("num_hidden_layers")
         self.res["profile"] = {"spec": self.a.profile, "steps": self.a.profile_steps, "traces": found,
                                "chunked_prefill_size": info.get("chunked_prefill_size"),
-                               "ranks": profile.summarize_dir(folder, self.a.profile_steps)}
+                               "ranks": profile.summarize_dir(folder, self.a.profile_steps, layers=layers)}
 
     def run_alone(self) -> None:
         """`--alone N+IN+OUT`: N requests, each sent when the one before finished (distinct prompts: no cache hit)."""

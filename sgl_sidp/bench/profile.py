@@ -61,20 +61,33 @@ def _union_us(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
-def summarize_trace(trace: Mapping, steps: int, top: int = 8) -> dict:
+def forwards_in(by_name: Mapping[str, tuple[float, int]], layers: int) -> int | None:
+    """Forwards a trace covers, counted from its attention kernels: every decoder layer launches the same attention
+    kernel once per forward, so the most-called attention-class kernel ran `layers` times a forward. None when that
+    count is not a whole number of forwards (e.g. a backend launching a kernel per request)."""
+    calls = [n for name, (_, n) in by_name.items() if kernel_class(name) == "attention"]
+    if not calls or layers < 1 or max(calls) % layers:
+        return None
+    return max(calls) // layers
+
+
+def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None = None) -> dict:
     """One Chrome trace's GPU work, per forward.
 
     Args:
         trace: the parsed trace (`{"traceEvents": [...]}`); complete events (`"ph": "X"`) of `GPU_CATEGORIES`
             count, with `ts` and `dur` in microseconds.
-        steps: the forwards the trace covers (SGLang's `num_steps`); every time is divided by it.
+        steps: the forwards SGLang was asked to trace (`num_steps`): the divisor when `layers` cannot count them (a
+            stage that ended sooner, e.g. the last prefill before decoding, covers fewer).
         top: how many of the heaviest kernels to list.
+        layers: the model's decoder layers: count the forwards from the attention kernels (`forwards_in`).
 
     Returns:
-        `{"steps", "kernels", "span_ms", "busy_ms", "by_class_ms": {class: ms}, "top": [[name, ms, calls], ...]}`,
-        times in ms per forward: span = first GPU event's start to the last one's end (idle gaps included), busy =
-        the union of GPU events (overlapping streams counted once), a class = the sum of its events' durations
-        (overlap counted twice, so classes may add up to more than busy).
+        `{"steps", "counted", "kernels", "span_ms", "busy_ms", "by_class_ms": {class: ms}, "top": [[name, ms,
+        calls], ...]}`, times in ms per forward (`steps` = the divisor used; `counted`: whether it was counted from
+        the trace): span = first GPU event's start to the last one's end (idle gaps included), busy = the union of
+        GPU events (overlapping streams counted once), a class = the sum of its events' durations (overlap counted
+        twice, so classes may add up to more than busy).
 
     Raises:
         ValueError: `steps` < 1, or the trace has no GPU event (a profile that saw no forward).
@@ -97,8 +110,10 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8) -> dict:
     end = max(float(e["ts"]) + float(e["dur"]) for e in events)
     busy = _union_us((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events)
     heaviest = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
+    counted = forwards_in(by_name, layers) if layers else None
+    steps = counted or steps
     per = 1e3 * steps
-    return {"steps": steps, "kernels": len(events), "span_ms": round((end - start) / per, 3),
+    return {"steps": steps, "counted": counted is not None, "kernels": len(events), "span_ms": round((end - start) / per, 3),
             "busy_ms": round(busy / per, 3),
             "by_class_ms": {c: round(v / per, 3) for c, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
             "top": [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in heaviest]}
@@ -110,9 +125,10 @@ def trace_key(path: Path) -> tuple[str, str] | None:
     return (m.group(1), STAGES[m.group(2)]) if m else None
 
 
-def summarize_dir(folder: Path, steps: int, remove: bool = True) -> dict[str, dict[str, dict]]:
-    """`{rank: {stage: summarize_trace(...)}}` of every per-stage trace in `folder`; each trace removed once read
-    when `remove` (they are tens of MB). A trace that cannot be read gives `{"error": ...}` for its stage."""
+def summarize_dir(folder: Path, steps: int, remove: bool = True, layers: int | None = None) -> dict[str, dict[str, dict]]:
+    """`{rank: {stage: summarize_trace(...)}}` of every per-stage trace in `folder` (`layers`: see `summarize_trace`);
+    each trace removed once read when `remove` (they are tens of MB). A trace that cannot be read gives
+    `{"error": ...}` for its stage."""
     out: dict[str, dict[str, dict]] = {}
     for path in sorted(folder.glob("*.trace.json.gz")):
         key = trace_key(path)
@@ -120,7 +136,7 @@ def summarize_dir(folder: Path, steps: int, remove: bool = True) -> dict[str, di
             continue
         try:
             with gzip.open(path, "rt") as f:
-                out.setdefault(key[0], {})[key[1]] = summarize_trace(json.load(f), steps)
+                out.setdefault(key[0], {})[key[1]] = summarize_trace(json.load(f), steps, layers=layers)
         except (OSError, ValueError) as e:
             out.setdefault(key[0], {})[key[1]] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         if remove:
