@@ -21,6 +21,8 @@ def kernel(name, ts, dur, cat="kernel"):
     ("nvjet_tst_192x192_64x4_1x2_h_bz_coopB_TNT", "gemm"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", "gemm"),
     ("_fwd_kernel", "attention"), ("_fwd_grouped_kernel_stage1", "attention"),
+    ("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(...)", "norm"),
+    ("flashinfer::BatchPrefillWithPagedKVCacheKernel", "attention"),
     ("fused_moe_kernel", "moe"), ("void at::native::vectorized_elementwise_kernel<4, ...>", "other"),
 ])
 def test_kernel_names_fall_into_their_class(name, cls):
@@ -71,10 +73,12 @@ def test_waiting_for_traces_returns_once_the_files_stop_growing(tmp_path):
 def test_forwards_are_counted_from_the_attention_kernels_when_a_stage_ended_early():
     # 2 forwards of a 3-layer model traced where 3 were asked for (SGLang stops a prefill trace at the first decode)
     events = [kernel(name, 100 * i, 10) for i in range(2) for _ in range(3) for name in ("_fwd_kernel", "nvjet_gemm")]
+    # FlashInfer's fused add-RMSNorm runs twice a layer: a norm, not an attention kernel to count forwards by
+    events += [kernel("void flashinfer::norm::FusedAddRMSNormKernel", 0, 1) for _ in range(12)]
     s = profile.summarize_trace({"traceEvents": events}, steps=3, layers=3)
     assert s["steps"] == 2 and s["counted"] and s["by_class_ms"]["attention"] == pytest.approx(0.03)
     assert s["top"][0][2] == 3  # calls per forward
     # not a whole number of forwards: the steps asked for are the divisor
-    odd = profile.summarize_trace({"traceEvents": events[:-2]}, steps=3, layers=3)
+    odd = profile.summarize_trace({"traceEvents": events[:10]}, steps=3, layers=3)
     assert odd["steps"] == 3 and not odd["counted"]
     assert profile.forwards_in({"nvjet": (1.0, 6)}, 3) is None  # no attention kernel

@@ -244,7 +244,7 @@ def profile_table(group: dict[str, dict]) -> list[str]:
     if not with_prof:
         return []
     first = next(iter(with_prof.values()))
-    classes = ["gemm", "attention", "comm", "moe", "copy", "other"]
+    classes = ["gemm", "attention", "comm", "norm", "moe", "copy", "other"]
     lines = [f"Profile {first['spec']} (S+IN+OUT; ms per forward on the first GPU, {first['steps']} forwards a stage "
              f"traced by SGLang's torch profiler; SGLang's chunked prefill size "
              f"{first.get('chunked_prefill_size')}): span = first to last kernel, busy = time any kernel ran", "",

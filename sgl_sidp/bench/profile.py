@@ -23,12 +23,14 @@ from typing import Iterable, Mapping
 
 #: (class, regular expression on the kernel name, case-insensitive), first match wins; the rest is "other".
 #: comm: NCCL, SGLang's custom all-reduce (`cross_device_reduce_*`), torch symmetric-memory collectives;
-#: gemm: cuBLAS/cuBLASLt (`nvjet`, `sm90_xmma`, `cutlass`), Triton matmuls; attention: SGLang's Triton attention
-#: (`_fwd_kernel*`, `extend_attention`, `decode_attention`) and FlashAttention/FlashInfer kernels.
+#: gemm: cuBLAS/cuBLASLt (`nvjet`, `sm90_xmma`, `cutlass`), Triton matmuls; norm: RMSNorm/LayerNorm (FlashInfer's
+#: `flashinfer::norm::FusedAddRMSNormKernel` among them, before attention claims "flashinfer"); attention: SGLang's
+#: Triton attention (`_fwd_kernel*`, `_fwd_grouped_kernel_stage1`), FlashAttention and FlashInfer's attention kernels.
 KERNEL_CLASSES: tuple[tuple[str, str], ...] = (
     ("comm", r"nccl|cross_device_reduce|all_?reduce|all_?gather|all_?to_?all|reduce_?scatter|one_shot|two_shot|symm"),
     ("gemm", r"gemm|xmma|cutlass|nvjet|cublas|matmul|wgmma|_mm_"),
-    ("attention", r"attn|attention|flash|_fwd_kernel|fwd_grouped|decode_grouped|_decode_|extend_"),
+    ("norm", r"rms_?norm|layer_?norm|norm::"),
+    ("attention", r"attn|attention|flash_?fwd|flashinfer|_fwd_kernel|fwd_grouped|decode_grouped|_decode_|extend_"),
     ("moe", r"moe|topk|expert"),
 )
 _CLASS_RES = [(name, re.compile(rx, re.I)) for name, rx in KERNEL_CLASSES]
