@@ -13,11 +13,10 @@ from sgl_sidp.plan.technique import Technique
 class ShiftTechnique(Technique):
     name = "shift"
     patterns = (r"shift_sp(?P<sp>\d+)_tp(?P<tp>\d+)",)
-    form = "shift_spS_tpT[_thN][_exact][_serial]"
+    form = "shift_spS_tpT[_thN][_exact]"
     options = {"th": "the threshold in tokens per forward (thN: --shift-threshold N; th1 puts every forward of two "
                      "tokens or more in the base configuration)",
-               "exact": "the base configuration rounds as TP does (--shift-exact)",
-               "serial": "the base configuration's all-to-alls after its GEMMs, not overlapped (--no-shift-overlap)"}
+               "exact": "the base configuration rounds as TP does (--shift-exact)"}
     valued = frozenset({"th"})
     host_role = "shift"
 
@@ -39,7 +38,7 @@ class ShiftTechnique(Technique):
         flags = ["--tp-size", str(c.sp * c.tp), "--overlay-mode", "shift", "--shift-sp", str(c.sp)]
         th = opts.get("th", shift_threshold)
         flags += ["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else []
-        return flags + (["--shift-exact"] if "exact" in opts else []) + (["--no-shift-overlap"] if "serial" in opts else [])
+        return flags + (["--shift-exact"] if "exact" in opts else [])
 
     def shards(self, c, shapes):
         """"shift" (TP = P) and "base": the TP_b model on 1/SP of the tokens (`Configuration.shards`)."""

@@ -113,7 +113,6 @@ class ShiftRuntime:
         self.p = self.sp = self.tp_b = 1
         self.sp_rank = self.tb_rank = 0
         self.sp_comm = self.tb_comm = None
-        self.stream = None  # the side CUDA stream of the overlapped all-to-alls
         self.threshold: float = self.settings.threshold or math.inf  # inf: provisional, until calibrated
         self.threshold_source = "--shift-threshold" if self.settings.threshold else "provisional (all shift)"
         self.force: str | None = None  # "base" or "shift" while calibrating
@@ -140,19 +139,11 @@ class ShiftRuntime:
             return self.force == "base"
         return n_tokens > self.threshold and n_tokens >= self.sp
 
-    def configure(self, p: int, sp: int, tp_rank: int, sp_comm, tb_comm=None, stream=None) -> None:
-        """Set the layout: P GPUs, base SP; GPU `tp_rank` is SP rank tp_rank % SP of TP_b rank tp_rank // SP.
-        `stream`: the side CUDA stream of the overlapped all-to-alls (`ulysses.overlapped`), None for none."""
+    def configure(self, p: int, sp: int, tp_rank: int, sp_comm, tb_comm=None) -> None:
+        """Set the layout: P GPUs, base SP; GPU `tp_rank` is SP rank tp_rank % SP of TP_b rank tp_rank // SP."""
         self.p, self.sp, self.tp_b = p, sp, p // sp
         self.sp_rank, self.tb_rank = tp_rank % sp, tp_rank // sp
         self.sp_comm, self.tb_comm = sp_comm, tb_comm
-        self.stream = stream
-
-    @property
-    def overlap(self) -> bool:
-        """Whether the base QKV and O GEMMs are split by SP rank around exchanges (`ulysses.qkv_heads_overlapped`,
-        `o_tokens_overlapped`): unless `--no-shift-overlap` or `--shift-exact` (which keeps TP's rounding)."""
-        return self.settings.overlap is not False and not self.settings.exact
 
     def adopt(self, model: torch.nn.Module) -> float:
         """Gather the base weights of every decoder layer of `model` and point its TP shards into them; register the
@@ -250,8 +241,7 @@ class ShiftRuntime:
 
         sp_comm = groups([[t * sp + s for s in range(sp)] for t in range(p // sp)], "sidp_shift_sp")
         tb_comm = groups([[t * sp + s for t in range(p // sp)] for s in range(sp)], "sidp_shift_tpb") if sp < p else None
-        stream = torch.cuda.Stream() if self.overlap and sp > 1 else None
-        self.configure(p, sp, tp_rank, ulysses.GroupComm(sp_comm), tb_comm, stream)
+        self.configure(p, sp, tp_rank, sp_comm, tb_comm)
         return result
 
     def on_load_model(self, result, runner, *args, **kwargs):
@@ -290,9 +280,6 @@ class ShiftRuntime:
         if not (self.base and self.roles.get(id(module)) == "qkv"):
             return original(module, x, *args, **kwargs)
         w, b = self.weights[id(module)]
-        if self.overlap:
-            return ulysses.qkv_heads_overlapped(x, w, b, self.sp, self.sp_rank, self.n_tokens, self.sp_comm,
-                                                self.stream), None
         return ulysses.heads_all_to_all(self.column_gemm(x, w, b), self.sp, self.n_tokens, self.sp_comm), None
 
     def around_row_linear(self, original: Callable, module, x, *args, **kwargs):
@@ -302,13 +289,10 @@ class ShiftRuntime:
         if not (self.base and self.roles.get(id(module)) == "o"):
             return original(module, x, *args, **kwargs)
         w, _ = self.weights[id(module)]
-        if self.overlap:
-            out = ulysses.o_tokens_overlapped(x, w, self.sp, self.sp_rank, self.sp_comm, self.stream)
-        else:
-            x = ulysses.tokens_all_to_all(x, self.sp, self.sp_comm)
-            if self.settings.exact:  # summed over every TP rank here: the all-reduce that follows has nothing to add
-                return self.row_gemm_exact(x, w), None
-            out = F.linear(x, w)
+        x = ulysses.tokens_all_to_all(x, self.sp, self.sp_comm)
+        if self.settings.exact:  # summed over every TP rank here: the all-reduce that follows has nothing to add
+            return self.row_gemm_exact(x, w), None
+        out = F.linear(x, w)
         if getattr(module, "reduce_results", False) and self.tb_comm is not None:
             out = self.tb_comm.all_reduce(out)
         return out, None

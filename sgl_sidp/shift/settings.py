@@ -32,9 +32,3 @@ class ShiftSettings(BaseModel):
         "adds two of them (at P > 2 SGLang's all-reduce may add in another order). Costs SP GEMMs per linear instead "
         "of one and, at TP_b > 1, an all-gather of the partial sums in place of the TP_b all-reduce.",
     )
-    overlap: bool | None = Field(
-        None,
-        description="The base configuration's QKV and O GEMMs split by SP rank, each all-to-all an exchange of the "
-        "other ranks' blocks on a side CUDA stream while this rank's own block is computed, with no copy to or from "
-        "the all-to-all layout (on unless --no-shift-overlap; off with --shift-exact, which keeps TP's rounding).",
-    )

@@ -21,26 +21,14 @@ layout. That layout makes the base configuration's data movement plain reshapes:
 
 With SP = 1 every function is the identity and never calls `comm`. Every function takes a `comm` with `all_to_all_single(output, input)` and `all_gather_into_tensor(output, input)`
 (torch's semantics: equal splits along dim 0, SP-rank order; the all-to-alls pass flat tensors, as
-SGLang's pynccl `all_to_all_single` needs), and `exchange(send, recv, rank)` for the overlapped forms:
-`TorchComm` over a `torch.distributed` group (gloo in the CPU tests), or `GroupComm` over SGLang's `GroupCoordinator`
-of the SP group on GPU.
-
-**Overlapped forms** (`qkv_heads_overlapped`, `o_tokens_overlapped`): the base GEMM split by SP rank (the shard-major
-layout makes each rank's block a contiguous slice of the QKV weight and a column block of the O weight), so each
-all-to-all becomes an `exchange` of the other ranks' blocks on a side CUDA stream while this rank's own block is
-computed, and no copy to or from the all-to-all layout is left: the QKV GEMM writes the blocks where they are sent,
-the O GEMM reads them where they arrive. Profiled on 2 x H100 (Qwen3-8B, 8,192-token prefill), the two all-to-alls
-took 8.3 ms of a 119 ms forward and the layout copies 5.3 ms (`benchmarks/results/multi_gpu/README.md`). They
-round like the unsplit GEMMs per block; the O GEMM adds the other ranks' blocks to this rank's partial product
-(fp32 inside each GEMM, bf16 between them), so the base configuration's logprobs may move by rounding, as they
-already differ from TP's (`--shift-exact` keeps the plain forms).
+SGLang's pynccl `all_to_all_single` needs): `TorchComm` over a `torch.distributed` group (gloo in
+the CPU tests), or SGLang's `GroupCoordinator` of the SP group on GPU.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 
 class TorchComm:
@@ -61,121 +49,6 @@ class TorchComm:
         dist.all_gather(parts, input.contiguous(), group=self.group)
         if parts[0].data_ptr() != output.data_ptr():  # gloo filled copies: put them in place
             output.copy_(torch.cat(parts))
-
-    def exchange(self, send: torch.Tensor, recv: torch.Tensor, rank: int) -> None:
-        """`recv[s]` = SP rank s's `send[rank]` for every s != `rank` (`recv[rank]` untouched); [SP, ...] each."""
-        ops = []
-        for s in range(send.shape[0]):
-            if s != rank:
-                peer = s if self.group is None else dist.get_global_rank(self.group, s)
-                ops += [dist.P2POp(dist.isend, send[s].contiguous(), peer, self.group),
-                        dist.P2POp(dist.irecv, recv[s], peer, self.group)]
-        for req in dist.batch_isend_irecv(ops):
-            req.wait()
-
-
-class GroupComm:
-    """`comm` over SGLang's `GroupCoordinator` of the SP group (GPU): its collectives as they are, and `exchange` as
-    one NCCL group of sends and receives on the current stream (`PyNcclCommunicator.send`/`recv` between
-    `group_start`/`group_end`, which CUDA graphs capture).
-
-    Args:
-        group: the `GroupCoordinator`, its pynccl communicator enabled.
-    """
-
-    def __init__(self, group):
-        self.group = group
-
-    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor) -> None:
-        self.group.all_to_all_single(output, input)
-
-    def all_gather_into_tensor(self, output: torch.Tensor, input: torch.Tensor) -> None:
-        self.group.all_gather_into_tensor(output, input)
-
-    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        return self.group.all_reduce(x)
-
-    def exchange(self, send: torch.Tensor, recv: torch.Tensor, rank: int) -> None:
-        nccl = self.group.pynccl_comm
-        nccl.group_start()
-        try:
-            for s in range(send.shape[0]):
-                if s != rank:
-                    nccl.send(send[s], s)
-                    nccl.recv(recv[s], s)
-        finally:
-            nccl.group_end()
-
-
-def overlapped(comm_fn, compute_fn, stream):
-    """Run `comm_fn()` on the side CUDA `stream` while `compute_fn()` runs on the current one; return what
-    `compute_fn` returns once both are done (the current stream waits for the side one). `stream` None: one after
-    the other (CPU, or overlap off). Captured into CUDA graphs like SGLang's own alt-stream overlaps (the fork and
-    join are stream waits)."""
-    if stream is None:
-        comm_fn()
-        return compute_fn()
-    current = torch.cuda.current_stream()
-    stream.wait_stream(current)
-    with torch.cuda.stream(stream):
-        comm_fn()
-    out = compute_fn()
-    current.wait_stream(stream)
-    return out
-
-
-def qkv_heads_overlapped(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, sp: int, rank: int,
-                         n_tokens: int, comm, stream=None) -> torch.Tensor:
-    """`heads_all_to_all(F.linear(x, w, b), ...)` with the exchange overlapped by this rank's own block's GEMM.
-
-    Args:
-        x: [n, K], this rank's n = pad_to_sp(N) / sp tokens; w: the base QKV weight [sp * c, K] (shard-major);
-        b: its bias [sp * c] or None; sp, rank: the SP size and this GPU's SP rank; n_tokens: N, the batch's real
-        tokens; comm: see the module doc (`exchange`); stream: the side CUDA stream, None for one after the other.
-
-    Returns:
-        [N, c]: this rank's heads for every token, in batch order (as `heads_all_to_all`).
-    """
-    if sp == 1:
-        return F.linear(x, w, b)[:n_tokens]
-    n, c = x.shape[0], w.shape[0] // sp
-    ws, bs = w.view(sp, c, -1), (b.view(sp, c) if b is not None else None)
-    send, recv = x.new_empty(sp, n, c), x.new_empty(sp, n, c)
-
-    def block(s: int, out: torch.Tensor) -> torch.Tensor:
-        return torch.addmm(bs[s], x, ws[s].t(), out=out) if bs is not None else torch.mm(x, ws[s].t(), out=out)
-
-    for s in range(sp):
-        if s != rank:
-            block(s, send[s])
-    overlapped(lambda: comm.exchange(send, recv, rank), lambda: block(rank, recv[rank]), stream)
-    return recv.view(sp * n, c)[:n_tokens]
-
-
-def o_tokens_overlapped(o: torch.Tensor, w: torch.Tensor, sp: int, rank: int, comm, stream=None) -> torch.Tensor:
-    """`F.linear(tokens_all_to_all(o, ...), w)` with the exchange overlapped by this rank's own heads' product.
-
-    Args:
-        o: [N, c], this rank's heads for every real token; w: the base O weight [H, sp * c] (column block s is SP
-        rank s's heads); sp, rank, comm, stream: as `qkv_heads_overlapped`.
-
-    Returns:
-        [n, H], n = pad_to_sp(N) / sp: this rank's tokens through the base O weight (padding rows are zeros).
-    """
-    if sp == 1:
-        return F.linear(o, w)
-    n_tokens, c = o.shape
-    n_pad = pad_to_sp(n_tokens, sp)
-    if n_pad != n_tokens:
-        o = torch.cat([o, o.new_zeros(n_pad - n_tokens, c)])
-    send = o.contiguous().view(sp, n_pad // sp, c)  # block s: SP rank s's tokens
-    recv = torch.empty_like(send)
-    ws = [w[:, s * c:(s + 1) * c] for s in range(sp)]
-    out = overlapped(lambda: comm.exchange(send, recv, rank), lambda: F.linear(send[rank], ws[rank]), stream)
-    for s in range(sp):
-        if s != rank:
-            out.addmm_(recv[s], ws[s].t())
-    return out
 
 
 def pad_to_sp(n_tokens: int, sp: int) -> int:
