@@ -145,8 +145,9 @@ class _CoreConfig(BaseModel):
     plan_workload: str = Field(
         "offline:512:2048:256",
         json_schema_extra={"metavar": "offline:S:IN:OUT|latency:IN:OUT|trace:FILE[:SCALE]"},
-        description="[auto] the workload the planner ranks the configurations on: offline:S:IN:OUT (throughput), "
-        "latency:IN:OUT or trace:FILE[:SCALE] (latency among the configurations that keep up).",
+        description="the workload the planner ranks the configurations on, for auto's pick and for the line an "
+        "explicit mode logs at start-up (its predicted ratio to the best vanilla configuration): offline:S:IN:OUT "
+        "(throughput), latency:IN:OUT or trace:FILE[:SCALE] (latency among the configurations that keep up).",
     )
     signal_log_interval: int = Field(
         40,
@@ -291,8 +292,8 @@ class _CoreConfig(BaseModel):
         mode, one of a sub-mode this one is not (`Feature.ignored`), or the signal's interval with the overlay off.
         Only flags actually given count (pydantic's `model_fields_set`), so defaults never trip it."""
         problems = []
-        if "plan_workload" in self.model_fields_set and self.mode != SidpMode.AUTO:
-            problems.append("--overlay-plan-workload is unused: it applies with --overlay-mode auto")
+        if "plan_workload" in self.model_fields_set and self.mode == SidpMode.OFF:
+            problems.append("--overlay-plan-workload is unused: it applies with an --overlay-mode")
         if "signal_log_interval" in self.model_fields_set and not self.active:
             problems.append("--overlay-signal-log-interval is unused with the overlay off: add --overlay-batch-signal "
                             "or an --overlay-mode")

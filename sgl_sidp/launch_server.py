@@ -271,6 +271,19 @@ def describe(cfg: SidpConfig, server_args) -> str:
     return line + (f"; {extra}" if extra else "")
 
 
+def mode_verdict(cfg: SidpConfig, server_args) -> str:
+    """The start-up line of an explicit mode: the planner's predicted ratio of the configuration it runs to the best
+    vanilla one of the same GPUs on `--overlay-plan-workload` (`plan.verdict`), a warning where it is predicted to
+    lose, or why there is no prediction."""
+    from sgl_sidp.peer.topology import gpu_name
+    from sgl_sidp.plan.verdict import verdict
+
+    line, _ = verdict(server_args.model_path, int(server_args.dp_size), int(server_args.tp_size),
+                      gpu_name(int(server_args.base_gpu_id or 0)), cfg.mode.value, getattr(cfg, cfg.mode.value),
+                      cfg.plan_workload)
+    return line
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point (`python -m sgl_sidp.launch_server` / `sgl-sidp-server`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -285,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sgl-sidp: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     print(describe(cfg, server_args), flush=True)
+    if cfg.feature is not None:
+        print(mode_verdict(cfg, server_args), flush=True)
 
     from sglang.launch_server import run_server
     from sglang.srt.utils import kill_process_tree

@@ -5,12 +5,13 @@ import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from sgl_sidp import launch_server as ls
-from sgl_sidp.config import ENV_VAR, SidpConfigError
+from sgl_sidp.config import ENV_VAR, SidpConfig, SidpConfigError
 
 MOE = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-30B-A3B"
 
@@ -295,5 +296,15 @@ def test_auto_mode_without_a_known_gpu_or_calibration_is_one_line(monkeypatch, t
         "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 4096}))
     with pytest.raises(SidpConfigError, match="plan calibrate --model-path"):
         ls.resolve_auto(["--model-path", str(uncalibrated), "--overlay-mode", "auto"])
-    with pytest.raises(SidpConfigError, match="--overlay-plan-workload is unused"):
+    with pytest.raises(SidpConfigError, match="--overlay-plan-workload is unused: it applies with an --overlay-mode"):
         ls.parse(["--model-path", str(DENSE), "--overlay-plan-workload", "offline:1:2:3"])
+
+
+@pytest.mark.skipif(not DENSE.is_dir(), reason="needs ../shared/models")
+def test_an_explicit_mode_logs_its_predicted_ratio_on_the_workload_given(monkeypatch):
+    monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: "NVIDIA H200")
+    cfg = SidpConfig.from_cli_args(ls.split_args(["--overlay-mode", "shift", "--overlay-plan-workload",
+                                                  "offline:64:1024:32"])[0])
+    server_args = types.SimpleNamespace(model_path=str(DENSE), dp_size=1, tp_size=2, base_gpu_id=0)  # as resolved
+    line = ls.mode_verdict(cfg, server_args)
+    assert line.startswith("sgl-sidp: --overlay-mode shift (shift_sp2_tp1)") and "offline:64:1024:32" in line

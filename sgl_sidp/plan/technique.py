@@ -63,6 +63,12 @@ class Technique:
         attention's, Shift's. Default: none."""
         return []
 
+    def launched_name(self, dp: int, tp_size: int, settings) -> str | None:
+        """The planner's name of the configuration a server runs when launched with SGLang's `--dp-size dp` and
+        `--tp-size tp_size` and this technique's resolved settings (`SidpConfig.<feature>`, after
+        `Feature.resolve`), for the launcher's predicted-ratio line (`plan.verdict`). Default: None (unnamed)."""
+        return None
+
     def check_name(self, name: str, groups: dict[str, str | None], options: tuple[str, ...]) -> None:
         """Refuses a configuration name its options do not fit beyond `options`/`valued` (raise ValueError with the
         message); `groups`: the pattern's. Default: every such name fits."""

@@ -26,6 +26,10 @@ class ShiftTechnique(Technique):
         return [Configuration(f"shift_sp{sp}_tp{n_gpus // sp}", self.name, 1, n_gpus // sp, sp)
                 for sp in range(2, n_gpus + 1) if n_gpus % sp == 0]
 
+    def launched_name(self, dp, tp_size, settings):
+        sp = settings.sp or tp_size  # 0 is resolved at launch (`shift.feature.resolve`); unresolved, SP = P
+        return f"shift_sp{sp}_tp{tp_size // sp}" if dp == 1 else None
+
     def attn_tp(self, c):
         """SP x TP: its one cache in the TP = P layout."""
         return c.tp * c.sp

@@ -27,6 +27,9 @@ class SiDPTechnique(Technique):
                               variant=variant)
                 for variant in ("was", "cas", "auto")]
 
+    def launched_name(self, dp, tp_size, settings):
+        return f"sidp_dp{dp}" + (f"_tp{tp_size}" if tp_size > 1 else "") + f"_{settings.service}"
+
     def check_name(self, name, groups, options):
         if any(option(o)[0] == "bth" for o in options) and groups["variant"] != "auto":
             raise ValueError(f"configuration {name}: B_th (bthN) is auto's; {groups['variant']} has none")

@@ -25,6 +25,9 @@ class ZeroDPTechnique(Technique):
             return []
         return [Configuration(f"zerodp_dp{dp}" + (f"_tp{tp}" if tp > 1 else ""), self.name, dp, tp)]
 
+    def launched_name(self, dp, tp_size, settings):
+        return f"zerodp_dp{dp}" + (f"_tp{tp_size}" if tp_size > 1 else "")
+
     def launch_flags(self, c, opts, b_th, shift_threshold, expected_batch):
         # its runtime policy picks the offload set with the same cost model
         flags = super().launch_flags(c, opts, b_th, shift_threshold, expected_batch)

@@ -1,0 +1,78 @@
+"""The launcher's one line for an explicit `--overlay-mode`: the planner's predicted ratio of the configuration the
+server runs to the best vanilla configuration of the same GPUs, on `--overlay-plan-workload`, so that a mode predicted
+to lose says so at start-up instead of losing silently (it still starts: the user asked for it).
+
+Every number in the line is a prediction (`sgl_sidp.plan.planner.plan`, from the bundled or cached one-GPU
+calibrations of this GPU kind) and is labelled so; where the planner cannot predict (another GPU kind, a shard
+without calibration), the line says why and names no number.
+"""
+
+from __future__ import annotations
+
+#: below this ratio to the best vanilla configuration the mode is predicted to lose (the planner's error on the
+#: measured multi-GPU runs is larger than this, so a ratio just under 1 is a tie, not a loss)
+LOSES_BELOW = 0.98
+
+
+def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
+            workload: str) -> tuple[str, bool]:
+    """(the line, whether the mode is predicted to lose) for a server of `mode` on `dp` x `tp_size` GPUs.
+
+    Args:
+        model_path: the model folder (its config.json).
+        dp, tp_size: SGLang's resolved `--dp-size` and `--tp-size`.
+        gpu_name: NVML's name of the server's first GPU (None when unknown).
+        mode: the technique ("zerodp", "sidp", "shift").
+        settings: the technique's resolved settings (`SidpConfig.<mode>`), which name its configuration
+            (`Technique.launched_name`).
+        workload: the planner's workload spec (`--overlay-plan-workload`): offline work is ranked by throughput, the
+            rest by median E2E latency among the configurations that keep up (`planner.rank`).
+
+    Never raises: what the planner cannot predict gives a line that says why, and False.
+    """
+    from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.plan.planner import PlanError, plan, rank
+    from sgl_sidp.plan.steps import GPUS
+    from sgl_sidp.plan.technique import technique_named
+
+    n = dp * tp_size
+    name = technique_named(mode).launched_name(dp, tp_size, settings)
+    head = f"sgl-sidp: --overlay-mode {mode}" + (f" ({name})" if name else "")
+    no = f"{head}: no prediction against vanilla SGLang on {n} GPU{'s' if n > 1 else ''}: "
+    kind = next((k for k in GPUS if gpu_name and gpu_kind(k) == gpu_kind(gpu_name)), None)
+    if name is None:
+        return no + "the planner has no configuration of this layout", False
+    if kind is None:
+        return no + f"the planner knows GPU kinds {', '.join(GPUS)}, not {gpu_name or 'this one'}", False
+    try:
+        result = plan(model_path, n, kind, workload)
+    except PlanError as e:
+        return no + str(e), False
+    rows = result["configurations"]
+    ours = next((r for r in rows if r.name == name), None)
+    ranked = rank(rows, result["objective"])
+    best = next((r for r in ranked if technique_named(r.technique).vanilla), None)
+    if ours is None or not ours.predicted or best is None:
+        why = (ours.not_predicted if ours is not None and ours.not_predicted else
+               "no vanilla configuration predicted" if best is None else f"{name} is not among its configurations")
+        return no + why, False
+    where = f"on {result['workload']} ({n} x {kind}"
+    where += f"; {result['extrapolation']}" if result.get("extrapolation") else ""
+    where += "; predicted by the planner from one-GPU calibrations, not measured)"
+    if result["objective"] == "throughput":
+        ratio = ours.total_tok_s / best.total_tok_s
+        what = (f"{ratio:.2f}x the throughput of the best vanilla configuration, {best.name} "
+                f"({ours.total_tok_s:,.0f} against {best.total_tok_s:,.0f} tokens/s)")
+        loses = ratio < LOSES_BELOW
+    else:
+        ratio = best.e2e_ms_p50 / ours.e2e_ms_p50
+        what = (f"a median E2E latency of {ours.e2e_ms_p50:,.1f} ms against {best.e2e_ms_p50:,.1f} ms for the best "
+                f"vanilla configuration, {best.name} ({ratio:.2f}x as fast)")
+        loses = ranked.index(ours) > ranked.index(best)
+    line = f"{head} is predicted at {what} {where}"
+    if loses:
+        flags = " ".join(configuration_named(best.name).launch_flags()) or "(one GPU)"
+        line = (f"{head}: warning: predicted to lose: {what} {where}; vanilla `python -m sglang.launch_server "
+                f"{flags}` is predicted to serve this workload better")
+    return line, loses
