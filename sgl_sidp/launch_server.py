@@ -278,9 +278,12 @@ def mode_verdict(cfg: SidpConfig, server_args) -> str:
     from sgl_sidp.peer.topology import gpu_name
     from sgl_sidp.plan.verdict import verdict
 
-    line, _ = verdict(server_args.model_path, int(server_args.dp_size), int(server_args.tp_size),
-                      gpu_name(int(server_args.base_gpu_id or 0)), cfg.mode.value, getattr(cfg, cfg.mode.value),
-                      cfg.plan_workload)
+    try:
+        line, _ = verdict(server_args.model_path, int(server_args.dp_size), int(server_args.tp_size),
+                          gpu_name(int(server_args.base_gpu_id or 0)), cfg.mode.value, getattr(cfg, cfg.mode.value),
+                          cfg.plan_workload)
+    except Exception as e:  # noqa: BLE001 - the prediction informs; it never stops a server the user asked for
+        line = f"sgl-sidp: --overlay-mode {cfg.mode.value}: no prediction against vanilla SGLang: {type(e).__name__}: {e}"
     return line
 
 

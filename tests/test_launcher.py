@@ -308,3 +308,5 @@ def test_an_explicit_mode_logs_its_predicted_ratio_on_the_workload_given(monkeyp
     server_args = types.SimpleNamespace(model_path=str(DENSE), dp_size=1, tp_size=2, base_gpu_id=0)  # as resolved
     line = ls.mode_verdict(cfg, server_args)
     assert line.startswith("sgl-sidp: --overlay-mode shift (shift_sp2_tp1)") and "offline:64:1024:32" in line
+    monkeypatch.setattr("sgl_sidp.plan.verdict.verdict", lambda *a: 1 / 0)  # a planner bug never stops the server
+    assert "no prediction against vanilla SGLang: ZeroDivisionError" in ls.mode_verdict(cfg, server_args)
