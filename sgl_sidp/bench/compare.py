@@ -180,8 +180,7 @@ def plan_jobs(models: Sequence[Path], names: Sequence[str], gpus: int, with_refe
             if need > gpus:
                 notes.append(f"{model_label(model)} {name}: needs {need} GPUs, --gpus has {gpus}")
                 continue
-            wiring = c is not None and c.technique == "shift" and c.sp == 1 and not shapes.moe_layers
-            if c is not None and c.base_name not in valid[c.gpus] and not wiring:
+            if c is not None and c.base_name not in valid[c.gpus] and not c.kind.launchable_unplanned(c, shapes):
                 notes.append(f"{model_label(model)} {name}: not a configuration of this model on {c.gpus} GPUs "
                              f"({'MoE' if shapes.moe_layers else 'dense'} model; see plan.configs.configurations)")
                 continue

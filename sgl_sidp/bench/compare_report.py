@@ -63,8 +63,11 @@ def groups(results: dict[str, dict[str, dict]]) -> dict[tuple[str, str, int], di
 
 
 def is_vanilla(r: dict) -> bool:
-    """Plain SGLang (the `auto` pick counts as ours even when it picks vanilla)."""
-    return r.get("technique") in ("vanilla", "dp_attention")
+    """Plain SGLang (`Technique.vanilla`; the `auto` pick counts as ours even when it picks vanilla)."""
+    from sgl_sidp.plan.technique import techniques
+
+    kind = techniques().get(r.get("technique") or "")
+    return kind is not None and kind.vanilla
 
 
 def best_vanilla(group: dict[str, dict], get: Callable[[dict], float | None], higher: bool) -> tuple[str, float] | None:
@@ -126,7 +129,7 @@ def exactness(group: dict[str, dict], everything: dict[str, dict]) -> dict[str, 
     answers (the reference looked up among all of the model's results on the same GPU kind)."""
     out: dict[str, dict | None] = {}
     for name, r in group.items():
-        if "exact" not in r or r.get("technique") not in ("zerodp", "sidp", "shift"):
+        if "exact" not in r or r.get("technique") in (None, "auto") or is_vanilla(r):
             continue
         ref_name = exact.reference_name(r["technique"], r["dp"], r["tp"], r.get("sp") or 1)
         ref = everything.get(ref_name)

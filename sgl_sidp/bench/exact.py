@@ -20,10 +20,12 @@ NEW_TOKENS = 16
 
 def reference_name(technique: str, dp: int, tp: int, sp: int = 1) -> str | None:
     """The vanilla configuration whose answers a configuration must give ("tp2"), or None for a vanilla one (it is a
-    reference itself). DP modes (ZeroDP, SiDP): TP of one replica; Shift: TP of all its GPUs (SP x TP)."""
-    if technique in ("vanilla", "dp_attention"):
-        return None
-    return f"tp{sp * tp if technique == 'shift' else tp}"
+    reference itself): TP of one replica's SGLang `--tp-size` (`Technique.server_tp`: a DP mode's replica TP, Shift's
+    SP x TP)."""
+    from sgl_sidp.plan.configs import Configuration
+
+    c = Configuration(f"{technique}_reference", technique, dp, tp, sp)
+    return None if c.vanilla else f"tp{c.server_tp}"
 
 
 def greedy_body(ids: Sequence[int], new_tokens: int = NEW_TOKENS, dp_rank: int | None = None) -> dict:

@@ -21,8 +21,11 @@ from sgl_sidp.plan.configs import configuration_named
 
 #: the headline number of a workload kind: burst throughput, trace goodput (higher is better for both)
 HEADLINE = ("total_tok_s", "request_goodput")
-#: techniques reported (vanilla and DP attention are the baselines)
-TECHNIQUES = ("zerodp", "sidp", "shift")
+def techniques_reported() -> set[str]:
+    """The overlay's techniques (`Technique.vanilla` false): vanilla TP x DP and DP attention are the baselines."""
+    from sgl_sidp.plan.technique import techniques
+
+    return {name for name, kind in techniques().items() if not kind.vanilla}
 
 
 def technique_of(configuration: str) -> str | None:
@@ -43,9 +46,10 @@ def technique_rows(rows: list[dict], run: str) -> list[dict]:
         model, GPUs and workload.
     """
     best: dict[tuple, dict] = {}
+    reported = techniques_reported()
     for r in rows:
         tech = technique_of(r.get("configuration", ""))
-        if tech not in TECHNIQUES or r.get("metric") not in HEADLINE or r.get("value") is None:
+        if tech not in reported or r.get("metric") not in HEADLINE or r.get("value") is None:
             continue
         key = (tech, r["model"], r["gpus"], r["gpu_name"], r["workload"], r["metric"])
         if key not in best or r["value"] > best[key]["value"]:

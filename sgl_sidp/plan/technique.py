@@ -69,6 +69,11 @@ class Technique:
         `Feature.resolve`), for the launcher's predicted-ratio line (`plan.verdict`). Default: None (unnamed)."""
         return None
 
+    def launchable_unplanned(self, c, shapes) -> bool:
+        """Whether `c`, which `configs.configurations` does not list for the model, still starts (a check of the
+        wiring, not a way to serve), so that compare runs it. Default: no."""
+        return False
+
     def check_name(self, name: str, groups: dict[str, str | None], options: tuple[str, ...]) -> None:
         """Refuses a configuration name its options do not fit beyond `options`/`valued` (raise ValueError with the
         message); `groups`: the pattern's. Default: every such name fits."""

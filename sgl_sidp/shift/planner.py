@@ -26,6 +26,10 @@ class ShiftTechnique(Technique):
         return [Configuration(f"shift_sp{sp}_tp{n_gpus // sp}", self.name, 1, n_gpus // sp, sp)
                 for sp in range(2, n_gpus + 1) if n_gpus % sp == 0]
 
+    def launchable_unplanned(self, c, shapes):
+        """SP = 1 on a dense model: the base configuration is TP = P on the overlay's own GEMMs (a wiring check)."""
+        return c.sp == 1 and not shapes.moe_layers
+
     def launched_name(self, dp, tp_size, settings):
         sp = settings.sp or tp_size  # 0 is resolved at launch (`shift.feature.resolve`); unresolved, SP = P
         return f"shift_sp{sp}_tp{tp_size // sp}" if dp == 1 else None
