@@ -743,8 +743,17 @@ def test_zerodp_replicas_are_routed_as_its_router_routes():
 
     assert route_of(configuration_named("dp2")) is None and route_of(configuration_named("sidp_dp2_was")) is None
     route = route_of(configuration_named("zerodp_dp2"))
-    rep = lambda tokens, kv: SimpleNamespace(load=lambda: (tokens, 0), limits=SimpleNamespace(kv_tokens=kv))  # noqa: E731
+    class Replica:  # what the route reads of a `sim.ReplicaSim` (hashable, weakly referable, as it is)
+        def __init__(self, tokens, kv, floor_ms):  # a decode step of 5 ms + 0.1 ms a row, at least floor_ms
+            self.load = lambda: (tokens, 0)
+            self.limits = SimpleNamespace(kv_tokens=kv)
+            self.times = SimpleNamespace(decode_ms=lambda b, ctx: max(5.0 + 0.1 * b, floor_ms))
+
+    def rep(tokens, kv, floor_ms=0.0):
+        return Replica(tokens, kv, floor_ms)
+
     req = SimpleNamespace(input_len=8_192)
     assert route(req, [rep(0, 89_915), rep(0, 647_013)]) == 1  # the least full cache it fits in
     assert route(req, [rep(40_000, 89_915), rep(300_000, 647_013)]) == 1  # 0.54 vs 0.48 of capacity
     assert route(req, [rep(90_000, 89_915), rep(647_000, 647_013)]) == 0  # fits nowhere: the fewest tokens
+    assert route(req, [rep(0, 89_915), rep(0, 647_013, floor_ms=146.0)]) == 0  # a copy-bound sink: the source

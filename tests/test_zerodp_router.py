@@ -6,7 +6,7 @@ import pytest
 
 from sgl_sidp.config import SidpConfig
 from sgl_sidp.plugin import PluginContext
-from sgl_sidp.zerodp.router import pick_rank, prefill_seconds_per_token
+from sgl_sidp.zerodp.router import SLOWER, decode_step_fit, pick_rank, prefill_seconds_per_token
 from sgl_sidp.zerodp.runtime import ZeroDPRuntime
 
 dpc = pytest.importorskip("sglang.srt.managers.data_parallel_controller")
@@ -252,3 +252,55 @@ def test_router_forgets_what_every_snapshot_counts():
     b.update_budget(loads)
     router.observe(b, loads)
     assert b.total_tokens == [0, 100] and b.total_requests == [0, 1] and router._sent == []
+
+
+# --------------------------------------------------------------------------- decode speed
+def moments(steps):
+    """SGLang's `decode_moments` sums of (batch, step microseconds) pairs."""
+    return [len(steps), sum(b for b, _ in steps), sum(t for _, t in steps), sum(b * b for b, _ in steps),
+            sum(b * t for b, t in steps), sum(b for b, _ in steps)]
+
+
+def test_decode_step_fit_is_the_least_squares_line_of_the_timed_steps():
+    a, c = decode_step_fit(SimpleNamespace(decode_moments=moments([(1, 5000), (64, 12000), (256, 28000)])))
+    assert a * 1e6 == pytest.approx(5520.8, abs=0.1) and c * 1e6 == pytest.approx(88.59, abs=0.01)  # numpy.polyfit
+    flat = decode_step_fit(SimpleNamespace(decode_moments=moments([(1, 4000), (1, 6000)])))  # one batch size
+    assert flat == pytest.approx((0.005, 0.0))
+    assert decode_step_fit(SimpleNamespace(decode_moments=moments([(1, 4000)]))) is None  # one step
+    assert decode_step_fit(SimpleNamespace(decode_moments=None)) is None
+    assert decode_step_fit(SimpleNamespace()) is None  # an older SGLang's snapshot
+
+
+def test_a_copy_bound_sink_takes_no_request_while_its_source_has_room():
+    """Issue 35: the sink (7.2x the KV) decoded batch 226 at 157 ms a step while its source ran batch 30."""
+    caps, fit = [180_000, 1_300_000], [(0.0046, 0.00009), (0.146, 0.00005)]
+    tokens, reqs = [0, 0], [0, 0]
+    for _ in range(256):
+        r = pick_rank(tokens, reqs, caps, 2304, step_fit=fit)
+        tokens[r] += 2304
+        reqs[r] += 1
+    assert reqs[0] == 180_000 // 2304 and reqs[1] == 256 - reqs[0]  # the source until its cache is full
+    assert pick_rank([0, 0], [0, 0], caps, 2304) == 1  # without fits: by capacity, as before
+
+
+def test_replicas_of_equal_speed_share_by_capacity_while_their_steps_stay_within_slower():
+    caps, fit = [100_000, 700_000], [(0.0046, 0.00009), (0.0050, 0.00009)]  # the sink offloads what hides: as fast
+    tokens, reqs = [0, 0], [0, 0]
+    for n in range(1, 81):
+        r = pick_rank(tokens, reqs, caps, 1000, step_fit=fit)
+        tokens[r] += 1000
+        reqs[r] += 1
+        if n == 5:
+            assert reqs == [0, 5]  # by capacity first: the bigger cache
+    step = [a + c * b for (a, c), b in zip(fit, reqs)]
+    assert reqs[0] > 10 and max(step) <= (1 + SLOWER) * min(step) + fit[1][1]  # the batches grew apart no further
+
+
+def test_the_router_reads_each_snapshots_decode_steps():
+    b = budget_after([load(0, 180_000), load(1, 1_300_000)])
+    assert RT.router.step_fit == [None, None]
+    fast = SimpleNamespace(**vars(load(0, 180_000, timestamp=2.0)), decode_moments=moments([(1, 4600), (32, 7300)]))
+    slow = SimpleNamespace(**vars(load(1, 1_300_000, timestamp=2.0)), decode_moments=moments([(1, 146000), (2, 146100)]))
+    RT.after_update_budget(b.update_budget([fast, slow]), b, [fast, slow])
+    assert None not in RT.router.step_fit
+    assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 20, estimated_tokens=2048) == [20, 0]

@@ -339,9 +339,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
 
 def route_of(c) -> Callable | None:
     """How the DP controller of configuration `c` sends each request to a replica, for `sim.simulate` (its technique's
-    `Technique.route`): None for SGLang's default round robin; ZeroDP's launcher sets `total_tokens` and its router (`zerodp.router.pick_rank`:
-    the least full KV cache the prompt fits in, else the fewest tokens), read from each simulated replica's load
-    (`ReplicaSim.load`, current at the arrival, as the router's snapshot add-back makes it)."""
+    `Technique.route`): None for SGLang's default round robin; ZeroDP's its router's rule (`zerodp.router.pick_rank`,
+    on each simulated replica's load and decode step line: `ZeroDPTechnique.route`)."""
     return c.kind.route(c)
 
 

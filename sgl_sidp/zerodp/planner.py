@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 from sgl_sidp.plan.configs import Configuration
 from sgl_sidp.plan.technique import Technique
+
+
+#: the context (tokens) of the decode steps a simulated replica's step line is fitted through (`ZeroDPTechnique.route`)
+FIT_CONTEXT = 1024
 
 
 class ZeroDPTechnique(Technique):
@@ -109,14 +114,25 @@ class ZeroDPTechnique(Technique):
 
     def route(self, c):
         """ZeroDP's launcher sets `total_tokens` and its router (`zerodp.router.pick_rank`: the least full KV cache the
-        prompt fits in, else the fewest tokens), read from each simulated replica's load (`ReplicaSim.load`, current
-        at the arrival, as the router's snapshot add-back makes it)."""
+        prompt fits in among the replicas whose decode step it would not make much slower than the fastest's, else
+        the fewest tokens), read from each simulated replica's load (`ReplicaSim.load`, current at the arrival, as the
+        router's snapshot add-back makes it) and decode step line (through its steps at batch 1 and 64 at
+        `FIT_CONTEXT` tokens, as the router fits the steps each scheduler timed)."""
         from sgl_sidp.zerodp.router import pick_rank
+
+        fits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # replica -> its line, while it lives
+
+        def fit(rep) -> tuple[float, float]:
+            if rep not in fits:
+                one, many = rep.times.decode_ms(1, FIT_CONTEXT), rep.times.decode_ms(64, FIT_CONTEXT)
+                slope = max(many - one, 0.0) / 63
+                fits[rep] = ((one - slope) * 1e-3, slope * 1e-3)
+            return fits[rep]
 
         def route(req, replicas) -> int:
             loads = [rep.load() for rep in replicas]
             return pick_rank([t for t, _ in loads], [n for _, n in loads], [rep.limits.kv_tokens for rep in replicas],
-                             req.input_len)
+                             req.input_len, step_fit=[fit(rep) for rep in replicas])
 
         return route
 

@@ -1,12 +1,13 @@
-"""Capacity-aware DP routing: fill each replica's KV cache in proportion to its size, queue the rest by speed.
+"""Capacity- and speed-aware DP routing: each request to the replica whose decode step it lengthens least, among those
+whose KV cache it fits; what fits nowhere queued by drain time.
 
-A ZeroDP sink can hold several times the source's KV cache, so SGLang's round robin (equal
-shares) would leave most of it idle. SGLang's `total_tokens` load-balance method sends each
-request to the replica with the fewest tokens in use or queued (`DPBudget.dispatch`, fed from the
-schedulers' load snapshots); `ZeroDPRuntime.around_dispatch` makes it compare *fractions of
-capacity* instead while the request fits somewhere, using the `max_total_num_tokens` every snapshot
-already carries, and the time to drain each replica's tokens once it fits nowhere (`pick_rank`). Before
-every replica has reported, and for any other method, SGLang's own choice stands.
+A ZeroDP sink can hold several times the source's KV cache, and, where it pulls experts its forwards do not hide, take
+several times as long per decode step. SGLang's `total_tokens` load-balance method sends each request to the replica
+with the fewest tokens in use or queued (`DPBudget.dispatch`, fed from the schedulers' load snapshots);
+`ZeroDPRuntime.around_dispatch` replaces that choice (`pick_rank`) using what every snapshot already carries: the
+KV capacity (`max_total_num_tokens`), the decode steps the scheduler timed (`decode_moments`, fitted by
+`decode_step_fit`) and its prefill time per token. Before every replica has reported a capacity, and for any other
+method, SGLang's own choice stands.
 
 Those hooks run in SGLang's DP controller process. SGLang does not load plugins there, so
 `sgl_sidp.launch_server` loads them when multiprocessing's spawn re-imports it as the child's
@@ -16,26 +17,44 @@ main module (see the end of that module).
 from __future__ import annotations
 
 
-def pick_rank(total_tokens, total_requests, capacity, estimated_tokens: int, seconds_per_token=None) -> int:
-    """The DP rank a new request goes to: the least full KV cache it fits in, else the soonest drained.
+#: a replica whose next decode step would be more than this fraction slower than the fastest one's takes no request
+#: while that one has room (`pick_rank`); the fits of equal replicas differ by less (measured at different batches)
+SLOWER = 0.25
 
-    While the request fits in some replica's KV cache, it goes to the one whose cache would be least full after
-    taking it (fractions of capacity: a sink holding 7x its source's KV takes 7x the tokens, and runs a 7x bigger
-    decode batch). Once it fits nowhere, it queues wherever it goes, and a bigger cache no longer helps: it goes to
-    the replica that would drain its tokens soonest, `(tokens + estimated) x seconds_per_token` (SGLang's own
+
+def pick_rank(total_tokens, total_requests, capacity, estimated_tokens: int, seconds_per_token=None,
+              step_fit=None) -> int:
+    """The DP rank a new request goes to: the least full KV cache it fits in among the replicas whose decode step it
+    would not make much slower than the fastest's; else the soonest drained.
+
+    While the request fits in some replica's KV cache, the candidates are those whose decode step with it,
+    `a + c x (requests + 1)` (`step_fit`, from the steps each scheduler timed), is within `SLOWER` of the shortest
+    such step; it goes to the candidate whose cache would be least full after taking it (fractions of capacity: a sink
+    holding 7x its source's KV takes 7x the tokens). So a sink whose decode steps are copy-bound (issue 35: 157 ms at
+    batch 226 while its source ran batch 30 at a few ms) takes requests only once the source's steps grow about as
+    long, or its cache is full; replicas of equal speed share by capacity while their steps stay within `SLOWER` of
+    each other, so their batches grow apart no further (for a step linear in the batch, equal batches decode the most
+    tokens per second); without every rank's fit yet, by capacity alone. Once the request fits nowhere, it queues wherever it goes, and a bigger cache no longer helps: it goes
+    to the replica that would drain its tokens soonest, `(tokens + estimated) x seconds_per_token` (SGLang's own
     `total_tokens` rule where every replica is equally fast). In a burst this keeps the source busy while the sink
     still has work queued (issue 35: 106 of 128 prompts of 8,192 tokens went to a sink, 20 to its source).
 
     Args:
         total_tokens: tokens in use or queued per DP rank (`DPBudget.total_tokens`).
-        total_requests: running + waiting requests per DP rank (tie-break).
+        total_requests: running + waiting requests per DP rank.
         capacity: `max_total_num_tokens` per DP rank (> 0).
         estimated_tokens: the new request's prompt tokens.
         seconds_per_token: each rank's measured prefill time per token (`prefill_seconds_per_token`), or None
             (equal speeds) until every rank has one.
+        step_fit: each rank's decode step `(a, c)` in seconds, a + c x batch (`decode_step_fit`), or None until
+            every rank has one.
     """
     ranks = range(len(capacity))
     fits = [i for i in ranks if total_tokens[i] + estimated_tokens <= capacity[i]]
+    if fits and step_fit is not None:
+        step = {i: step_fit[i][0] + step_fit[i][1] * (total_requests[i] + 1) for i in fits}
+        fastest = min(step.values())
+        fits = [i for i in fits if step[i] <= (1 + SLOWER) * fastest]
     if fits:
         return min(fits, key=lambda i: ((total_tokens[i] + estimated_tokens) / capacity[i], total_requests[i]))
     spt = seconds_per_token or [1.0] * len(capacity)
@@ -51,9 +70,25 @@ def prefill_seconds_per_token(load) -> float | None:
     return busy_us * 1e-6 / tokens if busy_us > 0 and tokens > 0 else None
 
 
+def decode_step_fit(load) -> tuple[float, float] | None:
+    """A replica's decode step as `a + c x batch` seconds: the least-squares line through the decode steps its
+    scheduler timed, from the moment sums SGLang puts in every load snapshot (`LoadSnapshot.decode_moments`: steps,
+    sum of batch sizes, of step microseconds, of squared batch sizes, of batch x step, of tokens generated; cumulative
+    since start, `Scheduler._accumulate_decode_moment`). All steps at one batch size give a flat line at their mean;
+    a and c are never negative. None before two steps were timed."""
+    m = getattr(load, "decode_moments", None)
+    if not m or len(m) < 5 or m[0] < 2:
+        return None
+    n, sb, st, sbb, sbt = (float(x) for x in m[:5])
+    den = n * sbb - sb * sb
+    c = max((n * sbt - sb * st) / den, 0.0) if den > 1e-9 * n * n else 0.0
+    a = max((st - c * sb) / n, 0.0)
+    return a * 1e-6, c * 1e-6
+
+
 class Router:
-    """The DP controller's routing state: each replica's capacity and measured prefill speed, and the requests sent
-    since its last load snapshot.
+    """The DP controller's routing state: each replica's capacity, measured prefill speed and decode step fit, and the
+    requests sent since its last load snapshot.
 
     SGLang's `DPBudget.update_budget` overwrites each replica's token and request counts with its scheduler's latest
     snapshot, which counts only the requests the scheduler had read when its iteration began: a scheduler reads its
@@ -68,6 +103,7 @@ class Router:
     Attributes:
         capacity: `max_total_num_tokens` per DP rank (0: not reported yet).
         prefill_spt: measured prefill seconds per token per DP rank (None: not yet measured).
+        step_fit: decode step (a, c) seconds per DP rank (`decode_step_fit`; None: fewer than two steps timed).
     """
 
     def __init__(self, clock=None):
@@ -76,6 +112,7 @@ class Router:
         self.clock = clock or time.time  # the schedulers stamp their snapshots with time.time() on the same host
         self.capacity: list[int] = []
         self.prefill_spt: list[float | None] = []
+        self.step_fit: list[tuple[float, float] | None] = []
         self._snapshot: dict[int, tuple[float, float, int, int]] = {}  # rank -> (ts, previous ts, tokens, requests)
         self._sent: list[tuple[float, int, int]] = []  # (time, rank, tokens) after the oldest previous snapshot
 
@@ -84,7 +121,7 @@ class Router:
         to its latest snapshot plus what was sent to it after its previous snapshot (what the latest one may miss)."""
         n = budget.dp_size
         if len(self.capacity) != n:
-            self.capacity, self.prefill_spt = [0] * n, [None] * n
+            self.capacity, self.prefill_spt, self.step_fit = [0] * n, [None] * n, [None] * n
         for load in loads:
             r = load.dp_rank
             cap = int(getattr(load, "max_total_num_tokens", 0) or 0)
@@ -93,6 +130,9 @@ class Router:
             spt = prefill_seconds_per_token(load)
             if spt is not None:
                 self.prefill_spt[r] = spt
+            fit = decode_step_fit(load)
+            if fit is not None:
+                self.step_fit[r] = fit
             ts = float(getattr(load, "timestamp", 0.0) or 0.0)
             if r not in self._snapshot or ts > self._snapshot[r][0]:
                 prev = self._snapshot[r][0] if r in self._snapshot else 0.0
@@ -113,8 +153,10 @@ class Router:
     def dispatch(self, budget, estimated_tokens: int) -> int:
         """The DP rank for a request of `estimated_tokens` prompt tokens (`pick_rank`), counted in `budget` and
         remembered until a snapshot of that rank covers it."""
-        spt = self.prefill_spt if None not in self.prefill_spt else None
-        target = pick_rank(budget.total_tokens, budget.total_requests, self.capacity, estimated_tokens, spt)
+        n = len(self.capacity)
+        spt = self.prefill_spt if len(self.prefill_spt) == n and None not in self.prefill_spt else None
+        fit = self.step_fit if len(self.step_fit) == n and None not in self.step_fit else None
+        target = pick_rank(budget.total_tokens, budget.total_requests, self.capacity, estimated_tokens, spt, fit)
         budget.total_requests[target] += 1
         budget.total_tokens[target] += estimated_tokens
         self._sent.append((self.clock(), target, estimated_tokens))

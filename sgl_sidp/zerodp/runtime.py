@@ -406,7 +406,8 @@ class ZeroDPRuntime:
         return result
 
     def around_dispatch(self, original, budget, method, estimated_tokens: int = 0, *args, **kwargs):
-        """AROUND `DPBudget.dispatch`: `total_tokens` routing by KV fraction, overflow by drain time (`router.pick_rank`)."""
+        """AROUND `DPBudget.dispatch`: `total_tokens` routing by KV fraction among the replicas not much slower per
+        decode step, overflow by drain time (`router.pick_rank`)."""
         from sglang.srt.managers.data_parallel_controller import LoadBalanceMethod
 
         if method != LoadBalanceMethod.TOTAL_TOKENS or not self.router.ready():
