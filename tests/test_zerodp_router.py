@@ -304,3 +304,19 @@ def test_the_router_reads_each_snapshots_decode_steps():
     RT.after_update_budget(b.update_budget([fast, slow]), b, [fast, slow])
     assert None not in RT.router.step_fit
     assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 20, estimated_tokens=2048) == [20, 0]
+
+
+def test_the_fit_reads_sglangs_own_moment_sums_in_their_order():
+    """The pinned SGLang's `_accumulate_decode_moment` fills the sums `decode_step_fit` reads, in its order, and its
+    `LoadSnapshot` carries them with the other fields the router reads."""
+    from sglang.srt.managers.load_snapshot import LoadSnapshot
+    from sglang.srt.managers.scheduler import _accumulate_decode_moment
+
+    totals = [0.0] * 6
+    for b, us in ((1, 5000), (64, 12000), (256, 28000)):
+        _accumulate_decode_moment(totals, b, us, b)
+    snap = LoadSnapshot(decode_moments=totals, max_total_num_tokens=1000, total_prefill_busy_us=1,
+                        total_prefill_uncached_tokens=1)
+    a, c = decode_step_fit(snap)
+    assert a * 1e6 == pytest.approx(5520.8, abs=0.1) and c * 1e6 == pytest.approx(88.59, abs=0.01)
+    assert prefill_seconds_per_token(snap) == pytest.approx(1e-6)
