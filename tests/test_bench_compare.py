@@ -246,6 +246,13 @@ def test_config_args_reach_one_configuration_only(tmp_path, capsys):
     assert flags["dp2"][-8:] == ["--attention-backend", "triton", "--max-running-requests", "64",
                                  "--chunked-prefill-size", "4096", "--dp-size", "2"]
     assert "--max-running-requests" not in flags["tp2"]
+    res = {"config": "dp2", "model": "dense", "gpu_name": "g", "gpu_count": 2, "technique": "vanilla", "dp": 2, "tp": 1,
+           "config_args": "--chunked-prefill-size 4096", "started": "t",
+           "burst": {"spec": "8+16+4", "total_tok_s": 10.0, "per_rank": {}}}
+    (tmp_path / "rep" / "dense").mkdir(parents=True)
+    (tmp_path / "rep" / "dense" / "dp2.json").write_text(json.dumps(res))
+    rows = render(tmp_path / "rep", predict=False)[1]
+    assert rows and all(r["flags"] == "--chunked-prefill-size 4096" for r in rows)  # the summary names the flags
     rc = compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "dp2", "--burst", "8+16+4",
                            "--config-args", "tp4=--x 1"))
     assert rc == 2 and "compare: error: --config-args tp4=...: tp4 is not one of --configs" in capsys.readouterr().err

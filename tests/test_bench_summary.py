@@ -41,3 +41,9 @@ def test_combine_keeps_runs_apart_and_writes_both_files(tmp_path, capsys):
 def test_a_missing_folder_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="is not a folder"):
         summary.main([str(tmp_path / "nope")])
+
+
+def test_a_configuration_run_with_its_own_flags_names_them():
+    out = summary.technique_rows([{**row("shift_sp2_tp1", 58_000.0), "flags": "--chunked-prefill-size 16384"}], "r")
+    assert out[0]["configuration"] == "shift_sp2_tp1 (--chunked-prefill-size 16384)"
+    assert "shift_sp2_tp1 (--chunked-prefill-size 16384) | 58,000 tok/s" in summary.markdown(out)

@@ -352,6 +352,7 @@ class Measurement:
                          "gpu_count": len(self.gpus), "gpus": ",".join(self.gpus), "gpu_name": gpu_name(self.gpus[0]),
                          "commit": git_commit(), "command": shlex.join(self.srv.command),
                          "calibration_dir": env["SIDP_CALIBRATION_DIR"],
+                         "config_args": self.a.config_args.get(self.job.name) or None,
                          "started": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         self.res.pop("error", None)
         self.srv.start()

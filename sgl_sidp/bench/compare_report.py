@@ -9,7 +9,8 @@ where the shards are calibrated for it (`sgl_sidp.plan`); else the reason there 
 configuration's answers against its reference's (`sgl_sidp.bench.exact`).
 
 Writes `OUT/compare.md`, `OUT/compare.png` (when a speed number exists) and `OUT/summary.json`: one row per
-(model, GPUs, GPU name, configuration, workload) with the best vanilla configuration, both values and their ratio.
+(model, GPUs, GPU name, configuration, workload) with the best vanilla configuration, both values and their ratio
+(and "flags": the configuration's `--config-args`, where it had some).
 """
 
 from __future__ import annotations
@@ -237,6 +238,10 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
         errs = [(n, r["step_errors"]) for n, r in group.items() if r.get("step_errors")]
         if errs:
             lines += ["Steps that failed:", "", *[f"- {n}: {e}" for n, e in errs], ""]
+    for row in summary:  # a configuration run with --config-args flags says so in every row
+        flags = results[row["model"]][row["configuration"]].get("config_args")
+        if flags:
+            row["flags"] = flags
     return "\n".join(lines), summary, plot
 
 

@@ -55,7 +55,8 @@ def technique_rows(rows: list[dict], run: str) -> list[dict]:
         if key not in best or r["value"] > best[key]["value"]:
             best[key] = {"technique": tech, "model": r["model"], "gpus": r["gpus"], "gpu_name": r["gpu_name"],
                          "workload": r["workload"], "metric": r["metric"], "run": run,
-                         "configuration": r["configuration"], "value": r["value"],
+                         "configuration": r["configuration"] + (f" ({r['flags']})" if r.get("flags") else ""),
+                         "value": r["value"],
                          "best_vanilla": r.get("best_vanilla"), "best_vanilla_value": r.get("best_vanilla_value"),
                          "ratio": r.get("ratio")}
     return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], k[2], k[4]))]
