@@ -431,7 +431,8 @@ class Measurement:
         folder = self.job.result.parent / "profile" / self.job.name
         shutil.rmtree(folder, ignore_errors=True)
         info = http_json(self.srv.base_url + "/server_info", timeout_s=30)
-        sender = threading.Thread(target=run_batch, args=(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 13)]))
+        bodies = [(ids, o, None) for ids in prompts(s, i, 13)]
+        sender = threading.Thread(target=run_batch, args=(self.srv.base_url, bodies))
         sender.start()
         time.sleep(1.0)  # past the first, partly filled, prefill forwards
         profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name)

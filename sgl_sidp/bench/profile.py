@@ -115,8 +115,8 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
     counted = forwards_in(by_name, layers) if layers else None
     steps = counted or steps
     per = 1e3 * steps
-    return {"steps": steps, "counted": counted is not None, "kernels": len(events), "span_ms": round((end - start) / per, 3),
-            "busy_ms": round(busy / per, 3),
+    return {"steps": steps, "counted": counted is not None, "kernels": len(events),
+            "span_ms": round((end - start) / per, 3), "busy_ms": round(busy / per, 3),
             "by_class_ms": {c: round(v / per, 3) for c, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
             "top": [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in heaviest]}
 
@@ -127,7 +127,8 @@ def trace_key(path: Path) -> tuple[str, str] | None:
     return (m.group(1), STAGES[m.group(2)]) if m else None
 
 
-def summarize_dir(folder: Path, steps: int, remove: bool = True, layers: int | None = None) -> dict[str, dict[str, dict]]:
+def summarize_dir(folder: Path, steps: int, remove: bool = True,
+                  layers: int | None = None) -> dict[str, dict[str, dict]]:
     """`{rank: {stage: summarize_trace(...)}}` of every per-stage trace in `folder` (`layers`: see `summarize_trace`);
     each trace removed once read when `remove` (they are tens of MB). A trace that cannot be read gives
     `{"error": ...}` for its stage."""

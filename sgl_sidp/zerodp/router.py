@@ -27,17 +27,18 @@ def pick_rank(total_tokens, total_requests, capacity, estimated_tokens: int, sec
     """The DP rank a new request goes to: the least full KV cache it fits in among the replicas whose decode step it
     would not make much slower than the fastest's; else the soonest drained.
 
-    While the request fits in some replica's KV cache, the candidates are those whose decode step with it,
-    `a + c x (requests + 1)` (`step_fit`, from the steps each scheduler timed), is within `SLOWER` of the shortest
-    such step; it goes to the candidate whose cache would be least full after taking it (fractions of capacity: a sink
-    holding 7x its source's KV takes 7x the tokens). So a sink whose decode steps are copy-bound (issue 35: 157 ms at
-    batch 226 while its source ran batch 30 at a few ms) takes requests only once the source's steps grow about as
-    long, or its cache is full; replicas of equal speed share by capacity while their steps stay within `SLOWER` of
-    each other, so their batches grow apart no further (for a step linear in the batch, equal batches decode the most
-    tokens per second); without every rank's fit yet, by capacity alone. Once the request fits nowhere, it queues wherever it goes, and a bigger cache no longer helps: it goes
-    to the replica that would drain its tokens soonest, `(tokens + estimated) x seconds_per_token` (SGLang's own
-    `total_tokens` rule where every replica is equally fast). In a burst this keeps the source busy while the sink
-    still has work queued (issue 35: 106 of 128 prompts of 8,192 tokens went to a sink, 20 to its source).
+    While the request fits in some replica's KV cache, the candidates are those whose decode step with it, `a + c x
+    (requests + 1)` (`step_fit`, from the steps each scheduler timed), is within `SLOWER` of the shortest such step;
+    it goes to the candidate whose cache would be least full after taking it (fractions of capacity: a sink holding
+    7x its source's KV takes 7x the tokens). So a sink whose decode steps are copy-bound (issue 35: 157 ms at batch
+    226 while its source ran batch 30 at a few ms) takes requests only once the source's steps grow about as long,
+    or its cache is full; replicas of equal speed share by capacity while their steps stay within `SLOWER` of each
+    other, so their batches grow apart no further (for a step linear in the batch, equal batches decode the most
+    tokens per second); without every rank's fit yet, by capacity alone. Once the request fits nowhere, it queues
+    wherever it goes, and a bigger cache no longer helps: it goes to the replica that would drain its tokens
+    soonest, `(tokens + estimated) x seconds_per_token` (SGLang's own `total_tokens` rule where every replica is
+    equally fast). In a burst this keeps the source busy while the sink still has work queued (issue 35: 106 of 128
+    prompts of 8,192 tokens went to a sink, 20 to its source).
 
     Args:
         total_tokens: tokens in use or queued per DP rank (`DPBudget.total_tokens`).
