@@ -21,6 +21,8 @@ from sgl_sidp.plan.configs import configuration_named
 
 #: the headline number of a workload kind: burst throughput, trace goodput (higher is better for both)
 HEADLINE = ("total_tok_s", "request_goodput")
+
+
 def techniques_reported() -> set[str]:
     """The overlay's techniques (`Technique.vanilla` false): vanilla TP x DP and DP attention are the baselines."""
     from sgl_sidp.plan.technique import techniques

@@ -63,6 +63,11 @@ class Technique:
         attention's, Shift's. Default: none."""
         return []
 
+    def replica_name(self, dp: int, tp: int, variant: str = "") -> str:
+        """The name of its configuration of `dp` replicas of TP `tp` in the DP-replica form `<name>_dp{dp}[_tp{tp}]
+        [_{variant}]` (ZeroDP's, SiDP's)."""
+        return f"{self.name}_dp{dp}" + (f"_tp{tp}" if tp > 1 else "") + (f"_{variant}" if variant else "")
+
     def launched_name(self, dp: int, tp_size: int, settings) -> str | None:
         """The planner's name of the configuration a server runs when launched with SGLang's `--dp-size dp` and
         `--tp-size tp_size` and this technique's resolved settings (`SidpConfig.<feature>`, after

@@ -23,12 +23,11 @@ class SiDPTechnique(Technique):
         if dp == 1:
             return []
         return [None if shapes.moe_layers or shapes.layers < dp else
-                Configuration(f"sidp_dp{dp}" + (f"_tp{tp}" if tp > 1 else "") + f"_{variant}", self.name, dp, tp,
-                              variant=variant)
+                Configuration(self.replica_name(dp, tp, variant), self.name, dp, tp, variant=variant)
                 for variant in ("was", "cas", "auto")]
 
     def launched_name(self, dp, tp_size, settings):
-        return f"sidp_dp{dp}" + (f"_tp{tp_size}" if tp_size > 1 else "") + f"_{settings.service}"
+        return self.replica_name(dp, tp_size, settings.service)
 
     def check_name(self, name, groups, options):
         if any(option(o)[0] == "bth" for o in options) and groups["variant"] != "auto":

@@ -28,10 +28,10 @@ class ZeroDPTechnique(Technique):
     def split_configurations(self, shapes, n_gpus, dp, tp):
         if dp == 1 or not shapes.moe_layers:
             return []
-        return [Configuration(f"zerodp_dp{dp}" + (f"_tp{tp}" if tp > 1 else ""), self.name, dp, tp)]
+        return [Configuration(self.replica_name(dp, tp), self.name, dp, tp)]
 
     def launched_name(self, dp, tp_size, settings):
-        return f"zerodp_dp{dp}" + (f"_tp{tp_size}" if tp_size > 1 else "")
+        return self.replica_name(dp, tp_size)
 
     def launch_flags(self, c, opts, b_th, shift_threshold, expected_batch):
         # its runtime policy picks the offload set with the same cost model

@@ -1,5 +1,5 @@
-"""Capacity- and speed-aware DP routing: each request to the replica whose decode step it lengthens least, among those
-whose KV cache it fits; what fits nowhere queued by drain time.
+"""Capacity- and speed-aware DP routing: each request to the least full KV cache it fits in, among the replicas whose
+decode step it would not make much slower than the fastest's; what fits nowhere queued by drain time.
 
 A ZeroDP sink can hold several times the source's KV cache, and, where it pulls experts its forwards do not hide, take
 several times as long per decode step. SGLang's `total_tokens` load-balance method sends each request to the replica
@@ -154,10 +154,11 @@ class Router:
     def dispatch(self, budget, estimated_tokens: int) -> int:
         """The DP rank for a request of `estimated_tokens` prompt tokens (`pick_rank`), counted in `budget` and
         remembered until a snapshot of that rank covers it."""
-        n = len(self.capacity)
-        spt = self.prefill_spt if len(self.prefill_spt) == n and None not in self.prefill_spt else None
-        fit = self.step_fit if len(self.step_fit) == n and None not in self.step_fit else None
-        target = pick_rank(budget.total_tokens, budget.total_requests, self.capacity, estimated_tokens, spt, fit)
+        def every_rank(values: list) -> list | None:  # a rank's measurement, once every rank has one
+            return values if len(values) == len(self.capacity) and None not in values else None
+
+        target = pick_rank(budget.total_tokens, budget.total_requests, self.capacity, estimated_tokens,
+                           every_rank(self.prefill_spt), every_rank(self.step_fit))
         budget.total_requests[target] += 1
         budget.total_tokens[target] += estimated_tokens
         self._sent.append((self.clock(), target, estimated_tokens))
