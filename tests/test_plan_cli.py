@@ -4,6 +4,7 @@ bad input."""
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -138,7 +139,7 @@ class _FakeServer:
     def start(self):
         if not self.exits:
             entry = {"model": self.sig, "gpu": "NVIDIA H200", "decode_ms": {"1": 5.0}, "prefill_ms": {"512": 9.0}}
-            (self.cache / f"{len(list(self.cache.glob('*')))}.json").write_text(json.dumps({"key": {}, "calibration": entry}))
+            (self.cache / f"{len(list(self.cache.glob('*')))}-{id(self)}.json").write_text(json.dumps({"key": {}, "calibration": entry}))
 
     def stop(self):
         pass
@@ -308,7 +309,8 @@ def test_the_two_layer_counts_of_a_shard_too_big_for_the_gpu_run_only_the_probes
 
 
 @pytest.mark.parametrize("flags, says", [(["--gpus", "1", "--servers-ahead", "-1"], "--servers-ahead -1: at least 0"),
-                                         (["--gpus", "0"], "--gpus 0: at least 1")])
+                                         (["--gpus", "0"], "--gpus 0: at least 1"),
+                                         (["--gpus", "2,x"], "--gpus 2,x: expected N or N,N,... (whole numbers)")])
 def test_calibrate_refuses_a_bad_count_in_one_line(qwen3_8b, capsys, flags, says):
     """Before looking for a GPU: `--gpus 0` would calibrate nothing and say nothing."""
     with pytest.raises(SystemExit) as e:
@@ -757,3 +759,44 @@ def test_zerodp_replicas_are_routed_as_its_router_routes():
     assert route(req, [rep(40_000, 89_915), rep(300_000, 647_013)]) == 1  # 0.54 vs 0.48 of capacity
     assert route(req, [rep(90_000, 89_915), rep(647_000, 647_013)]) == 0  # fits nowhere: the fewest tokens
     assert route(req, [rep(0, 89_915), rep(0, 647_013, floor_ms=146.0)]) == 0  # a copy-bound sink: the source
+
+
+def test_calibrate_shares_the_shards_among_the_hosts_gpus(qwen3_8b, tmp_path):
+    """`plan calibrate` on a host of two GPUs: each GPU times its share of the shards (`split_jobs`, round robin) in a
+    thread of its own at the same time, every shard once; when one GPU's calibration raises, the other's stops its
+    servers (`stop`) and the error reaches the caller."""
+    from sgl_sidp.calibration.memory import ModelShapes
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.plan.calibrate import calibrate, shards_needed, split_jobs
+
+    assert split_jobs(list("abcde"), 2) == [list("ace"), list("bd")] and split_jobs(["a"], 3) == [["a"], [], []]
+    needed = shards_needed(read_hf_config(qwen3_8b), 4)
+    assert len(shards_needed(read_hf_config(qwen3_8b), [2, 4])) == len(needed) + 1  # and the DP2-attention shard
+    shapes = ModelShapes.of(read_hf_config(qwen3_8b))
+    by_args = {json.dumps(shard.override_args(shapes)): sig for sig, shard in needed.items()}
+    seen, lock = [], threading.Lock()
+    both = threading.Barrier(2, timeout=10)  # each GPU's first server waits for the other's: they run at once
+
+    def server(args, log):
+        gpu = threading.current_thread().name
+        with lock:
+            seen.append(gpu)
+            first = seen.count(gpu) == 1
+        if first:
+            both.wait()
+        return _FakeServer(tmp_path, by_args[args[args.index("--json-model-override-args") + 1]])
+
+    res = calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path, server=server, measure_overhead=False,
+                    gpus=["0", "1"], ahead=0)
+    assert len(res) == len(needed) and all(v.startswith("measured") for v in res.values())
+    assert sorted(seen) == ["calibrate-gpu0"] * 2 + ["calibrate-gpu1"] * 2
+
+    def failing(args, log):
+        if threading.current_thread().name == "calibrate-gpu1":
+            raise OSError("no port")
+        return _FakeServer(tmp_path / "x", "never written", exits=False)
+
+    (tmp_path / "x").mkdir()
+    with pytest.raises(OSError, match="no port"):
+        calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path / "x", server=failing, measure_overhead=False,
+                  gpus=["0", "1"], ahead=0, timeout_s=30)

@@ -1,7 +1,7 @@
 """Which configuration of a model serves a workload best on N GPUs of one node: every one predicted from one-GPU calibrations.
 
     python -m sgl_sidp.plan --model-path DIR --gpus N [--gpu H200] [--workload offline:512:2048:256] [--json]
-    python -m sgl_sidp.plan calibrate --model-path DIR --gpus N      # on one GPU: time the shards it needs
+    python -m sgl_sidp.plan calibrate --model-path DIR --gpus N      # on this host's GPUs: time the shards it needs
     python -m sgl_sidp.plan measure-comm --gpus N [--model-path DIR] # on the node: measure the interconnect table
 
 Prints one row per configuration (vanilla TP x DP, DP attention, ZeroDP, SiDP, Shift): weights and KV tokens per GPU
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -26,17 +27,21 @@ from sgl_sidp.plan.steps import GPUS
 
 
 def calibrate_main(argv: list[str]) -> None:
-    """`python -m sgl_sidp.plan calibrate --model-path DIR --gpus N`: time every missing shard on this process's first
-    visible GPU."""
-    from sgl_sidp.peer.topology import gpu_capability, gpu_memory_bytes, gpu_name
+    """`python -m sgl_sidp.plan calibrate --model-path DIR --gpus N`: time every missing shard on this host's visible
+    GPUs, each GPU its share of the shards at the same time."""
+    from sgl_sidp.peer.topology import gpu_capability, gpu_memory_bytes, gpu_name, visible_gpu_count
     from sgl_sidp.plan.calibrate import calibrate
 
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan calibrate",
-                                 description="Time, on the first visible GPU (CUDA_VISIBLE_DEVICES), every shard the model's configurations on N "
-                                 "GPUs need (SGLang with the shard's sizes and --overlay-calibrate), caching each in "
-                                 "$SIDP_CALIBRATION_DIR.")
+                                 description="Time every shard the model's configurations on N GPUs need (SGLang with "
+                                 "the shard's sizes and --overlay-calibrate), one shard per GPU at a time on each of "
+                                 "this host's visible GPUs at once, caching each in $SIDP_CALIBRATION_DIR.")
     ap.add_argument("--model-path", required=True, help="a folder with the model's config.json")
-    ap.add_argument("--gpus", type=int, required=True, help="GPUs of the node to plan for")
+    ap.add_argument("--gpus", required=True, metavar="N[,N...]",
+                    help="GPUs of the node to plan for, or several node sizes (2,4: the shards of both)")
+    ap.add_argument("--on-gpus", type=int, default=None, metavar="K",
+                    help="time shards on the first K visible GPUs of this host, one shard per GPU at a time (default: "
+                         "every visible GPU; they must be of one kind)")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="seconds one shard may take (default: 600)")
     ap.add_argument("--port", type=int, default=26500,
                     help="HTTP port of the shards' servers, and the --servers-ahead ports after it (default: 26500; "
@@ -51,22 +56,42 @@ def calibrate_main(argv: list[str]) -> None:
                          "GPU after its CPU start-up (default: 2; 0: each server starts after the one before it "
                          "stopped); they use --port, --port + 1, ... --port + N")
     a = ap.parse_args(argv)
-    for flag, value, least in (("--gpus", a.gpus, 1), ("--servers-ahead", a.servers_ahead, 0)):
-        if value < least:
-            print(f"sgl-sidp plan calibrate: error: {flag} {value}: at least {least}", file=sys.stderr)
-            raise SystemExit(2)
-    name = gpu_name(0)
-    if read_hf_config(a.model_path) is None or name is None:
-        print(f"sgl-sidp plan calibrate: error: {'no CUDA GPU visible' if name is None else 'no config.json in ' + a.model_path}",
-              file=sys.stderr)
+
+    def refuse(why: str):
+        print(f"sgl-sidp plan calibrate: error: {why}", file=sys.stderr)
         raise SystemExit(2)
+
+    try:
+        sizes = [int(n) for n in a.gpus.split(",")]
+    except ValueError:
+        refuse(f"--gpus {a.gpus}: expected N or N,N,... (whole numbers)")
+    for flag, value, least in (("--gpus", min(sizes), 1), ("--servers-ahead", a.servers_ahead, 0),
+                               ("--on-gpus", 1 if a.on_gpus is None else a.on_gpus, 1)):
+        if value < least:
+            refuse(f"{flag} {value}: at least {least}")
+    name = gpu_name(0)
+    if name is None:
+        refuse("no CUDA GPU visible")
+    if read_hf_config(a.model_path) is None:
+        refuse(f"no config.json in {a.model_path}")
+    visible = visible_gpu_count() or 1
+    if a.on_gpus is not None and a.on_gpus > visible:
+        refuse(f"--on-gpus {a.on_gpus}: {visible} GPU(s) visible")
+    on = a.on_gpus or visible
+    kinds = {gpu_name(i) for i in range(on)}
+    if len(kinds) > 1:
+        refuse(f"the visible GPUs are of several kinds ({', '.join(sorted(map(str, kinds)))}): set CUDA_VISIBLE_DEVICES "
+               "or --on-gpus to GPUs of one kind")
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v.strip() for v in vis.split(",") if v.strip()][:on] if vis else [str(i) for i in range(on)]
     import signal
 
     # a SIGTERM (`timeout`, a job scheduler) must stop the shard's server too: as an exception, `calibrate`'s
     # clean-up runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    results = calibrate(a.model_path, a.gpus, name, port=a.port, timeout_s=a.timeout_s, gpu_bytes=gpu_memory_bytes(0),
-                        timed_graphs_only=a.timed_graphs_only, ahead=a.servers_ahead, jit_capability=gpu_capability(0))
+    results = calibrate(a.model_path, sizes, name, port=a.port, timeout_s=a.timeout_s, gpu_bytes=gpu_memory_bytes(0),
+                        timed_graphs_only=a.timed_graphs_only, ahead=a.servers_ahead, jit_capability=gpu_capability(0),
+                        gpus=ids)
     for sig, what in results.items():
         print(f"{sig}: {what}")
     raise SystemExit(0 if all(not w.startswith("failed") for w in results.values()) else 1)

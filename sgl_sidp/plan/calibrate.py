@@ -1,4 +1,4 @@
-"""`python -m sgl_sidp.plan calibrate`: time every shard a model's configurations need, on the one GPU at hand.
+"""`python -m sgl_sidp.plan calibrate`: time every shard a model's configurations need, on the GPUs at hand.
 
 For each shard not calibrated yet, SGLang serves the model with the shard's sizes (`Shard.override_args` as
 `--json-model-override-args`, `--load-format dummy`) through our launcher with `--overlay-calibrate`, which measures the
@@ -6,9 +6,11 @@ forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and
 `sgl_sidp.calibration.measure`) and caches them under the shard's signature; then a few requests over HTTP add
 what a request spends outside forwards (`record_request_overhead`), prefills over a cached prefix
 (`record_prefix_prefills`), the scheduler's host time per request of a served step (`record_serving_step`) and the
-rate at which the tokenizer manager streams tokens (`record_stream_rate`), and the server is stopped. One shard on the
+rate at which the tokenizer manager streams tokens (`record_stream_rate`), and the server is stopped. One shard on a
 GPU at a time, so nothing else runs there while it is timed; the next shard's server does SGLang's CPU start-up
-meanwhile and waits for the GPU (`serve_calibrations`, `--overlay-start-after`). The servers capture only the CUDA
+meanwhile and waits for the GPU (`serve_calibrations`, `--overlay-start-after`). On a host of several GPUs the shards
+are shared out and each GPU times its own at the same time (`split_jobs`): a shard is one GPU's work, whatever node
+it is planned for, so a 2-GPU host also times the shards of 4- and 8-GPU configurations. The servers capture only the CUDA
 graphs the calibration times (`timed_graph_flags`) unless asked not to, and find the CUDA kernels SGLang compiles on
 first use built already: a process without a GPU builds them all at once while the first server starts
 (`jit_prebuild`).
@@ -29,6 +31,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -46,11 +49,13 @@ from sgl_sidp.plan.steps import find_calibration, shard_config, shard_roles, sha
 SERVER_ARGS = ("--attention-backend", "triton", "--sampling-backend", "pytorch")
 
 
-def shards_needed(hf: dict, n_gpus: int) -> dict[str, Shard]:
-    """Signature -> shard of every configuration on `n_gpus` GPUs (each shard once)."""
+def shards_needed(hf: dict, n_gpus: int | Sequence[int]) -> dict[str, Shard]:
+    """Signature -> shard of every configuration on `n_gpus` GPUs, or on each of several node sizes (each shard
+    once)."""
     shapes = ModelShapes.of(hf)
     out = {}
-    for c in configurations(shapes, n_gpus):
+    sizes = [n_gpus] if isinstance(n_gpus, int) else list(n_gpus)
+    for c in (c for n in sizes for c in configurations(shapes, n)):
         for shard in shard_roles(c, shapes).values():
             out.setdefault(shard_signature(hf, shard), shard)
     return out
@@ -350,7 +355,7 @@ POLL_S = 0.5
 
 def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, cache_dir: Path,
                        server: Callable, timeout_s: float, measure_overhead: bool = True,
-                       ahead: int = 2) -> dict[str, tuple[str, Path | None]]:
+                       ahead: int = 2, stop: threading.Event | None = None) -> dict[str, tuple[str, Path | None]]:
     """Serve `model_path` (dummy weights, our launcher with `--overlay-calibrate`) once per job (signature, SGLang
     flags, log file[, its HTTP probes: `PROBES` if not given]) whose calibration is not in `cache_dir` yet, one server
     on the GPU at a time: wait until the server cached its calibration (at most `timeout_s` s), run the job's probes
@@ -364,7 +369,8 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, ca
     server, the others once the first server reached its gate (`gate.reached`: fewer CPU start-ups beside the first
     one, which is on the critical path). `ahead` 0: each server starts after the one before it stopped. (The waiting
     servers' CPU work runs beside the current one's timing: on a host of a few cores, use 0. Each waiting server past
-    the first may hold a CUDA context, about 0.5 GB, while the current one sizes its KV pool.)
+    the first may hold a CUDA context, about 0.5 GB, while the current one sizes its KV pool.) `stop`: once set (another
+    GPU's calibration failed, the process is stopping), every server of this call is stopped and RuntimeError raised.
 
     Returns: signature -> (what happened: "cached <file>", "measured in N s <file>[; probe results]" or
     "failed: ...", the cache entry or None).
@@ -388,7 +394,7 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, ca
 
     def launch(k: int, now: bool):
         """Start job `k`'s server behind its gate file, made already if `now`."""
-        gate = cache_dir / f".start-after-{os.getpid()}-{k}"
+        gate = cache_dir / f".start-after-{os.getpid()}-{threading.get_ident()}-{k}"
         remove(gate)
         gates.append(gate)
         if now:
@@ -413,6 +419,8 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, ca
         first = srv
         for sig, _, log, probes in todo:
             while True:
+                if stop is not None and stop.is_set():
+                    raise RuntimeError("stopped: the calibration on another GPU failed")
                 top_up()
                 found = find_calibration(sig, gpu_name, [cache_dir])
                 if found is not None or srv.proc.poll() is not None or time.monotonic() - t0 > timeout_s:
@@ -445,6 +453,46 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, ca
             s.stop()
         for g in gates:
             remove(g)
+    return results
+
+
+def split_jobs(jobs: Sequence[tuple], n: int) -> list[list[tuple]]:
+    """`jobs` shared out round-robin among `n` GPUs, in their order (`shards_needed` lists the largest shards of each
+    kind first, so each GPU gets some large and some small ones): job i on GPU i mod n. GPUs past the job count get
+    an empty list."""
+    return [list(jobs[g::n]) for g in range(n)]
+
+
+def serve_on_gpus(shares: Sequence[Sequence[tuple]], gpus: Sequence[str],
+                  serve: Callable[[int, Sequence[tuple], threading.Event], dict]) -> dict:
+    """Run `serve(g, shares[g], stop)` for every GPU g with a share at the same time, each in a thread named
+    `calibrate-gpu<id>`, and merge what they return. When one raises (or this thread is interrupted: SIGTERM as
+    SystemExit, Ctrl-C), `stop` is set so the others stop their servers, and the first exception is raised once
+    every thread has ended."""
+    stop, results, errors = threading.Event(), {}, []
+
+    def run(g: int) -> None:
+        try:
+            results.update(serve(g, shares[g], stop))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
+            errors.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=run, args=(g,), name=f"calibrate-gpu{gpus[g]}")
+               for g in range(len(shares)) if shares[g]]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(POLL_S)
+    except BaseException:
+        stop.set()
+        for t in threads:
+            t.join()
+        raise
+    if errors:
+        raise errors[0]
     return results
 
 
@@ -534,17 +582,20 @@ def timed_graph_flags() -> list[str]:
     return ["--cuda-graph-bs-decode", *map(str, DECODE_BATCHES), "--cuda-graph-bs-prefill", *map(str, PREFILL_TOKENS)]
 
 
-def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | None = None, port: int = 26500,
+def calibrate(model_path: str, n_gpus: int | Sequence[int], gpu_name: str, cache_dir: Path | None = None, port: int = 26500,
               timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
               measure_overhead: bool = True, gpu_bytes: int | None = None,
               timed_graphs_only: bool = True, ahead: int = 2,
-              jit_capability: tuple[int, int] | None = None) -> dict[str, str]:
-    """Calibrate every missing shard of `model_path` for `n_gpus` GPUs on this process's first visible GPU (the first
-    of CUDA_VISIBLE_DEVICES, else GPU 0; named `gpu_name`, of `gpu_bytes` bytes: a shard that does not fit is timed at
-    two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and run each served shard's
-    HTTP probes (`serve_calibrations`; `measure_overhead` False: none). `timed_graphs_only`: the
-    servers capture only the graphs they time (`timed_graph_flags`). `ahead`: how many servers after the current one
-    are started while it is measured (`serve_calibrations`), on `port`, `port + 1`, ... `port + ahead` in turn.
+              jit_capability: tuple[int, int] | None = None, gpus: Sequence[str] | None = None) -> dict[str, str]:
+    """Calibrate every missing shard of `model_path` for `n_gpus` GPUs (or each of several node sizes) on this host's `gpus` (CUDA device ids, each
+    timing its share of the shards at the same time, `split_jobs`; default: the first of CUDA_VISIBLE_DEVICES, else
+    GPU 0; all of kind `gpu_name` and of `gpu_bytes` bytes: a shard that does not fit is timed at two smaller layer
+    counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and run each served shard's HTTP probes
+    (`serve_calibrations`; `measure_overhead` False: none). `timed_graphs_only`: the servers capture only the graphs
+    they time (`timed_graph_flags`). `ahead`: how many servers after the current one are started on each GPU while it
+    is measured (`serve_calibrations`); GPU g's servers use `port + g (ahead + 1)` ... `port + g (ahead + 1) + ahead`
+    in turn. `server(args, log)` (tests) stands in for every GPU's servers; it runs in the thread named
+    `calibrate-gpu<id>`.
     `jit_capability`: this GPU's compute capability, for which SGLang's JIT kernels of the shards to serve are built
     in parallel while the first server starts (`jit_prebuild`; None: each server compiles what it needs on first use).
 
@@ -555,11 +606,16 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     hf = read_hf_config(model_path)
     shapes = ModelShapes.of(hf)
-    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
-    ports = itertools.cycle(range(port, port + ahead + 1))  # at most ahead + 1 servers at a time
-    server = server or (lambda args, log: ServerProcess("sgl_sidp.launch_server", args, port=next(ports), log_path=log,
-                                                        gpus=gpu, env={"SIDP_CALIBRATION_DIR": str(cache_dir)},
-                                                        kill_on_stop=True))
+    gpus = list(gpus or [(os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()])
+
+    def gpu_server(g: int) -> Callable:
+        """GPU `gpus[g]`'s server factory: at most ahead + 1 servers at a time, on ports of its own."""
+        if server is not None:
+            return server
+        ports = itertools.cycle(range(port + g * (ahead + 1), port + (g + 1) * (ahead + 1)))
+        return lambda args, log: ServerProcess("sgl_sidp.launch_server", args, port=next(ports), log_path=log,
+                                               gpus=gpus[g], env={"SIDP_CALIBRATION_DIR": str(cache_dir)},
+                                               kill_on_stop=True)
 
     def job(sig: str, overrides: dict, probes=PROBES) -> tuple[str, list[str], Path, tuple]:
         """The `serve_calibrations` job of one shard (`overrides` for `--json-model-override-args`) whose signature is
@@ -595,7 +651,10 @@ def calibrate(model_path: str, n_gpus: int, gpu_name: str, cache_dir: Path | Non
     prebuild = (jit_prebuild.start(jit_prebuild.jit_modules(hf, kv_heads), jit_capability, log_dir or cache_dir)
                 if jobs and jit_capability else None)
     try:
-        served = serve_calibrations(model_path, jobs, gpu_name, cache_dir, server, timeout_s, measure_overhead, ahead)
+        served = serve_on_gpus(split_jobs(jobs, len(gpus)), gpus,
+                               lambda g, share, stop: serve_calibrations(model_path, share, gpu_name, cache_dir,
+                                                                         gpu_server(g), timeout_s, measure_overhead,
+                                                                         ahead, stop))
     finally:
         if prebuild is not None:
             prebuild.stop()
