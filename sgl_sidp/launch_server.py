@@ -194,8 +194,9 @@ def resolve_auto(argv: list[str]) -> list[str]:
         raise SidpConfigError([f"--overlay-mode auto: {e}"]) from None
     print(table(result), flush=True)
     chosen = result["launch"][result["launch"].index("--model-path") + 2:]
-    print(f"sgl-sidp: --overlay-mode auto starts {result['winner']} (predicted): {' '.join(chosen) or 'TP1, one GPU'}",
-          flush=True)
+    why = result["reason"].split(": ", 1)[-1]  # "the highest predicted throughput on ... (..., 1.01x the next, ...)"
+    print(f"sgl-sidp: --overlay-mode auto starts {result['winner']} (predicted; {why}): "
+          f"{' '.join(chosen) or 'TP1, one GPU'}", flush=True)
     dropped = {"--overlay-mode": True, "--overlay-plan-workload": True, "--tp-size": True, "--tp": True,
                "--dp-size": True, "--dp": True, "--enable-dp-attention": False}
     return _drop_flags(argv, dropped) + chosen

@@ -273,7 +273,7 @@ def test_auto_mode_starts_the_planner_s_winner_in_place_of_the_mode_and_layout_f
     argv = ["--model-path", str(DENSE), "--overlay-mode", "auto", "--load-format", "dummy"]
     out = ls.resolve_auto(argv)
     printed = capsys.readouterr().out
-    assert "every number below is a prediction" in printed and "--overlay-mode auto starts dp2 (predicted)" in printed
+    assert "every number below is a prediction" in printed and "--overlay-mode auto starts dp2 (predicted; the highest predicted throughput on " in printed
     assert out == ["--model-path", str(DENSE), "--load-format", "dummy", "--dp-size", "2"]  # offline: DP2 wins
     argv = ["--model-path", str(DENSE), "--overlay-mode=auto", "--tp-size", "2", "--overlay-plan-workload", "latency:2048:64"]
     chosen = ls.resolve_auto(argv)

@@ -12,7 +12,7 @@ from sgl_sidp.calibration.memory import ModelShapes
 from sgl_sidp.calibration.table import Calibration
 from sgl_sidp.plan.comm import Interconnect, Link
 from sgl_sidp.plan.configs import Configuration
-from sgl_sidp.plan.planner import PlanRow, launch_flags, rank
+from sgl_sidp.plan.planner import PlanError, PlanRow, launch_flags, rank
 from sgl_sidp.plan.steps import BUNDLED_DIR, ShardClock, StepModel, find_calibration
 
 SHAPES = ModelShapes(layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, vocab=1000, tied=False, intermediate=4096)
@@ -255,3 +255,26 @@ def test_the_schedulers_host_time_per_request_shows_where_it_outlasts_the_forwar
     assert busy.decode_ms(200, 0) == pytest.approx(0.02 * 200) and plain.decode_ms(200, 0) == pytest.approx(3.0)
     assert busy.decode_ms(512, 0) == pytest.approx(30.0 + 0.02 * 512) and plain.decode_ms(512, 0) == pytest.approx(30.0)
     assert Calibration.from_json(json.loads(json.dumps(busy.clock.cal.to_json()))) == busy.clock.cal
+
+
+def test_zerodp_rows_predict_the_policy_each_name_launches():
+    """`zerodp_dp2` is the runtime's default policy (decode:1: on H200 nothing hides behind a batch-1 step), `_all`
+    every MoE layer, `_pfN` what hides behind an N-token prefill, `_kvN` the capacity-bound count; the planner lists
+    the default and the capacity-bound policy at the workload's context, and predicts named ones on request; an option
+    no step model reads is listed as not predicted."""
+    from sgl_sidp.plan.planner import plan
+
+    qwen = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-30B-A3B"
+    if not (qwen / "config.json").is_file():
+        pytest.skip(f"{qwen} missing (../shared/models)")
+    r = plan(str(qwen), 2, "H200", "offline:64:8192:16", names=["zerodp_dp2_all", "zerodp_dp2_pf8192",
+                                                                 "shift_sp2_tp1_th1"])
+    rows = {x.name: x for x in r["configurations"]}
+    assert set(rows) >= {"dp2", "zerodp_dp2", "zerodp_dp2_kv8200", "zerodp_dp2_all", "zerodp_dp2_pf8192"}
+    layers = {n: rows[n].decisions["offload_layers"] for n in ("zerodp_dp2", "zerodp_dp2_all", "zerodp_dp2_pf8192")}
+    assert layers["zerodp_dp2"] == 0 and layers["zerodp_dp2_all"] == 48 and 0 < layers["zerodp_dp2_pf8192"] <= 48
+    assert rows["zerodp_dp2"].total_tok_s == rows["dp2"].total_tok_s
+    assert rows["zerodp_dp2_all"].kv_tokens_total > 1.3 * rows["dp2"].kv_tokens_total  # the sink holds no experts
+    assert rows["shift_sp2_tp1_th1"].not_predicted == "the planner does not model option 'th1' of shift"
+    with pytest.raises(PlanError, match="runs on 4 GPUs, not 2"):
+        plan(str(qwen), 2, "H200", "offline:4:16:4", names=["zerodp_dp4"])

@@ -53,3 +53,19 @@ def test_no_prediction_says_why_and_names_no_number(gpu, dp, why):
     line, loses = verdict(str(MODELS / "Qwen3-8B"), dp, 2, gpu, "shift", ShiftSettings(sp=2), "offline:512:2048:256")
     assert not loses and "no prediction against vanilla SGLang" in line and why in line
     assert not re.search(r"\d\.\d\dx", line)
+
+
+def test_zerodp_is_predicted_with_the_offload_policy_it_runs():
+    """The line names the configuration of ZeroDP's settings (`launched_name`: `_all`, `_pfN`, `_kvN`, none for the
+    default decode:1), and the planner predicts that policy's offload set, not another's."""
+    from sgl_sidp.plan.technique import technique_named
+
+    z = technique_named("zerodp")
+    named = {z.launched_name(2, 1, ZeroDPSettings(**kw)) for kw in ({}, {"layers": "all"},
+                                                                   {"expected_batch": "prefill:8192"},
+                                                                   {"expected_batch": "kv:2048"},
+                                                                   {"expected_batch": "decode:4"}, {"layers": "3,7"})}
+    assert named == {"zerodp_dp2", "zerodp_dp2_all", "zerodp_dp2_pf8192", "zerodp_dp2_kv2048", None}
+    line, loses = verdict(str(MODELS / "Qwen3-30B-A3B"), 2, 1, "NVIDIA H200", "zerodp", ZeroDPSettings(layers="all"),
+                          "offline:512:2048:256")
+    assert "(zerodp_dp2_all)" in line and loses  # every layer pulled by a decoding sink: copy-bound

@@ -258,7 +258,7 @@ def failure_lines(log_text: str, n: int = 5) -> list[str]:
 
 
 def auto_choice(log_text: str) -> str | None:
-    """The configuration `--overlay-mode auto` started (its launcher line "... auto starts NAME (predicted)")."""
+    """The configuration `--overlay-mode auto` started (its launcher line "... auto starts NAME (predicted; why)")."""
     for ln in log_text.splitlines():
         if "--overlay-mode auto starts " in ln:
             return ln.split("--overlay-mode auto starts ", 1)[1].split()[0]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from sgl_sidp.bench import exact
 
@@ -102,22 +102,32 @@ def ratio_row(value: float | None, best: tuple[str, float] | None) -> dict:
             "ratio": value / best[1] if value is not None and best and best[1] else None}
 
 
-def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None) -> tuple[dict, str]:
-    """The planner's rows ({configuration: `PlanRow`}) for the burst of a group, and a note ("" when it predicted).
+def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None,
+                names: Sequence[str] = ()) -> tuple[dict, str]:
+    """The planner's rows ({configuration: `PlanRow`}) for the burst of a group, and a note ("" when it predicted);
+    `names`: the group's configurations, predicted too where the planner does not list them (`plan`'s `names`).
 
     Never raises: a GPU kind or model the planner cannot predict gives ({}, the reason)."""
     if not burst:
         return {}, ""
+    from sgl_sidp.plan.configs import configuration_named
     from sgl_sidp.plan.planner import PlanError, plan
     from sgl_sidp.plan.comm import gpu_kind
     from sgl_sidp.plan.steps import GPUS
+
+    def on_these_gpus(name: str) -> bool:
+        try:
+            return configuration_named(name).gpus == gpus
+        except ValueError:  # "auto"
+            return False
 
     kind = next((k for k in GPUS if gpu_kind(k) == gpu_kind(gpu_name)), None)
     if kind is None:
         return {}, f"no prediction: the planner knows {', '.join(GPUS)}, not {gpu_name}"
     s, i, o = (int(x) for x in burst.split("+"))
     try:
-        result = plan(str(out_dir / model), gpus, kind, f"offline:{s}:{i}:{o}")
+        result = plan(str(out_dir / model), gpus, kind, f"offline:{s}:{i}:{o}",
+                      names=[n for n in names if on_these_gpus(n)])
     except PlanError as e:
         return {}, f"no prediction: {e}"
     rows = {r.name: r for r in result["configurations"]}
@@ -160,7 +170,7 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
     summary, plot = [], {}
     for (model, gpu, count), group in groups(results).items():
         burst_spec = next((r["burst"]["spec"] for r in group.values() if r.get("burst")), None)
-        pred, pred_note = predictions(out_dir, model, gpu, count, burst_spec) if predict else ({}, "")
+        pred, pred_note = predictions(out_dir, model, gpu, count, burst_spec, list(group)) if predict else ({}, "")
         ex = exactness(group, results[model])
         lines += [f"## {model} on {count} x {gpu}", ""]
         if pred_note:

@@ -17,14 +17,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from sgl_sidp.calibration.memory import (GIB, ModelShapes, default_decode_graph_max_bs, default_mem_fraction_static,
                                         dtype_bytes)
 from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.calibrate import unservable
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
-from sgl_sidp.plan.configs import configuration_named, configurations, shard_of
+from sgl_sidp.plan.configs import configuration_named, configurations, option, shard_of
 from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, no_cycle_collection,
                                simulate, summarize)
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
@@ -176,13 +176,15 @@ def launch_flags(row: PlanRow) -> list[str]:
 
 @no_cycle_collection()  # (`plan_requests`; the trace's parse too)
 def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None,
-         decode_points: list[tuple[int, int]] | None = None, what_if: WhatIf = NO_WHAT_IF) -> dict:
+         decode_points: list[tuple[int, int]] | None = None, what_if: WhatIf = NO_WHAT_IF,
+         names: Sequence[str] = ()) -> dict:
     """The planner's result for the `--workload` spec: the `--json` object (`winner`, `reason`, `launch`, what is
     predicted and from what; `extrapolation`, the line of `extrapolation`, for a GPU count no measured node has),
     its "configurations" a `PlanRow` each (`PlanRow.as_dict` gives the JSON's);
     `decode_points` adds each configuration's predicted decode step at those (batch, context) points as `decode_at`
     (ms). `what_if` sets numbers by hand in place of the calibrated ones (`what_if.WhatIf`, validation scripts'
-    sensitivity checks; the result does not say so: the caller does).
+    sensitivity checks; the result does not say so: the caller does). `names`: configurations to predict besides the
+    planner's own (`configs.configuration_named`, with options: "zerodp_dp2_all"), on the same GPUs.
 
     Raises:
         PlanError: a bad spec, model folder or GPU kind, a model that does not shard over `n_gpus`, no interconnect
@@ -190,7 +192,7 @@ def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: li
     """
     objective = "throughput" if spec.startswith("offline:") else "latency"
     return plan_requests(model_path, n_gpus, gpu, spec, workload(spec), calibration_dirs, decode_points, objective,
-                         what_if)
+                         what_if, names)
 
 
 #: a configuration "keeps up" with a trace when its predicted throughput is within this of the best one's
@@ -212,9 +214,9 @@ def rank(rows: list[PlanRow], objective: str) -> list[PlanRow]:
 @no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
-                  objective: str = "latency", what_if: WhatIf = NO_WHAT_IF) -> dict:
-    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if` as
-    `plan`'s).
+                  objective: str = "latency", what_if: WhatIf = NO_WHAT_IF, names: Sequence[str] = ()) -> dict:
+    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if` and
+    `names` as `plan`'s).
 
     Raises:
         PlanError: as `plan`, but for the spec.
@@ -241,6 +243,18 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     stream = (what_if.stream_tokens_per_s if what_if.stream_tokens_per_s is not None else
               stream_tokens_per_s(kind["name"], calibration_dirs, model=whole))
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
+    configs += [configuration_named(v) for c in list(configs) for v in c.kind.variants(c, context)]
+    known = {c.name for c in configs}
+    for name in names:  # asked for by name (compare's configurations, the launcher's verdict)
+        if name not in known:
+            try:
+                c = configuration_named(name)
+            except ValueError as e:
+                raise PlanError(str(e)) from None
+            if c.gpus != n_gpus:
+                raise PlanError(f"configuration {name} runs on {c.gpus} GPUs, not {n_gpus}")
+            configs.append(c)
+            known.add(name)
     rows, simulated = [], {}  # simulated: schedules by what determines them (below)
     private = PrivateBlocks(requests)  # each request's blocks that the simulation need not look up, by DP replicas
     for c in configs:
@@ -250,6 +264,11 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                                            dp_attention_dp=c.kind.dp_attention_dp(c))
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
                "mem_fraction_static": frac}  # the `PlanRow`'s fields so far
+        unmodeled = [o for o in c.options if option(o)[0] not in c.kind.modeled_options]
+        if unmodeled:
+            rows.append(PlanRow(**row, weights_gb_per_gpu=0.0, kv_tokens_total=0,
+                                not_predicted=f"the planner does not model option {unmodeled[0]!r} of {c.technique}"))
+            continue
         clocks, missing, calibratable = {}, [], False
         for role, shard in shard_roles(c, shapes).items():
             sig = shard_signature(hf, shard)

@@ -40,6 +40,8 @@ class Technique:
         options: option -> what it sets: what a configuration name may end in (`Configuration.launch_flags` reads
             them); a trailing number is the option's value (`bth64`: B_th 64).
         valued: the options that take a number (the others take none).
+        modeled_options: the options its step model predicts (ZeroDP's offload policies); a configuration named with
+            another option (SiDP's `graphs`, Shift's `th1`) is listed by the planner as not predicted.
         vanilla: plain SGLang, started with `python -m sglang.launch_server`.
         host_role: the shard role (`shards`) whose calibration times the host's work of a decode step.
     """
@@ -49,6 +51,7 @@ class Technique:
     form: str = ""
     options: dict[str, str] = {}
     valued: frozenset[str] = frozenset()
+    modeled_options: frozenset[str] = frozenset()
     vanilla: bool = False
     host_role: str = "forward"
 
@@ -73,6 +76,12 @@ class Technique:
         `--tp-size tp_size` and this technique's resolved settings (`SidpConfig.<feature>`, after
         `Feature.resolve`), for the launcher's predicted-ratio line (`plan.verdict`). Default: None (unnamed)."""
         return None
+
+    def variants(self, c, context: float) -> list[str]:
+        """Names of configurations the planner also predicts beside its configuration `c` (`split_configurations`) for
+        a workload whose requests hold `context` tokens on average (prompt and half the output): options whose value
+        depends on the workload, e.g. ZeroDP's capacity-bound policy at that context. Default: none."""
+        return []
 
     def launchable_unplanned(self, c, shapes) -> bool:
         """Whether `c`, which `configs.configurations` does not list for the model, still starts (a check of the

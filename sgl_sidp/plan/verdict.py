@@ -46,7 +46,7 @@ def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
     if kind is None:
         return no + f"the planner knows GPU kinds {', '.join(GPUS)}, not {gpu_name or 'this one'}", False
     try:
-        result = plan(model_path, n, kind, workload)
+        result = plan(model_path, n, kind, workload, names=[name])
     except PlanError as e:
         return no + str(e), False
     rows = result["configurations"]

@@ -19,11 +19,12 @@ FIT_CONTEXT = 1024
 class ZeroDPTechnique(Technique):
     name = "zerodp"
     patterns = (r"zerodp_dp(?P<dp>\d+)(?:_tp(?P<tp>\d+))?",)
-    form = "zerodp_dpD[_tpT][_all|_pfN|_kvN]"
+    form = "zerodp_dpD[_tpT][_all|_pfN|_kvN]"  # none: the runtime's default policy (decode:1)
     options = {"all": "every MoE layer offloaded on the sinks (--zerodp-layers all)",
                "pf": "the policy sized for forwards of N prefill tokens (pfN: --zerodp-expected-batch prefill:N)",
                "kv": "the policy sized for a saturated cache of N-token sequences (kvN: --zerodp-expected-batch kv:N)"}
     valued = frozenset({"pf", "kv"})
+    modeled_options = frozenset(options)
 
     def split_configurations(self, shapes, n_gpus, dp, tp):
         if dp == 1 or not shapes.moe_layers:
@@ -31,7 +32,21 @@ class ZeroDPTechnique(Technique):
         return [Configuration(self.replica_name(dp, tp), self.name, dp, tp)]
 
     def launched_name(self, dp, tp_size, settings):
-        return self.replica_name(dp, tp_size)
+        """`zerodp_dpD[_tpT]` with the option the settings pick: `_all` (`--zerodp-layers all`), `_pfN`/`_kvN`
+        (`--zerodp-expected-batch prefill:N|kv:N`); none for the default `decode:1`. A layer list or another decode
+        batch has no name (None)."""
+        name = self.replica_name(dp, tp_size)
+        if settings.layers == "all":
+            return f"{name}_all"
+        if settings.layers != "auto":
+            return None
+        kind, _, size = settings.expected_batch.partition(":")
+        return {"decode": name if size == "1" else None, "prefill": f"{name}_pf{size}",
+                "kv": f"{name}_kv{size}"}.get(kind)
+
+    def variants(self, c, context):
+        """The capacity-bound policy at the workload's mean context, `<c>_kv<C>`, beside the default policy's `c`."""
+        return [] if c.options else [f"{c.name}_kv{max(1, round(context))}"]
 
     def launch_flags(self, c, opts, b_th, shift_threshold, expected_batch):
         # its runtime policy picks the offload set with the same cost model
@@ -57,8 +72,8 @@ class ZeroDPTechnique(Technique):
     # ------------------------------------------------------------------ step times
     # The source replica is vanilla; a sink (role "sink") pulls its offloaded layers' routed experts each forward: a
     # forward takes max(compute + the copies' measured slowdown, the copies at the in-forward copy rate, the source's
-    # egress shared by its d - 1 sinks). The offloaded layers are the count that maximizes capacity-bound decode
-    # tokens/s (`cost.best_offload_count`, the policy ZeroDP runs with `--zerodp-expected-batch kv:C`).
+    # egress shared by its d - 1 sinks). The offloaded layers are those the runtime's policy picks for the
+    # configuration's options (`choose_offload`).
     @property
     def model_attributes(self):
         return {"offload_layers": self.offload_layers,
@@ -69,16 +84,32 @@ class ZeroDPTechnique(Technique):
         return model.decision("offload_layers", ())
 
     def choose_offload(self, model, vanilla_kv_bytes: float) -> tuple[int, ...]:
-        """The offload set for a sink whose KV pool holds `vanilla_kv_bytes` without offloading, decoding sequences
-        of `model.context` tokens (`cost.best_offload_count`); set on `model` (which forgets the forwards computed
-        before, with another set) and returned."""
-        from sgl_sidp.calibration.cost import KVModel, best_offload_count, spread
+        """The offload set the runtime's policy (`policy.choose_plan`, the same function) picks for the configuration's
+        options, for a sink whose KV pool holds `vanilla_kv_bytes` without offloading: `_all` every MoE layer; `_kvN`
+        the count that maximizes capacity-bound decode tokens/s of N-token sequences; `_pfN` the most layers whose
+        copies hide behind a forward of N prefill tokens; none (the default `decode:1`) those that hide behind a
+        batch-1 decode step. The copies run at the interconnect's peer-copy rate (`model.copy_gbps`) and, beside a
+        forward, at the calibrated fraction of it (`model.copy_rate`). Set on `model` (which forgets the forwards
+        computed before, with another set) and returned."""
+        from sgl_sidp.calibration.cost import KVModel
+        from sgl_sidp.calibration.table import ExpectedBatch
+        from sgl_sidp.peer.manifest import TensorSpec
+        from sgl_sidp.plan.configs import option
+        from sgl_sidp.zerodp.policy import choose_plan
 
         s, c = model.shapes, model.config
-        kv = KVModel(vanilla_kv_bytes, model.clock.kv_bytes_per_token, model.context, model.clock.cal)
-        layer_bytes = model.elt * s.expert_params() // c.tp
-        n, _ = best_offload_count(kv, len(s.moe_layers), layer_bytes, model.copy_gbps)
-        return model.decide("offload_layers", spread(s.moe_layers, n))
+        opts = dict(option(o) for o in c.options)
+        # one tensor per layer stands for its experts (w13 and w2 travel together by default)
+        manifest = [TensorSpec(lid, "w13_weight", (), "", model.elt * s.expert_params() // c.tp) for lid in s.moe_layers]
+        forced = s.moe_layers if "all" in opts else None
+        kv = budget = None
+        if "kv" in opts:
+            kv = KVModel(vanilla_kv_bytes, model.clock.kv_bytes_per_token, opts["kv"], model.clock.cal)
+        elif forced is None:
+            expected = ExpectedBatch("prefill", opts["pf"]) if "pf" in opts else ExpectedBatch("decode", 1)
+            budget = model.clock.cal.forward_ms(expected)
+        plan = choose_plan(manifest, ("w13",), model.copy_gbps, budget, forced, kv=kv, rate_in_forward=model.copy_rate)
+        return model.decide("offload_layers", plan.layers)
 
     def terms(self, model, size, role, variant):
         all_reduce = model._collective_ms("all_reduce", model.config.tp, size)
@@ -137,9 +168,8 @@ class ZeroDPTechnique(Technique):
         return route
 
     def decisions(self, model):
-        # the runtime decides the same way from `--zerodp-expected-batch kv:<context>`
-        return {"offload_layers": len(self.offload_layers(model)), "copy_ms_per_forward": round(model.copy_ms(), 3),
-                "expected_batch": f"kv:{model.context}"}
+        # the runtime decides the same way from the options' flags (`launch_flags`)
+        return {"offload_layers": len(self.offload_layers(model)), "copy_ms_per_forward": round(model.copy_ms(), 3)}
 
 
 TECHNIQUE = ZeroDPTechnique()
