@@ -53,13 +53,16 @@ def old_measured(files: list[Path]) -> dict[int, dict[str, dict]]:
 
 
 def compare_measured(results: list[dict]) -> dict[int, dict[str, dict]]:
-    """`measured` of bench.compare's results (configurations with options, `auto` and those that did not start
-    left out: the planner predicts its own names)."""
+    """`measured` of bench.compare's results (`auto` and those that did not start left out; configurations with
+    options are predicted by name, where the planner models the option)."""
     out: dict[int, dict[str, dict]] = {}
     for r in results:
-        if r.get("config") != r.get("base_name") or not r.get("kv_tokens"):
+        if r.get("config") == "auto" or not r.get("kv_tokens"):
             continue
         b = r.get("burst")
+        if r.get("config_args"):  # flags the planner does not model: listed, not predicted
+            out.setdefault(int(r["gpu_count"]), {})[f"{r['config']} ({r['config_args']})"] = {"unmodeled": True}
+            continue
         out.setdefault(int(r["gpu_count"]), {})[r["config"]] = {
             "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
             "burst": b and b.get("total_tok_s") and {"shape": tuple(int(x) for x in b["spec"].split("+")),
@@ -85,10 +88,16 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int, what_if: 
     lat = {}
     shape = next((m["burst"]["shape"] for m in measured.values() if m.get("burst")), None)
     workload = "offline:%d:%d:%d" % shape if shape else "latency:2048:4"  # without a burst, for the KV tokens
-    pred_burst = {r.name: r for r in plan(model_path, n, gpu, workload, what_if=what_if)["configurations"]}
+    pred_burst = {r.name: r for r in plan(model_path, n, gpu, workload, what_if=what_if,
+                                          names=[k for k, m in measured.items() if not m.get("unmodeled")])
+                  ["configurations"]}
     for name, m in measured.items():
+        if m.get("unmodeled"):
+            out.append((name, "not predicted: run with flags the planner does not model", "", None, None))
+            continue
         if name not in pred_burst or not pred_burst[name].predicted:
-            out.append((name, "not predicted", "", None, None))
+            why = pred_burst[name].not_predicted if name in pred_burst else ""
+            out.append((name, f"not predicted{': ' + why if why else ''}", "", None, None))
             continue
         p = pred_burst[name]
         if m.get("kv"):

@@ -17,11 +17,12 @@ def test_best_configuration_of_each_technique_per_workload():
     rows = [row("dp2", 60_000.0), row("tp2", 52_000.0), row("zerodp_dp2_pf8192", 34_000.0), row("zerodp_dp2", 59_000.0),
             row("zerodp_dp2", 9.0, metric="ttft_ms_p50"), row("sidp_dp2_cas", 1.0, workload="trace x",
                                                                 metric="request_goodput", best=("tp2", 2.0)),
-            row("bogus_name", 1e9)]
+            row("bogus_name", 1e9), row("auto", 58_000.0)]
     out = summary.technique_rows(rows, "run_a")
     assert [(r["technique"], r["configuration"], r["workload"]) for r in out] == [
-        ("sidp", "sidp_dp2_cas", "trace x"), ("zerodp", "zerodp_dp2", "burst 128+8192+16")]
-    z = out[1]
+        ("auto", "auto", "burst 128+8192+16"), ("sidp", "sidp_dp2_cas", "trace x"),
+        ("zerodp", "zerodp_dp2", "burst 128+8192+16")]  # auto: the launcher's pick, against the measured best
+    z = out[2]
     assert z["best_vanilla"] == "dp2" and z["ratio"] == pytest.approx(59 / 60) and z["run"] == "run_a"
 
 

@@ -184,7 +184,7 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                 lines.append(f"| {name} | {(r.get('commit') or '')[:7]} | - | - | - | {'refused: ' if r.get('refused') else ''}{why} |")
                 continue
             kv = FACTS[0][3](r)
-            row = pred.get(r.get("base_name")) if name == r.get("base_name") else None
+            row = None if r.get("config_args") else pred.get(name)  # flags the planner does not model: none
             p = row.kv_tokens_total if row else None
             per_rank = ", ".join(f"{v:,}" for _, v in sorted((r.get("kv_tokens") or {}).items(), key=lambda kv: int(kv[0])))
             lines.append(f"| {name}{' -> ' + r['auto_choice'] if r.get('auto_choice') else ''} | "
@@ -218,7 +218,7 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                       "|---|" + "---:|" * len(BURST) + "---|"]
             bests = {k: best_vanilla(with_burst, lambda r, k=k: r["burst"].get(k), hi) for k, _, hi in BURST}
             for name, r in with_burst.items():
-                row = pred.get(r.get("base_name")) if name == r.get("base_name") else None
+                row = None if r.get("config_args") else pred.get(name)  # flags the planner does not model: none
                 cells = [cell(r["burst"].get(k), bests[k], getattr(row, PREDICTED[k]) if row else None) for k, _, _ in BURST]
                 ranks = ", ".join(f"{int(v.get('decode_tokens', 0)):,}" for _, v in sorted(r["burst"].get("per_rank", {}).items()))
                 lines.append(f"| {name} | " + " | ".join(cells) + f" | {ranks or '-'} |")

@@ -24,14 +24,18 @@ HEADLINE = ("total_tok_s", "request_goodput")
 
 
 def techniques_reported() -> set[str]:
-    """The overlay's techniques (`Technique.vanilla` false): vanilla TP x DP and DP attention are the baselines."""
+    """The overlay's techniques (`Technique.vanilla` false) and `auto`: vanilla TP x DP and DP attention are the
+    baselines."""
     from sgl_sidp.plan.technique import techniques
 
-    return {name for name, kind in techniques().items() if not kind.vanilla}
+    return {name for name, kind in techniques().items() if not kind.vanilla} | {"auto"}
 
 
 def technique_of(configuration: str) -> str | None:
-    """The technique of a compare configuration name ("zerodp_dp2_pf8192" -> "zerodp"), None for an unknown name."""
+    """The technique of a compare configuration name ("zerodp_dp2_pf8192" -> "zerodp"; "auto", the launcher's
+    `--overlay-mode auto`, is a row of its own), None for an unknown name."""
+    if configuration == "auto":
+        return "auto"
     try:
         return configuration_named(configuration).technique
     except ValueError:
