@@ -432,7 +432,7 @@ def test_measure_comm_takes_the_all_reduce_from_tp_forwards_of_a_calibrated_mode
     from sgl_sidp.plan.calibrate import forward_all_reduce, tp_shard_calibrations
 
     monkeypatch.setattr(topology, "visible_gpu_count", lambda: 2)
-    monkeypatch.setattr(topology, "gpu_name", lambda i: "NVIDIA H100 80GB HBM3")  # no H100 shard is bundled
+    monkeypatch.setattr(topology, "gpu_name", lambda i: "NVIDIA A100-SXM4-80GB")  # no A100 shard is bundled
     with pytest.raises(SystemExit) as e:
         main(["measure-comm", "--gpus", "2", "--model-path", qwen3_8b])
     err = capsys.readouterr().err.strip().splitlines()
