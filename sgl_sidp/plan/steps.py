@@ -68,8 +68,12 @@ GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 
 #: benchmarks/results/zerodp/README.md); the peer-copy entry of the interconnect table is one idle pair's rate.
 SOURCE_EGRESS_GBPS = 350.0
 
-#: prefills of at least this many tokens fix the prefill fit (`ShardClock.prefill_fit`); smaller ones its floor
-PREFILL_FIT_FROM = 512
+#: prefills of at least this many tokens fix the prefill fit (`ShardClock.prefill_fit`); smaller ones its floor and the
+#: ramp from the floor to the fit (`ShardClock.prefill_ramp`). Below 2,048 tokens a one-request prefill is mostly the
+#: host's launches on the lent GPUs (16-512 tokens: 12-19 ms on 2 x H100, 7-9 ms on H200), and such points in the
+#: least-squares fit lowered its per-token slope: Qwen3-8B's TP2 prefills of 4 x 2,048 tokens were predicted 16 % under
+#: the profiled 129 ms, and that TP2 burst 18-20 % over its measured throughput (2,048: within 3 % of it)
+PREFILL_FIT_FROM = 2048
 
 #: decode steps are predicted at contexts rounded to this many tokens (`StepModel.decode_ms`)
 CONTEXT_STEP = 32
@@ -264,6 +268,19 @@ class ShardClock:
         return self.cal.prefill_ms[small] if small < PREFILL_FIT_FROM else 0.0
 
     @functools.cached_property
+    def prefill_ramp(self) -> tuple[tuple[float, float], ...]:
+        """The calibration's one-request prefills below `PREFILL_FIT_FROM` tokens, (tokens, ms) in order, then the fit at
+        `PREFILL_FIT_FROM`: below it a prefill takes at least the line through them (SGLang 0.5.17 on 2 x H100:
+        Qwen3-8B's TP2 shard 15.6 ms at 16 tokens, 18.5 ms at 512, 29.4 ms at 2,048; on H200 its TP1 12.3 ms at 16,
+        14.3 ms at 512). Empty without such points."""
+        small = sorted(t for t in self.cal.prefill_ms if t < PREFILL_FIT_FROM)
+        if not small:
+            return ()
+        c, a, b = self.prefill_fit
+        top = c + a * PREFILL_FIT_FROM + b * PREFILL_FIT_FROM ** 2
+        return (*((float(t), float(self.cal.prefill_ms[t])) for t in small), (float(PREFILL_FIT_FROM), top))
+
+    @functools.cached_property
     def prefix_factor(self) -> float:
         """What attention over a cached prefix costs per token pair, as a multiple of attention within the new tokens
         (`prefill_ms`' k): the median over the calibration's prefills over a prefix (`Calibration.prefill_prefix_ms`)
@@ -280,22 +297,31 @@ class ShardClock:
     def prefill_ms(self, parts, share: float = 1.0) -> float:
         """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + share x (a x new
         tokens + b x each request's attention, new x (new + 2 k x prefix)) (`prefill_fit`, k `prefix_factor`), at
-        least `prefill_floor`; `share` < 1 when this GPU runs only that part of the tokens' linears and attention
-        (Shift's base configuration: 1/SP)."""
-        c, a, b, k2, floor = self._prefill_terms
+        least `prefill_floor` and, below `PREFILL_FIT_FROM` new tokens on this GPU, the `prefill_ramp` line; `share` < 1
+        when this GPU runs only that part of the tokens' linears and attention (Shift's base configuration: 1/SP)."""
+        c, a, b, k2, floor, ramp = self._prefill_terms
         new = attention = 0
         for n, p in parts:  # one loop, not two sums of generators: the simulation calls this for every prefill
             new += n
             attention += n * (n + k2 * p)
         ms = c + share * (a * new + b * attention)
+        here = share * new  # new tokens through this GPU's linears
+        if ramp and here < PREFILL_FIT_FROM:
+            t0, m0 = ramp[0]
+            for t1, m1 in ramp[1:]:  # the segment of the line that holds `here` (a few points)
+                if here <= t1:
+                    low = m0 + (m1 - m0) * (here - t0) / (t1 - t0) if here > t0 else m0
+                    floor = low if low > floor else floor
+                    break
+                t0, m0 = t1, m1
         return ms if ms > floor else floor  # max(floor, ms)
 
     @functools.cached_property
-    def _prefill_terms(self) -> tuple[float, float, float, float, float]:
-        """`prefill_ms`'s constants, (c, a, b) of `prefill_fit`, 2 x `prefix_factor` and `prefill_floor`, read as one
-        attribute: the simulation calls it some 200,000 times a planning run, and each cached property read costs
-        about as much as the arithmetic."""
-        return (*self.prefill_fit, 2 * self.prefix_factor, self.prefill_floor)
+    def _prefill_terms(self) -> tuple[float, float, float, float, float, tuple]:
+        """`prefill_ms`'s constants, (c, a, b) of `prefill_fit`, 2 x `prefix_factor`, `prefill_floor` and
+        `prefill_ramp`, read as one attribute: the simulation calls it some 200,000 times a planning run, and each
+        cached property read costs about as much as the arithmetic."""
+        return (*self.prefill_fit, 2 * self.prefix_factor, self.prefill_floor, self.prefill_ramp)
 
 
 #: the clocks `StepModel`s were last given, the first of equal ones (with its `decode_ms` memo) standing for all
