@@ -94,19 +94,10 @@ def measure(a) -> None:
 
 
 def trace_requests(replay_args: str, trace_dir: Path | None = None):
-    """The `SimRequest`s a `python -m sgl_sidp.replay REPLAY_ARGS` sends: the same window, scale, context limit and
-    prompt lengths (`sgl_sidp.bench.traces.plan_replay`), arriving at their send offsets."""
-    from sgl_sidp.bench.traces import load_trace, plan_replay
-    from sgl_sidp.plan.sim import SimRequest
-    from sgl_sidp.replay import build_parser
+    """The `SimRequest`s a `python -m sgl_sidp.replay REPLAY_ARGS` sends (`sgl_sidp.bench.traces.sim_requests`)."""
+    from sgl_sidp.bench.traces import sim_requests
 
-    r = build_parser().parse_args(shlex.split(replay_args))
-    path = Path(trace_dir) / r.trace.name if trace_dir else r.trace
-    p = plan_replay(load_trace(path, r.trace_format), start_s=r.start_s, duration_s=r.duration_s,
-                    max_requests=r.max_requests, time_scale=r.time_scale, compress_gaps_s=r.compress_gaps_s,
-                    max_context_len=r.max_context_len, context_overflow=r.context_overflow)
-    return [SimRequest(i.offset_s, i.prompt_len, max(1, i.request.output_len),
-                       i.request.hash_ids if i.prompt_len == i.request.input_len else None) for i in p.items]
+    return sim_requests(replay_args, trace_dir)
 
 
 def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None,

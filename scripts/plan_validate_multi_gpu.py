@@ -1,15 +1,17 @@
 """The planner's predictions for N GPUs next to a multi-GPU measurement of vanilla SGLang and the overlay, side by side.
 
-    python scripts/plan_validate_multi_gpu.py DIR --model-path ../shared/models/Qwen3-8B [--gpu H200]
+    python scripts/plan_validate_multi_gpu.py DIR --model-path ../shared/models/Qwen3-8B [--gpu H200] [--trace-dir DIR]
     python scripts/plan_validate_multi_gpu.py --forwards TP2.json [TP2.json ...] --gpus 2 --model-path MODEL
 
 DIR holds one model's results of `python -m sgl_sidp.bench.compare` (its `OUT/<model>/`: `<configuration>.json`
 with `kv_tokens` per DP rank and a `burst`), or the retired `scripts/shift_compare.py`'s results (`tp.json`,
 `dp.json`, `dp_attn.json`, `shift.json`, each run on the same N GPUs; also their TTFT of single prompts). For each
 configuration measured, the planner predicts the same numbers from the model's config.json and the calibrations of its
-shards (one GPU each, never this measurement): KV tokens, the TTFT of single prompts and the burst's throughput, TTFT
-and TPOT. Prints a markdown table with every error (predicted / measured - 1), then the measured and predicted
-ranking of the configurations on the burst (one table per GPU count measured).
+shards (one GPU each, never this measurement): KV tokens, the TTFT of single prompts, the burst's throughput, TTFT
+and TPOT, and each trace replay's goodput, TTFT and TPOT p50 (the same requests, window and objectives as compare's
+replay, read from OUT/commands.txt; `--trace-dir` where the trace files are now). Prints a markdown table with every
+error (predicted / measured - 1), then the measured and predicted ranking of the configurations on the burst and on
+each replay's goodput (one table per GPU count measured).
 
 With `--forwards`: the forwards of TP-N servers (`--overlay-calibrate` cache entries of the whole model served at
 `--tp N` on N GPUs, `scripts/gpu_calibrate_model.sh OUT MODEL --tp N`) next to the planner's `tpN` decode steps and
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 from sgl_sidp.plan.planner import plan
@@ -66,7 +69,26 @@ def compare_measured(results: list[dict]) -> dict[int, dict[str, dict]]:
         out.setdefault(int(r["gpu_count"]), {})[r["config"]] = {
             "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
             "burst": b and b.get("total_tok_s") and {"shape": tuple(int(x) for x in b["spec"].split("+")),
-                                                     **{k: b[k] for k in ("total_tok_s", "ttft_ms_p50", "tpot_ms_p50")}}}
+                                                     **{k: b[k] for k in ("total_tok_s", "ttft_ms_p50", "tpot_ms_p50")}},
+            "traces": {k: t for k, t in (r.get("traces") or {}).items() if t.get("request_goodput") is not None}}
+    return out
+
+
+def replay_settings(folder: Path) -> dict:
+    """{trace key ("<stem>@<rate>x"): (the replay's arguments, (TTFT, TPOT) objectives in ms)} of the compare runs
+    whose results are in `folder` (OUT/<model>), read from their `commands.txt` (OUT/commands.txt)."""
+    from sgl_sidp.bench.compare import parse_args, trace_key
+
+    out = {}
+    commands = folder.parent / "commands.txt"
+    for line in commands.read_text().splitlines() if commands.is_file() else []:
+        if "sgl_sidp.bench.compare" not in line:
+            continue
+        a = parse_args(shlex.split(line.split("sgl_sidp.bench.compare", 1)[1]))
+        for trace in a.trace:
+            for rate in a.rates:
+                out[trace_key(trace, rate)] = (f"--trace={trace} --time-scale={1 / rate:g} {a.trace_args}",
+                                               (a.slo_ttft_ms, a.slo_tpot_ms))
     return out
 
 
@@ -79,6 +101,34 @@ def load(folder: Path) -> dict[int, dict[str, dict]]:
         return old_measured(old)
     results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"]
     return compare_measured([r for r in results if isinstance(r, dict) and r.get("config")])
+
+
+def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: str, n: int,
+               trace_dir: Path | None = None) -> list[tuple]:
+    """(configuration, what, unit, predicted, measured) of every trace replay measured (`replay_settings` says how it
+    was sent): goodput under its objectives, TTFT and TPOT p50, each configuration predicted on the same requests."""
+    from sgl_sidp.bench.traces import sim_requests
+    from sgl_sidp.plan.planner import plan_requests
+
+    out = []
+    keys = sorted({k for m in measured.values() for k in m.get("traces", {})})
+    for key in keys:
+        if key not in replays:
+            continue
+        args, slo = replays[key]
+        names = [k for k, m in measured.items() if key in m.get("traces", {})]
+        pred = {r.name: r for r in plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir),
+                                                 names=names, slo=slo)["configurations"]}
+        for name in names:
+            t, p = measured[name]["traces"][key], pred.get(name)
+            if p is None or not p.predicted:
+                out.append((name, f"{key}: not predicted", "", None, None))
+                continue
+            out += [(name, f"{key}: goodput (TTFT {slo[0]:g} ms, TPOT {slo[1]:g} ms)", "req/s", p.request_goodput,
+                     t["request_goodput"]),
+                    (name, f"{key}: TTFT p50", "ms", p.ttft_ms_p50, t["median_ttft_ms"]),
+                    (name, f"{key}: TPOT p50", "ms", p.tpot_ms_p50, t["median_tpot_ms"])]
+    return out
 
 
 def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
@@ -149,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--forwards", type=Path, nargs="+", default=None,
                     help="calibrations of TP-N servers of the model (instead of DIR): their forwards against tpN's")
     ap.add_argument("--gpus", type=int, default=2, help="N, with --forwards (default: 2)")
+    ap.add_argument("--trace-dir", type=Path, default=None,
+                    help="where the replayed traces are (default: the paths compare was given)")
     add_what_if_args(ap)
     a = ap.parse_args(argv)
     what_if = what_if_from_args(a)
@@ -165,16 +217,24 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\n## {n} GPU{'s' if n > 1 else ''}\n")
         print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")
         table = rows(measured, a.model_path, a.gpu, n, what_if)
+        table += trace_rows(measured, replay_settings(a.dir), a.model_path, a.gpu, n, a.trace_dir)
         for name, what, unit, pred, meas in table:
             if pred is None:
                 print(f"| {name} | {what} | | | | |")
                 continue
-            print(f"| {name} | {what} | {unit} | {pred:,.1f} | {meas:,.1f} | {pred / meas - 1:+.1%} |")
-        thr = [(name, pred, meas) for name, what, _, pred, meas in table if what.endswith("total throughput")]
-        if not thr:
-            continue
-        print("\nBurst throughput ranking, measured: " + " > ".join(f"{x[0]} ({x[2]:,.0f})" for x in sorted(thr, key=lambda x: -x[2])))
-        print("Burst throughput ranking, predicted: " + " > ".join(f"{x[0]} ({x[1]:,.0f})" for x in sorted(thr, key=lambda x: -x[1])))
+            digits = 2 if unit == "req/s" else 1
+            print(f"| {name} | {what} | {unit} | {pred:,.{digits}f} | {meas:,.{digits}f} | {pred / meas - 1:+.1%} |")
+        groups_of = {"Burst throughput": lambda w: w.endswith("total throughput")}
+        for key in sorted({w.split(":")[0] for _, w, *_ in table if ": goodput" in w}):
+            groups_of[f"{key} goodput"] = lambda w, key=key: w.startswith(f"{key}: goodput")
+        for title, pick in groups_of.items():
+            got = [(name, pred, meas) for name, what, _, pred, meas in table if pick(what) and pred is not None]
+            if not got:
+                continue
+            fmt = (lambda v: f"{v:,.0f}") if title.startswith("Burst") else (lambda v: f"{v:.2f}")
+            for side, i in (("measured", 2), ("predicted", 1)):
+                print(f"\n{title} ranking, {side}: " if side == "measured" else f"{title} ranking, {side}: ", end="")
+                print(" > ".join(f"{x[0]} ({fmt(x[i])})" for x in sorted(got, key=lambda x: -x[i])))
 
 
 if __name__ == "__main__":

@@ -297,3 +297,20 @@ def test_prefills_below_the_fit_follow_the_measured_points_and_batches_the_fit()
     assert measured[512] < c.prefill_ms([(1024, 0)]) < measured[2048]
     assert c.prefill_ms([(2048, 0)] * 4) == pytest.approx(110, rel=0.10)
     assert c.prefill_ms([(200, 0), (200, 0)]) == c.prefill_ms([(400, 0)])  # the line reads the forward's tokens
+
+
+def test_plan_with_objectives_predicts_each_configurations_goodput():
+    """`plan(..., slo=(TTFT ms, TPOT ms))`: every predicted row has its goodput (the TTFT objective includes the
+    request overhead); an objective no request meets gives 0, one every request meets its request rate."""
+    from sgl_sidp.plan.planner import plan
+
+    qwen = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-8B"
+    if not (qwen / "config.json").is_file():
+        pytest.skip(f"{qwen} missing (../shared/models)")
+    loose = {r.name: r for r in plan(str(qwen), 2, "H100", "offline:8:512:8", slo=(1e9, 1e9))["configurations"]}
+    tight = {r.name: r for r in plan(str(qwen), 2, "H100", "offline:8:512:8", slo=(1.0, 1e9))["configurations"]}
+    for name, r in loose.items():
+        if r.predicted:
+            assert r.good_requests == 8 and r.request_goodput == pytest.approx(8 / r.makespan_s, rel=0.05)  # rounded
+            assert tight[name].good_requests == 0
+    assert plan(str(qwen), 2, "H100", "offline:8:512:8")["configurations"][0].request_goodput is None

@@ -62,3 +62,32 @@ def test_the_predictions_beside_either_are_the_same(tmp_path, capsys):
     assert len(burst) == 12 and all(line in new for line in burst)
     assert "\n## 1 GPU\n" in new and "\n## 2 GPUs\n" in new and "| tp1 | KV tokens, all ranks | tokens |" in new
     assert old.splitlines()[-2:] == new.splitlines()[-2:]  # the rankings
+
+
+def test_replays_are_predicted_from_the_command_that_ran_them(tmp_path):
+    """`replay_settings` reads each compare command of OUT/commands.txt: its trace, rates, replay arguments and
+    objectives, keyed as compare keys its results; `sim.goodput` counts the requests that met both objectives per
+    second of the makespan (a one-token request has no TPOT)."""
+    from sgl_sidp.plan.sim import SimRequest, goodput
+
+    (tmp_path / "Qwen3-8B").mkdir()
+    (tmp_path / "commands.txt").write_text(
+        "2026-11-26T18:07:06+00:00 commit 21f677e: python -m sgl_sidp.bench.compare --model-path m --gpus 0,1 "
+        "--configs tp2,dp2 --trace .gpu/traces/AzureLLMInferenceTrace_code.csv --rates 2,4 "
+        "--trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 50 --out-dir o\n")
+    got = MOD["replay_settings"](tmp_path / "Qwen3-8B")
+    assert got["AzureLLMInferenceTrace_code@2x"] == (
+        "--trace=.gpu/traces/AzureLLMInferenceTrace_code.csv --time-scale=0.5 --duration-s 300 --compress-gaps-s 5",
+        (1000.0, 50.0))
+    assert sorted(got) == ["AzureLLMInferenceTrace_code@2x", "AzureLLMInferenceTrace_code@4x"]
+
+    def req(arrival, first, finish, out):
+        r = SimRequest(arrival, 16, out)
+        r.first_token_s, r.finish_s = first, finish
+        return r
+
+    reqs = [req(0.0, 0.5, 1.0, 11),   # TTFT 500 ms, TPOT 50 ms: good
+            req(1.0, 2.5, 3.0, 11),   # TTFT 1,500 ms: not
+            req(2.0, 2.1, 4.0, 2),    # TPOT 1,900 ms: not
+            req(3.0, 3.2, 3.2, 1)]    # one token: TTFT alone decides
+    assert goodput(reqs, 1000.0, 50.0) == {"good_requests": 2, "request_goodput": 2 / 4.0}

@@ -320,6 +320,24 @@ def plan_replay(
     return ReplayPlan(items, len(window), skipped, truncated)
 
 
+def sim_requests(replay_args: str, trace_dir: str | Path | None = None) -> list:
+    """The planner's requests (`sgl_sidp.plan.sim.SimRequest`) for what `python -m sgl_sidp.replay REPLAY_ARGS` sends:
+    the same window, scale, gap compression, context limit and prompt lengths (`plan_replay`), arriving at their send
+    offsets; `trace_dir`: where to find the trace file instead of its path in the arguments."""
+    import shlex
+
+    from sgl_sidp.plan.sim import SimRequest
+    from sgl_sidp.replay import build_parser
+
+    r = build_parser().parse_args(shlex.split(replay_args))
+    path = Path(trace_dir) / r.trace.name if trace_dir else r.trace
+    p = plan_replay(load_trace(path, r.trace_format), start_s=r.start_s, duration_s=r.duration_s,
+                    max_requests=r.max_requests, time_scale=r.time_scale, compress_gaps_s=r.compress_gaps_s,
+                    max_context_len=r.max_context_len, context_overflow=r.context_overflow)
+    return [SimRequest(i.offset_s, i.prompt_len, max(1, i.request.output_len),
+                       i.request.hash_ids if i.prompt_len == i.request.input_len else None) for i in p.items]
+
+
 def file_sha256(path: str | Path) -> str:
     """Hex SHA-256 of a file (trace files are checked against ``SHA256SUMS`` / the manifest with it)."""
     h = hashlib.sha256()

@@ -25,8 +25,8 @@ from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.calibrate import unservable
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
 from sgl_sidp.plan.configs import configuration_named, configurations, option, shard_of
-from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, no_cycle_collection,
-                               simulate, summarize)
+from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, goodput,
+                               no_cycle_collection, simulate, summarize)
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
                                  shard_roles, shard_signature, stream_tokens_per_s)
 from sgl_sidp.plan.technique import technique_named
@@ -93,6 +93,8 @@ class PlanRow:
         rejected: requests that can never fit the KV cache.
         ratio_to_best_vanilla: `total_tok_s` over the best vanilla or DP-attention configuration's; None when either
             is not predicted.
+        good_requests, request_goodput: with `plan`'s `slo`, the requests that met both objectives (TTFT with the
+            request overhead) and their count per second of the makespan (req/s); None without.
     """
 
     name: str
@@ -123,6 +125,8 @@ class PlanRow:
     retractions: int | None = None
     rejected: int | None = None
     ratio_to_best_vanilla: float | None = None
+    good_requests: int | None = None
+    request_goodput: float | None = None
 
     @property
     def predicted(self) -> bool:
@@ -177,14 +181,15 @@ def launch_flags(row: PlanRow) -> list[str]:
 @no_cycle_collection()  # (`plan_requests`; the trace's parse too)
 def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None,
          decode_points: list[tuple[int, int]] | None = None, what_if: WhatIf = NO_WHAT_IF,
-         names: Sequence[str] = ()) -> dict:
+         names: Sequence[str] = (), slo: tuple[float, float] | None = None) -> dict:
     """The planner's result for the `--workload` spec: the `--json` object (`winner`, `reason`, `launch`, what is
     predicted and from what; `extrapolation`, the line of `extrapolation`, for a GPU count no measured node has),
     its "configurations" a `PlanRow` each (`PlanRow.as_dict` gives the JSON's);
     `decode_points` adds each configuration's predicted decode step at those (batch, context) points as `decode_at`
     (ms). `what_if` sets numbers by hand in place of the calibrated ones (`what_if.WhatIf`, validation scripts'
     sensitivity checks; the result does not say so: the caller does). `names`: configurations to predict besides the
-    planner's own (`configs.configuration_named`, with options: "zerodp_dp2_all"), on the same GPUs.
+    planner's own (`configs.configuration_named`, with options: "zerodp_dp2_all"), on the same GPUs. `slo`: (TTFT ms,
+    TPOT ms) objectives; each row then has its goodput (`PlanRow.request_goodput`).
 
     Raises:
         PlanError: a bad spec, model folder or GPU kind, a model that does not shard over `n_gpus`, no interconnect
@@ -192,7 +197,7 @@ def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: li
     """
     objective = "throughput" if spec.startswith("offline:") else "latency"
     return plan_requests(model_path, n_gpus, gpu, spec, workload(spec), calibration_dirs, decode_points, objective,
-                         what_if, names)
+                         what_if, names, slo)
 
 
 #: a configuration "keeps up" with a trace when its predicted throughput is within this of the best one's
@@ -214,9 +219,10 @@ def rank(rows: list[PlanRow], objective: str) -> list[PlanRow]:
 @no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
-                  objective: str = "latency", what_if: WhatIf = NO_WHAT_IF, names: Sequence[str] = ()) -> dict:
-    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if` and
-    `names` as `plan`'s).
+                  objective: str = "latency", what_if: WhatIf = NO_WHAT_IF, names: Sequence[str] = (),
+                  slo: tuple[float, float] | None = None) -> dict:
+    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if`, `names`
+    and `slo` as `plan`'s).
 
     Raises:
         PlanError: as `plan`, but for the spec.
@@ -316,6 +322,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             if stream:  # the replicas' tokens reach the clients through one tokenizer manager
                 deliver(reqs, [rep.tokens_log for rep in replicas], stream)
             simulated[twin] = summarize(reqs)
+            if slo is not None:  # the TTFT objective less the request overhead every TTFT gets below
+                simulated[twin].update(goodput(reqs, slo[0] - overhead, slo[1]))
         summary = dict(simulated[twin])
         for k in ("ttft_ms_p50", "ttft_ms_p99", "e2e_ms_p50", "e2e_ms_p99"):
             if k in summary:
