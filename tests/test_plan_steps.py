@@ -314,3 +314,18 @@ def test_plan_with_objectives_predicts_each_configurations_goodput():
             assert r.good_requests == 8 and r.request_goodput == pytest.approx(8 / r.makespan_s, rel=0.05)  # rounded
             assert tight[name].good_requests == 0
     assert plan(str(qwen), 2, "H100", "offline:8:512:8")["configurations"][0].request_goodput is None
+
+
+def test_a_winner_within_the_planners_error_of_the_next_is_called_a_near_tie():
+    """Qwen3-30B-A3B on 2 x H100, 256 x (2,048 in, 256 out): TP2 is predicted 1.03x DP attention, which measured 1.03x
+    TP2 (`NEAR_TIE`); the reason (and `--overlay-mode auto`'s line) says the runner-up may serve it as well."""
+    from sgl_sidp.plan.planner import NEAR_TIE, plan
+
+    qwen = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-30B-A3B"
+    if not (qwen / "config.json").is_file():
+        pytest.skip(f"{qwen} missing (../shared/models)")
+    r = plan(str(qwen), 2, "H100", "offline:256:2048:256")
+    assert r["winner"] == "tp2" and r["reason"].endswith(
+        "a near tie, within the planner's error: dp2_attn may serve it as well or better")
+    clear = plan(str(qwen), 2, "H100", "offline:128:8192:16")  # DP2 1.13x DP attention
+    assert clear["winner"] == "dp2" and "near tie" not in clear["reason"] and NEAR_TIE == 0.05
