@@ -1,15 +1,16 @@
-"""scripts/plan_validate_multi_gpu.py reads both kinds of results: `python -m sgl_sidp.bench.compare`'s
-(`OUT/<model>/<configuration>.json`) and the retired shift_compare.py's committed ones, into the same measured
-numbers, so the planner's predictions stand beside either."""
+"""`python -m sgl_sidp.bench.validate` (scripts/plan_validate_multi_gpu.py) reads both kinds of results:
+`python -m sgl_sidp.bench.compare`'s (`OUT/<model>/<configuration>.json`) and the retired shift_compare.py's
+committed ones, into the same measured numbers, so the planner's predictions stand beside either."""
 
 import json
-import runpy
 from pathlib import Path
 
 import pytest
 
+from sgl_sidp.bench import validate
+
 ROOT = Path(__file__).resolve().parents[1]
-MOD = runpy.run_path(str(ROOT / "scripts/plan_validate_multi_gpu.py"))
+MOD = vars(validate)
 OLD = ROOT / "benchmarks/results/plan_multi_gpu/qwen3_8b_2xh200"
 QWEN3_8B = ROOT.parent / "shared/models/Qwen3-8B"
 

@@ -1,0 +1,248 @@
+"""The planner's predictions for N GPUs next to a multi-GPU measurement of vanilla SGLang and the overlay, side by side.
+
+    python -m sgl_sidp.bench.validate DIR --model-path ../shared/models/Qwen3-8B [--gpu H200] [--trace-dir DIR]
+    python -m sgl_sidp.bench.validate --forwards TP2.json [TP2.json ...] --gpus 2 --model-path MODEL
+
+(`python scripts/plan_validate_multi_gpu.py` runs the same.)
+
+DIR holds one model's results of `python -m sgl_sidp.bench.compare` (its `OUT/<model>/`: `<configuration>.json`
+with `kv_tokens` per DP rank and a `burst`), or the retired `scripts/shift_compare.py`'s results (`tp.json`,
+`dp.json`, `dp_attn.json`, `shift.json`, each run on the same N GPUs; also their TTFT of single prompts). For each
+configuration measured, the planner predicts the same numbers from the model's config.json and the calibrations of its
+shards (one GPU each, never this measurement): KV tokens, the TTFT of single prompts, the burst's throughput, TTFT
+and TPOT, and each trace replay's goodput, TTFT and TPOT p50 (the same requests, window and objectives as compare's
+replay, read from OUT/commands.txt; `--trace-dir` where the trace files are now). Prints a markdown table with every
+error (predicted / measured - 1), then the measured and predicted ranking of the configurations on the burst and on
+each replay's goodput (one table per GPU count measured).
+
+With `--forwards`: the forwards of TP-N servers (`--overlay-calibrate` cache entries of the whole model served at
+`--tp N` on N GPUs, `scripts/gpu_calibrate_model.sh OUT MODEL --tp N`) next to the planner's `tpN` decode steps and
+prefills (its TP-N shard's calibration on one GPU plus the modelled all-reduces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+from sgl_sidp.plan.planner import plan
+from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf, add_what_if_args, what_if_from_args
+
+#: shift_compare.py configuration -> the planner's configuration name, by GPU count
+NAMES = {"tp": "tp{n}", "dp": "dp{n}", "dp_attn": "dp{n}_attn", "shift": "shift_sp{n}_tp1"}
+
+
+def burst_shape(run: dict) -> tuple[int, int, int]:
+    """(requests, prompt tokens, output tokens) of a shift_compare.py burst, from its counts."""
+    n, secs = run["requests"], run["seconds"]
+    out = round(run["output_tok_s"] * secs / n)
+    return n, round((run["total_tok_s"] - run["output_tok_s"]) * secs / n), out
+
+
+def old_measured(files: list[Path]) -> dict[int, dict[str, dict]]:
+    """`measured` of shift_compare.py's `<config>.json` files (N: the most KV pools one of them logged)."""
+    res = {p.stem: json.loads(p.read_text()) for p in files}
+    n = max(len(m["kv_tokens"]) for m in res.values())  # DP runs log one pool per GPU
+    out = {}
+    for cfg, m in res.items():
+        b = m.get("burst")
+        out[NAMES[cfg].format(n=n)] = {
+            # SGLang logs one max_total_num_tokens per DP rank (DP attention: one for all)
+            "kv": m["kv_tokens"] and ("KV tokens of one rank's pool", n if cfg in ("dp", "dp_attn") else 1,
+                                      m["kv_tokens"][0]),
+            "ttft_ms": m.get("ttft_ms", {}),
+            "burst": b and {"shape": burst_shape(b), "total_tok_s": b["total_tok_s"],
+                            "ttft_ms_p50": b["median_ttft_ms"],
+                            "tpot_ms_p50": b["median_tpot_ms"]}}
+    return {n: out}
+
+
+def compare_measured(results: list[dict]) -> dict[int, dict[str, dict]]:
+    """`measured` of bench.compare's results (`auto` and those that did not start left out; configurations with
+    options are predicted by name, where the planner models the option)."""
+    out: dict[int, dict[str, dict]] = {}
+    for r in results:
+        if r.get("config") == "auto" or not r.get("kv_tokens"):
+            continue
+        b = r.get("burst")
+        if r.get("config_args"):  # flags the planner does not model: listed, not predicted
+            out.setdefault(int(r["gpu_count"]), {})[f"{r['config']} ({r['config_args']})"] = {"unmodeled": True}
+            continue
+        out.setdefault(int(r["gpu_count"]), {})[r["config"]] = {
+            "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
+            "burst": b and b.get("total_tok_s") and {
+                "shape": tuple(int(x) for x in b["spec"].split("+")),
+                **{k: b[k] for k in ("total_tok_s", "ttft_ms_p50", "tpot_ms_p50")}},
+            "traces": {k: t for k, t in (r.get("traces") or {}).items() if t.get("request_goodput") is not None}}
+    return out
+
+
+def replay_settings(folder: Path) -> dict:
+    """{trace key ("<stem>@<rate>x"): (the replay's arguments, (TTFT, TPOT) objectives in ms)} of the compare runs
+    whose results are in `folder` (OUT/<model>), read from their `commands.txt` (OUT/commands.txt)."""
+    from sgl_sidp.bench.compare import parse_args, trace_key
+
+    out = {}
+    commands = folder.parent / "commands.txt"
+    for line in commands.read_text().splitlines() if commands.is_file() else []:
+        if "sgl_sidp.bench.compare" not in line:
+            continue
+        a = parse_args(shlex.split(line.split("sgl_sidp.bench.compare", 1)[1]))
+        for trace in a.trace:
+            for rate in a.rates:
+                out[trace_key(trace, rate)] = (f"--trace={trace} --time-scale={1 / rate:g} {a.trace_args}",
+                                               (a.slo_ttft_ms, a.slo_tpot_ms))
+    return out
+
+
+def load(folder: Path) -> dict[int, dict[str, dict]]:
+    """{GPU count: {the planner's configuration name: measured}} of a results folder, either kind (module docstring).
+    Measured: "kv" (label, DP ranks the prediction's total is split over, tokens), "ttft_ms" ({prompt tokens: ms}),
+    "burst" ({"shape": (requests, prompt, output), "total_tok_s", "ttft_ms_p50", "tpot_ms_p50"} or None)."""
+    old = [p for p in sorted(folder.glob("*.json")) if p.stem in NAMES]
+    if old:
+        return old_measured(old)
+    results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"]
+    return compare_measured([r for r in results if isinstance(r, dict) and r.get("config")])
+
+
+def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: str, n: int,
+               trace_dir: Path | None = None) -> list[tuple]:
+    """(configuration, what, unit, predicted, measured) of every trace replay measured (`replay_settings` says how it
+    was sent): goodput under its objectives, TTFT and TPOT p50, each configuration predicted on the same requests."""
+    from sgl_sidp.bench.traces import sim_requests
+    from sgl_sidp.plan.planner import plan_requests
+
+    out = []
+    keys = sorted({k for m in measured.values() for k in m.get("traces", {})})
+    for key in keys:
+        if key not in replays:
+            continue
+        args, slo = replays[key]
+        names = [k for k, m in measured.items() if key in m.get("traces", {})]
+        pred = {r.name: r for r in plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir),
+                                                 names=names, slo=slo)["configurations"]}
+        for name in names:
+            t, p = measured[name]["traces"][key], pred.get(name)
+            if p is None or not p.predicted:
+                out.append((name, f"{key}: not predicted", "", None, None))
+                continue
+            out += [(name, f"{key}: goodput (TTFT {slo[0]:g} ms, TPOT {slo[1]:g} ms)", "req/s", p.request_goodput,
+                     t["request_goodput"]),
+                    (name, f"{key}: TTFT p50", "ms", p.ttft_ms_p50, t["median_ttft_ms"]),
+                    (name, f"{key}: TPOT p50", "ms", p.tpot_ms_p50, t["median_tpot_ms"])]
+    return out
+
+
+def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
+    """(configuration, what, unit, predicted, measured) for every measured number the planner predicts (with
+    `what_if`'s numbers set by hand)."""
+    out = []
+    lat = {}
+    shape = next((m["burst"]["shape"] for m in measured.values() if m.get("burst")), None)
+    workload = "offline:%d:%d:%d" % shape if shape else "latency:2048:4"  # without a burst, for the KV tokens
+    pred_burst = {r.name: r for r in plan(model_path, n, gpu, workload, what_if=what_if,
+                                          names=[k for k, m in measured.items() if not m.get("unmodeled")])
+                  ["configurations"]}
+    for name, m in measured.items():
+        if m.get("unmodeled"):
+            out.append((name, "not predicted: run with flags the planner does not model", "", None, None))
+            continue
+        if name not in pred_burst or not pred_burst[name].predicted:
+            why = pred_burst[name].not_predicted if name in pred_burst else ""
+            out.append((name, f"not predicted{': ' + why if why else ''}", "", None, None))
+            continue
+        p = pred_burst[name]
+        if m.get("kv"):
+            label, ranks, tokens = m["kv"]
+            out.append((name, label, "tokens", p.kv_tokens_total / ranks, tokens))
+        for tokens, ms in sorted(m.get("ttft_ms", {}).items(), key=lambda kv: int(kv[0])):
+            key = (tokens,)
+            if key not in lat:
+                lat[key] = {r.name: r for r in plan(model_path, n, gpu, f"latency:{tokens}:4",
+                                                    what_if=what_if)["configurations"]}
+            out.append((name, f"TTFT of one {int(tokens):,}-token prompt", "ms", lat[key][name].ttft_ms_p50, ms))
+        if m.get("burst"):
+            b = m["burst"]
+            what = "burst of %d x (%d in, %d out)" % b["shape"]
+            out += [(name, f"{what}: total throughput", "tok/s", p.total_tok_s, b["total_tok_s"]),
+                    (name, f"{what}: TTFT p50", "ms", p.ttft_ms_p50, b["ttft_ms_p50"]),
+                    (name, f"{what}: TPOT p50", "ms", p.tpot_ms_p50, b["tpot_ms_p50"])]
+    return out
+
+
+def forwards_table(files: list[Path], model_path: str, gpu: str, n: int, what_if: WhatIf = NO_WHAT_IF) -> list[str]:
+    """Markdown rows: the planner's `tp{n}` decode steps (contexts 256 and 2,048) and prefills of 512 tokens or more
+    (with `what_if`'s numbers set by hand) next to the same points of the TP-`n` servers' calibrations in `files`
+    (their mean; each listed)."""
+    from sgl_sidp.calibration.table import Calibration
+
+    reals = [Calibration.from_entry(json.loads(Path(f).read_text())) for f in files]
+    row = next(c for c in plan(model_path, n, gpu, "latency:2048:4", what_if=what_if)["configurations"]
+               if c.name == f"tp{n}")
+    out = ["| number | predicted | measured (each server) | error |", "|---|---:|---:|---:|"]
+    points = [(f"decode step, batch {b}, context {ctx}", p, [r.decode_ms.get(int(b)) if ctx == "256" else
+                                                           r.decode_ms_long.get(int(b)) for r in reals])
+              for ctx in ("256", "2048") for b, p in row.decode_step_ms[ctx].items()]
+    points += [(f"prefill of {int(t):,} tokens", p, [r.prefill_ms.get(int(t)) for r in reals])
+               for t, p in row.prefill_ms.items() if int(t) >= 512]
+    for what, pred, ms in points:
+        if None in ms:
+            continue
+        mean = sum(ms) / len(ms)
+        out.append(f"| {what} | {pred:.2f} ms | {' / '.join(f'{v:.2f}' for v in ms)} ms | {pred / mean - 1:+.1%} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.validate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", type=Path, nargs="?",
+                    help="one model's folder of bench.compare results (OUT/<model>), or of shift_compare.py's")
+    ap.add_argument("--model-path", required=True, help="the model's config folder the measurement served")
+    ap.add_argument("--gpu", default="H200", help="GPU kind the measurement ran on (default: H200)")
+    ap.add_argument("--forwards", type=Path, nargs="+", default=None,
+                    help="calibrations of TP-N servers of the model (instead of DIR): their forwards against tpN's")
+    ap.add_argument("--gpus", type=int, default=2, help="N, with --forwards (default: 2)")
+    ap.add_argument("--trace-dir", type=Path, default=None,
+                    help="where the replayed traces are (default: the paths compare was given)")
+    add_what_if_args(ap)
+    a = ap.parse_args(argv)
+    what_if = what_if_from_args(a)
+    if a.forwards:
+        print("\n".join(forwards_table(a.forwards, a.model_path, a.gpu, a.gpus, what_if)))
+        return
+    if a.dir is None:
+        ap.error("give DIR (bench.compare's or shift_compare.py's results) or --forwards")
+    groups = load(a.dir)
+    if not groups:
+        ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there "
+                 "(bench.compare's are in OUT/<model>/)")
+    for n, measured in sorted(groups.items()):
+        if len(groups) > 1:
+            print(f"\n## {n} GPU{'s' if n > 1 else ''}\n")
+        print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")
+        table = rows(measured, a.model_path, a.gpu, n, what_if)
+        table += trace_rows(measured, replay_settings(a.dir), a.model_path, a.gpu, n, a.trace_dir)
+        for name, what, unit, pred, meas in table:
+            if pred is None:
+                print(f"| {name} | {what} | | | | |")
+                continue
+            digits = 2 if unit == "req/s" else 1
+            print(f"| {name} | {what} | {unit} | {pred:,.{digits}f} | {meas:,.{digits}f} | {pred / meas - 1:+.1%} |")
+        groups_of = {"Burst throughput": lambda w: w.endswith("total throughput")}
+        for key in sorted({w.split(":")[0] for _, w, *_ in table if ": goodput" in w}):
+            groups_of[f"{key} goodput"] = lambda w, key=key: w.startswith(f"{key}: goodput")
+        for title, pick in groups_of.items():
+            got = [(name, pred, meas) for name, what, _, pred, meas in table if pick(what) and pred is not None]
+            if not got:
+                continue
+            fmt = (lambda v: f"{v:,.0f}") if title.startswith("Burst") else (lambda v: f"{v:.2f}")
+            for side, i in (("measured", 2), ("predicted", 1)):
+                print(f"\n{title} ranking, {side}: " if side == "measured" else f"{title} ranking, {side}: ", end="")
+                print(" > ".join(f"{x[0]} ({fmt(x[i])})" for x in sorted(got, key=lambda x: -x[i])))
+
+
+if __name__ == "__main__":
+    main()
