@@ -164,7 +164,7 @@ def test_launch_flags_start_each_technique_with_the_decisions_of_this_cost_model
     assert launch_flags(row("shift_sp2_tp1", shift_threshold=256))[-2:] == ["--shift-threshold", "256"]
     assert "--shift-threshold" not in launch_flags(row("shift_sp2_tp1", shift_threshold=float("inf")))
     assert launch_flags(row("zerodp_dp2_tp2")) == ["--tp-size", "2", "--dp-size", "2", "--overlay-mode", "zerodp"]
-    assert launch_flags(row("zerodp_dp2", expected_batch="kv:2048"))[-2:] == ["--zerodp-expected-batch", "kv:2048"]
+    assert launch_flags(row("zerodp_dp2_kv2048"))[-2:] == ["--zerodp-expected-batch", "kv:2048"]
 
 
 def test_latency_ranking_keeps_to_configurations_that_keep_up():

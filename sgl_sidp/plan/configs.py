@@ -124,14 +124,13 @@ class Configuration:
         """SGLang's `--tp-size` of one replica (DP attention: every GPU; Shift: SP x TP)."""
         return self.kind.server_tp(self)
 
-    def launch_flags(self, b_th: float | None = None, shift_threshold: float | None = None,
-                     expected_batch: str | None = None) -> list[str]:
+    def launch_flags(self, b_th: float | None = None, shift_threshold: float | None = None) -> list[str]:
         """The launcher flags (besides the model's) that start this configuration: SGLang's `--tp-size`/`--dp-size`/
         `--enable-dp-attention`, the overlay's mode and the settings its options and the given decisions pick (SiDP
-        auto's B_th in tokens per rank, Shift's threshold in tokens per forward, ZeroDP's expected batch; an option
-        wins over a decision). `python -m sgl_sidp.launch_server` accepts all of them; the vanilla ones are SGLang's."""
-        return self.kind.launch_flags(self, dict(option(o) for o in self.options), b_th, shift_threshold,
-                                      expected_batch)
+        auto's B_th in tokens per rank, Shift's threshold in tokens per forward; an option wins over a decision;
+        ZeroDP's policy is its options'). `python -m sgl_sidp.launch_server` accepts all of them; the vanilla ones are
+        SGLang's."""
+        return self.kind.launch_flags(self, dict(option(o) for o in self.options), b_th, shift_threshold)
 
     @property
     def gpus(self) -> int:

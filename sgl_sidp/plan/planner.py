@@ -76,7 +76,7 @@ class PlanRow:
         not_predicted: why nothing past the memory is predicted (a shard without calibration, with the command that
             makes one where one can; no room for a KV cache); None when predicted.
         decisions: what the technique decides from this cost model (`steps.StepModel.decisions`: SiDP's "b_th",
-            Shift's "shift_threshold", ZeroDP's "offload_layers", "copy_ms_per_forward" ms and "expected_batch"); {}
+            Shift's "shift_threshold", ZeroDP's "offload_layers" and "copy_ms_per_forward" ms); {}
             for vanilla; None when not predicted.
         decode_step_ms: context tokens -> batch -> one decode step (ms), keys as strings (`DECODE_CONTEXTS` x
             `DECODE_BATCHES`).
@@ -171,11 +171,10 @@ def workload(spec: str) -> list[SimRequest]:
 
 def launch_flags(row: PlanRow) -> list[str]:
     """The `python -m sgl_sidp.launch_server` flags (besides the model's) that start configuration `row`, with the
-    decisions this cost model made for it (SiDP's B_th, Shift's threshold, ZeroDP's capacity-bound policy at the
-    workload's context): `Configuration.launch_flags`."""
+    decisions this cost model made for it (SiDP's B_th, Shift's threshold; ZeroDP's policy is in its name):
+    `Configuration.launch_flags`."""
     d = row.decisions or {}
-    return configuration_named(row.name).launch_flags(b_th=d.get("b_th"), shift_threshold=d.get("shift_threshold"),
-                                                         expected_batch=d.get("expected_batch"))
+    return configuration_named(row.name).launch_flags(b_th=d.get("b_th"), shift_threshold=d.get("shift_threshold"))
 
 
 @no_cycle_collection()  # (`plan_requests`; the trace's parse too)

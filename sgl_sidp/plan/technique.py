@@ -110,8 +110,8 @@ class Technique:
         default_mem_fraction_static`'s `dp_attention_dp`); 0 without DP attention."""
         return 0
 
-    def launch_flags(self, c, opts: dict[str, int | None], b_th: float | None, shift_threshold: float | None,
-                     expected_batch: str | None) -> list[str]:
+    def launch_flags(self, c, opts: dict[str, int | None], b_th: float | None,
+                     shift_threshold: float | None) -> list[str]:
         """The launcher flags that start `c` (besides the model's): `Configuration.launch_flags`, `opts` its options
         (option -> value or None)."""
         return (["--tp-size", str(c.tp)] if c.tp > 1 else []) + (["--dp-size", str(c.dp)] if c.dp > 1 else [])

@@ -46,7 +46,7 @@ class DPAttention(Technique):
     def dp_attention_dp(self, c):
         return c.dp
 
-    def launch_flags(self, c, opts, b_th, shift_threshold, expected_batch):
+    def launch_flags(self, c, opts, b_th, shift_threshold):
         return (["--tp-size", str(c.dp), "--dp-size", str(c.dp), "--enable-dp-attention"]
                 + (["--ep-size", str(c.dp)] if "ep" in opts else []))
 

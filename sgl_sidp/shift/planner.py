@@ -42,7 +42,7 @@ class ShiftTechnique(Technique):
         """TP_b for the base shard, which is timed with TP_b's heads; SP x TP for the shift shard."""
         return c.tp if role == "base" else c.attn_tp
 
-    def launch_flags(self, c, opts, b_th, shift_threshold, expected_batch):
+    def launch_flags(self, c, opts, b_th, shift_threshold):
         flags = ["--tp-size", str(c.sp * c.tp), "--overlay-mode", "shift", "--shift-sp", str(c.sp)]
         th = opts.get("th", shift_threshold)
         flags += ["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else []

@@ -33,8 +33,8 @@ class SiDPTechnique(Technique):
         if any(option(o)[0] == "bth" for o in options) and groups["variant"] != "auto":
             raise ValueError(f"configuration {name}: B_th (bthN) is auto's; {groups['variant']} has none")
 
-    def launch_flags(self, c, opts, b_th, shift_threshold, expected_batch):
-        flags = super().launch_flags(c, opts, b_th, shift_threshold, expected_batch)
+    def launch_flags(self, c, opts, b_th, shift_threshold):
+        flags = super().launch_flags(c, opts, b_th, shift_threshold)
         flags += ["--overlay-mode", "sidp", "--sidp-service", c.variant]
         b_th = opts.get("bth", b_th)
         if c.variant == "auto" and b_th not in (None, float("inf")):

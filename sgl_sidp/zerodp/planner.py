@@ -48,15 +48,13 @@ class ZeroDPTechnique(Technique):
         """The capacity-bound policy at the workload's mean context, `<c>_kv<C>`, beside the default policy's `c`."""
         return [] if c.options else [f"{c.name}_kv{max(1, round(context))}"]
 
-    def launch_flags(self, c, opts, b_th, shift_threshold, expected_batch):
-        # its runtime policy picks the offload set with the same cost model
-        flags = super().launch_flags(c, opts, b_th, shift_threshold, expected_batch)
+    def launch_flags(self, c, opts, b_th, shift_threshold):
+        # its runtime policy picks the offload set with the same cost model (`choose_offload`)
+        flags = super().launch_flags(c, opts, b_th, shift_threshold)
         if "all" in opts:
             return flags + ["--overlay-mode", "zerodp", "--zerodp-layers", "all"]
-        if "pf" in opts or "kv" in opts:
-            expected_batch = f"prefill:{opts['pf']}" if "pf" in opts else f"kv:{opts['kv']}"
-        return flags + ["--overlay-mode", "zerodp"] + (["--zerodp-expected-batch", expected_batch]
-                                                        if expected_batch else [])
+        expected = f"prefill:{opts['pf']}" if "pf" in opts else f"kv:{opts['kv']}" if "kv" in opts else None
+        return flags + ["--overlay-mode", "zerodp"] + (["--zerodp-expected-batch", expected] if expected else [])
 
     def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots):
         """The source's (every weight) and a sink's, whose `sink_offload` layers' experts it pulls into `slots`
