@@ -69,6 +69,7 @@ def test_replays_are_predicted_from_the_command_that_ran_them(tmp_path):
     """`replay_settings` reads each compare command of OUT/commands.txt: its trace, rates, replay arguments and
     objectives, keyed as compare keys its results; `sim.goodput` counts the requests that met both objectives per
     second of the makespan (a one-token request has no TPOT)."""
+    from sgl_sidp.bench.metrics import SLO
     from sgl_sidp.plan.sim import SimRequest, goodput
 
     (tmp_path / "Qwen3-8B").mkdir()
@@ -91,4 +92,4 @@ def test_replays_are_predicted_from_the_command_that_ran_them(tmp_path):
             req(1.0, 2.5, 3.0, 11),   # TTFT 1,500 ms: not
             req(2.0, 2.1, 4.0, 2),    # TPOT 1,900 ms: not
             req(3.0, 3.2, 3.2, 1)]    # one token: TTFT alone decides
-    assert goodput(reqs, 1000.0, 50.0) == {"good_requests": 2, "request_goodput": 2 / 4.0}
+    assert goodput(reqs, SLO(ttft_ms=1000.0, tpot_ms=50.0)) == {"good_requests": 2, "request_goodput": 2 / 4.0}

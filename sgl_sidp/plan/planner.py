@@ -327,7 +327,9 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                 deliver(reqs, [rep.tokens_log for rep in replicas], stream)
             simulated[twin] = summarize(reqs)
             if slo is not None:  # the TTFT objective less the request overhead every TTFT gets below
-                simulated[twin].update(goodput(reqs, slo[0] - overhead, slo[1]))
+                from sgl_sidp.bench.metrics import SLO
+
+                simulated[twin].update(goodput(reqs, SLO(ttft_ms=slo[0] - overhead, tpot_ms=slo[1])))
         summary = dict(simulated[twin])
         for k in ("ttft_ms_p50", "ttft_ms_p99", "e2e_ms_p50", "e2e_ms_p99"):
             if k in summary:

@@ -1012,16 +1012,18 @@ def deliver(requests: Sequence[SimRequest], logs: Sequence[Sequence[tuple[float,
     return requests
 
 
-def goodput(requests: Sequence[SimRequest], ttft_ms: float, tpot_ms: float) -> dict:
-    """Finished requests whose TTFT is at most `ttft_ms` and TPOT at most `tpot_ms` (a one-token request has TPOT 0),
-    as a count ("good_requests") and per second of the makespan ("request_goodput"), as `sgl_sidp.bench.metrics.
-    compute_metrics` counts a replay's (first dispatch to last completion)."""
+def goodput(requests: Sequence[SimRequest], slo) -> dict:
+    """Finished requests that meet `slo` (`sgl_sidp.bench.metrics.SLO`, judged by its `met_by` as a replay's requests
+    are: a one-token request has TPOT 0), as a count ("good_requests") and per second of the makespan
+    ("request_goodput"), as `sgl_sidp.bench.metrics.compute_metrics` counts a replay's (first dispatch to last
+    completion)."""
     done = [r for r in requests if r.finish_s is not None]
     if not done:
         return {"good_requests": 0, "request_goodput": 0.0}
     makespan = max(r.finish_s for r in done) - min(r.arrival_s for r in requests)
-    good = sum(1 for r in done if (r.first_token_s - r.arrival_s) * 1e3 <= ttft_ms
-               and (r.output_len < 2 or (r.finish_s - r.first_token_s) / (r.output_len - 1) * 1e3 <= tpot_ms))
+    good = sum(1 for r in done if slo.met_by(
+        r.first_token_s - r.arrival_s,
+        (r.finish_s - r.first_token_s) / (r.output_len - 1) if r.output_len > 1 else 0.0, r.finish_s - r.arrival_s))
     return {"good_requests": good, "request_goodput": good / makespan if makespan > 0 else 0.0}
 
 
