@@ -67,11 +67,17 @@ def visible_gpu_count() -> int | None:
         return None
 
 
+def visible_gpu_ids() -> list[str]:
+    """CUDA_VISIBLE_DEVICES' entries (indices or UUIDs) in order, blanks dropped; [] when it is unset or empty (then
+    the visible GPUs are 0, 1, ...)."""
+    return [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+
+
 def _nvml_handle(index: int):
     import pynvml
 
     pynvml.nvmlInit()
-    vis = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    vis = visible_gpu_ids()
     v = vis[index] if index < len(vis) else str(index)
     return pynvml.nvmlDeviceGetHandleByIndex(int(v)) if v.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(v)
 

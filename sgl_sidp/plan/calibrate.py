@@ -10,9 +10,9 @@ rate at which the tokenizer manager streams tokens (`record_stream_rate`), and t
 GPU at a time, so nothing else runs there while it is timed; the next shard's server does SGLang's CPU start-up
 meanwhile and waits for the GPU (`serve_calibrations`, `--overlay-start-after`). On a host of several GPUs the shards
 are shared out and each GPU times its own at the same time (`split_jobs`): a shard is one GPU's work, whatever node
-it is planned for, so a 2-GPU host also times the shards of 4- and 8-GPU configurations. The servers capture only the CUDA
-graphs the calibration times (`timed_graph_flags`) unless asked not to, and find the CUDA kernels SGLang compiles on
-first use built already: a process without a GPU builds them all at once while the first server starts
+it is planned for, so a 2-GPU host also times the shards of 4- and 8-GPU configurations. The servers capture only
+the CUDA graphs the calibration times (`timed_graph_flags`) unless asked not to, and find the CUDA kernels SGLang
+compiles on first use built already: a process without a GPU builds them all at once while the first server starts
 (`jit_prebuild`).
 
 A shard whose weights do not fit this GPU (Llama-3.1-70B's full model on one H200) is served twice with fewer decoder
@@ -41,6 +41,7 @@ from sgl_sidp.calibration.gate import reached
 from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, free_before_load
 from sgl_sidp.calibration.table import BUDGET_SKIPPED, Calibration
 from sgl_sidp.model_info import DEFAULT_MODEL_DIR, read_hf_config
+from sgl_sidp.peer.topology import visible_gpu_ids
 from sgl_sidp.plan import jit_prebuild
 from sgl_sidp.plan.configs import Shard, configurations
 from sgl_sidp.plan.steps import find_calibration, shard_config, shard_roles, shard_signature
@@ -582,16 +583,16 @@ def timed_graph_flags() -> list[str]:
     return ["--cuda-graph-bs-decode", *map(str, DECODE_BATCHES), "--cuda-graph-bs-prefill", *map(str, PREFILL_TOKENS)]
 
 
-def calibrate(model_path: str, n_gpus: int | Sequence[int], gpu_name: str, cache_dir: Path | None = None, port: int = 26500,
-              timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
+def calibrate(model_path: str, n_gpus: int | Sequence[int], gpu_name: str, cache_dir: Path | None = None,
+              port: int = 26500, timeout_s: float = 600.0, server: Callable | None = None, log_dir: Path | None = None,
               measure_overhead: bool = True, gpu_bytes: int | None = None,
               timed_graphs_only: bool = True, ahead: int = 2,
               jit_capability: tuple[int, int] | None = None, gpus: Sequence[str] | None = None) -> dict[str, str]:
-    """Calibrate every missing shard of `model_path` for `n_gpus` GPUs (or each of several node sizes) on this host's `gpus` (CUDA device ids, each
-    timing its share of the shards at the same time, `split_jobs`; default: the first of CUDA_VISIBLE_DEVICES, else
-    GPU 0; all of kind `gpu_name` and of `gpu_bytes` bytes: a shard that does not fit is timed at two smaller layer
-    counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and run each served shard's HTTP probes
-    (`serve_calibrations`; `measure_overhead` False: none). `timed_graphs_only`: the servers capture only the graphs
+    """Calibrate every missing shard of `model_path` for `n_gpus` GPUs (or each of several node sizes) on this host's
+    `gpus` (CUDA device ids, each timing its share of the shards at the same time, `split_jobs`; default: the first
+    of CUDA_VISIBLE_DEVICES, else GPU 0; all of kind `gpu_name` and of `gpu_bytes` bytes: a shard that does not fit
+    is timed at two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and run each
+    served shard's HTTP probes (`serve_calibrations`; `measure_overhead` False: none). `timed_graphs_only`: the servers capture only the graphs
     they time (`timed_graph_flags`). `ahead`: how many servers after the current one are started on each GPU while it
     is measured (`serve_calibrations`); GPU g's servers use `port + g (ahead + 1)` ... `port + g (ahead + 1) + ahead`
     in turn. `server(args, log)` (tests) stands in for every GPU's servers; it runs in the thread named
@@ -606,7 +607,7 @@ def calibrate(model_path: str, n_gpus: int | Sequence[int], gpu_name: str, cache
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     hf = read_hf_config(model_path)
     shapes = ModelShapes.of(hf)
-    gpus = list(gpus or [(os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()])
+    gpus = list(gpus or (visible_gpu_ids() or ["0"])[:1])
 
     def gpu_server(g: int) -> Callable:
         """GPU `gpus[g]`'s server factory: at most ahead + 1 servers at a time, on ports of its own."""
