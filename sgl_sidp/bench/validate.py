@@ -231,17 +231,18 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             digits = 2 if unit == "req/s" else 1
             print(f"| {name} | {what} | {unit} | {pred:,.{digits}f} | {meas:,.{digits}f} | {pred / meas - 1:+.1%} |")
-        groups_of = {"Burst throughput": lambda w: w.endswith("total throughput")}
-        for key in sorted({w.split(":")[0] for _, w, *_ in table if ": goodput" in w}):
-            groups_of[f"{key} goodput"] = lambda w, key=key: w.startswith(f"{key}: goodput")
-        for title, pick in groups_of.items():
-            got = [(name, pred, meas) for name, what, _, pred, meas in table if pick(what) and pred is not None]
-            if not got:
-                continue
-            fmt = (lambda v: f"{v:,.0f}") if title.startswith("Burst") else (lambda v: f"{v:.2f}")
-            for side, i in (("measured", 2), ("predicted", 1)):
-                print(f"\n{title} ranking, {side}: " if side == "measured" else f"{title} ranking, {side}: ", end="")
-                print(" > ".join(f"{x[0]} ({fmt(x[i])})" for x in sorted(got, key=lambda x: -x[i])))
+        rankings: dict[str, list[tuple]] = {}  # title -> (configuration, predicted, measured), in the table's order
+        for name, what, unit, pred, meas in table:
+            title = ("Burst throughput" if what.endswith("total throughput") else
+                     what.split(": goodput")[0] + " goodput" if unit == "req/s" else None)
+            if title and pred is not None:
+                rankings.setdefault(title, []).append((name, pred, meas))
+        for title, got in rankings.items():
+            fmt = "{:,.0f}" if title == "Burst throughput" else "{:.2f}"
+            print(f"\n{title} ranking, measured: "
+                  + " > ".join(f"{n} ({fmt.format(m)})" for n, _, m in sorted(got, key=lambda x: -x[2])))
+            print(f"{title} ranking, predicted: "
+                  + " > ".join(f"{n} ({fmt.format(p)})" for n, p, _ in sorted(got, key=lambda x: -x[1])))
 
 
 if __name__ == "__main__":
