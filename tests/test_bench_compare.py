@@ -258,6 +258,25 @@ def test_config_args_reach_one_configuration_only(tmp_path, capsys):
     assert rc == 2 and "compare: error: --config-args tp4=...: tp4 is not one of --configs" in capsys.readouterr().err
 
 
+def test_our_launcher_ranks_configurations_on_the_burst_sent(tmp_path):
+    """A technique's start-up line and auto's pick rank the configurations on the burst this run sends (Llama-3.1-70B
+    SiDP on 4 x H200 logged its prediction for the default offline:512:2048:256 while it ran 128 x (4,096, 16));
+    vanilla SGLang gets no such flag, and a workload named in the flags is kept."""
+    dense = model(tmp_path, "dense", DENSE)
+    jobs, _ = compare.plan_jobs([dense], ["tp2", "sidp_dp2_was", "auto"], 2, False, tmp_path)
+    a = compare.parse_args(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst", "128+4096+16"))
+    flags = {j.name: compare.server_flags(j, a) for j in jobs}
+    assert flags["tp2"][0] == "sglang.launch_server" and "--overlay-plan-workload" not in flags["tp2"][1]
+    for name in ("sidp_dp2_was", "auto"):
+        assert flags[name][1][-2:] == ["--overlay-plan-workload", "offline:128:4096:16"]
+    a = compare.parse_args(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst", "128+4096+16",
+                                "--extra-args", "--overlay-plan-workload latency:512:64"))
+    named = compare.server_flags(next(j for j in jobs if j.name == "sidp_dp2_was"), a)[1]
+    assert named.count("--overlay-plan-workload") == 1 and "latency:512:64" in named
+    a = compare.parse_args(args(tmp_path, "--model-path", str(dense), "--configs", "tp2"))
+    assert compare.server_flags(next(j for j in jobs if j.name == "auto"), a)[1][-1] == "offline:512:2048:256"
+
+
 def test_servers_one_after_the_other_share_a_calibration_cache(tmp_path, fake):
     """Sequential servers of a model read and write one cache (a ZeroDP source calibrates once, a sink's copy rates
     reach the next ZeroDP configuration); servers that run at once each have their own (the parallel test above)."""

@@ -280,6 +280,22 @@ def test_zerodp_rows_predict_the_policy_each_name_launches():
         plan(str(qwen), 2, "H200", "offline:4:16:4", names=["zerodp_dp4"])
 
 
+def test_sidp_auto_with_a_named_b_th_is_predicted_at_that_b_th():
+    """`sidp_dp2_auto_bthN` launches auto at B_th = N (`--sidp-b-th N`), and the planner predicts it at that B_th: at
+    B_th 1 every forward runs WaS (as `sidp_dp2_was`), far above every batch every forward but prefill runs CaS."""
+    from sgl_sidp.plan.planner import plan
+
+    qwen = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-32B"
+    if not (qwen / "config.json").is_file():
+        pytest.skip(f"{qwen} missing (../shared/models)")
+    r = plan(str(qwen), 2, "H200", "offline:128:4096:16", names=["sidp_dp2_auto_bth1", "sidp_dp2_auto_bth128"])
+    rows = {x.name: x for x in r["configurations"]}
+    assert rows["sidp_dp2_auto_bth128"].not_predicted is None
+    assert rows["sidp_dp2_auto_bth1"].decisions["b_th"] == 1 and rows["sidp_dp2_auto_bth128"].decisions["b_th"] == 128
+    assert rows["sidp_dp2_auto_bth1"].total_tok_s == pytest.approx(rows["sidp_dp2_was"].total_tok_s)
+    assert rows["sidp_dp2_auto_bth128"].total_tok_s != pytest.approx(rows["sidp_dp2_was"].total_tok_s)
+
+
 def test_prefills_below_the_fit_follow_the_measured_points_and_batches_the_fit():
     """The bundled H100 TP2 shard of Qwen3-8B (2 x H100): its 16- and 512-token prefills are launch-bound (15.6 and
     18.5 ms), so the fit takes the prefills of 2,048 tokens and more (`PREFILL_FIT_FROM`) and a smaller prefill

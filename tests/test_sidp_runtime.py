@@ -297,6 +297,28 @@ def test_vanilla_kv_estimate_gives_back_the_freed_weights_net_of_slots():
     assert vanilla_kv_estimate(10, freed, slots, per_token) == 0
 
 
+@pytest.mark.parametrize("kv_tokens, says", [
+    (330_000, "a vanilla replica: about 240,"), (10, "a vanilla replica: none: its weights would not leave room")])
+def test_the_kv_line_says_when_a_vanilla_replica_would_hold_no_kv(monkeypatch, caplog, kv_tokens, says):
+    """Llama-3.1-70B at DP4 on 4 x H200 logged "a vanilla replica: about 0 (222465.00x ...)": a vanilla replica's
+    141 GB of weights leave it no KV cache, which the line now says in words."""
+    import logging
+    from types import SimpleNamespace
+
+    import sgl_sidp.calibration.measure as measure
+    from sgl_sidp.sidp.runtime import SiDPRuntime
+
+    monkeypatch.setattr(measure, "kv_bytes_per_token", lambda runner: 262_144)
+    rt = object.__new__(SiDPRuntime)
+    rt.dp_rank, rt.tp_rank, rt.binding = 1, 0, SimpleNamespace(freed_bytes=32 * 786_000_000, slot_bytes=2 * 786_000_000)
+    runner = SimpleNamespace(max_total_num_tokens=kv_tokens, server_args=SimpleNamespace(max_total_tokens=None))
+    with caplog.at_level(logging.INFO, logger="sgl_sidp.sidp.runtime"):
+        assert rt.on_alloc_memory_pool("r", runner) == "r"
+    line = caplog.messages[-1]
+    assert f"KV cache {kv_tokens} tokens" in line and says.replace(",", "") in line.replace(",", "")
+    assert "0.00x" not in line and "(" in line and line.count("(") == line.count(")")
+
+
 def test_joining_the_lockstep_group_logs_whom_it_waits_for(monkeypatch, tmp_path, caplog):
     """A DP rank meeting the others (`replica_group`: SGLang's `init_custom_process_group` on a FileStore) logs, every
     `PROGRESS_EVERY_S` (10 s in a server) while it waits, the group, how many it waits for, the store and the limit."""

@@ -204,10 +204,17 @@ def server_flags(job: Job, a: argparse.Namespace) -> tuple[str, list[str]]:
     if a.load_format:
         flags += ["--load-format", a.load_format]
     flags += shlex.split(a.extra_args) + shlex.split(a.config_args.get(job.name, ""))
+    # our launcher ranks the configurations (auto's pick, the start-up line) on the burst this run sends, unless the
+    # flags name a workload
+    workload = "offline:%d:%d:%d" % triple(a.burst) if a.burst else None
     if job.config is None:
-        workload = "offline:%d:%d:%d" % triple(a.burst) if a.burst else "offline:512:2048:256"
-        return LAUNCHERS["sgl_sidp.launch_server"], flags + ["--overlay-mode", "auto", "--overlay-plan-workload", workload]
-    return LAUNCHERS[job.config.launcher], flags + job.config.launch_flags()
+        launcher, flags = "sgl_sidp.launch_server", flags + ["--overlay-mode", "auto"]
+        workload = workload or "offline:512:2048:256"
+    else:
+        launcher, flags = job.config.launcher, flags + job.config.launch_flags()
+    if launcher == "sgl_sidp.launch_server" and workload and "--overlay-plan-workload" not in flags:
+        flags += ["--overlay-plan-workload", workload]
+    return LAUNCHERS[launcher], flags
 
 
 def http_json(url: str, body: dict | None = None, timeout_s: float = 600.0) -> dict:

@@ -18,6 +18,7 @@ class SiDPTechnique(Technique):
                "eager": "CaS decodes without CUDA graphs (--no-sidp-cas-graphs)",
                "bth": "auto's B_th in tokens per rank (bthN: --sidp-b-th N)"}
     valued = frozenset({"bth"})
+    modeled_options = frozenset({"bth", "graphs"})  # graphs: the step model's CaS decodes are already in graphs
 
     def split_configurations(self, shapes, n_gpus, dp, tp):
         if dp == 1:
@@ -64,8 +65,10 @@ class SiDPTechnique(Technique):
         """Auto's B_th (tokens per rank): the smallest batch from which WaS is predicted no slower than CaS
         (`cost.first_lasting_win` over decode batches 1-1,024 at `model.context`); inf when CaS wins throughout.
         SiDP's runtime, left to itself (`--sidp-b-th 0`), takes the batch whose step hides the copies
-        (`cost.crossover_batch`), which ignores what CaS costs; the planner's launch command passes this B_th."""
-        return model.decided("b_th", lambda: self._b_th(model))
+        (`cost.crossover_batch`), which ignores what CaS costs; the planner's launch command passes this B_th.
+        A configuration named with `_bthN` runs auto at B_th = N, as its launch flags say."""
+        given = dict(option(o) for o in model.config.options).get("bth")
+        return model.decided("b_th", lambda: float(given) if given is not None else self._b_th(model))
 
     @staticmethod
     def _b_th(model) -> float:
