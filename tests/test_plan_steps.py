@@ -296,6 +296,19 @@ def test_sidp_auto_with_a_named_b_th_is_predicted_at_that_b_th():
     assert rows["sidp_dp2_auto_bth128"].total_tok_s != pytest.approx(rows["sidp_dp2_was"].total_tok_s)
 
 
+def test_a_prefill_fit_without_an_attention_term_plans():
+    """Llama-3.1-70B's 4-GPU H100 shards (extrapolated from two layer counts) fit no attention term (b clipped at 0),
+    and the planner divided by it to read attention over a cached prefix: a ZeroDivisionError traceback from
+    `python -m sgl_sidp.plan --gpus 4 --gpu H100`. Such a fit takes a prefix like new tokens (k = 1)."""
+    from sgl_sidp.plan.planner import plan
+
+    llama = Path(__file__).resolve().parents[2] / "shared" / "models" / "Llama-3.1-70B"
+    if not (llama / "config.json").is_file():
+        pytest.skip(f"{llama} missing (../shared/models)")
+    rows = {r.name: r for r in plan(str(llama), 4, "H100", "offline:128:4096:16")["configurations"]}
+    assert rows["tp4"].predicted and rows["sidp_dp4_auto"].predicted and rows["sidp_dp4_auto"].total_tok_s > 0
+
+
 def test_prefills_below_the_fit_follow_the_measured_points_and_batches_the_fit():
     """The bundled H100 TP2 shard of Qwen3-8B (2 x H100): its 16- and 512-token prefills are launch-bound (15.6 and
     18.5 ms), so the fit takes the prefills of 2,048 tokens and more (`PREFILL_FIT_FROM`) and a smaller prefill

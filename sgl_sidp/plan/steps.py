@@ -291,8 +291,10 @@ class ShardClock:
         if self.what_if.prefix_factor is not None:
             return self.what_if.prefix_factor
         c, a, b = self.prefill_fit
+        if b <= 0:  # a fit with no attention term (clipped at 0: e.g. Llama-3.1-70B's 4-GPU H100 shards) has no k
+            return 1.0
         ks = [(ms - (c + a * n + b * n * n)) / (2 * b * n * p) for n, p, ms in self.cal.prefill_prefix_ms if n and p]
-        return max(0.0, statistics.median(ks)) if ks and b > 0 else 1.0
+        return max(0.0, statistics.median(ks)) if ks else 1.0
 
     def prefill_ms(self, parts, share: float = 1.0) -> float:
         """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + share x (a x new
