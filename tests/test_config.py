@@ -417,6 +417,35 @@ def test_sidp_cas_graphs_default_on_where_they_can_run(tmp_path):
     assert not cas_graphs_on(parse("--overlay-mode", "sidp").sidp, False, False)  # WaS: none to capture
 
 
+def test_sidp_auto_without_b_th_gets_the_planners_at_launch(monkeypatch):
+    """`sidp.feature.resolve`, before any GPU memory: auto without --sidp-b-th runs at the B_th the planner predicts
+    for this model, GPU kind and DP x TP (what `python -m sgl_sidp.plan` launches with); a GPU kind without tables is
+    one line naming what to pass or run; a given B_th and the other services are left alone."""
+    import sgl_sidp.peer.topology as topology
+    from sgl_sidp.features import FEATURES
+    from sgl_sidp.plan.planner import plan
+
+    qwen = MODELS / "Qwen3-32B"
+    if not (qwen / "config.json").is_file():
+        pytest.skip(f"{qwen} missing (../shared/models)")
+    resolve = FEATURES["sidp"].resolve
+    sa = SimpleNamespace(model_path=str(qwen), dp_size=2, tp_size=1, base_gpu_id=0)
+    monkeypatch.setattr(topology, "gpu_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    cfg = parse("--overlay-mode", "sidp", "--sidp-service", "auto")
+    planned = next(r for r in plan(str(qwen), 2, "H100", cfg.plan_workload)["configurations"]
+                   if r.name == "sidp_dp2_auto").decisions["b_th"]
+    got, problems = resolve(cfg, sa)
+    assert problems == [] and got.sidp.b_th == planned > 0 and got.sidp.service == "auto"
+    for given in (parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th", "64"),
+                  parse("--overlay-mode", "sidp", "--sidp-service", "cas")):
+        assert resolve(given, sa) == (given, [])
+    monkeypatch.setattr(topology, "gpu_name", lambda i=0: "NVIDIA A100-SXM4-80GB")
+    _, problems = resolve(cfg, sa)
+    assert len(problems) == 1 and problems[0].startswith("--sidp-service auto needs B_th and the planner cannot "
+                                                         "predict it here (the planner knows GPU kinds")
+    assert "pass --sidp-b-th TOKENS" in problems[0] and f"plan calibrate --model-path {qwen} --gpus 2" in problems[0]
+
+
 # --------------------------------------------------------------------------- values reach every process intact
 #: every flag of ours with values the launcher accepts, edge values included (floats in exponent form, big ints)
 ACCEPTED = {

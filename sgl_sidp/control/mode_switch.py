@@ -25,8 +25,8 @@ class ModeSwitch:
     """WaS at or above `b_th` tokens per rank, CaS below `b_th * (1 - hysteresis)`, unchanged in between.
 
     Args:
-        b_th: threshold, tokens per rank per forward (> 0); from the start-up calibration
-            (`sgl_sidp.calibration.cost.crossover_batch`) or a flag.
+        b_th: threshold, tokens per rank per forward (> 0); from a flag or the planner's cost model (SiDP's
+            `--sidp-b-th`, else `SiDPTechnique.b_th` at launch).
         hysteresis: width of the band below `b_th` where the mode does not change (0 <= h < 1).
         start: the mode before the first decision.
         forced: always this mode (measurement runs), whatever the signal.

@@ -14,9 +14,10 @@ from __future__ import annotations
 LOSES_BELOW = 0.98
 
 
-def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
-            workload: str) -> tuple[str, bool]:
-    """(the line, whether the mode is predicted to lose) for a server of `mode` on `dp` x `tp_size` GPUs.
+def planned(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
+            workload: str) -> tuple[dict | None, str | None, str]:
+    """The planner's result on the server's GPUs with the configuration the server runs among its rows: (`plan`'s
+    result or None, the configuration's name or None, why there is no result: "" when there is one).
 
     Args:
         model_path: the model folder (its config.json).
@@ -25,30 +26,59 @@ def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
         mode: the technique ("zerodp", "sidp", "shift").
         settings: the technique's resolved settings (`SidpConfig.<mode>`), which name its configuration
             (`Technique.launched_name`).
-        workload: the planner's workload spec (`--overlay-plan-workload`): offline work is ranked by throughput, the
-            rest by median E2E latency among the configurations that keep up (`planner.rank`).
+        workload: the planner's workload spec (`--overlay-plan-workload`).
+
+    Never raises: what the planner cannot predict is the reason.
+    """
+    from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.plan.planner import PlanError, plan
+    from sgl_sidp.plan.steps import GPUS
+    from sgl_sidp.plan.technique import technique_named
+
+    name = technique_named(mode).launched_name(dp, tp_size, settings)
+    kind = next((k for k in GPUS if gpu_name and gpu_kind(k) == gpu_kind(gpu_name)), None)
+    if name is None:
+        return None, None, "the planner has no configuration of this layout"
+    if kind is None:
+        return None, name, f"the planner knows GPU kinds {', '.join(GPUS)}, not {gpu_name or 'this one'}"
+    try:
+        return plan(model_path, dp * tp_size, kind, workload, names=[name]), name, ""
+    except PlanError as e:
+        return None, name, str(e)
+
+
+def planned_row(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
+                workload: str):
+    """(the `PlanRow` of the configuration the server runs, predicted, or None; why not: "" when predicted), as
+    `planned`'s arguments (e.g. SiDP's B_th at launch, `sidp.feature.resolve`). Never raises."""
+    result, name, why = planned(model_path, dp, tp_size, gpu_name, mode, settings, workload)
+    row = next((r for r in result["configurations"] if r.name == name), None) if result else None
+    if result and (row is None or not row.predicted):
+        why = row.not_predicted if row is not None and row.not_predicted else f"{name} is not among its configurations"
+        row = None
+    return row, why
+
+
+def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
+            workload: str) -> tuple[str, bool]:
+    """(the line, whether the mode is predicted to lose) for a server of `mode` on `dp` x `tp_size` GPUs, as
+    `planned`'s arguments; offline work is ranked by throughput, the rest by median E2E latency among the
+    configurations that keep up (`planner.rank`).
 
     Never raises: what the planner cannot predict gives a line that says why, and False.
     """
-    from sgl_sidp.plan.comm import gpu_kind
     from sgl_sidp.plan.configs import configuration_named
-    from sgl_sidp.plan.planner import PlanError, plan, rank
+    from sgl_sidp.plan.planner import rank
     from sgl_sidp.plan.steps import GPUS
     from sgl_sidp.plan.technique import technique_named
 
     n = dp * tp_size
-    name = technique_named(mode).launched_name(dp, tp_size, settings)
+    result, name, why = planned(model_path, dp, tp_size, gpu_name, mode, settings, workload)
     head = f"sgl-sidp: --overlay-mode {mode}" + (f" ({name})" if name else "")
     no = f"{head}: no prediction against vanilla SGLang on {n} GPU{'s' if n > 1 else ''}: "
-    kind = next((k for k in GPUS if gpu_name and gpu_kind(k) == gpu_kind(gpu_name)), None)
-    if name is None:
-        return no + "the planner has no configuration of this layout", False
-    if kind is None:
-        return no + f"the planner knows GPU kinds {', '.join(GPUS)}, not {gpu_name or 'this one'}", False
-    try:
-        result = plan(model_path, n, kind, workload, names=[name])
-    except PlanError as e:
-        return no + str(e), False
+    if result is None:
+        return no + why, False
+    kind = next((k for k, v in GPUS.items() if v["name"] == result["gpu"]), result["gpu"])
     rows = result["configurations"]
     ours = next((r for r in rows if r.name == name), None)
     ranked = rank(rows, result["objective"])

@@ -82,13 +82,37 @@ def ignored(s: SiDPSettings) -> dict[str, str]:
     return out
 
 
+def resolve(cfg, server_args):
+    """After SGLang resolved its settings, before any GPU memory is taken: auto without `--sidp-b-th` gets the
+    planner's B_th for this model, GPU kind and DP x TP on `--overlay-plan-workload` (`SiDPTechnique.b_th`: the
+    smallest decode batch from which WaS is predicted no slower than CaS, from the bundled or `plan calibrate`d
+    one-GPU tables of this GPU kind; a prediction, the same one `python -m sgl_sidp.plan` launches with), so every
+    rank runs the rule the planner predicted. Where the planner cannot predict it, one line says what to pass or run."""
+    s = cfg.sidp
+    if s.service != "auto" or s.b_th:
+        return cfg, []
+    from sgl_sidp.peer.topology import gpu_name
+    from sgl_sidp.plan.verdict import planned_row
+
+    dp, tp = int(server_args.dp_size), int(server_args.tp_size)
+    row, why = planned_row(server_args.model_path, dp, tp, gpu_name(int(server_args.base_gpu_id or 0)), "sidp", s,
+                           cfg.plan_workload)
+    b_th = (row.decisions or {}).get("b_th") if row is not None else None
+    if b_th is None:
+        return cfg, [f"--sidp-service auto needs B_th and the planner cannot predict it here ({why}): pass "
+                     f"--sidp-b-th TOKENS, or make this model's tables on this GPU kind first: python -m sgl_sidp.plan "
+                     f"calibrate --model-path {server_args.model_path} --gpus {dp * tp}"]
+    b_th = 1e9 if b_th == float("inf") else max(1.0, float(b_th))  # inf: CaS at every batch the planner tried
+    return cfg.model_copy(update={"sidp": s.model_copy(update={"b_th": b_th})}), []
+
+
 def describe(cfg, server_args) -> str:
     """SiDP's part of the launcher's start-up line."""
     s = cfg.sidp
     d = server_args.dp_size
     slots = s.slots or max(2, d - 1)
     how = {"was": "WaS", "cas": "CaS (DP ranks in lockstep)",
-           "auto": f"WaS at >= B_th tokens per rank, else CaS (B_th {s.b_th:g}" + (" from the calibration" if not s.b_th else "")
+           "auto": f"WaS at >= B_th tokens per rank, else CaS (B_th {s.b_th:g}"
            + f", hysteresis {s.hysteresis:g}; DP ranks in lockstep)"}[s.service]
     graphs = ""
     if s.service != "was":
@@ -109,5 +133,6 @@ FEATURE = Feature(
     check=check,
     describe=describe,
     ignored=ignored,
+    resolve=resolve,
     planner="sgl_sidp.sidp.planner:TECHNIQUE",
 )

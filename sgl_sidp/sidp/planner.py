@@ -64,8 +64,7 @@ class SiDPTechnique(Technique):
     def b_th(self, model) -> float:
         """Auto's B_th (tokens per rank): the smallest batch from which WaS is predicted no slower than CaS
         (`cost.first_lasting_win` over decode batches 1-1,024 at `model.context`); inf when CaS wins throughout.
-        SiDP's runtime, left to itself (`--sidp-b-th 0`), takes the batch whose step hides the copies
-        (`cost.crossover_batch`), which ignores what CaS costs; the planner's launch command passes this B_th.
+        SiDP's launcher gives auto this B_th where `--sidp-b-th` does not (`sidp.feature.resolve`).
         A configuration named with `_bthN` runs auto at B_th = N, as its launch flags say."""
         given = dict(option(o) for o in model.config.options).get("bth")
         return model.decided("b_th", lambda: float(given) if given is not None else self._b_th(model))

@@ -438,7 +438,8 @@ class SiDPRuntime:
         CaS groups and agree on B_th; then SiDP's Prometheus metrics, labelled like SGLang's scheduler metrics.
 
         Raises:
-            SiDPError: auto without a B_th flag and without cached forward times to derive it from.
+            SiDPError: auto without B_th (a server not started by our launcher, which predicts it, nor given
+                --sidp-b-th).
         """
         if self.settings.service != "was" and self.mlps:
             self._join_lockstep(scheduler)
@@ -461,14 +462,11 @@ class SiDPRuntime:
         wire = cpu if self.fold_gpus else replica_group(f"cas-{tag}", self.d, self.dp_rank, "nccl",
                                                          self.settings.owner_timeout_s)
         b_th, source = None, ""
-        if self.settings.service == "auto":
-            mine = self.settings.b_th or (self._calibrated_b_th(scheduler) if self.dp_rank == 0 else 0.0)
-            b_th = agree(mine, cpu)
-            source = "--sidp-b-th" if self.settings.b_th else "start-up calibration of DP0"
-            if b_th != b_th:  # NaN: DP0 found no forward times
-                raise SiDPError(
-                    "--sidp-service auto needs B_th: pass --sidp-b-th TOKENS, or first run this model once "
-                    "with --overlay-calibrate (and no --overlay-mode) on this GPU kind so its forward times are cached")
+        if self.settings.service == "auto":  # --sidp-b-th, or the planner's (the launcher's `feature.resolve`)
+            b_th, source = agree(self.settings.b_th, cpu), "--sidp-b-th, or the planner's at launch"
+            if not b_th:
+                raise SiDPError("--sidp-service auto needs B_th: start the server with python -m "
+                                "sgl_sidp.launch_server (which predicts it), or pass --sidp-b-th TOKENS")
         self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
         if cas_graphs_on(self.settings, bool(sa.disable_cuda_graph), self.fold_gpus):
             self._capture_cas_graphs(scheduler.tp_worker.model_runner, tag)
@@ -523,19 +521,6 @@ class SiDPRuntime:
         line = was_verdict(cal, self.copy_ms_per_forward) if cal is not None else None
         if line:
             logger.warning("sgl-sidp sidp %s: %s", self.who, line)
-
-    def _calibrated_b_th(self, scheduler) -> float:
-        """B_th from this model's cached forward times: the smallest decode batch whose forward hides one
-        forward's copies (`calibration.cost.crossover_batch`); inf when none does, NaN when nothing is cached."""
-        from sgl_sidp.calibration.cache import CalibrationCache
-        from sgl_sidp.calibration.cost import crossover_batch
-        from sgl_sidp.calibration.startup import calibration_key
-
-        cal = CalibrationCache().get(calibration_key(scheduler.tp_worker.model_runner))
-        if cal is None or not self.copy_gbps:
-            return float("nan")
-        b = crossover_batch(cal, self.copy_ms_per_forward)
-        return float(b) if b is not None else float("inf")
 
     def on_next_batch(self, plan, scheduler, *args, **kwargs):
         """AFTER `Scheduler.get_next_batch_to_run` (cas/auto): this iteration's lockstep step (`step`)."""

@@ -33,9 +33,9 @@ class SiDPSettings(BaseModel):
     b_th: float = Field(
         0.0, ge=0,
         description="[auto] B_th, tokens per rank per forward (mean over the DP ranks) at or above which an iteration "
-        "runs WaS. 0: the smallest decode batch whose forward hides the streamed layers' copies, from this model's "
-        "forward times cached by an earlier --overlay-calibrate run on the same GPU kind (without one, start-up stops "
-        "and says so).",
+        "runs WaS. 0: the planner's, chosen at launch for this model, GPU kind, DP x TP and --overlay-plan-workload "
+        "(the smallest decode batch from which WaS is predicted no slower than CaS, from the bundled or `python -m "
+        "sgl_sidp.plan calibrate`d one-GPU tables of this GPU kind; where there are none, launch stops and says so).",
     )
     hysteresis: float = Field(
         0.25, ge=0, lt=1,
