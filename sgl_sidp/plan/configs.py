@@ -130,7 +130,12 @@ class Configuration:
         auto's B_th in tokens per rank, Shift's threshold in tokens per forward; an option wins over a decision;
         ZeroDP's policy is its options'). `python -m sgl_sidp.launch_server` accepts all of them; the vanilla ones are
         SGLang's."""
-        return self.kind.launch_flags(self, dict(option(o) for o in self.options), b_th, shift_threshold)
+        return self.kind.launch_flags(self, self.option_values, b_th, shift_threshold)
+
+    @property
+    def option_values(self) -> dict[str, int | None]:
+        """Its options by name, with their values: ("all", "pf8192") -> {"all": None, "pf": 8192} (`option`)."""
+        return dict(option(o) for o in self.options)
 
     @property
     def gpus(self) -> int:

@@ -66,7 +66,7 @@ class SiDPTechnique(Technique):
         (`cost.first_lasting_win` over decode batches 1-1,024 at `model.context`); inf when CaS wins throughout.
         SiDP's launcher gives auto this B_th where `--sidp-b-th` does not (`sidp.feature.resolve`).
         A configuration named with `_bthN` runs auto at B_th = N, as its launch flags say."""
-        given = dict(option(o) for o in model.config.options).get("bth")
+        given = model.config.option_values.get("bth")
         return model.decided("b_th", lambda: float(given) if given is not None else self._b_th(model))
 
     @staticmethod

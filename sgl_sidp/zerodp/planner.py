@@ -92,11 +92,10 @@ class ZeroDPTechnique(Technique):
         from sgl_sidp.calibration.cost import KVModel
         from sgl_sidp.calibration.table import ExpectedBatch
         from sgl_sidp.peer.manifest import TensorSpec
-        from sgl_sidp.plan.configs import option
         from sgl_sidp.zerodp.policy import choose_plan
 
         s, c = model.shapes, model.config
-        opts = dict(option(o) for o in c.options)
+        opts = c.option_values
         # one tensor per layer stands for its experts (w13 and w2 travel together by default)
         manifest = [TensorSpec(lid, "w13_weight", (), "", model.elt * s.expert_params() // c.tp) for lid in s.moe_layers]
         forced = s.moe_layers if "all" in opts else None
