@@ -98,14 +98,6 @@ def gather_ints(values: Sequence[int], group=None) -> list[tuple[int, ...]]:
     return [tuple(int(v) for v in p) for p in parts]
 
 
-
-def agree(value: float, group, src: int = 0) -> float:
-    """`value` of group rank `src` on every rank of `group` (e.g. B_th decided by DP rank 0); a collective."""
-    parts = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, torch.tensor([float(value)], dtype=torch.float64), group=group)
-    return float(parts[src])
-
-
 def replica_group(name: str, world: int, rank: int, backend: str = "gloo", timeout_s: float = 900.0,
                   directory: str = "/tmp"):
     """A process group of `world` processes outside their own `torch.distributed` worlds (SGLang's

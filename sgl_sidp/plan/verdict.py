@@ -52,11 +52,19 @@ def planned_row(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mo
     """(the `PlanRow` of the configuration the server runs, predicted, or None; why not: "" when predicted), as
     `planned`'s arguments (e.g. SiDP's B_th at launch, `sidp.feature.resolve`). Never raises."""
     result, name, why = planned(model_path, dp, tp_size, gpu_name, mode, settings, workload)
-    row = next((r for r in result["configurations"] if r.name == name), None) if result else None
-    if result and (row is None or not row.predicted):
-        why = row.not_predicted if row is not None and row.not_predicted else f"{name} is not among its configurations"
-        row = None
-    return row, why
+    if result is None:
+        return None, why
+    row, why = _predicted_row(result, name)
+    return row, why or ("" if row else f"{name} is not among its configurations")
+
+
+def _predicted_row(result: dict, name: str):
+    """(the row of `name` in `plan`'s result where it is predicted, else None; the planner's reason it is not: "" when
+    it gave none)."""
+    row = next((r for r in result["configurations"] if r.name == name), None)
+    if row is None or not row.predicted:
+        return None, (row.not_predicted or "") if row is not None else ""
+    return row, ""
 
 
 def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
@@ -79,14 +87,12 @@ def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
     if result is None:
         return no + why, False
     kind = next((k for k, v in GPUS.items() if v["name"] == result["gpu"]), result["gpu"])
-    rows = result["configurations"]
-    ours = next((r for r in rows if r.name == name), None)
-    ranked = rank(rows, result["objective"])
+    ours, why = _predicted_row(result, name)
+    ranked = rank(result["configurations"], result["objective"])
     best = next((r for r in ranked if technique_named(r.technique).vanilla), None)
-    if ours is None or not ours.predicted or best is None:
-        why = (ours.not_predicted if ours is not None and ours.not_predicted else
-               "no vanilla configuration predicted" if best is None else f"{name} is not among its configurations")
-        return no + why, False
+    if ours is None or best is None:
+        return no + (why or ("no vanilla configuration predicted" if best is None else
+                             f"{name} is not among its configurations")), False
     where = f"on {result['workload']} ({n} x {kind}"
     where += f"; {result['extrapolation']}" if result.get("extrapolation") else ""
     where += "; predicted by the planner from one-GPU calibrations, not measured)"

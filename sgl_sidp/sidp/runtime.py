@@ -435,7 +435,7 @@ class SiDPRuntime:
 
     def on_scheduler_init(self, result, scheduler, *args, **kwargs):
         """AFTER `Scheduler.__init__` (CUDA graphs captured, in WaS): with cas/auto, join the DP ranks' lockstep and
-        CaS groups and agree on B_th; then SiDP's Prometheus metrics, labelled like SGLang's scheduler metrics.
+        CaS groups at the B_th of the settings; then SiDP's Prometheus metrics, labelled like SGLang's scheduler metrics.
 
         Raises:
             SiDPError: auto without B_th (a server not started by our launcher, which predicts it, nor given
@@ -453,20 +453,20 @@ class SiDPRuntime:
     def _join_lockstep(self, scheduler) -> None:
         import os
 
-        from sgl_sidp.control.lockstep import Lockstep, agree, replica_group
+        from sgl_sidp.control.lockstep import Lockstep, replica_group
         from sgl_sidp.remote_compute.cas import RemoteCompute
 
+        b_th, source = None, ""
+        if self.settings.service == "auto":  # every rank's settings hold the same B_th: --sidp-b-th, or the planner's
+            b_th, source = self.settings.b_th, "--sidp-b-th, or the planner's at launch"  # (`sidp.feature.resolve`)
+            if not b_th:
+                raise SiDPError("--sidp-service auto needs B_th: start the server with python -m "
+                                "sgl_sidp.launch_server (which predicts it), or pass --sidp-b-th TOKENS")
         sa = scheduler.server_args
         tag = f"{sa.port}-{os.getppid()}-tp{self.tp_rank}"  # the DP controller's pid: one per server
         cpu = replica_group(f"lockstep-{tag}", self.d, self.dp_rank, "gloo", self.settings.owner_timeout_s)
         wire = cpu if self.fold_gpus else replica_group(f"cas-{tag}", self.d, self.dp_rank, "nccl",
                                                          self.settings.owner_timeout_s)
-        b_th, source = None, ""
-        if self.settings.service == "auto":  # --sidp-b-th, or the planner's (the launcher's `feature.resolve`)
-            b_th, source = agree(self.settings.b_th, cpu), "--sidp-b-th, or the planner's at launch"
-            if not b_th:
-                raise SiDPError("--sidp-service auto needs B_th: start the server with python -m "
-                                "sgl_sidp.launch_server (which predicts it), or pass --sidp-b-th TOKENS")
         self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
         if cas_graphs_on(self.settings, bool(sa.disable_cuda_graph), self.fold_gpus):
             self._capture_cas_graphs(scheduler.tp_worker.model_runner, tag)
