@@ -385,6 +385,7 @@ def serve_calibrations(model_path: str, jobs: Sequence[tuple], gpu_name: str, ca
         else:
             todo.append((sig, flags, log, probes[0] if probes else PROBES))
     base = ["--model-path", model_path, "--load-format", "dummy", "--tokenizer-path", str(DEFAULT_MODEL_DIR)]
+    cache_dir.mkdir(parents=True, exist_ok=True)  # the gates live there before any entry is written (a fresh host)
     live, gates = [], []  # servers started and not stopped yet; gate files made
     waiting = collections.deque()  # (server, its gate file) of the jobs after the current one, in order
 
