@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sgl_sidp.bench import compare
-from sgl_sidp.bench.compare_report import best_vanilla, render
+from sgl_sidp.bench.compare_report import best_vanilla, predictions, render
 
 HERE = Path(__file__).resolve().parent
 DENSE = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 4,
@@ -178,6 +178,25 @@ def test_the_report_puts_the_planners_prediction_beside_the_burst(tmp_path):
     two = md.split("## Qwen3-8B on 2 x NVIDIA H200")[1]
     assert "| dp2 | 40,000 (1.00x); pred. " in two and "| tp2 | 30,000 (0.75x); pred. " in two
     assert next(r for r in rows if r["configuration"] == "tp2")["predicted"] > 0
+
+
+def test_the_planner_note_names_only_the_runs_configurations(tmp_path):
+    """Llama-3.1-70B on 4 x H200: the planner cannot predict dp4 (no KV), which the run did not start; the report
+    printed "Planner: the weights leave no KV cache" above a table whose every row it predicted."""
+    src = Path(__file__).resolve().parents[2] / "shared" / "models" / "Llama-3.1-70B" / "config.json"
+    if not src.is_file():
+        pytest.skip(f"{src} missing (../shared/models)")
+    folder = tmp_path / "Llama-3.1-70B"
+    folder.mkdir()
+    (folder / "config.json").write_text(src.read_text())
+    (folder / "tp4.json").write_text(json.dumps({
+        "config": "tp4", "base_name": "tp4", "technique": "vanilla", "dp": 1, "tp": 4, "sp": 1, "gpu_count": 4,
+        "gpu_name": "NVIDIA H200", "kv_tokens": {"0": 1_190_816},
+        "burst": {"spec": "128+2048+32", "total_tok_s": 13_983.0, "tpot_ms_p50": 299.0}}))
+    md = render(tmp_path)[0]
+    assert "| tp4 | 13,983 (1.00x); pred. " in md and "Planner:" not in md
+    rows, note = predictions(tmp_path, "Llama-3.1-70B", "NVIDIA H200", 4, "128+2048+32", ["tp4", "dp4"])
+    assert note == "dp4: the weights leave no KV cache"
 
 
 def test_jit_kernels_of_every_model_and_kv_layout_are_built_ahead(tmp_path, monkeypatch):

@@ -190,3 +190,20 @@ def test_gathered_logits_come_back_in_vocab_order():
     out = spawn(_logits_rank, 6, 3, 2, 24)
     assert all(fixed for fixed, _ in out.values())
     assert not any(naive for _, naive in out.values())
+
+
+def test_rebase_points_the_parameter_into_its_base_weight():
+    from sgl_sidp.shift.views import rebase
+
+    class Copies:  # the SP group's other ranks hold the same shard
+        @staticmethod
+        def all_gather_into_tensor(output, input):
+            for part in output.chunk(2):
+                part.copy_(input)
+
+    for dim, shape in ((COLUMN, (3, 4)), (ROW, (4, 3))):
+        shard = torch.arange(12.0).reshape(shape)
+        p = torch.nn.Parameter(shard.clone(), requires_grad=False)
+        base = rebase(p, dim, 2, 1, Copies)
+        assert base.shape == ((6, 4) if dim == COLUMN else (4, 6))
+        assert torch.equal(p.data, shard) and shares_storage(p.data, base)

@@ -104,7 +104,8 @@ def ratio_row(value: float | None, best: tuple[str, float] | None) -> dict:
 
 def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None,
                 names: Sequence[str] = ()) -> tuple[dict, str]:
-    """The planner's rows ({configuration: `PlanRow`}) for the burst of a group, and a note ("" when it predicted);
+    """The planner's rows ({configuration: `PlanRow`}) for the burst of a group, and a note naming each of the group's
+    configurations that the planner did not predict, and why ("" when it predicted them all);
     `names`: the group's configurations, predicted too where the planner does not list them (`plan`'s `names`).
 
     Never raises: a GPU kind or model the planner cannot predict gives ({}, the reason)."""
@@ -131,8 +132,8 @@ def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str 
     except PlanError as e:
         return {}, f"no prediction: {e}"
     rows = {r.name: r for r in result["configurations"]}
-    missing = sorted({r.not_predicted for r in rows.values() if r.not_predicted is not None})
-    return rows, ("; ".join(missing[:2]) if missing else "")
+    missing = [f"{n}: {rows[n].not_predicted}" for n in names if n in rows and rows[n].not_predicted is not None]
+    return rows, "; ".join(missing)
 
 
 def exactness(group: dict[str, dict], everything: dict[str, dict]) -> dict[str, dict | None]:

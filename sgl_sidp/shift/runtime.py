@@ -11,9 +11,9 @@ forward's token count (`ShiftRuntime.base_for`), through these hooks (each liste
   rank g % SP: the shift group is SGLang's TP group in its own order, so the head order `tp * SP + sp` of
   `heads.shift_rank` holds with no permutation.
 - AFTER `ModelRunner.load_model`: per decoder layer, the base weights of `qkv_proj`, `o_proj`, `gate_up_proj` and
-  `down_proj` gathered over the SP group from the TP = P shards (`views.gather_base`, one tensor at a time); each
-  shard parameter then points into its base weight (`views.shard_view`), so the shift configuration adds nothing.
-  SGLang sizes the KV cache afterwards, from what is left.
+  `down_proj` gathered over the SP group from the TP = P shards, one tensor at a time (`views.rebase`); each
+  shard parameter then points into its base weight, so the shift configuration adds nothing, and the old shard's
+  memory goes back to the GPU. SGLang sizes the KV cache afterwards, from what is left.
 - AROUND `VocabParallelEmbedding.forward` (the model's `embed_tokens`), the first op of every forward, eager or being
   captured: decide base or shift from the token count, then in base keep this SP rank's slice of the embedded tokens
   (`ulysses.local_tokens`; SGLang's TP = P lookup and all-reduce run for all tokens).
@@ -64,7 +64,7 @@ import torch.nn.functional as F
 
 from sgl_sidp.process import Progress
 from sgl_sidp.shift import ulysses
-from sgl_sidp.shift.views import COLUMN, ROW, gather_base, shard_view
+from sgl_sidp.shift.views import COLUMN, ROW, rebase
 
 logger = logging.getLogger(__name__)
 
@@ -167,12 +167,8 @@ class ShiftRuntime:
                 bias = getattr(lin, "bias", None)
                 if dim == ROW and bias is not None:
                     raise ShiftError(f"--overlay-mode shift: layer {i} {path} has a bias (row-parallel biases not supported)")
-                base_w = gather_base(lin.weight.data, dim, self.sp, self.sp_comm)
-                lin.weight.data = shard_view(base_w, dim, self.sp, self.sp_rank)
-                base_b = None
-                if bias is not None:
-                    base_b = gather_base(bias.data, COLUMN, self.sp, self.sp_comm)
-                    bias.data = shard_view(base_b, COLUMN, self.sp, self.sp_rank)
+                base_w = rebase(lin.weight, dim, self.sp, self.sp_rank, self.sp_comm)
+                base_b = None if bias is None else rebase(bias, COLUMN, self.sp, self.sp_rank, self.sp_comm)
                 self.weights[id(lin)] = (base_w, base_b)
                 added += (base_w.numel() - lin.weight.numel()) * base_w.element_size()
                 if role in ("qkv", "o"):

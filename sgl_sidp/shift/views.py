@@ -43,6 +43,22 @@ def gather_base(shard: torch.Tensor, dim: int, sp: int, comm) -> torch.Tensor:
     return stacked if dim == COLUMN else stacked.t().contiguous()
 
 
+def rebase(param: torch.Tensor, dim: int, sp: int, sp_rank: int, comm) -> torch.Tensor:
+    """Gather `param`'s base weight over the SP group (`gather_base`) and point `param.data` at this rank's part of it
+    (`shard_view`). Returns the base weight, [sp * rows, in] or [out, sp * cols].
+
+    On CUDA the caching allocator then hands back the old shard's and the gather's blocks (`torch.cuda.empty_cache`).
+    Kept, they were split for the next weights' gathers and the rest of each block stayed reserved: SGLang, which
+    sizes the KV cache after this from the free memory, then allocated about 4.4 GiB fewer KV bytes a GPU for
+    Llama-3.1-70B at SP2 x TP2 than the weights leave (measured on 4 x H200, commit 40b0086).
+    """
+    base = gather_base(param.data, dim, sp, comm)
+    param.data = shard_view(base, dim, sp, sp_rank)
+    if base.is_cuda:
+        torch.cuda.empty_cache()
+    return base
+
+
 def shard_view(base: torch.Tensor, dim: int, sp: int, sp_rank: int) -> torch.Tensor:
     """SP rank `sp_rank`'s shard of a `gather_base` weight, as a view of it (rows for `COLUMN`, columns for `ROW`).
 

@@ -1,0 +1,61 @@
+"""Shift's base weights on one real GPU (`pytest -m gpu`): gathering them leaves no memory reserved and unused.
+
+`ShiftRuntime.adopt` gathers each decoder linear's base weight from the TP = P shards (`views.rebase`); SGLang then
+sizes the KV cache from the free memory. On 4 x H200, Llama-3.1-70B at SP2 x TP2 got about 4.4 GiB fewer KV bytes a
+GPU than its weights leave (715,449 KV tokens, the planner 787,363): the caching allocator had split the freed shards'
+and gathers' blocks for later base weights and kept the rest reserved. Here the same gathers run on one GPU with
+Llama-3.1-70B's TP4 shapes (a copying stand-in for the SP group's all-gather, SP = 2) and the reserved-but-unallocated
+bytes are measured with the old order (no release) and with `rebase`.
+"""
+
+import pytest
+
+pytestmark = [pytest.mark.gpu]
+
+#: Llama-3.1-70B's decoder linears at TP4, [rows, cols] of each shard, and whether the base gathers rows or columns
+SHARDS = (((8192 + 2 * 1024) // 4, 8192, "column"), (8192, 8192 // 4, "row"),
+          (2 * 28672 // 4, 8192, "column"), (8192, 28672 // 4, "row"))
+
+
+class CopyComm:
+    """`all_gather_into_tensor` of one process standing in for SP ranks that hold the same shard."""
+
+    @staticmethod
+    def all_gather_into_tensor(output, input):
+        for part in output.chunk(output.shape[0] // input.shape[0]):
+            part.copy_(input)
+
+
+def _slack_gib(layers: int, release: bool) -> float:
+    import torch
+
+    from sgl_sidp.shift.views import COLUMN, ROW, gather_base, rebase, shard_view
+
+    params = [torch.nn.Parameter(torch.empty(r, c, dtype=torch.bfloat16, device="cuda"), requires_grad=False)
+              for _ in range(layers) for r, c, _ in SHARDS]
+    dims = [COLUMN if d == "column" else ROW for _ in range(layers) for _, _, d in SHARDS]
+    torch.cuda.synchronize()
+    bases = []
+    for p, dim in zip(params, dims):
+        if release:
+            bases.append(rebase(p, dim, 2, 0, CopyComm))
+        else:
+            base = gather_base(p.data, dim, 2, CopyComm)
+            p.data = shard_view(base, dim, 2, 0)
+            bases.append(base)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # SGLang's get_available_gpu_memory empties the cache before it reads the free memory
+    slack = (torch.cuda.memory_reserved() - torch.cuda.memory_allocated()) / 2 ** 30
+    del params, bases
+    torch.cuda.empty_cache()
+    return slack
+
+
+@pytest.mark.gpus(1)
+def test_gathering_the_base_weights_leaves_nothing_reserved(capsys):
+    layers = 30  # 12.8 GB of TP4 shards and 25.7 GB of base weights: fits an 80 GB GPU
+    old, new = _slack_gib(layers, release=False), _slack_gib(layers, release=True)
+    with capsys.disabled():
+        print(f"\nreserved but unallocated after gathering {layers} layers: {old:.2f} GiB without release, "
+              f"{new:.2f} GiB with views.rebase")
+    assert new < 0.1, new
