@@ -149,6 +149,17 @@ class _CoreConfig(BaseModel):
         "explicit mode logs at start-up (its predicted ratio to the best vanilla configuration): offline:S:IN:OUT "
         "(throughput), latency:IN:OUT or trace:FILE[:SCALE] (latency among the configurations that keep up).",
     )
+    plan_slo_ttft_ms: float | None = Field(
+        None,
+        gt=0,
+        json_schema_extra={"metavar": "MS"},
+        description="with --overlay-plan-slo-tpot-ms: the planner ranks the configurations by goodput on "
+        "--overlay-plan-workload, the requests per second that meet both SLOs (TTFT and TPOT, ms), for auto's pick "
+        "and an explicit mode's start-up line.",
+    )
+    plan_slo_tpot_ms: float | None = Field(
+        None, gt=0, json_schema_extra={"metavar": "MS"}, description="see --overlay-plan-slo-ttft-ms."
+    )
     signal_log_interval: int = Field(
         40,
         ge=1,
@@ -262,6 +273,13 @@ class _CoreConfig(BaseModel):
             raise SidpConfigError([f"${ENV_VAR} is not JSON: {e}"]) from None
         return cls.from_mapping(values)
 
+    @property
+    def plan_slo(self) -> tuple[float, float] | None:
+        """(TTFT ms, TPOT ms) the planner ranks by goodput with, or None (both flags are needed)."""
+        if self.plan_slo_ttft_ms is None or self.plan_slo_tpot_ms is None:
+            return None
+        return self.plan_slo_ttft_ms, self.plan_slo_tpot_ms
+
     # ------------------------------------------------------------------ cross-checks
     @property
     def feature(self):
@@ -292,8 +310,12 @@ class _CoreConfig(BaseModel):
         mode, one of a sub-mode this one is not (`Feature.ignored`), or the signal's interval with the overlay off.
         Only flags actually given count (pydantic's `model_fields_set`), so defaults never trip it."""
         problems = []
-        if "plan_workload" in self.model_fields_set and self.mode == SidpMode.OFF:
-            problems.append("--overlay-plan-workload is unused: it applies with an --overlay-mode")
+        for f in ("plan_workload", "plan_slo_ttft_ms", "plan_slo_tpot_ms"):
+            if f in self.model_fields_set and self.mode == SidpMode.OFF:
+                problems.append(f"{_flag(f)} is unused: it applies with an --overlay-mode")
+        if (self.plan_slo_ttft_ms is None) != (self.plan_slo_tpot_ms is None):
+            problems.append("--overlay-plan-slo-ttft-ms and --overlay-plan-slo-tpot-ms go together: give both or "
+                            "neither")
         if "signal_log_interval" in self.model_fields_set and not self.active:
             problems.append("--overlay-signal-log-interval is unused with the overlay off: add --overlay-batch-signal "
                             "or an --overlay-mode")

@@ -165,7 +165,8 @@ def _drop_flags(argv: list[str], flags: dict[str, bool]) -> list[str]:
 
 def resolve_auto(argv: list[str]) -> list[str]:
     """With `--overlay-mode auto`: the planner's winner for this model, GPU kind and GPU count (`--tp-size` x
-    `--dp-size` where given, else every visible GPU) on `--overlay-plan-workload`, printed with its table; returns
+    `--dp-size` where given, else every visible GPU) on `--overlay-plan-workload` (by goodput with
+    `--overlay-plan-slo-ttft-ms` and `--overlay-plan-slo-tpot-ms`), printed with its table; returns
     `argv` with the winner's flags in place of the mode, TP, DP and DP-attention flags. Other argv is returned as is.
 
     Raises:
@@ -187,9 +188,11 @@ def resolve_auto(argv: list[str]) -> list[str]:
     if not n or kind is None:
         raise SidpConfigError([f"--overlay-mode auto: the planner knows GPU kinds {', '.join(GPUS)}; "
                                f"this host's GPU 0 is {name or 'not visible'}"])
-    workload = SidpConfig.from_cli_args(ours).plan_workload
+    cfg = SidpConfig.from_cli_args(ours)
+    if cfg.unused_flags():  # e.g. one SLO flag without the other: refused before the planner runs
+        raise SidpConfigError(cfg.unused_flags())
     try:
-        result = plan(raw.model_path, n, kind, workload)
+        result = plan(raw.model_path, n, kind, cfg.plan_workload, slo=cfg.plan_slo)
     except PlanError as e:
         raise SidpConfigError([f"--overlay-mode auto: {e}"]) from None
     print(table(result), flush=True)
@@ -197,7 +200,8 @@ def resolve_auto(argv: list[str]) -> list[str]:
     why = result["reason"].split(": ", 1)[-1]  # "the highest predicted throughput on ... (..., 1.01x the next, ...)"
     print(f"sgl-sidp: --overlay-mode auto starts {result['winner']} (predicted; {why}): "
           f"{' '.join(chosen) or 'TP1, one GPU'}", flush=True)
-    dropped = {"--overlay-mode": True, "--overlay-plan-workload": True, "--tp-size": True, "--tp": True,
+    dropped = {"--overlay-mode": True, "--overlay-plan-workload": True, "--overlay-plan-slo-ttft-ms": True,
+               "--overlay-plan-slo-tpot-ms": True, "--tp-size": True, "--tp": True,
                "--dp-size": True, "--dp": True, "--enable-dp-attention": False}
     return _drop_flags(argv, dropped) + chosen
 
@@ -282,7 +286,7 @@ def mode_verdict(cfg: SidpConfig, server_args) -> str:
     try:
         line, _ = verdict(server_args.model_path, int(server_args.dp_size), int(server_args.tp_size),
                           gpu_name(int(server_args.base_gpu_id or 0)), cfg.mode.value, getattr(cfg, cfg.mode.value),
-                          cfg.plan_workload)
+                          cfg.plan_workload, cfg.plan_slo)
     except Exception as e:  # noqa: BLE001 - the prediction informs; it never stops a server the user asked for
         line = f"sgl-sidp: --overlay-mode {cfg.mode.value}: no prediction against vanilla SGLang: {type(e).__name__}: {e}"
     return line

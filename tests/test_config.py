@@ -181,7 +181,8 @@ def test_flag_names_one_prefix_each_and_every_old_spelling_maps_to_one():
     p = argparse.ArgumentParser()
     flags = [a.option_strings[0] for a in SidpConfig.add_cli_args(p)._group_actions]
     assert all(f.split("-")[2] in {"overlay", *FEATURES} and f.count("sidp") <= 1 for f in flags), flags
-    newer = {"--overlay-start-after", "--shift-exact"}  # added after the rename: no old spelling
+    newer = {"--overlay-start-after", "--shift-exact", "--overlay-plan-slo-ttft-ms", "--overlay-plan-slo-tpot-ms"}
+    # (added after the rename: no old spelling)
     assert sorted(RENAMED.values()) == sorted(set(flags) - newer) and not set(RENAMED) & set(flags)
     argv = ["--sidp-sidp-force", "cas", "--dp-size", "2", "--sidp-mode=sidp", "--sidp-service", "was"]
     assert renamed_flags(argv) == ["--sidp-sidp-force was renamed --sidp-service", "--sidp-mode was renamed --overlay-mode"]
@@ -451,6 +452,8 @@ def test_sidp_auto_without_b_th_gets_the_planners_at_launch(monkeypatch):
 ACCEPTED = {
     "--overlay-signal-log-interval": ["1", "1000000"],
     "--overlay-plan-workload": ["offline:512:2048:256", "trace:/a b/c.csv:2"],
+    "--overlay-plan-slo-ttft-ms": ["1e3", "2000"],
+    "--overlay-plan-slo-tpot-ms": ["80", "0.5"],
     "--overlay-start-after": ["/tmp/a gate"],  # its folder must exist
     "--zerodp-layers": ["all", "every:3", "0,5,47"],
     "--zerodp-tensors": ["w2,w13"],
@@ -538,3 +541,15 @@ def test_flags_of_another_mode_or_an_unused_sub_mode_are_refused(tmp_path, dense
     assert ps == ["--sidp-b-th is unused here: it applies with --sidp-service auto",
                   "--sidp-hysteresis is unused here: it applies with --sidp-service auto"]
     parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th", "64").validate_against(args(d, dp=2))
+
+
+def test_the_planners_slos_go_together_and_are_refused_alone_or_with_the_overlay_off():
+    cfg = parse("--overlay-mode", "auto", "--overlay-plan-slo-ttft-ms", "2000", "--overlay-plan-slo-tpot-ms", "80")
+    assert cfg.plan_slo == (2000.0, 80.0) and cfg.unused_flags() == []
+    assert parse("--overlay-mode", "shift").plan_slo is None
+    assert parse("--overlay-mode", "shift", "--overlay-plan-slo-ttft-ms", "2000").unused_flags() == [
+        "--overlay-plan-slo-ttft-ms and --overlay-plan-slo-tpot-ms go together: give both or neither"]
+    assert "--overlay-plan-slo-tpot-ms is unused: it applies with an --overlay-mode" in parse(
+        "--overlay-plan-slo-ttft-ms", "1", "--overlay-plan-slo-tpot-ms", "1").unused_flags()
+    with pytest.raises(SidpConfigError, match=r"^--overlay-plan-slo-ttft-ms: Input should be greater than 0$"):
+        parse("--overlay-mode", "shift", "--overlay-plan-slo-ttft-ms", "0")

@@ -279,6 +279,13 @@ def test_auto_mode_starts_the_planner_s_winner_in_place_of_the_mode_and_layout_f
     chosen = ls.resolve_auto(argv)
     assert "--overlay-plan-workload" not in chosen and chosen.count("--tp-size") <= 1 and "auto" not in chosen
     assert ls.resolve_auto(["--model-path", str(DENSE), "--tp-size", "2"]) == ["--model-path", str(DENSE), "--tp-size", "2"]
+    argv = ["--model-path", str(DENSE), "--overlay-mode", "auto", "--overlay-plan-workload", "offline:64:2048:64",
+            "--overlay-plan-slo-ttft-ms", "1000", "--overlay-plan-slo-tpot-ms=50"]
+    chosen = ls.resolve_auto(argv)
+    assert "(predicted; the highest predicted goodput on offline:64:2048:64 under TTFT 1000 ms" in capsys.readouterr().out
+    assert not [a for a in chosen if a.startswith("--overlay-plan")] and "1000" not in chosen
+    with pytest.raises(SidpConfigError, match="go together: give both or neither"):
+        ls.resolve_auto(argv[:-1])
 
 
 @pytest.mark.skipif(not DENSE.is_dir(), reason=f"{DENSE} not found (the shared model configs)")

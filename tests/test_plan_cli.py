@@ -87,6 +87,8 @@ def test_more_gpus_than_any_measured_node_is_called_an_extrapolation(qwen3_8b, c
     (["--gpus", "2", "--workload", "trace:/nonexistent.csv"], "--workload trace:/nonexistent.csv"),
     (["--gpus", "0"], "at least 1"),
     (["--gpus", "2", "--workload", "latency:0:0"], "IN 0, OUT 0: each at least 1"),
+    (["--gpus", "2", "--slo-ttft-ms", "1000"], "--slo-ttft-ms and --slo-tpot-ms go together"),
+    (["--gpus", "2", "--slo-ttft-ms", "0", "--slo-tpot-ms", "50"], "both must be above 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(qwen3_8b, args, says):
     argv = args if "--model-path" in args else ["--model-path", qwen3_8b, *args]
@@ -800,3 +802,19 @@ def test_calibrate_shares_the_shards_among_the_hosts_gpus(qwen3_8b, tmp_path):
     with pytest.raises(OSError, match="no port"):
         calibrate(qwen3_8b, 4, "NVIDIA H200", cache_dir=tmp_path / "x", server=failing, measure_overhead=False,
                   gpus=["0", "1"], ahead=0, timeout_s=30)
+
+
+def test_with_slos_the_configurations_are_ranked_by_goodput(qwen3_8b, capsys):
+    """Goodput (requests per second meeting both SLOs) orders the rows, the reason and the table say so; every
+    predicted row has it."""
+    from sgl_sidp.plan.planner import rank
+
+    result = plan(qwen3_8b, 2, "H200", "offline:64:2048:64", slo=(1000.0, 50.0))
+    assert result["objective"] == "goodput"
+    ranked = rank(result["configurations"], "goodput")
+    assert [r.request_goodput for r in ranked] == sorted((r.request_goodput for r in ranked), reverse=True)
+    assert result["winner"] == ranked[0].name and "the highest predicted goodput" in result["reason"]
+    assert "under TTFT 1000 ms and TPOT 50 ms" in result["reason"]
+    main(["--model-path", qwen3_8b, "--gpus", "2", "--workload", "offline:64:2048:64", "--slo-ttft-ms", "1000",
+          "--slo-tpot-ms", "50"])
+    assert "| goodput req/s |" in capsys.readouterr().out

@@ -69,3 +69,11 @@ def test_zerodp_is_predicted_with_the_offload_policy_it_runs():
     line, loses = verdict(str(MODELS / "Qwen3-30B-A3B"), 2, 1, "NVIDIA H200", "zerodp", ZeroDPSettings(layers="all"),
                           "offline:512:2048:256")
     assert "(zerodp_dp2_all)" in line and loses  # every layer pulled by a decoding sink: copy-bound
+
+
+def test_with_slos_the_line_compares_goodput():
+    line, loses = verdict(str(MODELS / "Qwen3-8B"), 1, 2, "NVIDIA H200", "shift", ShiftSettings(sp=2),
+                          "offline:64:2048:64", (1000.0, 50.0))
+    assert re.search(r"\(shift_sp2_tp1\)(: warning: predicted to lose:| is predicted at) \d+\.\d\dx the goodput of "
+                     r"the best vanilla configuration, \w+ \([\d.]+ against [\d.]+ req/s under TTFT 1000 ms and TPOT "
+                     r"50 ms\) on offline:64:2048:64", line), line

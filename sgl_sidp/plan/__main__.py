@@ -170,13 +170,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpu", default="H200", help=f"GPU kind: {', '.join(GPUS)} (default: H200)")
     ap.add_argument("--workload", default="offline:512:2048:256",
                     help="offline:S:IN:OUT, latency:IN:OUT or trace:FILE[:SCALE] (default: offline:512:2048:256)")
+    ap.add_argument("--slo-ttft-ms", type=float, default=None, metavar="MS",
+                    help="with --slo-tpot-ms: rank by goodput, the requests per second that meet both SLOs")
+    ap.add_argument("--slo-tpot-ms", type=float, default=None, metavar="MS", help="see --slo-ttft-ms")
     ap.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     ap.add_argument("--png", type=Path, default=None, help="also write a PNG of the predicted configurations here")
     a = ap.parse_args(argv)
     try:
         if a.gpus < 1:
             raise PlanError(f"--gpus {a.gpus}: at least 1")
-        result = plan(a.model_path, a.gpus, a.gpu, a.workload)
+        if (a.slo_ttft_ms is None) != (a.slo_tpot_ms is None):
+            raise PlanError("--slo-ttft-ms and --slo-tpot-ms go together: give both or neither")
+        slo = (a.slo_ttft_ms, a.slo_tpot_ms) if a.slo_ttft_ms is not None else None
+        result = plan(a.model_path, a.gpus, a.gpu, a.workload, slo=slo)
     except PlanError as e:
         print(f"sgl-sidp plan: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -188,13 +188,14 @@ def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: li
     (ms). `what_if` sets numbers by hand in place of the calibrated ones (`what_if.WhatIf`, validation scripts'
     sensitivity checks; the result does not say so: the caller does). `names`: configurations to predict besides the
     planner's own (`configs.configuration_named`, with options: "zerodp_dp2_all"), on the same GPUs. `slo`: (TTFT ms,
-    TPOT ms) objectives; each row then has its goodput (`PlanRow.request_goodput`).
+    TPOT ms) objectives; each row then has its goodput (`PlanRow.request_goodput`), and the configurations are ranked
+    by it (`rank`'s "goodput").
 
     Raises:
         PlanError: a bad spec, model folder or GPU kind, a model that does not shard over `n_gpus`, no interconnect
             entry it needs, or no configuration predicted.
     """
-    objective = "throughput" if spec.startswith("offline:") else "latency"
+    objective = "goodput" if slo is not None else "throughput" if spec.startswith("offline:") else "latency"
     return plan_requests(model_path, n_gpus, gpu, spec, workload(spec), calibration_dirs, decode_points, objective,
                          what_if, names, slo)
 
@@ -209,10 +210,13 @@ NEAR_TIE = 0.05
 
 
 def rank(rows: list[PlanRow], objective: str) -> list[PlanRow]:
-    """The predicted configurations, best first: by throughput ("throughput", offline work), or ("latency", traces and
-    single requests) by median E2E latency among those within `KEEPS_UP` of the best throughput (a trace's throughput
-    is its arrival rate wherever the configuration keeps up), then the rest by throughput."""
+    """The predicted configurations, best first: by throughput ("throughput", offline work), by goodput ("goodput",
+    with SLOs: the requests per second that meet both, then throughput), or ("latency", traces and single requests)
+    by median E2E latency among those within `KEEPS_UP` of the best throughput (a trace's throughput is its arrival
+    rate wherever the configuration keeps up), then the rest by throughput."""
     done = sorted((r for r in rows if r.predicted), key=lambda r: -r.total_tok_s)
+    if objective == "goodput":
+        return sorted(done, key=lambda r: -(r.request_goodput or 0.0))  # stable: equal goodput by throughput
     if objective == "throughput" or not done:
         return done
     floor = (1 - KEEPS_UP) * done[0].total_tok_s
@@ -231,6 +235,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     Raises:
         PlanError: as `plan`, but for the spec.
     """
+    if objective == "goodput" and slo is None:
+        raise PlanError("ranking by goodput needs the SLOs (TTFT ms, TPOT ms)")
+    if slo is not None and not (slo[0] > 0 and slo[1] > 0):
+        raise PlanError(f"SLOs of TTFT {slo[0]:g} ms and TPOT {slo[1]:g} ms: both must be above 0")
     hf = read_hf_config(model_path)
     if hf is None:
         raise PlanError(f"--model-path {model_path}: no config.json there")
@@ -357,11 +365,21 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                      if runner_up else "") + ")"
                   + (f"; a near tie, within the planner's error: {other.name} may serve it as well or better"
                      if other and win.total_tok_s < (1 + NEAR_TIE) * other.total_tok_s else ""))
+    elif objective == "goodput":
+        reason = (f"{win.name}: the highest predicted goodput on {label} under TTFT {slo[0]:g} ms and TPOT "
+                  f"{slo[1]:g} ms ({win.request_goodput:.3g} req/s"
+                  + (f", against {runner_up.request_goodput:.3g} for the next, {runner_up.name}" if runner_up else "")
+                  + ")")
     else:
         reason = (f"{win.name}: the lowest predicted median E2E latency on {label} ({win.e2e_ms_p50:,.1f} ms"
                   + (f", against {runner_up.e2e_ms_p50:,.1f} ms for the next, {runner_up.name}" if runner_up else "")
                   + f") among the configurations within {KEEPS_UP:.0%} of the best throughput")
-    if best_vanilla and win is not best_vanilla:
+    if objective == "goodput":
+        best_vanilla = next((r for r in ranked if technique_named(r.technique).vanilla), None)
+        if best_vanilla and win is not best_vanilla and best_vanilla.request_goodput:
+            reason += (f"; {win.request_goodput / best_vanilla.request_goodput:.2f}x the goodput of the best vanilla "
+                       f"configuration, {best_vanilla.name}")
+    elif best_vanilla and win is not best_vanilla:
         reason += f"; {win.ratio_to_best_vanilla:.2f}x the throughput of the best vanilla configuration, {best_vanilla.name}"
     beyond = extrapolation(n_gpus)
     return {"predicted": True, "model": model_path, "gpus": n_gpus, "gpu": kind["name"],
@@ -395,14 +413,17 @@ def table(result: dict) -> str:
              "(every number below is a prediction):", ""]
     if result.get("extrapolation"):
         lines += [result["extrapolation"] + ".", ""]
+    good = result.get("objective") == "goodput"
     lines += ["| configuration | weights GB/GPU | KV tokens (all GPUs) | total tok/s | TTFT p50 ms | TPOT p50 ms | "
-              "TTFT p99 ms | TPOT p99 ms | vs best vanilla |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "TTFT p99 ms | TPOT p99 ms | vs best vanilla |" + (" goodput req/s |" if good else ""),
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if good else "")]
     for r in result["configurations"]:
         if r.predicted:
             cells = [f"{r.total_tok_s:.0f}", f"{r.ttft_ms_p50:.1f}", f"{r.tpot_ms_p50:.2f}",
                      f"{r.ttft_ms_p99:.1f}", f"{r.tpot_ms_p99:.2f}", f"{r.ratio_to_best_vanilla or 0:.2f}x"]
+            cells += [f"{r.request_goodput or 0:.3g}"] if good else []
         else:
-            cells = ["not predicted"] + [""] * 5
+            cells = ["not predicted"] + [""] * (6 if good else 5)
         lines.append(f"| {r.name} | {r.weights_gb_per_gpu:.1f} | {r.kv_tokens_total:,} | " + " | ".join(cells) + " |")
     lines += ["", f"Winner (predicted): {result['reason']}.", "Launch: " + " ".join(result["launch"])]
     missing = [f"- {r.name}: {r.not_predicted}" for r in result["configurations"] if r.not_predicted is not None]

@@ -15,7 +15,7 @@ LOSES_BELOW = 0.98
 
 
 def planned(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
-            workload: str) -> tuple[dict | None, str | None, str]:
+            workload: str, slo: tuple[float, float] | None = None) -> tuple[dict | None, str | None, str]:
     """The planner's result on the server's GPUs with the configuration the server runs among its rows: (`plan`'s
     result or None, the configuration's name or None, why there is no result: "" when there is one).
 
@@ -27,6 +27,7 @@ def planned(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
         settings: the technique's resolved settings (`SidpConfig.<mode>`), which name its configuration
             (`Technique.launched_name`).
         workload: the planner's workload spec (`--overlay-plan-workload`).
+        slo: (TTFT ms, TPOT ms) to rank by goodput (`--overlay-plan-slo-ttft-ms`, `--overlay-plan-slo-tpot-ms`).
 
     Never raises: what the planner cannot predict is the reason.
     """
@@ -42,7 +43,7 @@ def planned(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
     if kind is None:
         return None, name, f"the planner knows GPU kinds {', '.join(GPUS)}, not {gpu_name or 'this one'}"
     try:
-        return plan(model_path, dp * tp_size, kind, workload, names=[name]), name, ""
+        return plan(model_path, dp * tp_size, kind, workload, names=[name], slo=slo), name, ""
     except PlanError as e:
         return None, name, str(e)
 
@@ -68,10 +69,10 @@ def _predicted_row(result: dict, name: str):
 
 
 def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
-            workload: str) -> tuple[str, bool]:
+            workload: str, slo: tuple[float, float] | None = None) -> tuple[str, bool]:
     """(the line, whether the mode is predicted to lose) for a server of `mode` on `dp` x `tp_size` GPUs, as
-    `planned`'s arguments; offline work is ranked by throughput, the rest by median E2E latency among the
-    configurations that keep up (`planner.rank`).
+    `planned`'s arguments; with `slo` every workload is ranked by goodput, else offline work by throughput and the
+    rest by median E2E latency among the configurations that keep up (`planner.rank`).
 
     Never raises: what the planner cannot predict gives a line that says why, and False.
     """
@@ -81,7 +82,7 @@ def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
     from sgl_sidp.plan.technique import technique_named
 
     n = dp * tp_size
-    result, name, why = planned(model_path, dp, tp_size, gpu_name, mode, settings, workload)
+    result, name, why = planned(model_path, dp, tp_size, gpu_name, mode, settings, workload, slo)
     head = f"sgl-sidp: --overlay-mode {mode}" + (f" ({name})" if name else "")
     no = f"{head}: no prediction against vanilla SGLang on {n} GPU{'s' if n > 1 else ''}: "
     if result is None:
@@ -100,6 +101,12 @@ def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
         ratio = ours.total_tok_s / best.total_tok_s
         what = (f"{ratio:.2f}x the throughput of the best vanilla configuration, {best.name} "
                 f"({ours.total_tok_s:,.0f} against {best.total_tok_s:,.0f} tokens/s)")
+        loses = ratio < LOSES_BELOW
+    elif result["objective"] == "goodput":
+        ratio = (ours.request_goodput or 0.0) / best.request_goodput if best.request_goodput else float("inf")
+        what = (f"{ratio:.2f}x the goodput of the best vanilla configuration, {best.name} "
+                f"({ours.request_goodput or 0:.3g} against {best.request_goodput or 0:.3g} req/s under TTFT "
+                f"{slo[0]:g} ms and TPOT {slo[1]:g} ms)")
         loses = ratio < LOSES_BELOW
     else:
         ratio = best.e2e_ms_p50 / ours.e2e_ms_p50
