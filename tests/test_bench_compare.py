@@ -161,19 +161,25 @@ def test_best_vanilla_is_taken_per_number_in_its_direction():
     assert best_vanilla(group, lambda r: r["x"], False) == ("dp2_attn", 5.0)
 
 
-def test_the_report_puts_the_planners_prediction_beside_the_burst(tmp_path):
-    src = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-8B" / "config.json"
+def vanilla_results(tmp_path, model: str, spec: str, runs) -> None:
+    """A results folder tmp_path/<model> with the shared config of `model` (skips without ../shared/models) and one
+    vanilla result on an H200 per (name, dp, tp, burst tok/s, KV tokens per rank) of `runs`."""
+    src = Path(__file__).resolve().parents[2] / "shared" / "models" / model / "config.json"
     if not src.is_file():
         pytest.skip(f"{src} missing (../shared/models)")
-    folder = tmp_path / "Qwen3-8B"
+    folder = tmp_path / model
     folder.mkdir()
     (folder / "config.json").write_text(src.read_text())
-    for name, tech, dp, tp, tok in (("tp1", "vanilla", 1, 1, 10_000.0), ("tp2", "vanilla", 1, 2, 30_000.0),
-                                    ("dp2", "vanilla", 2, 1, 40_000.0)):
+    for name, dp, tp, tok, kv in runs:
         (folder / f"{name}.json").write_text(json.dumps({
-            "config": name, "base_name": name, "technique": tech, "dp": dp, "tp": tp, "sp": 1, "gpu_count": dp * tp,
-            "gpu_name": "NVIDIA H200", "kv_tokens": {str(r): 100_000 for r in range(dp)},
-            "burst": {"spec": "64+512+64", "total_tok_s": tok, "tpot_ms_p50": 20.0}}))
+            "config": name, "base_name": name, "technique": "vanilla", "dp": dp, "tp": tp, "sp": 1,
+            "gpu_count": dp * tp, "gpu_name": "NVIDIA H200", "kv_tokens": {str(r): kv for r in range(dp)},
+            "burst": {"spec": spec, "total_tok_s": tok, "tpot_ms_p50": 20.0}}))
+
+
+def test_the_report_puts_the_planners_prediction_beside_the_burst(tmp_path):
+    vanilla_results(tmp_path, "Qwen3-8B", "64+512+64",
+                    [("tp1", 1, 1, 10_000.0, 100_000), ("tp2", 1, 2, 30_000.0, 100_000), ("dp2", 2, 1, 40_000.0, 100_000)])
     md, rows, _ = render(tmp_path)
     two = md.split("## Qwen3-8B on 2 x NVIDIA H200")[1]
     assert "| dp2 | 40,000 (1.00x); pred. " in two and "| tp2 | 30,000 (0.75x); pred. " in two
@@ -183,16 +189,7 @@ def test_the_report_puts_the_planners_prediction_beside_the_burst(tmp_path):
 def test_the_planner_note_names_only_the_runs_configurations(tmp_path):
     """Llama-3.1-70B on 4 x H200: the planner cannot predict dp4 (no KV), which the run did not start; the report
     printed "Planner: the weights leave no KV cache" above a table whose every row it predicted."""
-    src = Path(__file__).resolve().parents[2] / "shared" / "models" / "Llama-3.1-70B" / "config.json"
-    if not src.is_file():
-        pytest.skip(f"{src} missing (../shared/models)")
-    folder = tmp_path / "Llama-3.1-70B"
-    folder.mkdir()
-    (folder / "config.json").write_text(src.read_text())
-    (folder / "tp4.json").write_text(json.dumps({
-        "config": "tp4", "base_name": "tp4", "technique": "vanilla", "dp": 1, "tp": 4, "sp": 1, "gpu_count": 4,
-        "gpu_name": "NVIDIA H200", "kv_tokens": {"0": 1_190_816},
-        "burst": {"spec": "128+2048+32", "total_tok_s": 13_983.0, "tpot_ms_p50": 299.0}}))
+    vanilla_results(tmp_path, "Llama-3.1-70B", "128+2048+32", [("tp4", 1, 4, 13_983.0, 1_190_816)])
     md = render(tmp_path)[0]
     assert "| tp4 | 13,983 (1.00x); pred. " in md and "Planner:" not in md
     rows, note = predictions(tmp_path, "Llama-3.1-70B", "NVIDIA H200", 4, "128+2048+32", ["tp4", "dp4"])

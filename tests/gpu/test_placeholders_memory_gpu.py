@@ -9,15 +9,20 @@ FFN layer taken, and the reserved-but-unallocated bytes are measured with the re
 """
 
 import pytest
+from memory import slack_gib
 
 pytestmark = [pytest.mark.gpu]
 
 H, HEADS, KV, D, INTER, LAYERS = 5120, 64, 8, 128, 25600, 64  # Qwen3-32B
 
 
-def _slack_gib(torch, release: bool) -> float:
+def _model(release: bool):
+    """`LAYERS` layers of Qwen3-32B's shapes built as SGLang builds them, every other FFN layer taken right after it
+    is made; without `release`, as before it (`torch.cuda.empty_cache` a no-op). Returns what stays alive."""
     import contextlib
     from unittest import mock
+
+    import torch
 
     from sgl_sidp.prefetch.placeholders import LoadPlaceholders
 
@@ -34,19 +39,12 @@ def _slack_gib(torch, release: bool) -> float:
                 ph.take(lid, mlp, ("gate_up_proj.weight", "down_proj.weight"))
             kept.append(mlp)
     ph.release()
-    torch.cuda.synchronize()
-    torch._C._cuda_emptyCache()  # as SGLang's get_available_gpu_memory does before it reads the free memory
-    slack = (torch.cuda.memory_reserved() - torch.cuda.memory_allocated()) / 2 ** 30
-    del kept, ph
-    torch._C._cuda_emptyCache()
-    return slack
+    return kept
 
 
 @pytest.mark.gpus(1)
 def test_layers_never_held_leave_nothing_reserved(capsys):
-    import torch
-
-    old, new = _slack_gib(torch, release=False), _slack_gib(torch, release=True)
+    old, new = (slack_gib(lambda: _model(release)) for release in (False, True))
     with capsys.disabled():
         print(f"\nreserved but unallocated after building {LAYERS} layers of Qwen3-32B's shapes, every other FFN layer "
               f"taken: {old:.2f} GiB without the release, {new:.2f} GiB with it")

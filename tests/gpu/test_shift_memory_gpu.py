@@ -9,6 +9,7 @@ bytes are measured with the old order (no release) and with `rebase`.
 """
 
 import pytest
+from memory import slack_gib
 
 pytestmark = [pytest.mark.gpu]
 
@@ -26,7 +27,9 @@ class CopyComm:
             part.copy_(input)
 
 
-def _slack_gib(layers: int, release: bool) -> float:
+def _base_weights(layers: int, release: bool):
+    """Llama-3.1-70B's TP4 shards of `layers` layers gathered into base weights: with `views.rebase`, or (not
+    `release`) as before it, `gather_base` and `shard_view` alone. Returns (shards, base weights)."""
     import torch
 
     from sgl_sidp.shift.views import COLUMN, ROW, gather_base, rebase, shard_view
@@ -40,21 +43,15 @@ def _slack_gib(layers: int, release: bool) -> float:
         if release:
             bases.append(rebase(p, dim, 2, 0, CopyComm))
         else:
-            base = gather_base(p.data, dim, 2, CopyComm)
-            p.data = shard_view(base, dim, 2, 0)
-            bases.append(base)
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()  # SGLang's get_available_gpu_memory empties the cache before it reads the free memory
-    slack = (torch.cuda.memory_reserved() - torch.cuda.memory_allocated()) / 2 ** 30
-    del params, bases
-    torch.cuda.empty_cache()
-    return slack
+            bases.append(gather_base(p.data, dim, 2, CopyComm))
+            p.data = shard_view(bases[-1], dim, 2, 0)
+    return params, bases
 
 
 @pytest.mark.gpus(1)
 def test_gathering_the_base_weights_leaves_nothing_reserved(capsys):
     layers = 30  # 12.8 GB of TP4 shards and 25.7 GB of base weights: fits an 80 GB GPU
-    old, new = _slack_gib(layers, release=False), _slack_gib(layers, release=True)
+    old, new = (slack_gib(lambda: _base_weights(layers, release)) for release in (False, True))
     with capsys.disabled():
         print(f"\nreserved but unallocated after gathering {layers} layers: {old:.2f} GiB without release, "
               f"{new:.2f} GiB with views.rebase")
