@@ -181,7 +181,8 @@ def test_flag_names_one_prefix_each_and_every_old_spelling_maps_to_one():
     p = argparse.ArgumentParser()
     flags = [a.option_strings[0] for a in SidpConfig.add_cli_args(p)._group_actions]
     assert all(f.split("-")[2] in {"overlay", *FEATURES} and f.count("sidp") <= 1 for f in flags), flags
-    newer = {"--overlay-start-after", "--shift-exact", "--overlay-plan-slo-ttft-ms", "--overlay-plan-slo-tpot-ms"}
+    newer = {"--overlay-start-after", "--shift-exact", "--overlay-plan-slo-ttft-ms", "--overlay-plan-slo-tpot-ms",
+             "--sidp-b-th-measure"}
     # (added after the rename: no old spelling)
     assert sorted(RENAMED.values()) == sorted(set(flags) - newer) and not set(RENAMED) & set(flags)
     argv = ["--sidp-sidp-force", "cas", "--dp-size", "2", "--sidp-mode=sidp", "--sidp-service", "was"]
@@ -416,6 +417,29 @@ def test_sidp_cas_graphs_default_on_where_they_can_run(tmp_path):
     off = parse("--overlay-mode", "sidp", "--sidp-service", "cas", "--no-sidp-cas-graphs")
     assert off.sidp.cas_graphs is False and not cas_graphs_on(off.sidp, False, False)
     assert not cas_graphs_on(parse("--overlay-mode", "sidp").sidp, False, False)  # WaS: none to capture
+
+
+def test_sidp_b_th_measure_needs_auto_cas_graphs_and_no_given_b_th(tmp_path):
+    """--sidp-b-th-measure: refused where no CaS decode graphs are captured and beside --sidp-b-th (both set B_th),
+    unused outside auto; the launcher leaves B_th to the ranks (no planner at launch) and says so."""
+    from sgl_sidp.features import FEATURES
+    from sgl_sidp.sidp.feature import describe
+
+    raw = args(dense(tmp_path, "Qwen3ForCausalLM"), dp=2)
+    cfg = parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th-measure")
+    cfg.validate_against(raw)
+    assert FEATURES["sidp"].resolve(cfg, SimpleNamespace(model_path="/nowhere", dp_size=2, tp_size=1)) == (cfg, [])
+    assert "B_th measured at start-up" in describe(cfg, SimpleNamespace(dp_size=2, disable_cuda_graph=False))
+    raw.disable_cuda_graph = True
+    ps = problems(parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th-measure", "--sidp-b-th",
+                        "64"), raw)
+    assert ps == ["--sidp-b-th 64 and --sidp-b-th-measure both set B_th: pass one",
+                  "--sidp-b-th-measure times the CaS decode graphs, which this server does not capture "
+                  "(--disable-cuda-graph, --overlay-fold-gpus or --no-sidp-cas-graphs): drop it, or pass "
+                  "--sidp-b-th TOKENS"]
+    raw.disable_cuda_graph = False
+    assert problems(parse("--overlay-mode", "sidp", "--sidp-b-th-measure"), raw)[0].startswith(
+        "--sidp-b-th-measure is unused here")
 
 
 def test_sidp_auto_without_b_th_gets_the_planners_at_launch(monkeypatch):

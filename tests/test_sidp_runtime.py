@@ -356,3 +356,31 @@ def test_was_says_when_decode_steps_cannot_hide_its_copies():
                     "runs those steps in CaS")
     assert "from decode batches of" in was_verdict(cal, 40.0)
     assert was_verdict(cal, 10.0) is None
+
+
+def _measure_b_th_rank(rank, world, sizes):
+    """One DP rank of --sidp-b-th-measure with made-up step times: WaS a fixed cost that rank 1 pays more of, CaS
+    growing with the rows; rank 0's own times alone would give another B_th."""
+    import torch.distributed as dist
+
+    rt = SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"service": "auto"}}),
+                                     listeners=[]))
+    was = {0: 10.0, 1: 14.0}[rank]
+
+    def time_ms(rows, cas):
+        return (4.0 + rows / 8) if cas else was + rows / 64
+
+    return rt.measure_b_th(time_ms, sizes, dist.group.WORLD)
+
+
+def test_measured_b_th_is_the_same_on_every_rank_from_the_slowest_ranks_steps():
+    from tests.gloo_procs import spawn
+
+    sizes = [1, 8, 16, 32, 48, 64, 96, 128]
+    out = spawn(_measure_b_th_rank, 2, sizes)
+    assert out[0] == out[1]
+    b_th, points = out[0]
+    # the slowest rank's WaS (14 + rows/64) is no slower than CaS (4 + rows/8) from 96 rows on; rank 0's alone: 64
+    assert b_th == 96.0 and points[96] == (14.0 + 96 / 64, 4.0 + 96 / 8)
+    out = spawn(_measure_b_th_rank, 2, [1, 8, 16])  # WaS slower at the largest size: CaS at every batch
+    assert out[0][0] == 1e9

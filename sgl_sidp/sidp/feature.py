@@ -46,6 +46,13 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
         if cfg.fold_gpus:
             problems.append("--sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU: "
                             "drop --overlay-fold-gpus")
+    if s.service == "auto" and s.b_th_measure and s.b_th:
+        problems.append(f"--sidp-b-th {s.b_th:g} and --sidp-b-th-measure both set B_th: pass one")
+    if s.service == "auto" and s.b_th_measure and not cas_graphs_on(s, bool(getattr(raw, "disable_cuda_graph", False)),
+                                                                    cfg.fold_gpus):
+        problems.append("--sidp-b-th-measure times the CaS decode graphs, which this server does not capture "
+                        "(--disable-cuda-graph, --overlay-fold-gpus or --no-sidp-cas-graphs): drop it, or pass "
+                        "--sidp-b-th TOKENS")
     dp = int(getattr(raw, "dp_size", 1) or 1)
     if dp < 2:
         problems.append(f"--overlay-mode sidp shares FFN layers across DP ranks: needs --dp-size >= 2, got {dp}")
@@ -76,7 +83,8 @@ def ignored(s: SiDPSettings) -> dict[str, str]:
     """The settings `s.service` leaves unused, each with the sub-mode that reads it (`Feature.ignored`)."""
     out = {}
     if s.service != "auto":
-        out |= {"b_th": "with --sidp-service auto", "hysteresis": "with --sidp-service auto"}
+        out |= {"b_th": "with --sidp-service auto", "hysteresis": "with --sidp-service auto",
+                "b_th_measure": "with --sidp-service auto"}
     if s.service == "was":
         out["cas_graphs"] = "with --sidp-service cas or auto (it captures CaS decodes)"
     return out
@@ -89,7 +97,7 @@ def resolve(cfg, server_args):
     one-GPU tables of this GPU kind; a prediction, the same one `python -m sgl_sidp.plan` launches with), so every
     rank runs the rule the planner predicted. Where the planner cannot predict it, one line says what to pass or run."""
     s = cfg.sidp
-    if s.service != "auto" or s.b_th:
+    if s.service != "auto" or s.b_th or s.b_th_measure:  # measured: the ranks set it at start-up
         return cfg, []
     from sgl_sidp.peer.topology import gpu_name
     from sgl_sidp.plan.verdict import planned_row
@@ -112,7 +120,8 @@ def describe(cfg, server_args) -> str:
     d = server_args.dp_size
     slots = s.slots or max(2, d - 1)
     how = {"was": "WaS", "cas": "CaS (DP ranks in lockstep)",
-           "auto": f"WaS at >= B_th tokens per rank, else CaS (B_th {s.b_th:g}"
+           "auto": "WaS at >= B_th tokens per rank, else CaS (B_th "
+           + ("measured at start-up" if s.b_th_measure else f"{s.b_th:g}")
            + f", hysteresis {s.hysteresis:g}; DP ranks in lockstep)"}[s.service]
     graphs = ""
     if s.service != "was":

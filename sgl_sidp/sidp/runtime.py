@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import torch
 
@@ -57,6 +57,11 @@ logger = logging.getLogger(__name__)
 
 #: The parameters of one FFN layer a non-owner streams (names inside SGLang's `Qwen2MLP` / `LlamaMLP`).
 NAMES = ("gate_up_proj.weight", "down_proj.weight")
+
+#: decode batches per rank at which `--sidp-b-th-measure` times WaS and CaS (those with a CaS decode graph), and each
+#: row's context: attention is the same work in both services, so a short one keeps the probe's KV small
+B_TH_BATCHES = (1, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256)
+B_TH_CONTEXT = 512
 
 
 class SiDPError(RuntimeError):
@@ -171,6 +176,7 @@ class SiDPRuntime:
         self.wire = None  # remote_compute.cas.BucketWire
         self.graphs = None  # CasGraphs, once captured
         self._capturing_cas = False
+        self._timing_cas = False  # `_time_decode` of a CaS step (--sidp-b-th-measure)
         self._bucket: int | None = None
         ctx.listeners.append(self._on_iteration)
 
@@ -260,7 +266,7 @@ class SiDPRuntime:
     def cas_now(self) -> bool:
         """This iteration runs CaS (False before the first lockstep iteration: start-up forwards and graph capture
         run WaS, each rank alone)."""
-        if self._capturing_cas:
+        if self._capturing_cas or self._timing_cas:
             return True
         it = self.lockstep.current if self.lockstep is not None else None
         return it is not None and it.mode is ServeMode.CAS
@@ -457,8 +463,9 @@ class SiDPRuntime:
         from sgl_sidp.remote_compute.cas import RemoteCompute
 
         b_th, source = None, ""
-        if self.settings.service == "auto":  # every rank's settings hold the same B_th: --sidp-b-th, or the planner's
-            b_th, source = self.settings.b_th, "--sidp-b-th, or the planner's at launch"  # (`sidp.feature.resolve`)
+        measure = self.settings.service == "auto" and self.settings.b_th_measure
+        if self.settings.service == "auto" and not measure:  # every rank's settings hold the same B_th: --sidp-b-th,
+            b_th, source = self.settings.b_th, "--sidp-b-th, or the planner's at launch"  # or the planner's (`resolve`)
             if not b_th:
                 raise SiDPError("--sidp-service auto needs B_th: start the server with python -m "
                                 "sgl_sidp.launch_server (which predicts it), or pass --sidp-b-th TOKENS")
@@ -467,12 +474,59 @@ class SiDPRuntime:
         cpu = replica_group(f"lockstep-{tag}", self.d, self.dp_rank, "gloo", self.settings.owner_timeout_s)
         wire = cpu if self.fold_gpus else replica_group(f"cas-{tag}", self.d, self.dp_rank, "nccl",
                                                          self.settings.owner_timeout_s)
-        self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
+        self.start_lockstep(Lockstep(cpu, self.switch_for(b_th or 1e9)), RemoteCompute(wire), b_th, source)
         if cas_graphs_on(self.settings, bool(sa.disable_cuda_graph), self.fold_gpus):
             self._capture_cas_graphs(scheduler.tp_worker.model_runner, tag)
+        if measure:  # the launcher refused it without CaS graphs (`sidp.feature.check`)
+            runner = scheduler.tp_worker.model_runner
+            sizes = [b for b in B_TH_BATCHES if b in self.graphs.capture_bs]
+            b_th, points = self.measure_b_th(lambda rows, cas: self._time_decode(runner, rows, cas), sizes, cpu)
+            self.lockstep.switch, self.b_th = self.switch_for(b_th), b_th
+            self.b_th_source = source = "--sidp-b-th-measure: measured at start-up on this group's GPUs"
+            logger.info("sgl-sidp sidp %s: B_th %g tokens per rank (%s); decode step ms (WaS, CaS), the slowest rank's, "
+                        "by rows per rank: %s", self.who, b_th, source,
+                        ", ".join(f"{b}: {w:.2f}, {c:.2f}" for b, (w, c) in points.items()))
         logger.info("sgl-sidp sidp %s: DP ranks in lockstep (%s); CaS rows over %s%s", self.who, self.settings.service,
                     "gloo (replicas share a GPU)" if self.fold_gpus else "NCCL",
                     f"; B_th {b_th:g} tokens per rank ({source})" if b_th is not None else "")
+
+    def measure_b_th(self, time_ms: Callable[[int, bool], float], sizes: Sequence[int],
+                     group) -> tuple[float, dict[int, tuple[float, float]]]:
+        """auto's B_th measured on the group's GPUs (`--sidp-b-th-measure`): this rank times a decode step of each
+        of `sizes` rows per rank (ascending) in WaS and in CaS (`time_ms(rows, cas)`, ms), the ranks keep the slowest
+        rank's time of each (an iteration in lockstep waits for it; an all-reduce over `group`, the lockstep's gloo
+        group), and B_th is the smallest size from which WaS is no slower at every larger size
+        (`cost.first_lasting_win`, the planner's rule, `SiDPTechnique.b_th`), 1e9 (CaS at every batch) where WaS is
+        slower at the largest. Every DP rank calls it at once, with the same `sizes` (a CaS step is a collective).
+
+        Returns:
+            (B_th in tokens per rank, {rows: (WaS ms, CaS ms)}), the same on every rank.
+        """
+        import torch.distributed as dist
+
+        from sgl_sidp.calibration.cost import first_lasting_win
+
+        t = torch.tensor([[time_ms(b, False), time_ms(b, True)] for b in sizes], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        points = {b: (w, c) for b, (w, c) in zip(sizes, t.tolist())}
+        b = first_lasting_win(lambda x: points[x][0], lambda x: points[x][1], sizes)
+        return (1e9 if b is None else float(b)), points
+
+    def _time_decode(self, runner, rows: int, cas: bool) -> float:
+        """ms of one decode step of `rows` rows of `B_TH_CONTEXT` tokens (`calibration.measure.DecodeProbe`), steps
+        issued back to back as SGLang's overlap scheduler issues them (`pipelined_ms`), replaying the CaS graph of that
+        size (`cas`: every rank at once) or SGLang's own (WaS)."""
+        from sgl_sidp.calibration.measure import DecodeProbe, pipelined_ms
+
+        probe = DecodeProbe(runner, rows, B_TH_CONTEXT)
+        self._timing_cas, self._bucket = cas, rows if cas else None
+        self.graphs.select(self._bucket)
+        try:
+            return pipelined_ms(probe.run, iters=4, rounds=3, warmup=2)
+        finally:
+            self._timing_cas, self._bucket = False, None
+            self.graphs.select(None)
+            probe.close()
 
     def _capture_cas_graphs(self, runner, tag: str) -> None:
         """Every rank at once (the capture runs the exchange): an NCCL communicator of the DP ranks (SGLang's

@@ -37,6 +37,14 @@ class SiDPSettings(BaseModel):
         "(the smallest decode batch from which WaS is predicted no slower than CaS, from the bundled or `python -m "
         "sgl_sidp.plan calibrate`d one-GPU tables of this GPU kind; where there are none, launch stops and says so).",
     )
+    b_th_measure: bool = Field(
+        False,
+        description="[auto] Measure B_th at start-up on this group's GPUs instead of taking --sidp-b-th or the "
+        "planner's: once the CaS decode graphs are captured, every rank times decode steps of 1 to 256 rows replayed "
+        "in WaS and in CaS, the ranks keep the slowest rank's time of each, and B_th is the smallest batch from which "
+        "WaS is no slower at every larger one (the planner's rule, on measured steps). Needs the CaS decode graphs "
+        "(--sidp-cas-graphs). Not yet run on GPUs, hence off by default.",
+    )
     hysteresis: float = Field(
         0.25, ge=0, lt=1,
         description="[auto] Back to CaS only below B_th * (1 - hysteresis), so a batch near B_th does not flip the "

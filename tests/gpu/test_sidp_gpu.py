@@ -179,6 +179,23 @@ def test_tiny_dense_auto_switches_mid_generation(log_dir, tiny_dense_reference):
     assert_alone_exact(facts)
 
 
+def test_qwen3_8b_auto_measures_b_th_at_start_up(log_dir, qwen3_8b_reference):
+    """`--sidp-b-th-measure` (two GPUs: CaS graphs over NCCL): both ranks time WaS and CaS decode steps after the CaS
+    graphs are captured, log the same B_th and the slowest rank's step times, and then serve vanilla's tokens."""
+    model, ref = model_args("Qwen3-8B"), qwen3_8b_reference
+    facts = {}
+    with sidp(log_dir, "qwen3_8b_sidp_auto_measured", model, ["--sidp-service", "auto", "--sidp-b-th-measure"],
+              port=23950) as srv:
+        sidp_answers(srv, ref, facts)
+        log = srv.log_text()
+    lines = re.findall(r"sgl-sidp sidp DP(\d) TP0: B_th (\S+) tokens per rank \(--sidp-b-th-measure: measured at "
+                       r"start-up on this group's GPUs\); decode step ms \(WaS, CaS\), the slowest rank's, by rows "
+                       r"per rank: (.*)", log)
+    summary(log_dir, "qwen3_8b_sidp_auto_measured", answers=facts, b_th_lines=lines)
+    assert {r for r, _, _ in lines} == {"0", "1"} and len({(b, p) for _, b, p in lines}) == 1, lines
+    assert_alone_exact(facts)
+
+
 @pytest.mark.foldable
 def test_qwen3_8b_auto_exact_against_vanilla_tp1(log_dir, qwen3_8b_reference):
     """Qwen3-8B shapes (dummy weights), auto with B_th 64: WaS prefill, CaS decode, bit-identical to vanilla TP1."""
