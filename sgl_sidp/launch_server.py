@@ -189,8 +189,9 @@ def resolve_auto(argv: list[str]) -> list[str]:
         raise SidpConfigError([f"--overlay-mode auto: the planner knows GPU kinds {', '.join(GPUS)}; "
                                f"this host's GPU 0 is {name or 'not visible'}"])
     cfg = SidpConfig.from_cli_args(ours)
-    if cfg.unused_flags():  # e.g. one SLO flag without the other: refused before the planner runs
-        raise SidpConfigError(cfg.unused_flags())
+    unused = cfg.unused_flags()  # e.g. one SLO flag without the other: refused before the planner runs
+    if unused:
+        raise SidpConfigError(unused)
     try:
         result = plan(raw.model_path, n, kind, cfg.plan_workload, slo=cfg.plan_slo)
     except PlanError as e:

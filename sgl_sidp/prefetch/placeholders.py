@@ -83,8 +83,9 @@ class LoadPlaceholders:
         self.layer_bytes[int(layer_id)] = nbytes
         if cuda:
             # Hand the freed storage back to the GPU now. Kept in PyTorch's cache, the next layers' parameters are
-            # carved out of it and the rest of each block stays reserved: SGLang sizes the KV cache from the free
-            # memory after loading, and SiDP's ranks held about 2.5 GB a GPU fewer KV bytes than their weights left.
+            # carved out of it and the rest of each block stays reserved while SGLang sizes the KV cache from the free
+            # memory (the likely reason SiDP's ranks held about 2.5 GB a GPU fewer KV bytes than their weights left;
+            # `tests/gpu/test_placeholders_memory_gpu.py` measures it, not yet run on a GPU).
             torch.cuda.empty_cache()
 
     def holds(self, p: torch.Tensor) -> bool:

@@ -474,18 +474,19 @@ class SiDPRuntime:
         cpu = replica_group(f"lockstep-{tag}", self.d, self.dp_rank, "gloo", self.settings.owner_timeout_s)
         wire = cpu if self.fold_gpus else replica_group(f"cas-{tag}", self.d, self.dp_rank, "nccl",
                                                          self.settings.owner_timeout_s)
-        self.start_lockstep(Lockstep(cpu, self.switch_for(b_th or 1e9)), RemoteCompute(wire), b_th, source)
+        # the CaS graphs' capture and the B_th measurement run no scheduler iteration: the lockstep starts after them,
+        # at the B_th it runs with
         if cas_graphs_on(self.settings, bool(sa.disable_cuda_graph), self.fold_gpus):
             self._capture_cas_graphs(scheduler.tp_worker.model_runner, tag)
         if measure:  # the launcher refused it without CaS graphs (`sidp.feature.check`)
             runner = scheduler.tp_worker.model_runner
             sizes = [b for b in B_TH_BATCHES if b in self.graphs.capture_bs]
             b_th, points = self.measure_b_th(lambda rows, cas: self._time_decode(runner, rows, cas), sizes, cpu)
-            self.lockstep.switch, self.b_th = self.switch_for(b_th), b_th
-            self.b_th_source = source = "--sidp-b-th-measure: measured at start-up on this group's GPUs"
+            source = "--sidp-b-th-measure: measured at start-up on this group's GPUs"
             logger.info("sgl-sidp sidp %s: B_th %g tokens per rank (%s); decode step ms (WaS, CaS), the slowest rank's, "
                         "by rows per rank: %s", self.who, b_th, source,
                         ", ".join(f"{b}: {w:.2f}, {c:.2f}" for b, (w, c) in points.items()))
+        self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
         logger.info("sgl-sidp sidp %s: DP ranks in lockstep (%s); CaS rows over %s%s", self.who, self.settings.service,
                     "gloo (replicas share a GPU)" if self.fold_gpus else "NCCL",
                     f"; B_th {b_th:g} tokens per rank ({source})" if b_th is not None else "")
