@@ -31,6 +31,8 @@ def test_every_planner_name_reads_back_as_its_configuration(n):
                                          "--sidp-service", "cas", "--sidp-cas-graphs"]),
     ("sidp_dp2_auto_bth64", "sidp", ["--dp-size", "2", "--overlay-mode", "sidp", "--sidp-service", "auto",
                                      "--sidp-b-th", "64"]),
+    ("sidp_dp2_auto_measured", "sidp", ["--dp-size", "2", "--overlay-mode", "sidp", "--sidp-service", "auto",
+                                        "--sidp-b-th-measure"]),
     ("shift_sp2_tp2_th1", "shift", ["--tp-size", "4", "--overlay-mode", "shift", "--shift-sp", "2",
                                     "--shift-threshold", "1"]),
     ("shift_sp2_tp1_th1_exact", "shift", ["--tp-size", "2", "--overlay-mode", "shift", "--shift-sp", "2",
@@ -50,7 +52,8 @@ def test_an_option_wins_over_the_cost_models_decision_and_the_base_name_drops_it
 
 
 @pytest.mark.parametrize("name, says", [
-    ("tp", "expected tpT"), ("sidp_dp2_was_bth8", "auto's"), ("zerodp_dp2_graphs", "no option 'graphs'"),
+    ("tp", "expected tpT"), ("sidp_dp2_was_bth8", "auto's"), ("sidp_dp2_cas_measured", "auto's"),
+    ("sidp_dp2_auto_bth8_measured", "name one"), ("zerodp_dp2_graphs", "no option 'graphs'"),
     ("shift_sp2_tp1_th", "needs a number"), ("zerodp_dp2_all3", "takes no number"), ("zerodp_dp2_pf", "needs a number"), ("dp0", "at least 1"),
 ])
 def test_bad_names_are_refused_with_the_reason(name, says):

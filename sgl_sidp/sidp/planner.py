@@ -13,10 +13,11 @@ from sgl_sidp.plan.technique import Technique, option
 class SiDPTechnique(Technique):
     name = "sidp"
     patterns = (r"sidp_dp(?P<dp>\d+)(?:_tp(?P<tp>\d+))?_(?P<variant>was|cas|auto)",)
-    form = "sidp_dpD[_tpT]_{was,cas,auto}[_graphs|_eager][_bthN]"
+    form = "sidp_dpD[_tpT]_{was,cas,auto}[_graphs|_eager][_bthN|_measured]"
     options = {"graphs": "CaS decodes in CUDA graphs, asked for (--sidp-cas-graphs; the default where they can run)",
                "eager": "CaS decodes without CUDA graphs (--no-sidp-cas-graphs)",
-               "bth": "auto's B_th in tokens per rank (bthN: --sidp-b-th N)"}
+               "bth": "auto's B_th in tokens per rank (bthN: --sidp-b-th N)",
+               "measured": "auto's B_th measured by the ranks at start-up (--sidp-b-th-measure)"}
     valued = frozenset({"bth"})
     modeled_options = frozenset({"bth", "graphs"})  # graphs: the step model's CaS decodes are already in graphs
 
@@ -31,14 +32,19 @@ class SiDPTechnique(Technique):
         return self.replica_name(dp, tp_size, settings.service)
 
     def check_name(self, name, groups, options):
-        if any(option(o)[0] == "bth" for o in options) and groups["variant"] != "auto":
-            raise ValueError(f"configuration {name}: B_th (bthN) is auto's; {groups['variant']} has none")
+        given = {option(o)[0] for o in options} & {"bth", "measured"}
+        if given and groups["variant"] != "auto":
+            raise ValueError(f"configuration {name}: B_th (bthN, measured) is auto's; {groups['variant']} has none")
+        if len(given) == 2:
+            raise ValueError(f"configuration {name}: bthN and measured both set B_th: name one")
 
     def launch_flags(self, c, opts, b_th, shift_threshold):
         flags = super().launch_flags(c, opts, b_th, shift_threshold)
         flags += ["--overlay-mode", "sidp", "--sidp-service", c.variant]
         b_th = opts.get("bth", b_th)
-        if c.variant == "auto" and b_th not in (None, float("inf")):
+        if "measured" in opts:
+            flags += ["--sidp-b-th-measure"]
+        elif c.variant == "auto" and b_th not in (None, float("inf")):
             flags += ["--sidp-b-th", str(int(b_th))]
         if "graphs" in opts:
             flags += ["--sidp-cas-graphs"]
