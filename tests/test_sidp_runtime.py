@@ -379,8 +379,19 @@ def test_measured_b_th_is_the_same_on_every_rank_from_the_slowest_ranks_steps():
     sizes = [1, 8, 16, 32, 48, 64, 96, 128]
     out = spawn(_measure_b_th_rank, 2, sizes)
     assert out[0] == out[1]
-    b_th, points = out[0]
+    b_th, points, extrapolated = out[0]
     # the slowest rank's WaS (14 + rows/64) is no slower than CaS (4 + rows/8) from 96 rows on; rank 0's alone: 64
-    assert b_th == 96.0 and points[96] == (14.0 + 96 / 64, 4.0 + 96 / 8)
-    out = spawn(_measure_b_th_rank, 2, [1, 8, 16])  # WaS slower at the largest size: CaS at every batch
-    assert out[0][0] == 1e9
+    assert b_th == 96.0 and points[96] == (14.0 + 96 / 64, 4.0 + 96 / 8) and not extrapolated
+    # WaS slower at the largest size: the lines meet at 10 / (1/8 - 1/64) = 91.4 rows
+    out = spawn(_measure_b_th_rank, 2, [1, 8, 16])
+    assert out[0][0] == 92.0 and out[0][2]
+
+
+def test_extrapolated_b_th_needs_cas_to_grow_faster():
+    from sgl_sidp.calibration.cost import extrapolated_win
+
+    # Qwen3-32B on 2 x H100 (the slowest rank's decode ms at 192 and 256 rows): WaS copy-bound, CaS growing
+    was, cas = {192: 75.25, 256: 74.11}, {192: 53.86, 256: 64.05}
+    assert extrapolated_win(was.get, cas.get, [192, 256]) == 256 + 57  # 10.06 ms / 0.177 ms per row = 56.8 rows
+    assert extrapolated_win(lambda x: 10 + x, lambda x: x, [1, 2]) is None  # parallel lines never meet
+    assert extrapolated_win(lambda x: 10 + x, lambda x: 2 * x, [1, 2]) == 10  # they meet at 10

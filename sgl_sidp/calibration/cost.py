@@ -143,6 +143,20 @@ def first_lasting_win(win_ms, lose_ms, sizes) -> int | None:
     return start
 
 
+def extrapolated_win(win_ms, lose_ms, sizes) -> int | None:
+    """Where `win_ms` would start beating `lose_ms` beyond the largest of `sizes` (ascending, at least two): the
+    crossing of the two lines through each one's times at the two largest sizes, rounded up; None when `lose_ms` does
+    not grow faster there (the lines do not meet ahead). For SiDP's B_th measured on decode graphs that end before
+    WaS wins: WaS's copies are a fixed cost per forward, flat until its compute outgrows them, while CaS's exchange
+    adds to its compute at every row, so its line is the steeper one."""
+    (a, b) = sizes[-2:]
+    win_slope = (win_ms(b) - win_ms(a)) / (b - a)
+    lose_slope = (lose_ms(b) - lose_ms(a)) / (b - a)
+    if lose_slope <= win_slope:
+        return None
+    return b + max(1, math.ceil((win_ms(b) - lose_ms(b)) / (lose_slope - win_slope)))
+
+
 def crossover_batch(cal: Calibration, copy_ms: float, context: int = 0, kv_bytes_per_token: int = 0,
                     margin: float = COPY_BUDGET_MARGIN) -> int | None:
     """The smallest decode batch whose modelled step hides `copy_ms` of copies in `margin` of it (SiDP's B_th).

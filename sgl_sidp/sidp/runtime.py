@@ -481,8 +481,12 @@ class SiDPRuntime:
         if measure:  # the launcher refused it without CaS graphs (`sidp.feature.check`)
             runner = scheduler.tp_worker.model_runner
             sizes = [b for b in B_TH_BATCHES if b in self.graphs.capture_bs]
-            b_th, points = self.measure_b_th(lambda rows, cas: self._time_decode(runner, rows, cas), sizes, cpu)
-            source = "--sidp-b-th-measure: measured at start-up on this group's GPUs"
+            b_th, points, beyond = self.measure_b_th(lambda rows, cas: self._time_decode(runner, rows, cas), sizes,
+                                                     cpu)
+            source = "--sidp-b-th-measure: measured at start-up on this group's GPUs" + (
+                f", extrapolated beyond the largest decode graph ({sizes[-1]} rows)" if beyond else
+                ", CaS at every batch: WaS is slower at the largest decode graph and no faster-growing" if b_th >= 1e9
+                else "")
             logger.info("sgl-sidp sidp %s: B_th %g tokens per rank (%s); decode step ms (WaS, CaS), the slowest rank's, "
                         "by rows per rank: %s", self.who, b_th, source,
                         ", ".join(f"{b}: {w:.2f}, {c:.2f}" for b, (w, c) in points.items()))
@@ -497,21 +501,29 @@ class SiDPRuntime:
         of `sizes` rows per rank (ascending) in WaS and in CaS (`time_ms(rows, cas)`, ms), the ranks keep the slowest
         rank's time of each (an iteration in lockstep waits for it; an all-reduce over `group`, the lockstep's gloo
         group), and B_th is the smallest size from which WaS is no slower at every larger size
-        (`cost.first_lasting_win`, the planner's rule, `SiDPTechnique.b_th`), 1e9 (CaS at every batch) where WaS is
-        slower at the largest. Every DP rank calls it at once, with the same `sizes` (a CaS step is a collective).
+        (`cost.first_lasting_win`, the planner's rule, `SiDPTechnique.b_th`). Where WaS is still slower at the
+        largest size (the decode graphs end before its copies are hidden), B_th is where the two curves' lines through
+        their two largest sizes meet (`cost.extrapolated_win`): without it every prefill chunk, thousands of rows,
+        would run CaS (measured on 2 x H100 with Qwen3-32B: 0.68x TP2's throughput against 0.98x at B_th 128). 1e9 (CaS
+        at every batch) where those lines do not meet. Every DP rank calls it at once, with the same `sizes` (a CaS
+        step is a collective).
 
         Returns:
-            (B_th in tokens per rank, {rows: (WaS ms, CaS ms)}), the same on every rank.
+            (B_th in tokens per rank, {rows: (WaS ms, CaS ms)}, whether B_th is extrapolated), the same on every rank.
         """
         import torch.distributed as dist
 
-        from sgl_sidp.calibration.cost import first_lasting_win
+        from sgl_sidp.calibration.cost import extrapolated_win, first_lasting_win
 
         t = torch.tensor([[time_ms(b, False), time_ms(b, True)] for b in sizes], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         points = {b: (w, c) for b, (w, c) in zip(sizes, t.tolist())}
-        b = first_lasting_win(lambda x: points[x][0], lambda x: points[x][1], sizes)
-        return (1e9 if b is None else float(b)), points
+        was, cas = (lambda x: points[x][0]), (lambda x: points[x][1])
+        b = first_lasting_win(was, cas, sizes)
+        if b is not None:
+            return float(b), points, False
+        b = extrapolated_win(was, cas, sizes) if len(sizes) > 1 else None
+        return (1e9 if b is None else float(b)), points, b is not None
 
     def _time_decode(self, runner, rows: int, cas: bool) -> float:
         """ms of one decode step of `rows` rows of `B_TH_CONTEXT` tokens (`calibration.measure.DecodeProbe`), steps
