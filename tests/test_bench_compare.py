@@ -196,6 +196,19 @@ def test_the_planner_note_names_only_the_runs_configurations(tmp_path):
     assert note == "dp4: the weights leave no KV cache"
 
 
+def test_a_configuration_the_planner_does_not_predict_shows_no_prediction(tmp_path):
+    """sidp_dp2_auto_measured (B_th measured at start-up) on 2 x H100: the report showed "pred. 0 (-100%)" for its KV."""
+    vanilla_results(tmp_path, "Qwen3-32B", "128+4096+16", [("tp2", 1, 2, 14_784.0, 275_619)])
+    r = json.loads((tmp_path / "Qwen3-32B" / "tp2.json").read_text())
+    r.update(config="sidp_dp2_auto_measured", base_name="sidp_dp2_auto", technique="sidp", dp=2, tp=1,
+             kv_tokens={"0": 105_606, "1": 105_606}, burst={**r["burst"], "total_tok_s": 14_450.0})
+    (tmp_path / "Qwen3-32B" / "sidp_dp2_auto_measured.json").write_text(json.dumps(r))
+    md = render(tmp_path)[0]
+    row = next(ln for ln in md.splitlines() if ln.startswith("| sidp_dp2_auto_measured | ") and "KV" not in ln
+               and "105,606, 105,606" in ln)
+    assert "pred." not in row and "| tp2 | " in md and "option 'measured'" in md
+
+
 def test_jit_kernels_of_every_model_and_kv_layout_are_built_ahead(tmp_path, monkeypatch):
     from sgl_sidp.plan import jit_prebuild
 

@@ -48,3 +48,9 @@ def test_a_configuration_run_with_its_own_flags_names_them():
     out = summary.technique_rows([{**row("shift_sp2_tp1", 58_000.0), "flags": "--chunked-prefill-size 16384"}], "r")
     assert out[0]["configuration"] == "shift_sp2_tp1 (--chunked-prefill-size 16384)"
     assert "shift_sp2_tp1 (--chunked-prefill-size 16384) | 58,000 tok/s" in summary.markdown(out)
+
+
+def test_a_run_without_a_vanilla_configuration_gives_no_row():
+    """q32_prefill_mixed_2gpu_h100: SiDP alone (the device time ran out before TP2); no ratio across runs."""
+    alone = {**row("sidp_dp2_auto", 12_867.0), "best_vanilla": None, "best_vanilla_value": None, "ratio": None}
+    assert summary.technique_rows([alone], "r") == []

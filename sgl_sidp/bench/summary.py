@@ -6,7 +6,8 @@ Reads the `summary.json` that `python -m sgl_sidp.bench.compare` wrote in each r
 configuration, workload and metric, each with the best vanilla configuration of the same run: `compare_report`)
 and keeps, per (technique, model, GPUs, GPU name, workload, run), the technique's best configuration on the run's
 headline number: total tokens/s of a burst, goodput of a trace replay. Ratios are never formed across runs: a row's
-best vanilla configuration ran in the same run (same host, same call or resumed calls of one results folder). The
+best vanilla configuration ran in the same run (same host, same call or resumed calls of one results folder), and a
+run without one on that workload gives no row. The
 README's "which mode for which workload" table is written from these rows (issue 35).
 """
 
@@ -55,8 +56,8 @@ def technique_rows(rows: list[dict], run: str) -> list[dict]:
     reported = techniques_reported()
     for r in rows:
         tech = technique_of(r.get("configuration", ""))
-        if tech not in reported or r.get("metric") not in HEADLINE or r.get("value") is None:
-            continue
+        if tech not in reported or r.get("metric") not in HEADLINE or r.get("value") is None or not r.get("ratio"):
+            continue  # no ratio: the run measured no vanilla configuration on that workload
         key = (tech, r["model"], r["gpus"], r["gpu_name"], r["workload"], r["metric"])
         if key not in best or r["value"] > best[key]["value"]:
             best[key] = {"technique": tech, "model": r["model"], "gpus": r["gpus"], "gpu_name": r["gpu_name"],
