@@ -394,7 +394,8 @@ def test_sidp_cas_graphs_needs_cas_graphs_and_one_gpu_per_rank(tmp_path):
     raw = args(dense(tmp_path, "Qwen3ForCausalLM"), dp=2)
     parse("--overlay-mode", "sidp", "--sidp-service", "cas", "--sidp-cas-graphs").validate_against(raw)
     raw.disable_cuda_graph = True
-    ps = problems(parse("--overlay-mode", "sidp", "--sidp-cas-graphs", "--overlay-fold-gpus"), raw)
+    ps = problems(parse("--overlay-mode", "sidp", "--sidp-service", "was", "--sidp-cas-graphs", "--overlay-fold-gpus"),
+                  raw)
     assert [p.split(":")[0] for p in ps[:3]] == ["--sidp-cas-graphs is unused here",
                                                  "--sidp-cas-graphs captures decode CUDA graphs",
                                                  "--sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU"]
@@ -416,14 +417,22 @@ def test_sidp_cas_graphs_default_on_where_they_can_run(tmp_path):
     cfg.validate_against(raw)  # the default falls back, never refuses
     off = parse("--overlay-mode", "sidp", "--sidp-service", "cas", "--no-sidp-cas-graphs")
     assert off.sidp.cas_graphs is False and not cas_graphs_on(off.sidp, False, False)
-    assert not cas_graphs_on(parse("--overlay-mode", "sidp").sidp, False, False)  # WaS: none to capture
+    assert not cas_graphs_on(parse("--overlay-mode", "sidp", "--sidp-service", "was").sidp, False, False)  # none
 
 
 def test_sidp_b_th_measure_needs_auto_cas_graphs_and_no_given_b_th(tmp_path):
     """--sidp-b-th-measure: refused where no CaS decode graphs are captured and beside --sidp-b-th (both set B_th),
-    unused outside auto; the launcher leaves B_th to the ranks (no planner at launch) and says so."""
+    unused outside auto; the launcher leaves B_th to the ranks (no planner at launch) and says so. Not given: measured
+    wherever the CaS decode graphs run and --sidp-b-th is not given (auto, the default service)."""
     from sgl_sidp.features import FEATURES
     from sgl_sidp.sidp.feature import describe
+    from sgl_sidp.sidp.settings import b_th_measured
+
+    default = parse("--overlay-mode", "sidp").sidp
+    assert default.service == "auto" and default.b_th_measure is None and b_th_measured(default, False, False)
+    assert not b_th_measured(default, True, False) and not b_th_measured(default, False, True)  # no graphs
+    assert not b_th_measured(parse("--overlay-mode", "sidp", "--sidp-b-th", "64").sidp, False, False)
+    assert not b_th_measured(parse("--overlay-mode", "sidp", "--no-sidp-b-th-measure").sidp, False, False)
 
     raw = args(dense(tmp_path, "Qwen3ForCausalLM"), dp=2)
     cfg = parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th-measure")
@@ -438,14 +447,15 @@ def test_sidp_b_th_measure_needs_auto_cas_graphs_and_no_given_b_th(tmp_path):
                   "(--disable-cuda-graph, --overlay-fold-gpus or --no-sidp-cas-graphs): drop it, or pass "
                   "--sidp-b-th TOKENS"]
     raw.disable_cuda_graph = False
-    assert problems(parse("--overlay-mode", "sidp", "--sidp-b-th-measure"), raw)[0].startswith(
+    assert problems(parse("--overlay-mode", "sidp", "--sidp-service", "was", "--sidp-b-th-measure"), raw)[0].startswith(
         "--sidp-b-th-measure is unused here")
 
 
 def test_sidp_auto_without_b_th_gets_the_planners_at_launch(monkeypatch):
-    """`sidp.feature.resolve`, before any GPU memory: auto without --sidp-b-th runs at the B_th the planner predicts
-    for this model, GPU kind and DP x TP (what `python -m sgl_sidp.plan` launches with); a GPU kind without tables is
-    one line naming what to pass or run; a given B_th and the other services are left alone."""
+    """`sidp.feature.resolve`, before any GPU memory: auto without --sidp-b-th, where the ranks do not measure it
+    (--no-sidp-b-th-measure, or no CaS decode graphs), runs at the B_th the planner predicts for this model, GPU kind
+    and DP x TP; a GPU kind without tables is one line naming what to pass or run; a given B_th, a measured one and
+    the other services are left alone."""
     import sgl_sidp.peer.topology as topology
     from sgl_sidp.features import FEATURES
     from sgl_sidp.plan.planner import plan
@@ -456,7 +466,9 @@ def test_sidp_auto_without_b_th_gets_the_planners_at_launch(monkeypatch):
     resolve = FEATURES["sidp"].resolve
     sa = SimpleNamespace(model_path=str(qwen), dp_size=2, tp_size=1, base_gpu_id=0)
     monkeypatch.setattr(topology, "gpu_name", lambda i=0: "NVIDIA H100 80GB HBM3")
-    cfg = parse("--overlay-mode", "sidp", "--sidp-service", "auto")
+    measured = parse("--overlay-mode", "sidp", "--sidp-service", "auto")
+    assert resolve(measured, sa) == (measured, [])  # the ranks measure it: no planner at launch
+    cfg = parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--no-sidp-b-th-measure")
     planned = next(r for r in plan(str(qwen), 2, "H100", cfg.plan_workload)["configurations"]
                    if r.name == "sidp_dp2_auto").decisions["b_th"]
     got, problems = resolve(cfg, sa)
@@ -561,7 +573,8 @@ def test_flags_of_another_mode_or_an_unused_sub_mode_are_refused(tmp_path, dense
     assert ps == ["--overlay-signal-log-interval is unused with the overlay off: add --overlay-batch-signal or an --overlay-mode",
                   "--zerodp-layers is a flag of --overlay-mode zerodp, but the mode is off"]
     d = dense(tmp_path, "Qwen3ForCausalLM", 8)
-    ps = problems(parse("--overlay-mode", "sidp", "--sidp-b-th", "64", "--sidp-hysteresis", "0.1"), args(d, dp=2))
+    ps = problems(parse("--overlay-mode", "sidp", "--sidp-service", "was", "--sidp-b-th", "64", "--sidp-hysteresis",
+                        "0.1"), args(d, dp=2))
     assert ps == ["--sidp-b-th is unused here: it applies with --sidp-service auto",
                   "--sidp-hysteresis is unused here: it applies with --sidp-service auto"]
     parse("--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th", "64").validate_against(args(d, dp=2))

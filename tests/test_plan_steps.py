@@ -160,7 +160,9 @@ def test_launch_flags_start_each_technique_with_the_decisions_of_this_cost_model
     row = lambda name, **d: plan_row(name, decisions=d)  # noqa: E731
     assert launch_flags(row("dp2")) == ["--dp-size", "2"]
     assert launch_flags(row("dp2_attn")) == ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]
-    assert launch_flags(row("sidp_dp2_auto", b_th=96.0))[-2:] == ["--sidp-b-th", "96"]
+    # SiDP auto: the ranks measure B_th at start-up, so the planner's is not passed on; a named one is
+    assert launch_flags(row("sidp_dp2_auto", b_th=96.0))[-2:] == ["--sidp-service", "auto"]
+    assert launch_flags(row("sidp_dp2_auto_bth64", b_th=96.0))[-2:] == ["--sidp-b-th", "64"]
     assert launch_flags(row("shift_sp2_tp1", shift_threshold=256))[-2:] == ["--shift-threshold", "256"]
     assert "--shift-threshold" not in launch_flags(row("shift_sp2_tp1", shift_threshold=float("inf")))
     assert launch_flags(row("zerodp_dp2_tp2")) == ["--tp-size", "2", "--dp-size", "2", "--overlay-mode", "zerodp"]

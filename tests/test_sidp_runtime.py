@@ -61,7 +61,7 @@ class Model(nn.Module):
 
 
 def runtime(slots=2):
-    return SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"slots": slots}}), listeners=[]))
+    return SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"slots": slots, "service": "was"}}), listeners=[]))
 
 
 def serve(n_layers, d, policy, slots=2):

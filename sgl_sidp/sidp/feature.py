@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from sgl_sidp.feature import Feature, dense_model_problems, replica_problems
-from sgl_sidp.sidp.settings import SiDPSettings, cas_graphs_on
+from sgl_sidp.sidp.settings import SiDPSettings, b_th_measured, cas_graphs_on
 
 QWEN2_MLP, LLAMA_MLP = "sglang.srt.models.qwen2.Qwen2MLP", "sglang.srt.models.llama.LlamaMLP"
 
@@ -46,9 +46,9 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
         if cfg.fold_gpus:
             problems.append("--sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU: "
                             "drop --overlay-fold-gpus")
-    if s.service == "auto" and s.b_th_measure and s.b_th:
+    if s.service == "auto" and s.b_th_measure is True and s.b_th:
         problems.append(f"--sidp-b-th {s.b_th:g} and --sidp-b-th-measure both set B_th: pass one")
-    if s.service == "auto" and s.b_th_measure and not cas_graphs_on(s, bool(getattr(raw, "disable_cuda_graph", False)),
+    if s.service == "auto" and s.b_th_measure is True and not cas_graphs_on(s, bool(getattr(raw, "disable_cuda_graph", False)),
                                                                     cfg.fold_gpus):
         problems.append("--sidp-b-th-measure times the CaS decode graphs, which this server does not capture "
                         "(--disable-cuda-graph, --overlay-fold-gpus or --no-sidp-cas-graphs): drop it, or pass "
@@ -97,7 +97,8 @@ def resolve(cfg, server_args):
     one-GPU tables of this GPU kind; a prediction, the same one `python -m sgl_sidp.plan` launches with), so every
     rank runs the rule the planner predicted. Where the planner cannot predict it, one line says what to pass or run."""
     s = cfg.sidp
-    if s.service != "auto" or s.b_th or s.b_th_measure:  # measured: the ranks set it at start-up
+    if s.service != "auto" or s.b_th or b_th_measured(s, bool(getattr(server_args, "disable_cuda_graph", False)),
+                                                      cfg.fold_gpus):  # measured: the ranks set it at start-up
         return cfg, []
     from sgl_sidp.peer.topology import gpu_name
     from sgl_sidp.plan.verdict import planned_row
@@ -121,7 +122,8 @@ def describe(cfg, server_args) -> str:
     slots = s.slots or max(2, d - 1)
     how = {"was": "WaS", "cas": "CaS (DP ranks in lockstep)",
            "auto": "WaS at >= B_th tokens per rank, else CaS (B_th "
-           + ("measured at start-up" if s.b_th_measure else f"{s.b_th:g}")
+           + ("measured at start-up" if b_th_measured(s, bool(getattr(server_args, "disable_cuda_graph", False)),
+                                                      cfg.fold_gpus) else f"{s.b_th:g}")
            + f", hysteresis {s.hysteresis:g}; DP ranks in lockstep)"}[s.service]
     graphs = ""
     if s.service != "was":

@@ -41,11 +41,12 @@ class SiDPTechnique(Technique):
     def launch_flags(self, c, opts, b_th, shift_threshold):
         flags = super().launch_flags(c, opts, b_th, shift_threshold)
         flags += ["--overlay-mode", "sidp", "--sidp-service", c.variant]
-        b_th = opts.get("bth", b_th)
+        # the planner's B_th (`b_th`) is not passed on: the ranks measure it at start-up (`--sidp-b-th-measure`'s
+        # default), and where they cannot, the launcher asks the planner for the same number (`sidp.feature.resolve`)
         if "measured" in opts:
             flags += ["--sidp-b-th-measure"]
-        elif c.variant == "auto" and b_th not in (None, float("inf")):
-            flags += ["--sidp-b-th", str(int(b_th))]
+        elif "bth" in opts:
+            flags += ["--sidp-b-th", str(opts["bth"])]
         if "graphs" in opts:
             flags += ["--sidp-cas-graphs"]
         if "eager" in opts:
@@ -70,7 +71,8 @@ class SiDPTechnique(Technique):
     def b_th(self, model) -> float:
         """Auto's B_th (tokens per rank): the smallest batch from which WaS is predicted no slower than CaS
         (`cost.first_lasting_win` over decode batches 1-1,024 at `model.context`); inf when CaS wins throughout.
-        SiDP's launcher gives auto this B_th where `--sidp-b-th` does not (`sidp.feature.resolve`).
+        SiDP's launcher gives auto this B_th where `--sidp-b-th` does not and the ranks cannot measure it at start-up
+        (`sidp.feature.resolve`).
         A configuration named with `_bthN` runs auto at B_th = N, as its launch flags say."""
         given = model.config.option_values.get("bth")
         return model.decided("b_th", lambda: float(given) if given is not None else self._b_th(model))

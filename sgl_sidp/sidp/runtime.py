@@ -51,7 +51,7 @@ from sgl_sidp.peer.manifest import TensorSpec, manifest_mismatches
 from sgl_sidp.prefetch.binding import SlotBinding, decoder_layers, param_at
 from sgl_sidp.prefetch.placeholders import LoadPlaceholders
 from sgl_sidp.prefetch.schedules import owner_of, peak_shift_order
-from sgl_sidp.sidp.settings import cas_graphs_on
+from sgl_sidp.sidp.settings import b_th_measured, cas_graphs_on
 
 logger = logging.getLogger(__name__)
 
@@ -463,13 +463,13 @@ class SiDPRuntime:
         from sgl_sidp.remote_compute.cas import RemoteCompute
 
         b_th, source = None, ""
-        measure = self.settings.service == "auto" and self.settings.b_th_measure
+        sa = scheduler.server_args
+        measure = b_th_measured(self.settings, bool(sa.disable_cuda_graph), self.fold_gpus)
         if self.settings.service == "auto" and not measure:  # every rank's settings hold the same B_th: --sidp-b-th,
             b_th, source = self.settings.b_th, "--sidp-b-th, or the planner's at launch"  # or the planner's (`resolve`)
             if not b_th:
                 raise SiDPError("--sidp-service auto needs B_th: start the server with python -m "
                                 "sgl_sidp.launch_server (which predicts it), or pass --sidp-b-th TOKENS")
-        sa = scheduler.server_args
         tag = f"{sa.port}-{os.getppid()}-tp{self.tp_rank}"  # the DP controller's pid: one per server
         cpu = replica_group(f"lockstep-{tag}", self.d, self.dp_rank, "gloo", self.settings.owner_timeout_s)
         wire = cpu if self.fold_gpus else replica_group(f"cas-{tag}", self.d, self.dp_rank, "nccl",

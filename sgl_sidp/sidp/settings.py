@@ -13,12 +13,15 @@ class SiDPSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # inf/nan: refused
 
     service: Literal["was", "cas", "auto"] = Field(
-        "was",
+        "auto",
         description="How a rank runs the FFN layers it does not own: 'was' (Weight-as-a-Service: stream the owner's "
         "weights into a slot ring, a few layers ahead; the ranks run independently), 'cas' (Compute-as-a-Service: "
         "send the layer's input rows to the owner, which runs the layer once over every rank's rows) or 'auto' "
-        "(WaS at or above B_th tokens per rank, CaS below). 'cas' and 'auto' run the DP ranks in lockstep (one "
-        "all-gather of token counts per scheduler iteration); their CaS decodes replay CUDA graphs (--sidp-cas-graphs).",
+        "(WaS at or above B_th tokens per rank, CaS below; B_th measured at start-up, --sidp-b-th-measure). 'cas' "
+        "and 'auto' run the DP ranks in lockstep (one all-gather of token counts per scheduler iteration); their CaS "
+        "decodes replay CUDA graphs (--sidp-cas-graphs). Default auto: on 2 x H100, Qwen3-32B, a prefill-heavy burst "
+        "ran as fast in auto as in WaS's prefills, and WaS decodes are copy-bound (75-87 ms a step against CaS's "
+        "26-64 ms at 1-256 rows).",
     )
     cas_graphs: bool | None = Field(
         None,
@@ -37,13 +40,15 @@ class SiDPSettings(BaseModel):
         "(the smallest decode batch from which WaS is predicted no slower than CaS, from the bundled or `python -m "
         "sgl_sidp.plan calibrate`d one-GPU tables of this GPU kind; where there are none, launch stops and says so).",
     )
-    b_th_measure: bool = Field(
-        False,
-        description="[auto] Measure B_th at start-up on this group's GPUs instead of taking --sidp-b-th or the "
-        "planner's: once the CaS decode graphs are captured, every rank times decode steps of 1 to 256 rows replayed "
-        "in WaS and in CaS, the ranks keep the slowest rank's time of each, and B_th is the smallest batch from which "
-        "WaS is no slower at every larger one (the planner's rule, on measured steps). Needs the CaS decode graphs "
-        "(--sidp-cas-graphs). Not yet run on GPUs, hence off by default.",
+    b_th_measure: bool | None = Field(
+        None,
+        description="[auto] Measure B_th at start-up on this group's GPUs instead of taking the planner's: once the "
+        "CaS decode graphs are captured, every rank times decode steps of 1 to 256 rows replayed in WaS and in CaS "
+        "(about 20 s), the ranks keep the slowest rank's time of each, and B_th is the smallest batch from which WaS "
+        "is no slower at every larger one (the planner's rule, on measured steps), or where the two curves' lines "
+        "through their two largest sizes meet when WaS is still slower at 256. Default: measured wherever the CaS "
+        "decode graphs run and --sidp-b-th is not given, else the planner's at launch (said in the start-up line); "
+        "--sidp-b-th-measure: refused where it cannot run; --no-sidp-b-th-measure: the planner's.",
     )
     hysteresis: float = Field(
         0.25, ge=0, lt=1,
@@ -75,3 +80,11 @@ def cas_graphs_on(s: SiDPSettings, disable_cuda_graph: bool, fold_gpus: bool) ->
     if s.service == "was":
         return False
     return s.cas_graphs if s.cas_graphs is not None else not (disable_cuda_graph or fold_gpus)
+
+
+def b_th_measured(s: SiDPSettings, disable_cuda_graph: bool, fold_gpus: bool) -> bool:
+    """Whether the ranks measure auto's B_th at start-up (`SiDPRuntime.measure_b_th`): `--sidp-b-th-measure` as
+    given, else wherever the CaS decode graphs it times run (`cas_graphs_on`) and `--sidp-b-th` is not given."""
+    if s.service != "auto" or s.b_th:
+        return False
+    return s.b_th_measure if s.b_th_measure is not None else cas_graphs_on(s, disable_cuda_graph, fold_gpus)

@@ -38,7 +38,7 @@ FOLD = ["--dp-size", "2", "--overlay-fold-gpus", *CAP]
 VARIANTS = {
     "zerodp": [("zerodp_all", ["--overlay-mode", "zerodp", "--zerodp-layers", "all", *FOLD]),
                ("zerodp_default", ["--overlay-mode", "zerodp", *FOLD])],
-    "sidp": [("sidp_was", ["--overlay-mode", "sidp", *FOLD]),
+    "sidp": [("sidp_was", ["--overlay-mode", "sidp", "--sidp-service", "was", *FOLD]),
              ("sidp_cas", ["--overlay-mode", "sidp", "--sidp-service", "cas", *FOLD]),
              ("sidp_auto", ["--overlay-mode", "sidp", "--sidp-service", "auto", "--sidp-b-th", "64", *FOLD])],
     "shift": [("shift_sp1", ["--overlay-mode", "shift", *CAP])],

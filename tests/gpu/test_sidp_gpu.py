@@ -64,7 +64,7 @@ def tiny_dense_reference(log_dir):
 def test_tiny_dense_was_exact_against_vanilla(log_dir, tiny_dense_reference):
     ref = tiny_dense_reference[0]
     model = ["--model-path", str(TINY_DENSE)]
-    with sidp(log_dir, "tiny_dense_sidp_was", model) as srv:
+    with sidp(log_dir, "tiny_dense_sidp_was", model, ["--sidp-service", "was"]) as srv:
         each_rank_exact(srv, ref, PROMPTS)
         log = srv.log_text()
     lines = set_up_lines(log)
@@ -85,7 +85,7 @@ def qwen3_8b_reference(log_dir):
 def test_qwen3_8b_was_exact_against_vanilla_tp1(log_dir, qwen3_8b_reference):
     """Real shapes (36 layers of 302 MB FFN weights, dummy weights): each rank equals vanilla TP1 bit for bit."""
     model, ref = model_args("Qwen3-8B"), qwen3_8b_reference
-    with sidp(log_dir, "qwen3_8b_sidp_was", model, port=23600) as srv:
+    with sidp(log_dir, "qwen3_8b_sidp_was", model, ["--sidp-service", "was"], port=23600) as srv:
         each_rank_exact(srv, ref, PROMPTS[:4], n=8)
         log = srv.log_text()
     lines = set_up_lines(log)
@@ -189,7 +189,7 @@ def test_qwen3_8b_auto_measures_b_th_at_start_up(log_dir, qwen3_8b_reference):
         sidp_answers(srv, ref, facts)
         log = srv.log_text()
     lines = re.findall(r"sgl-sidp sidp DP(\d) TP0: B_th (\S+) tokens per rank \(--sidp-b-th-measure: measured at "
-                       r"start-up on this group's GPUs\); decode step ms \(WaS, CaS\), the slowest rank's, by rows "
+                       r"start-up on this group's GPUs[^)]*\); decode step ms \(WaS, CaS\), the slowest rank's, by rows "
                        r"per rank: (.*)", log)
     summary(log_dir, "qwen3_8b_sidp_auto_measured", answers=facts, b_th_lines=lines)
     assert {r for r, _, _ in lines} == {"0", "1"} and len({(b, p) for _, b, p in lines}) == 1, lines
@@ -218,7 +218,7 @@ def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
         ref = [greedy(srv.base_url, p, dp_rank=0, n=8) for p in PROMPTS[:3]]
         vanilla_log = srv.log_text()
     vanilla_kv = [int(x) for x in re.findall(r"max_total_num_tokens=(\d+)", vanilla_log)]
-    with sidp(log_dir, "qwen3_32b_sidp_was", model, port=23300) as srv:
+    with sidp(log_dir, "qwen3_32b_sidp_was", model, ["--sidp-service", "was"], port=23300) as srv:
         each_rank_exact(srv, ref, PROMPTS[:3], n=8)
         log = srv.log_text()
     kv = kv_of(log)
@@ -229,7 +229,8 @@ def test_qwen3_32b_was_matches_vanilla_dp2_and_holds_more_kv(log_dir):
 
 def test_llama_70b_tp1_dp2_loads_and_serves(log_dir):
     needs_gpu_memory(120, "a SiDP rank holds Llama-3.1-70B's attention and half its FFN layers: about 84 GB")
-    with sidp(log_dir, "llama_70b_sidp_was", model_args("Llama-3.1-70B"), port=23400) as srv:
+    with sidp(log_dir, "llama_70b_sidp_was", model_args("Llama-3.1-70B"), ["--sidp-service", "was"],
+              port=23400) as srv:
         a = [greedy(srv.base_url, p, dp_rank=0, n=4) for p in PROMPTS[:2]]
         b = [greedy(srv.base_url, p, dp_rank=1, n=4) for p in PROMPTS[:2]]
         log = srv.log_text()
