@@ -42,17 +42,21 @@ def test_json_keeps_the_keys_scripts_rely_on(qwen3_8b):
 
 
 def test_a_configuration_stepping_as_another_is_simulated_once(qwen3_8b, monkeypatch):
-    """On 8 GPUs at 2,048-token prompts SiDP DP2 x TP4's auto has B_th 1 (WaS wins from batch 1): its schedule is
-    WaS's, simulated once."""
+    """On 8 GPUs at 2,048-token prompts SiDP DP2 x TP4's auto has B_th 1 (WaS wins from batch 1): it steps as WaS but
+    in lockstep (one all-gather of token counts per iteration), so its schedule is its own; `_bth1`, the same B_th
+    named, steps as it does: simulated once for both."""
     import sgl_sidp.plan.planner as planner
 
     calls = []
     simulate = planner.simulate
-    monkeypatch.setattr(planner, "simulate", lambda reqs, reps, route=None: calls.append(len(reps)) or simulate(reqs, reps, route))
-    by = {c.name: c for c in plan(qwen3_8b, 8, "H200", "offline:16:2048:256")["configurations"]}
+    monkeypatch.setattr(planner, "simulate",
+                        lambda reqs, reps, route=None, **kw: calls.append(len(reps)) or simulate(reqs, reps, route, **kw))
+    by = {c.name: c for c in plan(qwen3_8b, 8, "H200", "offline:16:2048:256",
+                                  names=["sidp_dp2_tp4_auto_bth1"])["configurations"]}
     assert by["sidp_dp2_tp4_auto"].decisions["b_th"] == 1.0 and by["sidp_dp4_tp2_auto"].decisions["b_th"] > 1
     summary = ("total_tok_s", "ttft_ms_p50", "tpot_ms_p99", "makespan_s")
-    assert [getattr(by["sidp_dp2_tp4_auto"], k) for k in summary] == [getattr(by["sidp_dp2_tp4_was"], k) for k in summary]
+    assert [getattr(by["sidp_dp2_tp4_auto"], k) for k in summary] == [
+        getattr(by["sidp_dp2_tp4_auto_bth1"], k) for k in summary]
     assert len(calls) == sum(c.predicted for c in by.values()) - 1
 
 

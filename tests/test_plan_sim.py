@@ -103,6 +103,29 @@ def test_dp_replicas_get_requests_round_robin_and_run_in_parallel():
     assert s["makespan_s"] == pytest.approx(0.002) and s["total_tok_s"] == pytest.approx(4004 / 0.002)
 
 
+def test_replicas_in_lockstep_start_each_iteration_when_the_slowest_has_ended():
+    """SiDP's CaS/auto and DP attention: replica 0 prefills 1,000 tokens (1 ms) and decodes, replica 1 prefills
+    5,000 tokens (5 ms) first: replica 0's decode steps start when replica 1's prefill has ended, and its tokens come
+    out when its own forward ends. On their own, replica 0 finishes after 1 ms + 2 decode steps."""
+    reqs = [SimRequest(0.0, 1000, 3), SimRequest(0.0, 5000, 3)]
+    simulate(reqs, [replica(), replica()], lockstep=True)
+    fast, slow = reqs
+    assert fast.first_token_s == pytest.approx(0.001) and slow.first_token_s == pytest.approx(0.005)
+    # iteration 2 starts at 5 ms: both decode (1.1 ms each); iteration 3 at 6.1 ms
+    assert fast.finish_s == pytest.approx(0.005 + 2 * 0.0011) and slow.finish_s == fast.finish_s
+    alone = [SimRequest(0.0, 1000, 3), SimRequest(0.0, 5000, 3)]
+    simulate(alone, [replica(), replica()])
+    assert alone[0].finish_s == pytest.approx(0.001 + 2 * 0.0011)
+
+
+def test_lockstep_waits_for_arrivals_and_routes_round_robin():
+    reqs = [SimRequest(0.0, 1000, 1), SimRequest(0.5, 1000, 1), SimRequest(0.5, 2000, 1)]
+    reps = [replica(), replica()]
+    simulate(reqs, reps, lockstep=True)
+    assert [r.first_token_s for r in reqs] == pytest.approx([0.001, 0.501, 0.502])  # the idle gap is skipped
+    assert reps[0].iterations == collections.Counter(prefill=2) and reps[1].iterations == collections.Counter(prefill=1)
+
+
 def test_an_admission_on_the_line_sums_the_reserved_tokens_per_request_as_prefill_adder_does():
     """24 KV tokens, one 1-token prompt per prefill: C (needs 1 + 6 + 1) meets A and B running with 1 and 19 outputs
     left. 0.7 x 1 + 0.7 x 19 = 13.999999999999998 in floats (0.7 x 20 = 14.0), so C's 8 < 24 - 2 - 13.99... fits."""

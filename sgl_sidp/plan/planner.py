@@ -322,7 +322,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         if decode_points:
             row["decode_at"] = [model.decode_ms(b, ctx) for b, ctx in decode_points]
         # a configuration whose replicas step as another's, with the same KV, has its schedule: simulated once
-        twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), tuple(sorted(kv.items())))
+        lockstep = c.kind.lockstep(c)
+        twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), lockstep, tuple(sorted(kv.items())))
         if twin not in simulated:
             replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times, log_tokens=bool(stream))
                         for r in model.replicas(kv)]
@@ -330,7 +331,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids,
                                private_blocks=k if route is None else 0)
                     for r, k in zip(requests, private(len(replicas)))]
-            simulate(reqs, replicas, route)
+            simulate(reqs, replicas, route, lockstep=lockstep)
             if stream:  # the replicas' tokens reach the clients through one tokenizer manager
                 deliver(reqs, [rep.tokens_log for rep in replicas], stream)
             simulated[twin] = summarize(reqs)

@@ -9,8 +9,9 @@ for ZeroDP, SiDP and Shift, from the pieces `StepModel` shares):
 - vanilla TP t x DP d: the TP-t shard's forward + 2L all-reduces of b x h x e bytes over t. Replicas are independent.
 - DP attention over N GPUs (SGLang's `--enable-dp-attention`): the shard with whole attention and the FFN split N
   ways, timed at each rank's own b; its FFN sees every rank's tokens, so the FFN's share of the linear time of N x b
-  tokens less that of b is added, and per layer an all-gather and a reduce-scatter of N x b x h x e bytes. Ranks are
-  modelled as equally loaded (SGLang runs them in lockstep, padding to the largest).
+  tokens less that of b is added, and per layer an all-gather and a reduce-scatter of N x b x h x e bytes. The ranks
+  step together (SGLang's MLP sync per iteration): the simulation starts each iteration when the slowest rank's
+  forward has ended (`sim.simulate_lockstep`; SiDP's CaS and auto alike).
 - ZeroDP (MoE, d replicas of TP t): the source replica is vanilla; a sink pulls its offloaded layers' routed experts
   each forward from the source's HBM: a forward takes max(compute + the copies' measured slowdown, the copies at the
   in-forward copy rate, the source's egress shared by its d - 1 sinks). The offloaded layers are the count that

@@ -176,6 +176,11 @@ class Technique:
         """How the DP controller sends each request to a replica (`planner.route_of`); None: round robin."""
         return None
 
+    def lockstep(self, c) -> bool:
+        """Whether configuration `c`'s DP replicas run each scheduler iteration together (`sim.simulate_lockstep`);
+        False: each on its own."""
+        return False
+
 
 _TECHNIQUES: dict[str, Technique] = {}
 

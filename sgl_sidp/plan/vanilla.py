@@ -71,6 +71,10 @@ class DPAttention(Technique):
 
         return [Replica(model.step_times(), kv["gpu"]) for _ in range(model.config.gpus)]
 
+    def lockstep(self, c):
+        """SGLang's DP attention syncs its ranks every iteration (the MLP sync, `scheduler_components/dp_attn.py`)."""
+        return True
+
 
 VANILLA = Vanilla()
 DP_ATTENTION = DPAttention()

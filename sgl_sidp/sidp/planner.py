@@ -94,6 +94,10 @@ class SiDPTechnique(Technique):
             return (model.clock, 1, all_reduce, *model._stream_terms())
         return (model.clock, 1, all_reduce, *model._gathered_terms(size, c.dp), -math.inf)
 
+    def lockstep(self, c):
+        """CaS and auto: one all-gather of every rank's token counts per iteration (`control.lockstep.Lockstep`)."""
+        return c.variant != "was"
+
     def streamed_bytes(self, model):
         """A WaS rank's non-owned FFNs."""
         s, c = model.shapes, model.config
