@@ -478,8 +478,11 @@ def test_sidp_auto_without_b_th_gets_the_planners_at_launch(monkeypatch):
         assert resolve(given, sa) == (given, [])
     monkeypatch.setattr(topology, "gpu_name", lambda i=0: "NVIDIA A100-SXM4-80GB")
     _, problems = resolve(cfg, sa)
-    assert len(problems) == 1 and problems[0].startswith("--sidp-service auto needs B_th and the planner cannot "
-                                                         "predict it here (the planner knows GPU kinds")
+    assert len(problems) == 1 and problems[0].startswith("--sidp-service auto (the default) needs B_th, which this "
+                                                         "server cannot measure at start-up (no CaS decode graphs) "
+                                                         "and the planner cannot predict here (the planner knows GPU "
+                                                         "kinds")
+    assert "--sidp-service was" in problems[0]
     assert "pass --sidp-b-th TOKENS" in problems[0] and f"plan calibrate --model-path {qwen} --gpus 2" in problems[0]
 
 

@@ -108,9 +108,10 @@ def resolve(cfg, server_args):
                            cfg.plan_workload)
     b_th = (row.decisions or {}).get("b_th") if row is not None else None
     if b_th is None:
-        return cfg, [f"--sidp-service auto needs B_th and the planner cannot predict it here ({why}): pass "
-                     f"--sidp-b-th TOKENS, or make this model's tables on this GPU kind first: python -m sgl_sidp.plan "
-                     f"calibrate --model-path {server_args.model_path} --gpus {dp * tp}"]
+        return cfg, [f"--sidp-service auto (the default) needs B_th, which this server cannot measure at start-up "
+                     f"(no CaS decode graphs) and the planner cannot predict here ({why}): pass --sidp-b-th TOKENS or "
+                     f"--sidp-service was, or make this model's tables on this GPU kind first: python -m "
+                     f"sgl_sidp.plan calibrate --model-path {server_args.model_path} --gpus {dp * tp}"]
     b_th = 1e9 if b_th == float("inf") else max(1.0, float(b_th))  # inf: CaS at every batch the planner tried
     return cfg.model_copy(update={"sidp": s.model_copy(update={"b_th": b_th})}), []
 
