@@ -896,10 +896,10 @@ def simulate_lockstep(requests: Sequence[SimRequest], replicas: Sequence[Replica
 
     Replicas given the same requests at the same moments (an offline burst, round robin) run the same schedule in
     phase, so there it changes nothing. Measured on 2 x H100 (Qwen3-32B, SiDP auto, 128 x (4,096 in, 16 out)), the
-    ranks ran out of phase (DP1's first prefill was one request alone, before the others had arrived; each rank's
-    KV then fills and drains at other moments) and the burst took 11 % more than predicted. Requests 1 ms apart
-    put the simulated ranks out of phase too (SiDP +9.7 % there) but moved vanilla DP2's TPOT p50 from -1 % to
-    +52 %: the planner's offline jobs still arrive at once."""
+    ranks ran out of phase (DP1's first prefill was one request alone, before the others had arrived) and the burst
+    took 11 % more than predicted (why is not established). Requests 1 ms apart put the simulated ranks out of phase
+    too (SiDP +9.7 % there) but moved vanilla DP2's TPOT p50 from -1 % to +52 %: the planner's offline jobs still
+    arrive at once."""
     pending = collections.deque(sorted(requests, key=lambda r: r.arrival_s))
     clock, sent = 0.0, 0
     while True:
