@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sgl_sidp.bench import compare
-from sgl_sidp.bench.compare_report import best_vanilla, predictions, render
+from sgl_sidp.bench.compare_report import best_vanilla, predictions, profile_table, render, replica_leaders
 
 HERE = Path(__file__).resolve().parent
 DENSE = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 4,
@@ -343,3 +343,17 @@ def test_profile_spec_is_checked_before_any_server(tmp_path, capsys):
     assert "OUT must be at least --profile-steps + 2" in capsys.readouterr().err
     assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--profile", "4+x+9")) == 2
     assert "--profile 4+x+9: expected S+IN+OUT" in capsys.readouterr().err
+
+
+def test_the_profile_table_shows_every_dp_replica():
+    """SiDP on 2 x H100: DP0's CaS decodes waited 51 ms in all-gathers, DP1's 233 ms; the table showed DP0 alone."""
+    stage = lambda ms: {"span_ms": ms, "busy_ms": ms, "by_class_ms": {"comm": ms / 2}, "top": [["nccl", ms / 2, 1]]}  # noqa: E731
+    prof = {"spec": "16+4096+8", "steps": 2, "chunked_prefill_size": 8192,
+            "ranks": {"TP-0-DP-1": {"decode": stage(288.0)}, "TP-0-DP-0": {"decode": stage(81.3)}}}
+    tp = {**prof, "ranks": {"TP-1": {"decode": stage(18.0)}, "TP-0": {"decode": stage(18.4)}}}
+    lines = profile_table({"sidp_dp2_auto": {"profile": prof}, "tp2": {"profile": tp}})
+    rows = [ln.split(" | ")[:3] for ln in lines if ln.startswith("| sidp") or ln.startswith("| tp2")]
+    assert rows == [["| sidp_dp2_auto", "TP-0-DP-0", "decode"], ["| sidp_dp2_auto", "TP-0-DP-1", "decode"],
+                    ["| tp2", "TP-0", "decode"]]
+    assert replica_leaders(["TP-1-DP-0", "TP-0-DP-1", "TP-0-DP-0", "TP-1-DP-1"]) == ["TP-0-DP-0", "TP-0-DP-1"]
+    assert replica_leaders(["rank3"]) == ["rank3"]

@@ -15,6 +15,7 @@ Writes `OUT/compare.md`, `OUT/compare.png` (when a speed number exists) and `OUT
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Callable, Sequence
@@ -264,21 +265,23 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
 
 
 def profile_table(group: dict[str, dict]) -> list[str]:
-    """Markdown lines of the group's `--profile` results: per configuration and stage, the first GPU's milliseconds
-    per forward by kernel class (`sgl_sidp.bench.profile.summarize_trace`); [] when none was profiled."""
+    """Markdown lines of the group's `--profile` results: per configuration, DP replica and stage, the replica's first
+    GPU's milliseconds per forward by kernel class (`sgl_sidp.bench.profile.summarize_trace`); [] when none was
+    profiled. Every DP replica is shown: in lockstep (SiDP's CaS and auto, DP attention) one replica's collectives
+    wait for another's forward, which shows only beside it (SiDP on 2 x H100: 233 of DP1's 288 ms of CaS decodes)."""
     with_prof = {n: r["profile"] for n, r in group.items() if (r.get("profile") or {}).get("ranks")}
     if not with_prof:
         return []
     first = next(iter(with_prof.values()))
     classes = ["gemm", "attention", "comm", "norm", "moe", "copy", "other"]
-    lines = [f"Profile {first['spec']} (S+IN+OUT; ms per forward on the first GPU, {first['steps']} forwards a stage "
+    lines = [f"Profile {first['spec']} (S+IN+OUT; ms per forward on each DP replica's first GPU, {first['steps']} "
+             f"forwards a stage "
              f"traced by SGLang's torch profiler; SGLang's chunked prefill size "
              f"{first.get('chunked_prefill_size')}): span = first to last kernel, busy = time any kernel ran", "",
              "| configuration | GPU | stage | span | busy | " + " | ".join(classes) + " | heaviest kernel (ms) |",
              "|---|---|---|---:|---:|" + "---:|" * len(classes) + "---|"]
     for name, prof in with_prof.items():
-        rank = sorted(prof["ranks"])[0]
-        for stage in ("prefill", "decode"):
+        for rank, stage in itertools.product(replica_leaders(prof["ranks"]), ("prefill", "decode")):
             sm = prof["ranks"][rank].get(stage)
             if not sm:
                 continue
@@ -290,6 +293,13 @@ def profile_table(group: dict[str, dict]) -> list[str]:
                          + " | ".join(fmt(sm["by_class_ms"].get(c)) for c in classes)
                          + f" | {top[0][:60] + ' (' + fmt(top[1]) + ')' if top else '-'} |")
     return lines + [""]
+
+
+def replica_leaders(ranks) -> list[str]:
+    """The first GPU of each DP replica among a profile's rank names (SGLang's "TP-0", "TP-0-DP-1", ...): those of
+    TP rank 0, or the first name where none is."""
+    names = sorted(ranks)
+    return [r for r in names if r == "TP-0" or r.startswith("TP-0-")] or names[:1]
 
 
 def write_report(out_dir: Path, predict: bool = True) -> str:
