@@ -137,13 +137,6 @@ def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str 
     return rows, "; ".join(missing)
 
 
-def predicted_row(pred: dict, name: str, result: dict):
-    """The planner's `PlanRow` of a configuration's result, or None where it has none to show: flags the planner does
-    not model (`--config-args`), or a row the planner lists as not predicted (an option it does not model)."""
-    row = pred.get(name)
-    return None if result.get("config_args") or row is None or row.not_predicted is not None else row
-
-
 def exactness(group: dict[str, dict], everything: dict[str, dict]) -> dict[str, dict | None]:
     """{configuration: `exact.verdict` against its reference, or None} for the group's overlay configurations with
     answers (the reference looked up among all of the model's results on the same GPU kind)."""
@@ -193,8 +186,8 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                 lines.append(f"| {name} | {(r.get('commit') or '')[:7]} | - | - | - | {'refused: ' if r.get('refused') else ''}{why} |")
                 continue
             kv = FACTS[0][3](r)
-            row = predicted_row(pred, name, r)
-            p = row.kv_tokens_total if row else None
+            row = None if r.get("config_args") else pred.get(name)  # flags the planner does not model: none
+            p = (row.kv_tokens_total or None) if row else None  # 0: no memory sized (an option it does not model)
             per_rank = ", ".join(f"{v:,}" for _, v in sorted((r.get("kv_tokens") or {}).items(), key=lambda kv: int(kv[0])))
             lines.append(f"| {name}{' -> ' + r['auto_choice'] if r.get('auto_choice') else ''} | "
                          f"{(r.get('commit') or '')[:7]} | {fmt(r.get('startup_s'))} | {per_rank or '-'} | "
@@ -227,7 +220,7 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                       "|---|" + "---:|" * len(BURST) + "---|"]
             bests = {k: best_vanilla(with_burst, lambda r, k=k: r["burst"].get(k), hi) for k, _, hi in BURST}
             for name, r in with_burst.items():
-                row = predicted_row(pred, name, r)
+                row = None if r.get("config_args") else pred.get(name)  # flags the planner does not model: none
                 cells = [cell(r["burst"].get(k), bests[k], getattr(row, PREDICTED[k]) if row else None) for k, _, _ in BURST]
                 ranks = ", ".join(f"{int(v.get('decode_tokens', 0)):,}" for _, v in sorted(r["burst"].get("per_rank", {}).items()))
                 lines.append(f"| {name} | " + " | ".join(cells) + f" | {ranks or '-'} |")
