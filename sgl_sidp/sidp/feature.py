@@ -41,15 +41,14 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
         problems.append(f"--sidp-service {s.service} does not work with speculative decoding (a CaS iteration runs "
                         "one forward per rank, in step with the others); use --sidp-service was")
     if s.cas_graphs:  # asked for: refused where it cannot run (the default only falls back, `cas_graphs_on`)
-        if getattr(raw, "disable_cuda_graph", False):
+        if _no_graphs(raw):
             problems.append("--sidp-cas-graphs captures decode CUDA graphs: drop --disable-cuda-graph")
         if cfg.fold_gpus:
             problems.append("--sidp-cas-graphs moves CaS rows over NCCL, which refuses two ranks on one GPU: "
                             "drop --overlay-fold-gpus")
     if s.service == "auto" and s.b_th_measure is True and s.b_th:
         problems.append(f"--sidp-b-th {s.b_th:g} and --sidp-b-th-measure both set B_th: pass one")
-    if s.service == "auto" and s.b_th_measure is True and not cas_graphs_on(s, bool(getattr(raw, "disable_cuda_graph", False)),
-                                                                    cfg.fold_gpus):
+    if s.service == "auto" and s.b_th_measure is True and not cas_graphs_on(s, _no_graphs(raw), cfg.fold_gpus):
         problems.append("--sidp-b-th-measure times the CaS decode graphs, which this server does not capture "
                         "(--disable-cuda-graph, --overlay-fold-gpus or --no-sidp-cas-graphs): drop it, or pass "
                         "--sidp-b-th TOKENS")
@@ -79,6 +78,11 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
     return problems
 
 
+def _no_graphs(args) -> bool:
+    """SGLang's `--disable-cuda-graph` of `args` (its parsed flags or `ServerArgs`)."""
+    return bool(getattr(args, "disable_cuda_graph", False))
+
+
 def ignored(s: SiDPSettings) -> dict[str, str]:
     """The settings `s.service` leaves unused, each with the sub-mode that reads it (`Feature.ignored`)."""
     out = {}
@@ -97,8 +101,7 @@ def resolve(cfg, server_args):
     one-GPU tables of this GPU kind; a prediction, the same one `python -m sgl_sidp.plan` launches with), so every
     rank runs the rule the planner predicted. Where the planner cannot predict it, one line says what to pass or run."""
     s = cfg.sidp
-    if s.service != "auto" or s.b_th or b_th_measured(s, bool(getattr(server_args, "disable_cuda_graph", False)),
-                                                      cfg.fold_gpus):  # measured: the ranks set it at start-up
+    if s.service != "auto" or s.b_th or b_th_measured(s, _no_graphs(server_args), cfg.fold_gpus):  # measured later
         return cfg, []
     from sgl_sidp.peer.topology import gpu_name
     from sgl_sidp.plan.verdict import planned_row
@@ -123,12 +126,11 @@ def describe(cfg, server_args) -> str:
     slots = s.slots or max(2, d - 1)
     how = {"was": "WaS", "cas": "CaS (DP ranks in lockstep)",
            "auto": "WaS at >= B_th tokens per rank, else CaS (B_th "
-           + ("measured at start-up" if b_th_measured(s, bool(getattr(server_args, "disable_cuda_graph", False)),
-                                                      cfg.fold_gpus) else f"{s.b_th:g}")
+           + ("measured at start-up" if b_th_measured(s, _no_graphs(server_args), cfg.fold_gpus) else f"{s.b_th:g}")
            + f", hysteresis {s.hysteresis:g}; DP ranks in lockstep)"}[s.service]
     graphs = ""
     if s.service != "was":
-        on = cas_graphs_on(s, bool(getattr(server_args, "disable_cuda_graph", False)), cfg.fold_gpus)
+        on = cas_graphs_on(s, _no_graphs(server_args), cfg.fold_gpus)
         why = "" if s.cas_graphs is not None or on else " (no decode graphs here: --disable-cuda-graph or " \
                                                            "--overlay-fold-gpus)"
         graphs = "; CaS decodes in CUDA graphs" if on else f"; CaS decodes eager{why}"

@@ -496,7 +496,7 @@ class SiDPRuntime:
                     f"; B_th {b_th:g} tokens per rank ({source})" if b_th is not None else "")
 
     def measure_b_th(self, time_ms: Callable[[int, bool], float], sizes: Sequence[int],
-                     group) -> tuple[float, dict[int, tuple[float, float]]]:
+                     group) -> tuple[float, dict[int, tuple[float, float]], bool]:
         """auto's B_th measured on the group's GPUs (`--sidp-b-th-measure`): this rank times a decode step of each
         of `sizes` rows per rank (ascending) in WaS and in CaS (`time_ms(rows, cas)`, ms), the ranks keep the slowest
         rank's time of each (an iteration in lockstep waits for it; an all-reduce over `group`, the lockstep's gloo
