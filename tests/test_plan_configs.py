@@ -8,6 +8,7 @@ import pytest
 
 from sgl_sidp.calibration.memory import GIB, ModelShapes
 from sgl_sidp.plan.configs import configurations, shard_of
+from sgl_sidp.sidp.planner import RANK_RESERVE_GIB
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 
@@ -66,7 +67,8 @@ def test_weights_and_kv_per_gpu_by_technique():
     assert by["dp2"].kv_tokens(s, free, frac)["total"] == 2 * tp1.kv_tokens(s, free, frac)["gpu"]
     sidp = by["sidp_dp2_was"].weight_bytes_per_gpu(s)["gpu"]
     ffn_layer = 2 * s.dense_mlp_params()
-    assert sidp == tp1.weight_bytes_per_gpu(s)["gpu"] - 32 * ffn_layer + 2 * ffn_layer  # half the FFN, 2 slots
+    reserve = int(RANK_RESERVE_GIB[2] * GIB)  # measured beside the weights on 2 x H100
+    assert sidp == tp1.weight_bytes_per_gpu(s)["gpu"] - 32 * ffn_layer + 2 * ffn_layer + reserve  # half, 2 slots
     assert by["sidp_dp2_was"].kv_tokens(s, free, frac)["gpu"] > 1.3 * tp1.kv_tokens(s, free, frac)["gpu"]
     shift = by["shift_sp2_tp1"].weight_bytes_per_gpu(s)["gpu"]
     assert shift > by["tp2"].weight_bytes_per_gpu(s)["gpu"] * 1.9  # base weights: every linear on every GPU
@@ -78,3 +80,16 @@ def test_weights_and_kv_per_gpu_by_technique():
     assert kv["total"] == kv["source"] + kv["sink"]
     # measured on 4 x H200 (benchmarks/results/zerodp/README.md, `all` at SGLang's default budget): 750,511 and 1,315,759
     assert abs(kv["source"] - 750_511) < 0.02 * 750_511 and abs(kv["sink"] - 1_315_759) < 0.02 * 1_315_759
+
+
+def test_sidp_ranks_hold_the_slots_their_ring_holds():
+    """The planner's SiDP memory takes the runtime's slot count (`settings.ring_slots`: d - 1, at least 2): with 2
+    slots at DP4 it predicted Llama-3.1-70B's ranks on 4 x H100 23 % more KV than SGLang gave them (3 slots there)."""
+    from sgl_sidp.sidp.planner import TECHNIQUE
+    from sgl_sidp.sidp.settings import ring_slots
+
+    assert [ring_slots(0, d) for d in (2, 3, 4, 8)] == [2, 2, 3, 7] and ring_slots(5, 4) == 5
+    s = shapes("Qwen3-32B")
+    for d in (2, 4):
+        c = {c.name: c for c in configurations(s, d)}[f"sidp_dp{d}_auto"]
+        assert TECHNIQUE.memory(c, None, s, 0, 0.0, 2) == {"slots": ring_slots(0, d)}

@@ -302,9 +302,10 @@ def test_sidp_auto_with_a_named_b_th_is_predicted_at_that_b_th():
 
 
 def test_a_prefill_fit_without_an_attention_term_plans():
-    """Llama-3.1-70B's 4-GPU H100 shards (extrapolated from two layer counts) fit no attention term (b clipped at 0),
-    and the planner divided by it to read attention over a cached prefix: a ZeroDivisionError traceback from
-    `python -m sgl_sidp.plan --gpus 4 --gpu H100`. Such a fit takes a prefix like new tokens (k = 1)."""
+    """Llama-3.1-70B's 4-GPU H100 shards fitted no attention term (b clipped at 0, before `nonnegative_fit`; Mixtral's
+    H200 TP1 still fits none), and the planner divided by it to read attention over a cached prefix: a
+    ZeroDivisionError traceback from `python -m sgl_sidp.plan --gpus 4 --gpu H100`. Such a fit takes a prefix like
+    new tokens (k = 1)."""
     from sgl_sidp.plan.planner import plan
 
     llama = Path(__file__).resolve().parents[2] / "shared" / "models" / "Llama-3.1-70B"
@@ -363,3 +364,33 @@ def test_a_winner_within_the_planners_error_of_the_next_is_called_a_near_tie():
         "a near tie, within the planner's error: dp2_attn may serve it as well or better")
     clear = plan(str(qwen), 2, "H100", "offline:128:8192:16")  # DP2 1.13x DP attention
     assert clear["winner"] == "dp2" and "near tie" not in clear["reason"] and NEAR_TIE == 0.05
+
+
+def test_the_prefill_fit_keeps_every_term_at_least_zero_by_refitting():
+    """Llama-3.1-70B's TP4 shard on H100 measured 120.7, 271.8 and 562.0 ms at 2,048, 4,096 and 8,192 tokens: the
+    least-squares quadratic through them has a negative attention term. Clipping it at 0 and keeping the other two
+    left a line 12 % over the 8,192-token point (628 ms); the fit with every term at least 0 (`nonnegative_fit`) stays
+    within 1 % of it and of SGLang's profiled 2 x 4,096-token forward less its all-reduces (489 ms) within 10 %."""
+    from sgl_sidp.plan.steps import nonnegative_fit
+
+    c = ShardClock(Calibration(model="m", gpu="NVIDIA H100 80GB HBM3", decode_ms={1: 20.0},
+                               prefill_ms={2048: 120.7, 4096: 271.8, 8192: 562.0}, copy_gbps=None, source="test"), 1)
+    assert all(v >= 0 for v in c.prefill_fit)
+    assert c.prefill_ms([(8192, 0)]) == pytest.approx(562.0, rel=0.01)
+    assert c.prefill_ms([(4096, 0), (4096, 0)]) == pytest.approx(489, rel=0.10)
+    np = pytest.importorskip("numpy")
+    x = np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]])
+    assert nonnegative_fit(x, np.array([3.0, 2.0, 1.0])) == pytest.approx((2.0, 0.0))  # the slope alone would be < 0
+    assert nonnegative_fit(x, np.array([-1.0, -2.0, -3.0])) == (0.0, 0.0)
+
+
+def test_a_tp_group_reserves_memory_before_the_model_loads():
+    """SGLang's 'avail mem' before loading on H100: 78.50 GiB at TP1, 77.59 at TP2, 77.36-77.41 at TP4 (its NCCL
+    communicators and custom all-reduce buffers): the planner's KV for TP4 of Llama-3.1-70B was 3.3 % over SGLang's."""
+    from sgl_sidp.calibration.memory import GIB
+    from sgl_sidp.plan.steps import free_before_load_bytes
+
+    assert free_before_load_bytes("H100", 1) == int(78.50 * GIB)
+    assert free_before_load_bytes("H100", 2) == int(77.59 * GIB)
+    assert free_before_load_bytes("H100", 4) == free_before_load_bytes("H100", 8) == int(77.38 * GIB)
+    assert free_before_load_bytes("H200", 4) == int(137.99 * GIB)

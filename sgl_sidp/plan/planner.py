@@ -27,7 +27,8 @@ from sgl_sidp.plan.comm import Interconnect, InterconnectError
 from sgl_sidp.plan.configs import configuration_named, configurations, option, shard_of
 from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, goodput,
                                no_cycle_collection, simulate, summarize)
-from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, host_time_alone_ms, request_overhead_ms,
+from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, free_before_load_bytes,
+                                 host_time_alone_ms, request_overhead_ms,
                                  shard_roles, shard_signature, stream_tokens_per_s)
 from sgl_sidp.plan.technique import technique_named
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf
@@ -254,7 +255,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             ic.time_us("all_reduce", n, 1)
     except InterconnectError as e:
         raise PlanError(str(e)) from None
-    kind, free = GPUS[gpu], GPUS[gpu]["free_before_load_gib"] * GIB
+    kind = GPUS[gpu]
     whole = shard_signature(hf, shard_of(shapes, 1, 1, 1))  # the model's TP1 signature: its shards' model part
     overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs, model=whole)
     host_ms = host_time_alone_ms(kind["name"], calibration_dirs)
@@ -277,6 +278,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     private = PrivateBlocks(requests)  # each request's blocks that the simulation need not look up, by DP replicas
     for c in configs:
         server_tp = c.server_tp  # SGLang's --tp-size of one replica
+        free = free_before_load_bytes(gpu, server_tp)
         frac = default_mem_fraction_static(kind["mib"], server_tp,
                                            prefill_graph_buckets=0 if shapes.mla else 58, mla=shapes.mla,
                                            dp_attention_dp=c.kind.dp_attention_dp(c))
@@ -287,21 +289,9 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             rows.append(PlanRow(**row, weights_gb_per_gpu=0.0, kv_tokens_total=0,
                                 not_predicted=f"the planner does not model option {unmodeled[0]!r} of {c.technique}"))
             continue
-        clocks, missing, calibratable = {}, [], False
-        for role, shard in shard_roles(c, shapes).items():
-            sig = shard_signature(hf, shard)
-            found = find_calibration(sig, kind["name"], calibration_dirs)
-            if found is None:
-                why = unservable(hf, shard)
-                calibratable |= why is None
-                missing.append(f"'{sig}' ({why})" if why else
-                               f"'{sig}' (--json-model-override-args '{json.dumps(shard.override_args(shapes))}')")
-                continue
-            clocks[role] = ShardClock(found[0].pipelined(host_ms), shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt),
-                                      what_if)
-            row.setdefault("calibrations", {})[role] = str(found[1])
-        model = (StepModel(c, shapes, clocks, ic, elt, int(context), default_decode_graph_max_bs(kind["mib"], server_tp))
-                 if not missing else None)
+        model, found, missing, calibratable = step_model(c, hf, gpu, ic, context, host_ms, calibration_dirs, what_if)
+        if found:
+            row["calibrations"] = found
         memory = c.kind.memory(c, model, shapes, free, frac, elt)  # what the technique's decisions fix (ZeroDP's set)
         weights = c.weight_bytes_per_gpu(shapes, elt, **memory)
         kv = c.kv_tokens(shapes, free, frac, elt, **memory)
@@ -388,9 +378,37 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             "winner": win.name, "reason": reason, "objective": objective,
             "launch": ["python", "-m", "sgl_sidp.launch_server", "--model-path", model_path, *launch_flags(win)],
             "configurations": rows,
-            "memory_source": f"free memory before load: {kind['source']}; mem_fraction_static: SGLang's default",
+            "memory_source": f"free memory before load: {kind['source']}, less a TP group's reserve (plan.steps.GROUP_RESERVE_GIB); mem_fraction_static: SGLang's default",
             "request_overhead_ms": round(overhead, 2), "request_overhead_source": overhead_source,
             "stream_tokens_per_s": stream}
+
+
+def step_model(c, hf: dict, gpu: str, ic: Interconnect, context: float, host_ms: float | None,
+               calibration_dirs: list[Path] | None = None, what_if: WhatIf = NO_WHAT_IF
+               ) -> tuple[StepModel | None, dict[str, str], list[str], bool]:
+    """The step model of configuration `c` of the model whose config.json is `hf` on GPU kind `gpu` (a `GPUS` key):
+    its shards' calibrations (`find_calibration`) as `ShardClock`s, `ic` its interconnect, `context` (tokens) the
+    workload's mean context, `host_ms` the host time a forward alone takes (`host_time_alone_ms`).
+
+    Returns (model, or None where a shard has no calibration; the calibration file of each role found; each missing
+    shard's signature with how to calibrate it or why it cannot be; whether `plan calibrate` can time the missing)."""
+    kind, shapes, elt = GPUS[gpu], ModelShapes.of(hf), dtype_bytes(hf)
+    clocks, found, missing, calibratable = {}, {}, [], False
+    for role, shard in shard_roles(c, shapes).items():
+        sig = shard_signature(hf, shard)
+        hit = find_calibration(sig, kind["name"], calibration_dirs)
+        if hit is None:
+            why = unservable(hf, shard)
+            calibratable |= why is None
+            missing.append(f"'{sig}' ({why})" if why else
+                           f"'{sig}' (--json-model-override-args '{json.dumps(shard.override_args(shapes))}')")
+            continue
+        clocks[role] = ShardClock(hit[0].pipelined(host_ms), shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt),
+                                  what_if)
+        found[role] = str(hit[1])
+    model = (StepModel(c, shapes, clocks, ic, elt, int(context), default_decode_graph_max_bs(kind["mib"], c.server_tp))
+             if not missing else None)
+    return model, found, missing, calibratable
 
 
 def route_of(c) -> Callable | None:

@@ -51,7 +51,7 @@ from typing import Callable, Mapping, Sequence
 
 from sgl_sidp.calibration.cache import BUNDLED_DIR, calibration_files, default_cache_dir
 from sgl_sidp.calibration.cost import DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB
-from sgl_sidp.calibration.memory import ModelShapes
+from sgl_sidp.calibration.memory import GIB, ModelShapes
 from sgl_sidp.calibration.table import Calibration, _interp
 from sgl_sidp.model_info import model_signature
 from sgl_sidp.plan.comm import Interconnect, gpu_kind
@@ -64,6 +64,21 @@ GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 
                  "source": "SGLang's 'Load weight begin. avail mem' at TP1, benchmarks/results/sidp/calibration_1gpu/"},
         "H100": {"name": "NVIDIA H100 80GB HBM3", "mib": 81_559, "free_before_load_gib": 78.50,
                  "source": "SGLang's 'Load weight begin. avail mem' at TP1, benchmarks/results/families/ (DeepSeek-V2 run)"}}
+
+#: GiB a replica's TP group of 2 or 4 GPUs takes before the model loads (NCCL communicators, SGLang's custom all-reduce
+#: buffers), by GPU kind: TP1's 'avail mem' less the group's, from the servers of benchmarks/results/multi_gpu/ (one
+#: server per GPU set; H100: TP2 and DP attention 2 77.58-77.59, TP4 77.36-77.41; H200: TP2 138.21, TP4 137.99).
+#: Shift's base configuration reserves 0.5-0.8 GiB more (its all-to-all groups: sp2 77.05 on H100, sp2 x tp2 137.16 on
+#: H200), not modelled. Groups of more than 4 GPUs take the 4-GPU figure (not measured).
+GROUP_RESERVE_GIB = {"H100": {2: 0.91, 4: 1.12}, "H200": {2: 0.92, 4: 1.14}}
+
+
+def free_before_load_bytes(gpu: str, group: int) -> int:
+    """Bytes SGLang finds free on each GPU of a `group`-GPU TP group of GPU kind `gpu` (a `GPUS` key) just before it
+    loads the model: the TP1 figure (`GPUS`) less the group's reserve (`GROUP_RESERVE_GIB`)."""
+    reserve = GROUP_RESERVE_GIB[gpu]
+    held = 0.0 if group <= 1 else reserve.get(group, reserve[max(k for k in reserve if k <= group)])
+    return int((GPUS[gpu]["free_before_load_gib"] - held) * GIB)
 
 #: Where one source's egress saturates when several readers pull from it at once (GB/s, H200, measured by ZeroDP:
 #: benchmarks/results/zerodp/README.md); the peer-copy entry of the interconnect table is one idle pair's rate.
@@ -247,7 +262,9 @@ class ShardClock:
     @functools.cached_property
     def prefill_fit(self) -> tuple[float, float, float]:
         """(c ms, a ms per token, b ms per token^2) of one fresh request of T tokens taking c + a T + b T^2: the
-        linear layers and the causal attention, least squares over the measured one-request prefills of at least
+        linear layers and the causal attention, least squares with no term below 0 (`nonnegative_fit`; clipping an
+        unconstrained fit's negative b instead left Llama-3.1-70B's TP4 shard on H100 a line 12 % too steep) over
+        the measured one-request prefills of at least
         `PREFILL_FIT_FROM` tokens where three are (below it a prefill costs about the same whatever its size:
         `prefill_floor`), else over all (the attention is what makes a batch of short prompts faster than one long
         prompt of the same tokens)."""
@@ -257,8 +274,7 @@ class ShardClock:
         big = [t for t in sizes if t >= PREFILL_FIT_FROM]
         xs = np.array(big if len(big) >= 3 else sizes, dtype=float)
         ys = np.array([self.cal.prefill_ms[int(x)] for x in xs])
-        coef = np.linalg.lstsq(np.stack([np.ones_like(xs), xs, xs ** 2], 1), ys, rcond=None)[0]
-        return tuple(float(max(0.0, v)) for v in coef)
+        return nonnegative_fit(np.stack([np.ones_like(xs), xs, xs ** 2], 1), ys)
 
     @functools.cached_property
     def prefill_floor(self) -> float:
@@ -292,7 +308,7 @@ class ShardClock:
         if self.what_if.prefix_factor is not None:
             return self.what_if.prefix_factor
         c, a, b = self.prefill_fit
-        if b <= 0:  # a fit with no attention term (clipped at 0: e.g. Llama-3.1-70B's 4-GPU H100 shards) has no k
+        if b <= 0:  # a fit with no attention term (e.g. Mixtral-8x7B's TP1 on H200: 0 fits best) has no k
             return 1.0
         ks = [(ms - (c + a * n + b * n * n)) / (2 * b * n * p) for n, p, ms in self.cal.prefill_prefix_ms if n and p]
         return max(0.0, statistics.median(ks)) if ks else 1.0
@@ -325,6 +341,27 @@ class ShardClock:
         `prefill_ramp`, read as one attribute: the simulation calls it some 200,000 times a planning run, and each
         cached property read costs about as much as the arithmetic."""
         return (*self.prefill_fit, 2 * self.prefix_factor, self.prefill_floor, self.prefill_ramp)
+
+
+def nonnegative_fit(x, y) -> tuple[float, ...]:
+    """Least squares of `y` (n,) on the columns of `x` (n, k), every coefficient at least 0: the unconstrained fit of
+    each subset of the columns, the others 0, the best whose coefficients are all >= 0 (what
+    `scipy.optimize.nnls` returns; k is 3 here, so 7 small fits). All 0 when no subset fits."""
+    import itertools
+
+    import numpy as np
+
+    best, best_err = np.zeros(x.shape[1]), float(np.sum(y ** 2))
+    for k in range(1, x.shape[1] + 1):
+        for cols in itertools.combinations(range(x.shape[1]), k):
+            coef = np.linalg.lstsq(x[:, cols], y, rcond=None)[0]
+            if (coef < 0).any():
+                continue
+            err = float(np.sum((x[:, cols] @ coef - y) ** 2))
+            if err < best_err - 1e-12:
+                best, best_err = np.zeros(x.shape[1]), err
+                best[list(cols)] = coef
+    return tuple(float(v) for v in best)
 
 
 #: the clocks `StepModel`s were last given, the first of equal ones (with its `decode_ms` memo) standing for all

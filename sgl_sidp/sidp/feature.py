@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from sgl_sidp.feature import Feature, dense_model_problems, replica_problems
-from sgl_sidp.sidp.settings import SiDPSettings, b_th_measured, cas_graphs_on
+from sgl_sidp.sidp.settings import SiDPSettings, b_th_measured, cas_graphs_on, ring_slots
 
 QWEN2_MLP, LLAMA_MLP = "sglang.srt.models.qwen2.Qwen2MLP", "sglang.srt.models.llama.LlamaMLP"
 
@@ -123,7 +123,7 @@ def describe(cfg, server_args) -> str:
     """SiDP's part of the launcher's start-up line."""
     s = cfg.sidp
     d = server_args.dp_size
-    slots = s.slots or max(2, d - 1)
+    slots = ring_slots(s.slots, d)
     how = {"was": "WaS", "cas": "CaS (DP ranks in lockstep)",
            "auto": "WaS at >= B_th tokens per rank, else CaS (B_th "
            + ("measured at start-up" if b_th_measured(s, _no_graphs(server_args), cfg.fold_gpus) else f"{s.b_th:g}")

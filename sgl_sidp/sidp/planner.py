@@ -6,8 +6,17 @@ from __future__ import annotations
 
 import math
 
+from sgl_sidp.calibration.memory import GIB
 from sgl_sidp.plan.configs import Configuration
 from sgl_sidp.plan.technique import Technique, option
+from sgl_sidp.sidp.settings import ring_slots
+
+
+#: GiB a SiDP rank holds before SGLang sizes its KV pool beyond its weights and WaS slots, by DP size: measured on
+#: H100 (SGLang's KV pool against the planner's weights: Qwen3-32B DP2 1,318 tokens a rank fewer, Llama-3.1-70B DP4
+#: 1,685; benchmarks/results/multi_gpu/q32_prefill_2gpu_h100, l70_prefill_4gpu_h100), not attributed further (the
+#: ranks' NCCL group for CaS and the lockstep is created before the pool). Larger DP sizes take the DP4 figure.
+RANK_RESERVE_GIB = {2: 0.32, 4: 0.51}
 
 
 class SiDPTechnique(Technique):
@@ -53,11 +62,17 @@ class SiDPTechnique(Technique):
             flags += ["--no-sidp-cas-graphs"]
         return flags
 
+    def memory(self, c, model, shapes, free_before_load, mem_fraction_static, elt):
+        """The WaS ring's slots at the default `--sidp-slots` (`settings.ring_slots`: 3 at DP4, 2 at DP2)."""
+        return {"slots": ring_slots(0, c.dp)}
+
     def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots):
-        """A rank owning its share of the FFN layers, with `slots` slots for the others'."""
+        """A rank owning its share of the FFN layers, with `slots` slots for the others', and its reserve
+        (`RANK_RESERVE_GIB`)."""
         owned = tuple(i for i in range(shapes.layers) if i % c.dp == 0)  # rank 0's share; every rank alike
         layer = elt * shapes.dense_mlp_params() // c.tp
-        return {"gpu": shapes.weight_bytes(c.tp, c.tp, c.tp, elt, mlp_layers=owned) + slots * layer}
+        reserve = RANK_RESERVE_GIB.get(c.dp, RANK_RESERVE_GIB[4]) * GIB
+        return {"gpu": shapes.weight_bytes(c.tp, c.tp, c.tp, elt, mlp_layers=owned) + slots * layer + int(reserve)}
 
     # ------------------------------------------------------------------ step times
     # WaS streams the other (d-1)/d of the FFN weights every forward (as a ZeroDP sink, each rank's egress serving the

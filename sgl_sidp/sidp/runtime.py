@@ -51,7 +51,7 @@ from sgl_sidp.peer.manifest import TensorSpec, manifest_mismatches
 from sgl_sidp.prefetch.binding import SlotBinding, decoder_layers, param_at
 from sgl_sidp.prefetch.placeholders import LoadPlaceholders
 from sgl_sidp.prefetch.schedules import owner_of, peak_shift_order
-from sgl_sidp.sidp.settings import b_th_measured, cas_graphs_on
+from sgl_sidp.sidp.settings import b_th_measured, cas_graphs_on, ring_slots
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def ring_plan(settings, layers, d: int, rank: int) -> tuple[int, tuple[int, ...]
     (`peak_shift_order`) when asked and the slots allow it (d - 1 or more), else forward order.
     `layers` must be 0..L-1 (every decoder layer of the model, as `collect_mlps` returns them).
     """
-    n_slots = settings.slots or max(2, d - 1)
+    n_slots = ring_slots(settings.slots, d)
     streamed = [lid for lid in layers if owner_of(lid, d) != rank]
     if settings.fetch_order == "shifted" and n_slots >= d - 1:
         order = tuple(lid for cycle in peak_shift_order(len(layers), d, rank) for lid in cycle)

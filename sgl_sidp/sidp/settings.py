@@ -74,6 +74,12 @@ class SiDPSettings(BaseModel):
     )
 
 
+def ring_slots(slots: int, d: int) -> int:
+    """WaS slots a rank of `d` DP ranks holds: `--sidp-slots`, or d - 1 (at least 2) when 0 (peak shifting needs
+    d - 1). One rule for the runtime's ring, the start-up line and the planner's memory."""
+    return slots or max(2, d - 1)
+
+
 def cas_graphs_on(s: SiDPSettings, disable_cuda_graph: bool, fold_gpus: bool) -> bool:
     """Whether CaS decodes replay CUDA graphs: `--sidp-cas-graphs` as given, else on where they can run (SGLang
     captures decode graphs and each DP rank has its own GPU, as NCCL needs); never with WaS alone."""
