@@ -679,7 +679,9 @@ def status_line(job: Job, res: dict) -> str:
     if res.get("refused"):
         return f"{head}: refused: {res['refused']}"
     if res.get("error"):
-        return f"{head}: did not start: {res['error']['what']}"
+        from sgl_sidp.bench.compare_report import start_failure
+
+        return f"{head}: did not start: {start_failure(res['error'])}"
     done = [k for k in ("exact", "alone", "burst", "profile") if k in res] + list(res.get("traces", {}))
     errs = res.get("step_errors") or {}
     return (f"{head}: up in {res.get('startup_s')} s, KV {res.get('kv_tokens')}, done: {', '.join(done) or 'nothing'}"

@@ -80,6 +80,13 @@ def best_vanilla(group: dict[str, dict], get: Callable[[dict], float | None], hi
     return (max if higher else min)(vals, key=lambda nv: nv[1])
 
 
+def start_failure(error: dict) -> str:
+    """Why a server did not start, in one line: the exception's first line and, where that ends in ':' (the server's
+    exit), the first line of its log that names a failure (`error` as `bench.compare` records it: "what", "log")."""
+    what, log = error.get("what", ""), error.get("log") or []
+    return f"{what} {log[0]}" if what.endswith(":") and log else what
+
+
 def fmt(v: float | None) -> str:
     if v is None:
         return "-"
@@ -182,7 +189,7 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
         kv_best = best_vanilla(group, FACTS[0][3], True)
         for name, r in group.items():
             if r.get("refused") or (r.get("error") and not r.get("kv_tokens")):
-                why = r.get("refused") or f"did not start: {r['error']['what']}"
+                why = r.get("refused") or f"did not start: {start_failure(r['error'])}"
                 lines.append(f"| {name} | {(r.get('commit') or '')[:7]} | - | - | - | {'refused: ' if r.get('refused') else ''}{why} |")
                 continue
             kv = FACTS[0][3](r)
