@@ -394,3 +394,17 @@ def test_a_tp_group_reserves_memory_before_the_model_loads():
     assert free_before_load_bytes("H100", 2) == int(77.59 * GIB)
     assert free_before_load_bytes("H100", 4) == free_before_load_bytes("H100", 8) == int(77.38 * GIB)
     assert free_before_load_bytes("H200", 4) == int(137.99 * GIB)
+
+
+def test_a_configuration_sglang_does_not_start_is_neither_predicted_nor_picked():
+    """SGLang 0.5.17's DP attention fails to start on Llama (measured on 2 x H200 and 4 x H100): the planner says so
+    in the row and ranks it nowhere, so neither `--overlay-mode auto` nor a predicted-ratio line names it."""
+    from sgl_sidp.plan.planner import plan
+
+    llama = Path(__file__).resolve().parents[2] / "shared" / "models" / "Llama-3.1-70B"
+    if not (llama / "config.json").is_file():
+        pytest.skip(f"{llama} missing (../shared/models)")
+    out = plan(str(llama), 2, "H200", "offline:512:2048:256")
+    row = next(r for r in out["configurations"] if r.name == "dp2_attn")
+    assert not row.predicted and "does not start DP attention on LlamaForCausalLM" in row.not_predicted
+    assert out["winner"] != "dp2_attn" and "dp2_attn" not in out["reason"]

@@ -289,6 +289,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             rows.append(PlanRow(**row, weights_gb_per_gpu=0.0, kv_tokens_total=0,
                                 not_predicted=f"the planner does not model option {unmodeled[0]!r} of {c.technique}"))
             continue
+        broken = c.kind.known_failure(c, hf)
+        if broken:
+            rows.append(PlanRow(**row, weights_gb_per_gpu=0.0, kv_tokens_total=0, not_predicted=broken))
+            continue
         model, found, missing, calibratable = step_model(c, hf, gpu, ic, context, host_ms, calibration_dirs, what_if)
         if found:
             row["calibrations"] = found

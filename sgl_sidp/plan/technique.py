@@ -83,6 +83,12 @@ class Technique:
         depends on the workload, e.g. ZeroDP's capacity-bound policy at that context. Default: none."""
         return []
 
+    def known_failure(self, c, hf: dict) -> str | None:
+        """Why SGLang (the pinned version) fails to start configuration `c` of the model whose config.json is `hf`,
+        measured on GPUs, so that the planner neither predicts nor picks it; None where nothing is known. Default:
+        None."""
+        return None
+
     def launchable_unplanned(self, c, shapes) -> bool:
         """Whether `c`, which `configs.configurations` does not list for the model, still starts (a check of the
         wiring, not a way to serve), so that compare runs it. Default: no."""
