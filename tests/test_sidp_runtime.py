@@ -360,17 +360,20 @@ def test_was_says_when_decode_steps_cannot_hide_its_copies():
 
 def _measure_b_th_rank(rank, world, sizes):
     """One DP rank of --sidp-b-th-measure with made-up step times: WaS a fixed cost that rank 1 pays more of, CaS
-    growing with the rows; rank 0's own times alone would give another B_th."""
+    growing with the rows; rank 0's own times alone would give another B_th. Returns measure_b_th's answer and the
+    sizes this rank timed in WaS, in order."""
     import torch.distributed as dist
 
     rt = SiDPRuntime(SimpleNamespace(config=SidpConfig.from_mapping({"mode": "sidp", "sidp": {"service": "auto"}}),
                                      listeners=[]))
-    was = {0: 10.0, 1: 14.0}[rank]
+    was, timed = {0: 10.0, 1: 14.0}[rank], []
 
     def time_ms(rows, cas):
+        if not cas:
+            timed.append(rows)
         return (4.0 + rows / 8) if cas else was + rows / 64
 
-    return rt.measure_b_th(time_ms, sizes, dist.group.WORLD)
+    return (*rt.measure_b_th(time_ms, sizes, dist.group.WORLD), timed)
 
 
 def test_measured_b_th_is_the_same_on_every_rank_from_the_slowest_ranks_steps():
@@ -379,12 +382,17 @@ def test_measured_b_th_is_the_same_on_every_rank_from_the_slowest_ranks_steps():
     sizes = [1, 8, 16, 32, 48, 64, 96, 128]
     out = spawn(_measure_b_th_rank, 2, sizes)
     assert out[0] == out[1]
-    b_th, points, extrapolated = out[0]
+    b_th, points, extrapolated, timed = out[0]
     # the slowest rank's WaS (14 + rows/64) is no slower than CaS (4 + rows/8) from 96 rows on; rank 0's alone: 64
     assert b_th == 96.0 and points[96] == (14.0 + 96 / 64, 4.0 + 96 / 8) and not extrapolated
-    # WaS slower at the largest size: the lines meet at 10 / (1/8 - 1/64) = 91.4 rows
+    # WaS timed where the bisection needs it (the largest, then 32, 64, 96), CaS at every size; every rank alike
+    assert timed == [128, 32, 64, 96] and points[1] == (None, 4.0 + 1 / 8)
+    # WaS slower at the largest size: timed there and at the next, the lines meet at 10 / (1/8 - 1/64) = 91.4 rows
     out = spawn(_measure_b_th_rank, 2, [1, 8, 16])
-    assert out[0][0] == 92.0 and out[0][2]
+    assert out[0][0] == 92.0 and out[0][2] and out[0][3] == [16, 8]
+    # one size where WaS loses: CaS at every batch
+    out = spawn(_measure_b_th_rank, 2, [8])
+    assert out[0][:3] == (1e9, {8: (14.0 + 8 / 64, 4.0 + 1.0)}, False)
 
 
 def test_extrapolated_b_th_needs_cas_to_grow_faster():

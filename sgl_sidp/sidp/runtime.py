@@ -487,43 +487,72 @@ class SiDPRuntime:
                 f", extrapolated beyond the largest decode graph ({sizes[-1]} rows)" if beyond else
                 ", CaS at every batch: WaS is slower at the largest decode graph and no faster-growing" if b_th >= 1e9
                 else "")
-            logger.info("sgl-sidp sidp %s: B_th %g tokens per rank (%s); decode step ms (WaS, CaS), the slowest rank's, "
+            logger.info("sgl-sidp sidp %s: B_th %g tokens per rank (%s); decode step ms (WaS, CaS; WaS - where not timed), the slowest rank's, "
                         "by rows per rank: %s", self.who, b_th, source,
-                        ", ".join(f"{b}: {w:.2f}, {c:.2f}" for b, (w, c) in points.items()))
+                        ", ".join(f"{b}: {'-' if w is None else f'{w:.2f}'}, {c:.2f}" for b, (w, c) in points.items()))
         self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
         logger.info("sgl-sidp sidp %s: DP ranks in lockstep (%s); CaS rows over %s%s", self.who, self.settings.service,
                     "gloo (replicas share a GPU)" if self.fold_gpus else "NCCL",
                     f"; B_th {b_th:g} tokens per rank ({source})" if b_th is not None else "")
 
     def measure_b_th(self, time_ms: Callable[[int, bool], float], sizes: Sequence[int],
-                     group) -> tuple[float, dict[int, tuple[float, float]], bool]:
-        """auto's B_th measured on the group's GPUs (`--sidp-b-th-measure`): this rank times a decode step of each
-        of `sizes` rows per rank (ascending) in WaS and in CaS (`time_ms(rows, cas)`, ms), the ranks keep the slowest
-        rank's time of each (an iteration in lockstep waits for it; an all-reduce over `group`, the lockstep's gloo
-        group), and B_th is the smallest size from which WaS is no slower at every larger size
-        (`cost.first_lasting_win`, the planner's rule, `SiDPTechnique.b_th`). Where WaS is still slower at the
-        largest size (the decode graphs end before its copies are hidden), B_th is where the two curves' lines through
-        their two largest sizes meet (`cost.extrapolated_win`): without it every prefill chunk, thousands of rows,
-        would run CaS (measured on 2 x H100 with Qwen3-32B: 0.68x TP2's throughput against 0.98x at B_th 128). 1e9 (CaS
-        at every batch) where those lines do not meet. Every DP rank calls it at once, with the same `sizes` (a CaS
-        step is a collective).
+                     group) -> tuple[float, dict[int, tuple[float | None, float]], bool]:
+        """auto's B_th measured on the group's GPUs (`--sidp-b-th-measure`): this rank times decode steps of `sizes`
+        rows per rank (ascending) in CaS and in WaS (`time_ms(rows, cas)`, ms), the ranks keep the slowest rank's
+        time of each (an iteration in lockstep waits for it; an all-reduce over `group`, the lockstep's gloo group),
+        and B_th is the smallest size from which WaS is no slower.
+
+        CaS is timed at every size, WaS only where the answer needs it: its step is copy-bound (flat) until its
+        compute outgrows the copies while CaS's grows at every row, so once WaS wins it keeps winning (the planner's
+        rule, `cost.first_lasting_win`, on the sizes timed). WaS is timed at the largest size first; where it wins
+        there, a bisection over the smaller sizes finds the first win; where it does not, it is timed at the second
+        largest too and B_th is where the two curves' lines through those sizes meet (`cost.extrapolated_win`):
+        without it every prefill chunk, thousands of rows, would run CaS (measured on 2 x H100 with Qwen3-32B: 0.68x
+        TP2's throughput against 0.98x at B_th 128). 1e9 (CaS at every batch) where those lines do not meet. Timing
+        WaS at all 11 sizes took 79 s of a 4 x H100 start-up with Llama-3.1-70B (each step 386-469 ms, copy-bound).
+        Every DP rank calls it at once, with the same `sizes` (a CaS step is a collective; each WaS timing is
+        all-reduced before the next is chosen, so every rank times the same sizes).
 
         Returns:
-            (B_th in tokens per rank, {rows: (WaS ms, CaS ms)}, whether B_th is extrapolated), the same on every rank.
+            (B_th in tokens per rank, {rows: (WaS ms or None where not timed, CaS ms)}, whether B_th is
+            extrapolated), the same on every rank.
         """
         import torch.distributed as dist
 
-        from sgl_sidp.calibration.cost import extrapolated_win, first_lasting_win
+        from sgl_sidp.calibration.cost import extrapolated_win
 
-        t = torch.tensor([[time_ms(b, False), time_ms(b, True)] for b in sizes], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        points = {b: (w, c) for b, (w, c) in zip(sizes, t.tolist())}
-        was, cas = (lambda x: points[x][0]), (lambda x: points[x][1])
-        b = first_lasting_win(was, cas, sizes)
-        if b is not None:
-            return float(b), points, False
-        b = extrapolated_win(was, cas, sizes) if len(sizes) > 1 else None
-        return (1e9 if b is None else float(b)), points, b is not None
+        def slowest(values: list[float]) -> list[float]:
+            t = torch.tensor(values, dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+            return t.tolist()
+
+        cas = dict(zip(sizes, slowest([time_ms(b, True) for b in sizes])))
+        was: dict[int, float] = {}
+
+        def was_at(i: int) -> float:
+            b = sizes[i]
+            if b not in was:
+                was[b] = slowest([time_ms(b, False)])[0]
+            return was[b]
+
+        def points() -> dict[int, tuple[float | None, float]]:
+            return {b: (was.get(b), cas[b]) for b in sizes}
+
+        last = len(sizes) - 1
+        if was_at(last) <= cas[sizes[last]]:
+            lo, hi = 0, last  # WaS wins at sizes[hi]; find the first size it wins at
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if was_at(mid) <= cas[sizes[mid]]:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return float(sizes[hi]), points(), False
+        if last == 0:
+            return 1e9, points(), False
+        was_at(last - 1)
+        b = extrapolated_win(was.get, cas.get, sizes)
+        return (1e9 if b is None else float(b)), points(), b is not None
 
     def _time_decode(self, runner, rows: int, cas: bool) -> float:
         """ms of one decode step of `rows` rows of `B_TH_CONTEXT` tokens (`calibration.measure.DecodeProbe`), steps

@@ -43,10 +43,11 @@ class SiDPSettings(BaseModel):
     b_th_measure: bool | None = Field(
         None,
         description="[auto] Measure B_th at start-up on this group's GPUs instead of taking the planner's: once the "
-        "CaS decode graphs are captured, every rank times decode steps of 1 to 256 rows replayed in WaS and in CaS "
-        "(about 20 s), the ranks keep the slowest rank's time of each, and B_th is the smallest batch from which WaS "
-        "is no slower at every larger one (the planner's rule, on measured steps), or where the two curves' lines "
-        "through their two largest sizes meet when WaS is still slower at 256. Default: measured wherever the CaS "
+        "CaS decode graphs are captured, every rank times decode steps of 1 to 256 rows replayed in CaS, and in WaS "
+        "where the answer needs it (at 256 rows, then a bisection, or at 192 too), the ranks keep the slowest rank's "
+        "time of each, and B_th is the smallest batch from which WaS is no slower (the planner's rule, on measured "
+        "steps), or where the two curves' lines through their two largest sizes meet when WaS is still slower at "
+        "256. Default: measured wherever the CaS "
         "decode graphs run and --sidp-b-th is not given, else the planner's at launch (said in the start-up line); "
         "--sidp-b-th-measure: refused where it cannot run; --no-sidp-b-th-measure: the planner's.",
     )

@@ -189,7 +189,7 @@ def test_qwen3_8b_auto_measures_b_th_at_start_up(log_dir, qwen3_8b_reference):
         sidp_answers(srv, ref, facts)
         log = srv.log_text()
     lines = re.findall(r"sgl-sidp sidp DP(\d) TP0: B_th (\S+) tokens per rank \(--sidp-b-th-measure: measured at "
-                       r"start-up on this group's GPUs[^)]*\); decode step ms \(WaS, CaS\), the slowest rank's, by rows "
+                       r"start-up on this group's GPUs[^)]*\); decode step ms \(WaS, CaS[^)]*\), the slowest rank's, by rows "
                        r"per rank: (.*)", log)
     summary(log_dir, "qwen3_8b_sidp_auto_measured", answers=facts, b_th_lines=lines)
     assert {r for r, _, _ in lines} == {"0", "1"} and len({(b, p) for _, b, p in lines}) == 1, lines
