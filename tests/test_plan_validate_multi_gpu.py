@@ -93,3 +93,38 @@ def test_replays_are_predicted_from_the_command_that_ran_them(tmp_path):
             req(2.0, 2.1, 4.0, 2),    # TPOT 1,900 ms: not
             req(3.0, 3.2, 3.2, 1)]    # one token: TTFT alone decides
     assert goodput(reqs, SLO(ttft_ms=1000.0, tpot_ms=50.0)) == {"good_requests": 2, "request_goodput": 2 / 4.0}
+
+
+def test_profiled_forwards_stand_beside_the_planners_steps(tmp_path):
+    """`compare --profile 16+2048+8`'s forwards: a prefill forward holds the prompts SGLang's chunk takes from a
+    replica's share (8,192 / 2,048 = 4 of DP2's 8), a decode step that share; each beside the planner's step for the
+    same forward, the slowest replica's first GPU as measured; DP attention's decode (ranks in lockstep: waits in
+    its span) left out."""
+    if not QWEN3_8B.is_dir():
+        pytest.skip(f"{QWEN3_8B} missing (../shared/models)")
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.plan.comm import Interconnect
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.plan.planner import step_model
+    from sgl_sidp.plan.steps import GPUS, host_time_alone_ms
+
+    def stage(ms):
+        return {"counted": True, "span_ms": ms}
+
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir()
+    for name, dp, ranks in [("dp2", 2, {"TP-0-DP-0": (180.0, 11.0), "TP-0-DP-1": (215.0, 10.0)}),
+                            ("dp2_attn", 2, {"TP-0-DP-0": (200.0, 30.0), "TP-0-DP-1": (190.0, 25.0)})]:
+        (folder / f"{name}.json").write_text(json.dumps({
+            "config": name, "dp": dp, "gpu_count": 2, "kv_tokens": {"0": 1000, "1": 1000},
+            "profile": {"spec": "16+2048+8", "chunked_prefill_size": 8192,
+                        "ranks": {g: {"prefill": stage(p), "decode": stage(d)} for g, (p, d) in ranks.items()}}}))
+    got = {(r[0], r[1].split(",")[0]): r for r in MOD["profile_rows"](folder, str(QWEN3_8B), "H100")}
+    assert sorted(got) == [("dp2", "profiled decode step"), ("dp2", "profiled prefill forward"),
+                           ("dp2_attn", "profiled prefill forward")]
+    hf, gpu = read_hf_config(str(QWEN3_8B)), "H100"
+    model = step_model(configuration_named("dp2"), hf, gpu, Interconnect.load(GPUS[gpu]["name"]), 2052,
+                       host_time_alone_ms(GPUS[gpu]["name"]))[0]
+    prefill = got["dp2", "profiled prefill forward"]
+    assert "4 x 2,048 tokens" in prefill[1] and prefill[3:] == (model.prefill_ms([(2048, 0)] * 4), 215.0)
+    assert got["dp2", "profiled decode step"][3:] == (model.decode_ms(8, 2048), 11.0)

@@ -13,7 +13,8 @@ shards (one GPU each, never this measurement): KV tokens, the TTFT of single pro
 and TPOT, and each trace replay's goodput, TTFT and TPOT p50 (the same requests, window and objectives as compare's
 replay, read from OUT/commands.txt; `--trace-dir` where the trace files are now). Prints a markdown table with every
 error (predicted / measured - 1), then the measured and predicted ranking of the configurations on the burst and on
-each replay's goodput (one table per GPU count measured).
+each replay's goodput (one table per GPU count measured). Where compare profiled the configurations
+(`--profile`), their prefill forwards and decode steps stand beside the planner's steps (`profile_rows`).
 
 With `--forwards`: the forwards of TP-N servers (`--overlay-calibrate` cache entries of the whole model served at
 `--tp N` on N GPUs, `scripts/gpu_calibrate_model.sh OUT MODEL --tp N`) next to the planner's `tpN` decode steps and
@@ -136,6 +137,55 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
     return out
 
 
+def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
+    """(configuration, what, unit, predicted, measured) of every forward `compare --profile S+IN+OUT` traced in
+    `folder` (OUT/<model>): the planner's step (`planner.step_model`) next to the slowest of the DP replicas' first
+    GPUs' profiled ms per forward (first to last kernel; a replica whose traced forwards held fewer prompts, as a
+    first one alone, is faster). A prefill forward holds the prompts of IN tokens that
+    SGLang's chunk takes at once from a replica's share of the S requests; a decode step, that share at IN tokens of
+    context. Decode steps of replicas in lockstep are left out: a rank's profiled step includes its waits for the
+    others (SiDP's CaS, DP attention), which the planner's step does not."""
+    import math
+
+    from sgl_sidp.bench.compare_report import replica_leaders
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.plan.comm import Interconnect
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.plan.planner import step_model
+    from sgl_sidp.plan.steps import GPUS, host_time_alone_ms
+
+    hf, out = read_hf_config(model_path), []
+    ic, host = Interconnect.load(GPUS[gpu]["name"]), host_time_alone_ms(GPUS[gpu]["name"])
+    for path in sorted(folder.glob("*.json")):
+        r = json.loads(path.read_text())
+        prof = r.get("profile") if isinstance(r, dict) else None
+        if not prof or r.get("config_args") or r.get("config") == "auto":
+            continue
+        c = configuration_named(r["config"])
+        s, inp, outp = (int(x) for x in prof["spec"].split("+"))
+        model = step_model(c, hf, gpu, ic, inp + outp / 2, host, what_if=what_if)[0]
+        if model is None:
+            continue
+        share = math.ceil(s / max(1, int(r.get("dp") or 1)))  # requests a replica gets (round robin)
+        chunk = int(prof.get("chunked_prefill_size") or inp)
+        k = max(1, min(share, chunk // inp)) if inp <= chunk else 1
+        leaders = replica_leaders(prof["ranks"])
+
+        def slowest(stage: str) -> float | None:
+            spans = [prof["ranks"][g][stage]["span_ms"] for g in leaders
+                     if prof["ranks"][g].get(stage, {}).get("counted")]
+            return max(spans, default=None)
+
+        if slowest("prefill") is not None:
+            out.append((r["config"], f"profiled prefill forward, {k} x {min(inp, chunk):,} tokens"
+                        + (f" (the slowest of {len(leaders)} replicas)" if len(leaders) > 1 else ""), "ms",
+                        model.prefill_ms([(min(inp, chunk), 0)] * k), slowest("prefill")))
+        if slowest("decode") is not None and not c.kind.lockstep(c):
+            out.append((r["config"], f"profiled decode step, {share} rows at {inp:,} tokens", "ms",
+                        model.decode_ms(share, inp), slowest("decode")))
+    return out
+
+
 def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
     """(configuration, what, unit, predicted, measured) for every measured number the planner predicts (with
     `what_if`'s numbers set by hand)."""
@@ -225,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
         print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")
         table = rows(measured, a.model_path, a.gpu, n, what_if)
         table += trace_rows(measured, replay_settings(a.dir), a.model_path, a.gpu, n, a.trace_dir)
+        table += [row for row in profile_rows(a.dir, a.model_path, a.gpu, what_if) if row[0] in measured]
         for name, what, unit, pred, meas in table:
             if pred is None:
                 print(f"| {name} | {what} | | | | |")
