@@ -146,13 +146,20 @@ class StepTimes:
     Mooncake replay, `benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`): served decode steps
     of 2-17 rows of mixed contexts at 128 moments, median -28.4 % from the mean-context step and -1.0 % (p10-p90
     -5.2 % to +2.6 %) from this one (`scripts/plan_mixed_batch_steps.py`). False: the step is
-    `decode_ms(batch, mean context)` alone."""
+    `decode_ms(batch, mean context)` alone.
+
+    `decide_ms`: the host time from an iteration's start to the choice of the next (`ReplicaSim.arrive`); 0: at its
+    start."""
 
     def __init__(self, decode_ms: Callable[[int, float], float],
                  prefill_ms: Callable[[Sequence[tuple[int, int]]], float],
-                 decode_run: Callable[[int, float], tuple[float, int]] | None = None, longest_row: bool = False):
+                 decode_run: Callable[[int, float], tuple[float, int]] | None = None, longest_row: bool = False,
+                 decide_ms: float = 0.0):
         self.decode_ms, self.prefill_ms, self.decode_run = decode_ms, prefill_ms, decode_run
         self.longest_row = longest_row
+        #: ms from an iteration's start to SGLang's choice of the next (its overlap scheduler chooses the next batch
+        #: once it has prepared and launched this one): a request that arrives in between still joins the next
+        self.decide_ms = decide_ms
 
 
 class RadixBlocks:
@@ -296,6 +303,7 @@ class ReplicaSim:
         self._binade = _binade(self.clock)  # the clock's binade, as `_decodes` last saw it (`_binade`)
         self._longest: list[tuple[int, int]] = []  # heap of (-(context - decode steps run), join number) (`_top`)
         self.decided_s = -math.inf  # when SGLang's scheduler chose the iteration that starts at `clock` (`arrive`)
+        self._decide_s = times.decide_ms / 1e3  # from an iteration's start to the choice of the next (`StepTimes`)
         # (batch, total context, longest context) -> (ms, steps): the decode step's time and for how many steps it
         # stays the same (`StepTimes.longest_row`)
         self._decode_run = self._step_run(times.decode_run or self._decode_one, times.longest_row)
@@ -604,20 +612,22 @@ class ReplicaSim:
         it waits for the current forward's results, so the batch that runs after a forward is chosen when that forward
         starts. A request that arrives while a forward runs is first scheduled in the iteration after the next one
         (the next one runs without it); one that arrives while the replica has nothing to run is scheduled at once.
-        `decided_s` keeps when the iteration at `clock` was chosen where that matters: the start of the iteration
-        before it (any time before the arrival will do), or when an arrival found the replica idle."""
-        a = req.arrival_s
+        The choice comes `StepTimes.decide_ms` after the forward's start (the host prepares and launches it first):
+        the iterations chosen before `a` are those that start before `a` less that, and the one after them.
+        `decided_s` keeps when the iteration at `clock` was chosen where that matters: `decide_ms` after the start of
+        the iteration before it (any time before the arrival will do), or when an arrival found the replica idle."""
+        a, decide = req.arrival_s, self._decide_s
         if self.clock < a:
-            self.advance(a)
+            self.advance(a - decide)
         if not (self.waiting or self._running or self.chunked):  # idle: taken at `a`, or as the last forward ends
             if self.clock < a:
                 self.clock = a
             self.decided_s = self.clock
-        elif self.decided_s < a:  # (then `clock` >= `a`) the iteration at `clock` was chosen before `a`
+        elif self.decided_s < a:  # the iteration at `clock` was chosen before `a`
             start = self.clock
             while self.clock <= start and self.step():  # it runs without `req` (after any rejection: no time)
                 pass
-            self.decided_s = start
+            self.decided_s = start + decide
         self.waiting.append(req)
 
     def advance(self, until_s: float = math.inf) -> None:
@@ -894,12 +904,11 @@ def simulate_lockstep(requests: Sequence[SimRequest], replicas: Sequence[Replica
     paths of `ReplicaSim.advance` (each iteration runs as one `step`: a burst of a few hundred requests in well
     under a second).
 
-    Replicas given the same requests at the same moments (an offline burst, round robin) run the same schedule in
-    phase, so there it changes nothing. Measured on 2 x H100 (Qwen3-32B, SiDP auto, 128 x (4,096 in, 16 out)), the
-    ranks ran out of phase (DP1's first prefill was one request alone, before the others had arrived) and the burst
-    took 11 % more than predicted (why is not established). Requests 1 ms apart put the simulated ranks out of phase
-    too (SiDP +9.7 % there) but moved vanilla DP2's TPOT p50 from -1 % to +52 %: the planner's offline jobs still
-    arrive at once."""
+    Replicas given the same requests at the same moments run the same schedule in phase. The planner's offline jobs
+    send the first request alone and the rest 1 us later (`planner.BURST_REST_S`), as the GPUs' logs show them
+    arriving: one rank's first prefill holds that one request while another waits for it, as measured on 2 x H100
+    (Qwen3-32B, SiDP auto, 128 x (4,096 in, 16 out): DP1's first prefill one request alone), which took SiDP's
+    burst from 11.3 % over the measured throughput to 3.9 % (Llama-3.1-70B on 4 x H100: 8.3 % to 5.5 %)."""
     pending = collections.deque(sorted(requests, key=lambda r: r.arrival_s))
     clock, sent = 0.0, 0
     while True:
@@ -951,7 +960,7 @@ def _simulate(requests: Sequence[SimRequest], replicas: Sequence[ReplicaSim],
     for req in pending:
         for rep in replicas:
             if rep.clock < req.arrival_s:  # else it has nothing to run before the arrival
-                rep.advance(req.arrival_s)
+                rep.advance(req.arrival_s - rep._decide_s)  # as `arrive` would: the iterations chosen before it
         replicas[route(req, replicas)].arrive(req)
     for rep in replicas:
         rep.advance()

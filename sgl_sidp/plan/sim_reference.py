@@ -18,8 +18,8 @@ it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.managers.s
   sends the request with the most output back to the queue (its KV freed, recomputed later) and resets the ratio to
   0.7;
 - the overlap scheduler's look-ahead (`Scheduler.event_loop_overlap`): the batch that runs after a forward is chosen
-  when that forward starts, so a request arriving during a forward misses the next iteration, unless the replica
-  would otherwise have nothing to run;
+  once that forward is launched (`StepTimes.decide_ms` after its start), so a request arriving later during the
+  forward misses the next iteration, unless the replica would otherwise have nothing to run;
 - DP replicas: each replica has its own queue, KV cache and clock; a request goes to one replica at its arrival,
   round robin (SGLang's default) or by a `route` function reading the replicas' state.
 
@@ -70,7 +70,7 @@ def reference_simulate(requests: Sequence[SimRequest], replicas: Sequence[Refere
             target = replicas[i]
             target.clock = max(target.clock, req.arrival_s)
             target.waiting.append(req)
-            chosen = target.last_start if target.last_end == target.clock else target.clock
+            chosen = target.last_start + target.decide_s if target.last_end == target.clock else target.clock
             if chosen < req.arrival_s and (len(target.waiting) > 1 or target.running or target.chunked):
                 target.step()  # the iteration chosen before `req` came, which runs without it, before the next arrival
             continue
@@ -89,6 +89,7 @@ class ReferenceReplicaSim:
 
     def __init__(self, limits: ReplicaLimits, times: StepTimes):
         self.limits, self.times = limits, times
+        self.decide_s = times.decide_ms / 1e3  # from an iteration's start to the choice of the next
         self.clock = 0.0
         self.waiting = collections.deque()
         self.running = []
@@ -101,9 +102,10 @@ class ReferenceReplicaSim:
 
     def step(self) -> bool:
         """Run one iteration (or reject one request), advancing `clock`; False if there was nothing to run."""
-        # SGLang's overlap scheduler chose this iteration when the one before it started, if it follows that one back
-        # to back, else now: a request that arrived later is not part of it, unless nothing else would run
-        chosen = self.last_start if self.last_end == self.clock else self.clock
+        # SGLang's overlap scheduler chose this iteration once it had launched the one before it (`decide_s` after
+        # that one's start), if it follows that one back to back, else now: a request that arrived later is not part
+        # of it, unless nothing else would run
+        chosen = self.last_start + self.decide_s if self.last_end == self.clock else self.clock
         late = [r for r in self.waiting if r.arrival_s > chosen]
         if late and (len(late) < len(self.waiting) or self.running or self.chunked):
             for r in late:

@@ -399,11 +399,15 @@ class StepModel:
         context: the workload's mean context (tokens), at which decisions are made (SiDP's B_th, ZeroDP's offload).
         graph_max_bs: the server's largest decode batch in a CUDA graph (`memory.default_decode_graph_max_bs`); a larger
             batch takes at least the calibrated eager step. None: every batch in a graph.
+        decide_ms: from an iteration's start to SGLang's choice of the next (`sim.StepTimes.decide_ms`): the host's
+            preparation of a step (`host_time_alone_ms`).
     """
 
     def __init__(self, config: Configuration, shapes: ModelShapes, clocks: Mapping[str, ShardClock],
-                 ic: Interconnect, elt: int = 2, context: int = 1024, graph_max_bs: int | None = None):
+                 ic: Interconnect, elt: int = 2, context: int = 1024, graph_max_bs: int | None = None,
+                 decide_ms: float = 0.0):
         self.config, self.shapes, self.ic, self.elt = config, shapes, ic, elt
+        self.decide_ms = decide_ms
         self.kind = config.kind  # its technique (`technique.Technique`), which composes its forwards
         self.graph_max_bs = graph_max_bs
         self.clocks = {role: shared_clock(clock) for role, clock in clocks.items()}
@@ -650,7 +654,7 @@ class StepModel:
         least its longest row's (`sim.StepTimes.longest_row`)."""
         # the simulation's calls go straight to the closures over the memos (`_decode_runner`, `_prefill_runner`)
         return StepTimes(lambda b, ctx: self.decode_ms(b, ctx, role), self._prefill_runner(role),
-                         self._decode_runner(role), longest_row=True)
+                         self._decode_runner(role), longest_row=True, decide_ms=self.decide_ms)
 
     def replicas(self, kv: Mapping[str, int]) -> list[Replica]:
         """The simulation's replicas: `kv` is `Configuration.kv_tokens` (by role) of this configuration."""
