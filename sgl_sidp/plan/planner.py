@@ -139,6 +139,17 @@ class PlanRow:
         return {f.name: v for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
 
 
+#: ms from an iteration's start to SGLang's choice of the next where no calibration of the GPU kind times the host's
+#: preparation of a step (`host_time_alone_ms`: 0.35 ms on H200, 0.56 ms on H100)
+DEFAULT_DECIDE_MS = 0.5
+
+#: when an offline burst's requests after the first reach their schedulers (s): the first reaches its scheduler alone
+#: and is prefilled alone, the rest by the next iteration's choice (every burst's server logs on H100 and H200: each
+#: replica's first prefill held one prompt, or two where the rest came before its first choice, and the next the
+#: chunk's worth); at once, every replica's first prefill took a full chunk
+BURST_REST_S = 1e-6
+
+
 def workload(spec: str) -> list[SimRequest]:
     """The requests of a `--workload` spec.
 
@@ -382,20 +393,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             "winner": win.name, "reason": reason, "objective": objective,
             "launch": ["python", "-m", "sgl_sidp.launch_server", "--model-path", model_path, *launch_flags(win)],
             "configurations": rows,
-            "memory_source": f"free memory before load: {kind['source']}, less a TP group's reserve (plan.steps.GROUP_RESERVE_GIB); mem_fraction_static: SGLang's default",
+            "memory_source": f"free memory before load: {kind['source']}, less a TP group's reserve "
+                             "(plan.steps.GROUP_RESERVE_GIB); mem_fraction_static: SGLang's default",
             "request_overhead_ms": round(overhead, 2), "request_overhead_source": overhead_source,
             "stream_tokens_per_s": stream}
-
-
-#: ms from an iteration's start to SGLang's choice of the next where no calibration of the GPU kind times the host's
-#: preparation of a step (`host_time_alone_ms`: 0.35 ms on H200, 0.56 ms on H100)
-DEFAULT_DECIDE_MS = 0.5
-
-#: when an offline burst's requests after the first reach their schedulers (s): the first reaches its scheduler alone
-#: and is prefilled alone, the rest by the next iteration's choice (every burst's server logs on H100 and H200: each
-#: replica's first prefill held one prompt, or two where the rest came before its first choice, and the next the
-#: chunk's worth); at once, every replica's first prefill took a full chunk
-BURST_REST_S = 1e-6
 
 
 def step_model(c, hf: dict, gpu: str, ic: Interconnect, context: float, host_ms: float | None,

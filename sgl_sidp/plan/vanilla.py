@@ -45,8 +45,8 @@ class DPAttention(Technique):
     def known_failure(self, c, hf):
         arch = (hf.get("architectures") or [""])[0]
         if arch in self.FAILS_IN_SGLANG:
-            return (f"SGLang 0.5.17 does not start DP attention on {arch} (triton attention): set_kv_buffer fails while "
-                    "capturing (measured on 2 x H200 and 4 x H100)")
+            return (f"SGLang 0.5.17 does not start DP attention on {arch} (triton attention): set_kv_buffer fails "
+                    "while capturing (measured on 2 x H200 and 4 x H100)")
         return None
 
     def server_tp(self, c):

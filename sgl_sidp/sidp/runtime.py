@@ -487,8 +487,8 @@ class SiDPRuntime:
                 f", extrapolated beyond the largest decode graph ({sizes[-1]} rows)" if beyond else
                 ", CaS at every batch: WaS is slower at the largest decode graph and no faster-growing" if b_th >= 1e9
                 else "")
-            logger.info("sgl-sidp sidp %s: B_th %g tokens per rank (%s); decode step ms (WaS, CaS; WaS - where not timed), the slowest rank's, "
-                        "by rows per rank: %s", self.who, b_th, source,
+            logger.info("sgl-sidp sidp %s: B_th %g tokens per rank (%s); decode step ms (WaS, CaS; WaS - where not "
+                        "timed), the slowest rank's, by rows per rank: %s", self.who, b_th, source,
                         ", ".join(f"{b}: {'-' if w is None else f'{w:.2f}'}, {c:.2f}" for b, (w, c) in points.items()))
         self.start_lockstep(Lockstep(cpu, self.switch_for(b_th)), RemoteCompute(wire), b_th, source)
         logger.info("sgl-sidp sidp %s: DP ranks in lockstep (%s); CaS rows over %s%s", self.who, self.settings.service,
