@@ -69,11 +69,11 @@ def test_table_and_png_label_every_number_predicted(qwen3_8b, tmp_path, capsys):
 
 def test_more_gpus_than_any_measured_node_is_called_an_extrapolation(qwen3_8b, capsys):
     """8 GPUs (more than any node the predictions were measured on, `MEASURED_GPU_COUNTS`): one line under the
-    table's title and an "extrapolation" field in --json; 1 and 2 GPUs: neither."""
+    table's title and an "extrapolation" field in --json; 1, 2 and 4 GPUs: neither."""
     from sgl_sidp.plan.planner import MEASURED_GPU_COUNTS, extrapolation
 
-    line = "8 GPUs: an extrapolation (no 8-GPU node has measured these predictions; nodes of 1 and 2 GPUs have)"
-    assert MEASURED_GPU_COUNTS == (1, 2) and extrapolation(8) == line and extrapolation(4).startswith("4 GPUs: ")
+    line = "8 GPUs: an extrapolation (no 8-GPU node has measured these predictions; nodes of 1, 2 and 4 GPUs have)"
+    assert MEASURED_GPU_COUNTS == (1, 2, 4) and extrapolation(8) == line and extrapolation(3).startswith("3 GPUs: ")
     main(["--model-path", qwen3_8b, "--gpus", "8", "--workload", "latency:512:16"])
     assert capsys.readouterr().out.splitlines()[1:4] == ["", line + ".", ""]
     main(["--model-path", qwen3_8b, "--gpus", "8", "--workload", "latency:512:16", "--json"])

@@ -36,10 +36,11 @@ from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf
 DECODE_CONTEXTS, DECODE_BATCHES, PREFILL_TOKENS = (256, 2048), (1, 8, 32, 64, 128, 256), (512, 2048, 4096, 8192)
 
 #: GPU counts of the nodes whose measurements the planner's predictions have been checked against: one H200
-#: (`benchmarks/results/plan/`) and 2 x H200 (`benchmarks/results/plan_multi_gpu/`). A plan for any other count is an
-#: extrapolation (`extrapolation`). Not read from the interconnect tables (`comm`): their 4- and 8-GPU entries are
-#: public figures, and even a measured entry times the collectives alone, not a prediction of a served node.
-MEASURED_GPU_COUNTS = (1, 2)
+#: (`benchmarks/results/plan/`), 2 x H200 and 2 x H100, 4 x H200 and 4 x H100 (`benchmarks/results/plan_multi_gpu/`:
+#: Llama-3.1-70B's and Qwen3-32B's bursts and a trace replay on 4 GPUs). A plan for any other count is an
+#: extrapolation (`extrapolation`). Not read from the interconnect tables (`comm`): their 8-GPU entries are public
+#: figures, and even a measured entry times the collectives alone, not a prediction of a served node.
+MEASURED_GPU_COUNTS = (1, 2, 4)
 
 
 class PlanError(ValueError):
@@ -51,7 +52,7 @@ def extrapolation(n_gpus: int) -> str | None:
     the planner's predictions (`MEASURED_GPU_COUNTS`); None for a count that one has."""
     if n_gpus in MEASURED_GPU_COUNTS:
         return None
-    measured = " and ".join(str(n) for n in MEASURED_GPU_COUNTS)
+    measured = ", ".join(str(n) for n in MEASURED_GPU_COUNTS[:-1]) + f" and {MEASURED_GPU_COUNTS[-1]}"
     return (f"{n_gpus} GPUs: an extrapolation (no {n_gpus}-GPU node has measured these predictions; nodes of "
             f"{measured} GPUs have)")
 
