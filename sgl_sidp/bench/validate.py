@@ -171,18 +171,16 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
         k = max(1, min(share, chunk // inp)) if inp <= chunk else 1
         leaders = replica_leaders(prof["ranks"])
 
-        def slowest(stage: str) -> float | None:
-            spans = [prof["ranks"][g][stage]["span_ms"] for g in leaders
-                     if prof["ranks"][g].get(stage, {}).get("counted")]
-            return max(spans, default=None)
-
-        if slowest("prefill") is not None:
+        prefill, decode = (max((prof["ranks"][g][stage]["span_ms"] for g in leaders
+                                if prof["ranks"][g].get(stage, {}).get("counted")), default=None)
+                           for stage in ("prefill", "decode"))
+        if prefill is not None:
             out.append((r["config"], f"profiled prefill forward, {k} x {min(inp, chunk):,} tokens"
                         + (f" (the slowest of {len(leaders)} replicas)" if len(leaders) > 1 else ""), "ms",
-                        model.prefill_ms([(min(inp, chunk), 0)] * k), slowest("prefill")))
-        if slowest("decode") is not None and not c.kind.lockstep(c):
+                        model.prefill_ms([(min(inp, chunk), 0)] * k), prefill))
+        if decode is not None and not c.kind.lockstep(c):
             out.append((r["config"], f"profiled decode step, {share} rows at {inp:,} tokens", "ms",
-                        model.decode_ms(share, inp), slowest("decode")))
+                        model.decode_ms(share, inp), decode))
     return out
 
 
@@ -269,13 +267,14 @@ def main(argv: list[str] | None = None) -> None:
     if not groups:
         ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there "
                  "(bench.compare's are in OUT/<model>/)")
+    profiled = profile_rows(a.dir, a.model_path, a.gpu, what_if)  # every GPU count's: each row names its configuration
     for n, measured in sorted(groups.items()):
         if len(groups) > 1:
             print(f"\n## {n} GPU{'s' if n > 1 else ''}\n")
         print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")
         table = rows(measured, a.model_path, a.gpu, n, what_if)
         table += trace_rows(measured, replay_settings(a.dir), a.model_path, a.gpu, n, a.trace_dir)
-        table += [row for row in profile_rows(a.dir, a.model_path, a.gpu, what_if) if row[0] in measured]
+        table += [row for row in profiled if row[0] in measured]
         for name, what, unit, pred, meas in table:
             if pred is None:
                 print(f"| {name} | {what} | | | | |")

@@ -297,13 +297,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
                "mem_fraction_static": frac}  # the `PlanRow`'s fields so far
         unmodeled = [o for o in c.options if option(o)[0] not in c.kind.modeled_options]
-        if unmodeled:
-            rows.append(PlanRow(**row, weights_gb_per_gpu=0.0, kv_tokens_total=0,
-                                not_predicted=f"the planner does not model option {unmodeled[0]!r} of {c.technique}"))
-            continue
-        broken = c.kind.known_failure(c, hf)
-        if broken:
-            rows.append(PlanRow(**row, weights_gb_per_gpu=0.0, kv_tokens_total=0, not_predicted=broken))
+        skip = (f"the planner does not model option {unmodeled[0]!r} of {c.technique}" if unmodeled
+                else c.kind.known_failure(c, hf))
+        if skip:
+            rows.append(PlanRow(**row, weights_gb_per_gpu=0.0, kv_tokens_total=0, not_predicted=skip))
             continue
         model, found, missing, calibratable = step_model(c, hf, gpu, ic, context, host_ms, calibration_dirs, what_if)
         if found:
