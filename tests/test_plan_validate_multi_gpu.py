@@ -128,3 +128,15 @@ def test_profiled_forwards_stand_beside_the_planners_steps(tmp_path):
     prefill = got["dp2", "profiled prefill forward"]
     assert "4 x 2,048 tokens" in prefill[1] and prefill[3:] == (model.prefill_ms([(2048, 0)] * 4), 215.0)
     assert got["dp2", "profiled decode step"][3:] == (model.decode_ms(8, 2048), 11.0)
+
+
+def test_a_one_output_burst_has_no_tpot_row(capsys):
+    """A prefill-only burst (1 output token: no TPOT, measured 0) is held against its throughput and TTFT only."""
+    q32 = ROOT.parent / "shared/models/Qwen3-32B"
+    if not q32.is_dir():
+        pytest.skip(f"{q32} missing (../shared/models)")
+    MOD["main"]([str(ROOT / "benchmarks/results/multi_gpu/q32_prefill_only_2gpu_h100/Qwen3-32B"),
+                 "--model-path", str(q32), "--gpu", "H100"])
+    out = capsys.readouterr().out
+    assert "(4096 in, 1 out): total throughput" in out and "(4096 in, 1 out): TTFT p50" in out
+    assert "TPOT" not in out

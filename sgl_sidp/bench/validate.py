@@ -216,8 +216,9 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int, what_if: 
             b = m["burst"]
             what = "burst of %d x (%d in, %d out)" % b["shape"]
             out += [(name, f"{what}: total throughput", "tok/s", p.total_tok_s, b["total_tok_s"]),
-                    (name, f"{what}: TTFT p50", "ms", p.ttft_ms_p50, b["ttft_ms_p50"]),
-                    (name, f"{what}: TPOT p50", "ms", p.tpot_ms_p50, b["tpot_ms_p50"])]
+                    (name, f"{what}: TTFT p50", "ms", p.ttft_ms_p50, b["ttft_ms_p50"])]
+            if b["shape"][2] > 1:  # one output token: no TPOT to compare
+                out.append((name, f"{what}: TPOT p50", "ms", p.tpot_ms_p50, b["tpot_ms_p50"]))
     return out
 
 
