@@ -57,6 +57,26 @@ def _thread_state(task: Path) -> str:
         return "X"
 
 
+def visible_gpus(gpus: str) -> str:
+    """CUDA_VISIBLE_DEVICES for a child that should see `gpus` ("0,1"), numbered as this process sees its GPUs, as
+    CUDA numbers them: this process's CUDA_VISIBLE_DEVICES entries (ids or UUIDs, `peer.topology.visible_gpu_ids`) at
+    those positions, or `gpus` itself where it is unset or empty. So a pytest-xdist worker of `tests/gpu` given GPUs
+    2 and 3 (`scripts/gpu_tests.sh` with SHARDS=2) starts a test's "0,1" server on them.
+
+    Raises:
+        ValueError: an index that is not a number or beyond this process's visible GPUs.
+    """
+    from sgl_sidp.peer.topology import visible_gpu_ids
+
+    ids = visible_gpu_ids()
+    if not ids:
+        return gpus
+    try:
+        return ",".join(ids[int(i)] for i in gpus.split(","))
+    except (IndexError, ValueError):
+        raise ValueError(f"GPUs {gpus!r}: this process sees {len(ids)} ({','.join(ids)})") from None
+
+
 class ServerProcess:
     """An SGLang HTTP server started as a child process.
 
@@ -66,7 +86,8 @@ class ServerProcess:
         args: server flags (without --host/--port, which this class sets).
         port: HTTP port on 127.0.0.1.
         log_path: file that receives the server's stdout and stderr.
-        gpus: value for CUDA_VISIBLE_DEVICES (e.g. "0" or "0,1"); None keeps the caller's.
+        gpus: the GPUs it sees (e.g. "0" or "0,1"), numbered as this process sees its GPUs (`visible_gpus`: under
+            CUDA_VISIBLE_DEVICES=2,3, "0" is GPU 2); None keeps the caller's.
         env: extra environment variables.
         kill_on_stop: `stop()` SIGKILLs the process group at once and returns when none of its processes runs any
             more (their GPU memory is then free), instead of letting SGLang shut down (which takes 6 s or more): for
@@ -91,7 +112,7 @@ class ServerProcess:
         self.base_url = f"http://127.0.0.1:{port}"
         self.env = {**os.environ, **GPU_SAFE_ENV, **(env or {})}
         if gpus is not None:
-            self.env["CUDA_VISIBLE_DEVICES"] = gpus
+            self.env["CUDA_VISIBLE_DEVICES"] = visible_gpus(gpus)
         self.proc: Optional[subprocess.Popen] = None
 
     @property

@@ -28,7 +28,7 @@ from sgl_sidp.plan.steps import GPUS
 def calibrate_main(argv: list[str]) -> None:
     """`python -m sgl_sidp.plan calibrate --model-path DIR --gpus N`: time every missing shard on this host's visible
     GPUs, each GPU its share of the shards at the same time."""
-    from sgl_sidp.peer.topology import gpu_capability, gpu_memory_bytes, gpu_name, visible_gpu_count, visible_gpu_ids
+    from sgl_sidp.peer.topology import gpu_capability, gpu_memory_bytes, gpu_name, visible_gpu_count
     from sgl_sidp.plan.calibrate import calibrate
 
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan calibrate",
@@ -81,7 +81,7 @@ def calibrate_main(argv: list[str]) -> None:
     if len(kinds) > 1:
         refuse(f"the visible GPUs are of several kinds ({', '.join(sorted(map(str, kinds)))}): set CUDA_VISIBLE_DEVICES "
                "or --on-gpus to GPUs of one kind")
-    ids = visible_gpu_ids()[:on] or [str(i) for i in range(on)]
+    ids = [str(i) for i in range(on)]  # as this process numbers them (`bench.server.visible_gpus`)
     import signal
 
     # a SIGTERM (`timeout`, a job scheduler) must stop the shard's server too: as an exception, `calibrate`'s

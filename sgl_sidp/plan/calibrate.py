@@ -41,7 +41,6 @@ from sgl_sidp.calibration.gate import reached
 from sgl_sidp.calibration.memory import GIB, ModelShapes, default_mem_fraction_static, free_before_load
 from sgl_sidp.calibration.table import BUDGET_SKIPPED, Calibration
 from sgl_sidp.model_info import DEFAULT_MODEL_DIR, read_hf_config
-from sgl_sidp.peer.topology import visible_gpu_ids
 from sgl_sidp.plan import jit_prebuild
 from sgl_sidp.plan.configs import Shard, configurations
 from sgl_sidp.plan.steps import find_calibration, shard_config, shard_roles, shard_signature
@@ -590,8 +589,8 @@ def calibrate(model_path: str, n_gpus: int | Sequence[int], gpu_name: str, cache
               timed_graphs_only: bool = True, ahead: int = 2,
               jit_capability: tuple[int, int] | None = None, gpus: Sequence[str] | None = None) -> dict[str, str]:
     """Calibrate every missing shard of `model_path` for `n_gpus` GPUs (or each of several node sizes) on this host's
-    `gpus` (CUDA device ids, each timing its share of the shards at the same time, `split_jobs`; default: the first
-    of CUDA_VISIBLE_DEVICES, else GPU 0; all of kind `gpu_name` and of `gpu_bytes` bytes: a shard that does not fit
+    `gpus` (indices of the GPUs this process sees, `bench.server.visible_gpus`, each timing its share of the shards
+    at the same time, `split_jobs`; default: the first, "0"; all of kind `gpu_name` and of `gpu_bytes` bytes: a shard that does not fit
     is timed at two smaller layer counts, `layers_that_fit`, and extrapolated, `extrapolate_layers`), and run each
     served shard's HTTP probes (`serve_calibrations`; `measure_overhead` False: none). `timed_graphs_only`: the servers capture only the graphs
     they time (`timed_graph_flags`). `ahead`: how many servers after the current one are started on each GPU while it
@@ -608,7 +607,7 @@ def calibrate(model_path: str, n_gpus: int | Sequence[int], gpu_name: str, cache
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     hf = read_hf_config(model_path)
     shapes = ModelShapes.of(hf)
-    gpus = list(gpus or (visible_gpu_ids() or ["0"])[:1])
+    gpus = list(gpus or ["0"])
 
     def gpu_server(g: int) -> Callable:
         """GPU `gpus[g]`'s server factory: at most ahead + 1 servers at a time, on ports of its own."""
