@@ -1,0 +1,126 @@
+"""Goodput of measured trace replays under other objectives: where a technique wins depends on the SLO, and every
+replay `bench.compare` ran kept each request's TTFT and TPOT, so any objective can be applied afterwards.
+
+    python -m sgl_sidp.bench.goodput OUT/<model> --slo 1000/10 --slo 1000/50 [--model-path DIR --gpu H100]
+
+For each replay (`traces/<configuration>/<trace>_<rate>x/`: `bench.report.REQUESTS_CSV` and the replay's
+`summary.json`) and each objective (TTFT ms / TPOT ms), every configuration's goodput in requests per second with its
+ratio to the best vanilla configuration of the same replay (`compare_report.cell`). Goodput counts what
+`bench.metrics.compute_metrics` counts: completed requests meeting every objective (`SLO.met_by`, TPOT 0 for a
+one-token answer), over the replay's duration. With `--model-path`, the planner's prediction for the same requests,
+window and objectives stands beside each number, labelled pred. (`bench.validate.replay_settings`, `plan_requests`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from sgl_sidp.bench.compare_report import best_vanilla, cell
+from sgl_sidp.bench.metrics import SLO
+from sgl_sidp.bench.report import REQUESTS_CSV
+
+
+def parse_slo(text: str) -> SLO:
+    """SLO of "TTFT_MS/TPOT_MS" (e.g. "1000/10").
+
+    Raises:
+        argparse.ArgumentTypeError: not two positive numbers.
+    """
+    try:
+        ttft, tpot = (float(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give TTFT_MS/TPOT_MS, e.g. 1000/10") from None
+    if ttft <= 0 or tpot <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: objectives are positive milliseconds")
+    return SLO(ttft_ms=ttft, tpot_ms=tpot)
+
+
+def replays(folder: Path) -> dict[str, dict[str, tuple[list[dict], float]]]:
+    """{replay key ("<trace>@<rate>x", as in compare's JSON): {configuration: (its requests as `REQUESTS_CSV` rows,
+    the replay's duration in s)}} of every replay under `folder` (OUT/<model>) that kept its per-request file."""
+    out: dict[str, dict[str, tuple[list[dict], float]]] = {}
+    for summary in sorted(folder.glob("traces/*/*/summary.json")):
+        rows_file = summary.parent / REQUESTS_CSV
+        if not rows_file.is_file():
+            continue
+        config, stem_rate = summary.parent.parent.name, summary.parent.name
+        stem, _, rate = stem_rate.rpartition("_")
+        with rows_file.open() as f:
+            rows = list(csv.DictReader(f))
+        out.setdefault(f"{stem}@{rate}", {})[config] = (rows, float(json.loads(summary.read_text())["duration"]))
+    return out
+
+
+def goodput(rows: list[dict], duration_s: float, slo: SLO) -> float:
+    """Requests per second that completed and met `slo` (`SLO.met_by` on each row's ttft_ms, tpot_ms, e2e_ms; an empty
+    TPOT, a one-token answer, counts as 0)."""
+    good = sum(slo.met_by(float(r["ttft_ms"]) / 1000, float(r["tpot_ms"] or 0) / 1000, float(r["e2e_ms"]) / 1000)
+               for r in rows if r["success"] == "True")
+    return good / duration_s
+
+
+def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str = "H100",
+          trace_dir: Path | None = None) -> list[str]:
+    """Markdown: one row per (replay, objectives), one column per configuration (module docstring); [] without
+    replays. Configurations are read from `folder`'s compare JSONs (their technique says which are vanilla)."""
+    found = replays(folder)
+    if not found:
+        return []
+    results = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"}
+    names = sorted({c for by in found.values() for c in by})
+    settings = predicted = None
+    if model_path:
+        from sgl_sidp.bench.validate import replay_settings
+
+        settings = replay_settings(folder)
+    lines = ["| replay | TTFT / TPOT objectives | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+    for key, by in sorted(found.items()):
+        for slo in slos:
+            got = {c: goodput(rows, d, slo) for c, (rows, d) in by.items()}
+            group = {c: {**results.get(c, {}), "_goodput": g} for c, g in got.items()}
+            best = best_vanilla(group, lambda r: r.get("_goodput"), True)
+            if settings and key in settings:
+                predicted = predict(model_path, gpu, settings[key][0], list(got), slo, trace_dir, results)
+            cells = [cell(got.get(c), best, (predicted or {}).get(c)) if c in got else "-" for c in names]
+            lines.append(f"| {key} | {slo.ttft_ms:g} / {slo.tpot_ms:g} ms | " + " | ".join(cells) + " |")
+    return lines
+
+
+def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slo: SLO, trace_dir: Path | None,
+            results: dict[str, dict]) -> dict[str, float]:
+    """{configuration: the planner's goodput (req/s)} for the replay compare sent with `replay_args`, under `slo`, on
+    as many GPUs as the configurations used; none for one run with flags the planner does not model (its
+    `config_args`, as `bench.validate` leaves them out)."""
+    from sgl_sidp.bench.traces import sim_requests
+    from sgl_sidp.plan.planner import plan_requests
+
+    names = [c for c in names if not results.get(c, {}).get("config_args")]
+    if not names:
+        return {}
+    n = max(int(results.get(c, {}).get("gpu_count") or 0) for c in names) or 2
+    plan = plan_requests(model_path, n, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
+                         names=names, slo=(slo.ttft_ms, slo.tpot_ms))
+    return {r.name: r.request_goodput for r in plan["configurations"] if r.predicted and r.name in names}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.goodput", description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", type=Path, help="one model's folder of bench.compare results (OUT/<model>)")
+    ap.add_argument("--slo", type=parse_slo, action="append", required=True, metavar="TTFT_MS/TPOT_MS",
+                    help="objectives to count goodput under (repeat for several)")
+    ap.add_argument("--model-path", default=None, help="with it, the planner's prediction beside each number")
+    ap.add_argument("--gpu", default="H100", help="GPU kind of the measurement, for the prediction (default: H100)")
+    ap.add_argument("--trace-dir", type=Path, default=None,
+                    help="where the replayed traces are, for the prediction (default: the paths compare was given)")
+    a = ap.parse_args(argv)
+    lines = table(a.dir, a.slo, a.model_path, a.gpu, a.trace_dir)
+    if not lines:
+        ap.error(f"{a.dir}: no trace replay with its per-request file ({REQUESTS_CSV}) under traces/")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""`python -m sgl_sidp.bench.goodput`: a measured replay's goodput under other objectives, from its per-request file,
+counted as the replay itself counts it (`compute_metrics`), beside the best vanilla configuration of the same replay."""
+
+import argparse
+import csv
+import json
+
+import pytest
+
+from sgl_sidp.bench import goodput
+from sgl_sidp.bench.metrics import SLO
+
+FIELDS = ["id", "ttft_ms", "tpot_ms", "e2e_ms", "success", "output_len_received"]
+
+
+def write_replay(folder, config, technique, rows, duration_s=10.0, key="azure_2x"):
+    (folder / f"{config}.json").write_text(json.dumps({"config": config, "technique": technique, "gpu_count": 2}))
+    d = folder / "traces" / config / key
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps({"duration": duration_s}))
+    with (d / "requests.csv").open("w") as f:
+        w = csv.DictWriter(f, FIELDS)
+        w.writeheader()
+        for i, (ttft, tpot, ok) in enumerate(rows):
+            w.writerow({"id": i, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": ttft + 10 * (tpot or 0), "success": ok,
+                        "output_len_received": 11 if tpot != "" else 1})
+
+
+def test_goodput_under_each_objective_beside_the_best_vanilla(tmp_path):
+    write_replay(tmp_path, "dp2", "vanilla", [(500, 9, True), (800, 12, True), (1500, 5, True), (100, 5, False)])
+    write_replay(tmp_path, "tp2", "vanilla", [(300, 6, True), (2000, 6, True)])
+    write_replay(tmp_path, "shift_sp2_tp1", "shift", [(300, 6, True), (400, 7, True), (900, "", True)])
+    rows = goodput.replays(tmp_path)["azure@2x"]
+    assert goodput.goodput(*rows["dp2"], SLO(1000, 10)) == pytest.approx(0.1)  # late, slow and failed ones out
+    assert goodput.goodput(*rows["shift_sp2_tp1"], SLO(1000, 6)) == pytest.approx(0.2)  # a one-token answer: TPOT 0
+    table = goodput.table(tmp_path, [SLO(1000, 10), SLO(2000, 50)])
+    assert table[0] == "| replay | TTFT / TPOT objectives | dp2 | shift_sp2_tp1 | tp2 |"
+    assert table[2] == "| azure@2x | 1000 / 10 ms | 0.1 (1.00x) | 0.3 (3.00x) | 0.1 (1.00x) |"
+    assert table[3] == "| azure@2x | 2000 / 50 ms | 0.3 (1.00x) | 0.3 (1.00x) | 0.2 (0.67x) |"
+
+
+def test_bad_input_gets_one_line(tmp_path, capsys):
+    assert goodput.parse_slo("1000/10") == SLO(1000.0, 10.0)
+    for bad in ("1000", "a/b", "0/10"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            goodput.parse_slo(bad)
+    with pytest.raises(SystemExit):
+        goodput.main([str(tmp_path), "--slo", "1000/10"])
+    assert "no trace replay with its per-request file (requests.csv) under traces/" in capsys.readouterr().err
