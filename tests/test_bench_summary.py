@@ -1,6 +1,7 @@
 """`python -m sgl_sidp.bench.summary`: each technique's best configuration per run against that run's best vanilla."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,22 @@ def test_a_run_without_a_vanilla_configuration_gives_no_row():
     """q32_prefill_mixed_2gpu_h100: SiDP alone (the device time ran out before TP2); no ratio across runs."""
     alone = {**row("sidp_dp2_auto", 12_867.0), "best_vanilla": None, "best_vanilla_value": None, "ratio": None}
     assert summary.technique_rows([alone], "r") == []
+
+
+def test_a_vanilla_configuration_the_run_lacks_is_named_with_its_predicted_ratio(tmp_path):
+    """q32_prefill_only_2gpu_h100: SiDP WaS 1.09x TP2, but the run had no DP2, which the planner ranks first on a
+    prefill-only burst (a 1-output request frees its KV at once); with the models' configs the row says so."""
+    models = Path(__file__).resolve().parents[2] / "shared" / "models"
+    if not (models / "Qwen3-32B" / "config.json").is_file():
+        pytest.skip(f"{models}/Qwen3-32B missing (../shared/models)")
+    run = [{**row(c, v, workload="burst 128+4096+1", best=("tp2", 15_052.0)), "model": "Qwen3-32B"}
+           for c, v in (("sidp_dp2_was", 16_352.0), ("tp2", 15_052.0))]
+    (tmp_path / "q32").mkdir()
+    (tmp_path / "q32" / "summary.json").write_text(json.dumps(run))
+    (out,) = summary.combine(tmp_path, models)
+    assert out["unrun_vanilla"].startswith("dp2 (pred. 1.1") and out["unrun_vanilla"].endswith("x tp2)")
+    assert out["unrun_vanilla"] in summary.markdown([out])
+    run.append({**row("dp2", 16_000.0, workload="burst 128+4096+1", best=("dp2", 16_000.0)), "model": "Qwen3-32B"})
+    (tmp_path / "q32" / "summary.json").write_text(json.dumps(run))
+    assert summary.combine(tmp_path, models)[0]["unrun_vanilla"] is None  # measured: nothing to name
+    assert "vanilla the run lacks" not in summary.markdown(summary.combine(tmp_path))  # not checked: no column

@@ -9,6 +9,11 @@ headline number: total tokens/s of a burst, goodput of a trace replay. Ratios ar
 best vanilla configuration ran in the same run (same host, same call or resumed calls of one results folder), and a
 run without one on that workload gives no row. The
 README's "which mode for which workload" table is written from these rows (issue 35).
+
+A run's best vanilla configuration is the best it measured, not necessarily the best the GPUs can run. With
+`--models-dir`, each burst row also names the vanilla configuration the planner ranks first on that workload where
+the run did not measure it, with its predicted ratio to the run's best vanilla configuration (both predicted: the
+planner for the same model, GPU kind and count), so such a row is never read as a win over every vanilla choice.
 """
 
 from __future__ import annotations
@@ -69,10 +74,11 @@ def technique_rows(rows: list[dict], run: str) -> list[dict]:
     return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], k[2], k[4]))]
 
 
-def combine(root: Path) -> list[dict]:
+def combine(root: Path, models_dir: Path | None = None) -> list[dict]:
     """`technique_rows` of every run folder below `root` that holds a compare summary.json (the folder's path
-    relative to `root` names the run)."""
+    relative to `root` names the run); with `models_dir`, each burst row's `unrun_vanilla` (module docstring)."""
     out = []
+    predictions: dict[tuple, tuple[str, float] | None] = {}
     for path in sorted(root.glob("**/summary.json")):
         if path.parent == root:
             continue
@@ -80,33 +86,82 @@ def combine(root: Path) -> list[dict]:
             rows = json.loads(path.read_text())
         except ValueError:
             continue
-        if isinstance(rows, list):
-            out += technique_rows([r for r in rows if isinstance(r, dict)], str(path.parent.relative_to(root)))
+        if not isinstance(rows, list):
+            continue
+        rows = [r for r in rows if isinstance(r, dict)]
+        found = technique_rows(rows, str(path.parent.relative_to(root)))
+        for row in found if models_dir else []:
+            row["unrun_vanilla"] = unrun_vanilla(row, rows, models_dir, predictions)
+        out += found
     return out
+
+
+def unrun_vanilla(row: dict, run_rows: list[dict], models_dir: Path, cache: dict) -> str | None:
+    """"dp2 (pred. 1.15x tp2)": the vanilla configuration the planner ranks first on `row`'s burst where its run
+    (`run_rows`, compare's summary.json) measured no such configuration, and its predicted throughput over that of
+    the run's best vanilla configuration; None where the run measured the planner's first, for a trace row, and
+    where the planner predicts nothing (no config.json in `models_dir`/<model>, no tables for the GPU kind).
+    `cache` keeps one plan per (model, GPUs, GPU kind, workload)."""
+    from sgl_sidp.bench.compare_report import is_vanilla
+    from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.plan.planner import plan
+
+    if not row["workload"].startswith("burst ") or not row.get("best_vanilla"):
+        return None
+    kind = gpu_kind(row["gpu_name"]).upper()
+    key = (row["model"], int(row["gpus"]), kind, row["workload"])
+    if key not in cache:
+        cache[key] = None
+        model = models_dir / row["model"]
+        if (model / "config.json").is_file():
+            try:
+                result = plan(str(model), int(row["gpus"]), kind, "offline:" + row["workload"][6:].replace("+", ":"))
+            except (ValueError, KeyError):
+                result = None
+            got = {r.name: r.total_tok_s for r in (result or {}).get("configurations", [])
+                   if r.predicted and r.total_tok_s and is_vanilla({"technique": r.technique})}
+            cache[key] = got or None
+    got = cache[key]
+    if not got:
+        return None
+    first = max(got, key=got.get)
+    measured = {r["configuration"] for r in run_rows if r.get("model") == row["model"] and r.get("workload") ==
+                row["workload"] and is_vanilla({"technique": technique_of(r.get("configuration", ""))})}
+    if first in measured or row["best_vanilla"] not in got:
+        return None
+    return f"{first} (pred. {got[first] / got[row['best_vanilla']]:.2f}x {row['best_vanilla']})"
 
 
 def markdown(rows: list[dict]) -> str:
     """One table line per row: technique, model, GPUs, workload, its best configuration and value, the best
     vanilla configuration and value, the ratio, the run folder."""
-    lines = ["| technique | model | GPUs | workload | best configuration | value | best vanilla | value | ratio | run |",
-             "|---|---|---|---|---|---:|---|---:|---:|---|"]
+    checked = any("unrun_vanilla" in r for r in rows)
+    lines = ["| technique | model | GPUs | workload | best configuration | value | best vanilla | value | ratio | run |"
+             + (" vanilla the run lacks, predicted first |" if checked else ""),
+             "|---|---|---|---|---|---:|---|---:|---:|---|" + ("---|" if checked else "")]
     for r in rows:
         unit = "tok/s" if r["metric"] == "total_tok_s" else "req/s goodput"
         num = (lambda v: "-" if v is None else f"{v:,.0f}" if r["metric"] == "total_tok_s" else f"{v:.2f}")
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         lines.append(f"| {r['technique']} | {r['model']} | {r['gpus']} x {r['gpu_name']} | {r['workload']} | "
                      f"{r['configuration']} | {num(r['value'])} {unit} | {r['best_vanilla'] or '-'} | "
-                     f"{num(r['best_vanilla_value'])} | {ratio} | {r['run']} |")
+                     f"{num(r['best_vanilla_value'])} | {ratio} | {r['run']} |"
+                     + (f" {r.get('unrun_vanilla') or '-'} |" if checked else ""))
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.summary", description=__doc__.split("\n\n")[0])
     ap.add_argument("root", type=Path, help="folder whose run folders hold compare's summary.json files")
+    ap.add_argument("--models-dir", type=Path, default=None,
+                    help="the models' config folders (DIR/<model>): name the vanilla configuration the planner ranks "
+                         "first on a burst where the run did not measure it")
     a = ap.parse_args(argv)
     if not a.root.is_dir():
         sys.exit(f"summary: {a.root} is not a folder")
-    rows = combine(a.root)
+    if a.models_dir is not None and not a.models_dir.is_dir():
+        sys.exit(f"summary: --models-dir {a.models_dir} is not a folder")
+    rows = combine(a.root, a.models_dir)
     (a.root / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     (a.root / "summary.md").write_text(markdown(rows))
     print(markdown(rows), end="")
