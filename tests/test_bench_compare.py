@@ -357,3 +357,22 @@ def test_the_profile_table_shows_every_dp_replica():
                     ["| tp2", "TP-0", "decode"]]
     assert replica_leaders(["TP-1-DP-0", "TP-0-DP-1", "TP-0-DP-0", "TP-1-DP-1"]) == ["TP-0-DP-0", "TP-0-DP-1"]
     assert replica_leaders(["rank3"]) == ["rank3"]
+
+
+def test_a_run_without_the_planners_first_vanilla_configuration_says_so_before_any_server(tmp_path, monkeypatch):
+    """Qwen3-32B on 2 x H100, prefill-only: the planner ranks DP2 first among vanilla configurations (a 1-output
+    request frees its KV at once); a run of TP2 and SiDP says its ratios are against TP2 only, and one with DP2 says
+    nothing."""
+    q32 = HERE.parent.parent / "shared" / "models" / "Qwen3-32B"
+    if not (q32 / "config.json").is_file():
+        pytest.skip(f"{q32} missing (../shared/models)")
+    monkeypatch.setattr(compare, "gpu_name", lambda index: "NVIDIA H100 80GB HBM3")
+    a = compare.parse_args(["--model-path", str(q32), "--gpus", "0,1", "--configs", "tp2,sidp_dp2_was",
+                            "--burst", "128+4096+1", "--out-dir", str(tmp_path)])
+    jobs, _ = compare.plan_jobs([q32], ["tp2", "sidp_dp2_was"], 2, False, tmp_path)
+    (line,) = compare.vanilla_gaps(jobs, a)
+    assert line.startswith("Qwen3-32B on 2 GPUs: the planner ranks dp2 (pred. 1.1") and "x tp2) first" in line
+    jobs, _ = compare.plan_jobs([q32], ["tp2", "dp2", "sidp_dp2_was"], 2, False, tmp_path)
+    assert compare.vanilla_gaps(jobs, a) == []
+    monkeypatch.setattr(compare, "gpu_name", lambda index: None)  # no NVML: nothing to say
+    assert compare.vanilla_gaps(jobs[:1], a) == []

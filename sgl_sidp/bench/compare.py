@@ -285,6 +285,27 @@ def git_commit() -> str | None:
         return None
 
 
+def vanilla_gaps(jobs: Sequence[Job], a: argparse.Namespace) -> list[str]:
+    """One line per (model, GPU count) of `jobs` whose vanilla configurations miss the one the planner ranks first on
+    `--burst` (`compare_report.vanilla_gap`): each ratio of this run is then against its own best vanilla
+    configuration only, which that line says before any server starts. Nothing where NVML names no GPU."""
+    from sgl_sidp.bench.compare_report import is_vanilla, predicted_vanilla, vanilla_gap
+
+    name = gpu_name(a.gpus[0])
+    if name is None:
+        return []
+    out = []
+    for model, n in sorted({(j.model, j.gpus) for j in jobs if j.config is not None}):
+        measured = [j.name for j in jobs if j.model == model and j.gpus == n and j.config is not None
+                    and is_vanilla({"technique": j.config.technique})]
+        gap = vanilla_gap(predicted_vanilla(model, n, name, a.burst), measured)
+        if gap:
+            out.append(f"{model.name} on {n} GPUs: the planner ranks {gap} first among vanilla configurations on "
+                       f"--burst {a.burst}, and --configs does not hold it: this run's ratios are against its own "
+                       "best vanilla configuration only")
+    return out
+
+
 def gpu_name(index: str) -> str | None:
     """NVML's name of GPU `index` (this process's numbering), None when NVML cannot tell."""
     from sgl_sidp.peer.topology import gpu_name as nvml_name
@@ -823,6 +844,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"skipped: {n}")
         todo = [j for j in jobs if pending(j, a)]
         log(f"{len(todo)} of {len(jobs)} configurations to run: " + ", ".join(f"{j.model.name}/{j.name}" for j in todo))
+        for line in vanilla_gaps(jobs, a) if a.burst else []:
+            log(line)
         prebuild = start_jit_prebuild(todo, a.gpus, a.out_dir / "logs")
         signal.signal(signal.SIGTERM, _interrupt)  # `timeout` stops the run: its servers (own sessions) stop too
         try:

@@ -72,6 +72,39 @@ def is_vanilla(r: dict) -> bool:
     return kind is not None and kind.vanilla
 
 
+def predicted_vanilla(model_path: Path, n_gpus: int, gpu_name: str, burst: str) -> dict[str, float]:
+    """{vanilla configuration: the planner's total tokens/s} on the burst "S+IN+OUT" for `model_path` on `n_gpus`
+    GPUs named `gpu_name` (NVML's name; its kind picks the tables); {} where the planner predicts none (no
+    config.json, no tables for the kind, a workload it refuses)."""
+    from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.plan.planner import plan
+
+    if not (Path(model_path) / "config.json").is_file():
+        return {}
+    try:
+        result = plan(str(model_path), n_gpus, gpu_kind(gpu_name).upper(), "offline:" + burst.replace("+", ":"))
+    except (ValueError, KeyError):
+        return {}
+    return {r.name: r.total_tok_s for r in result.get("configurations", [])
+            if r.predicted and r.total_tok_s and is_vanilla({"technique": r.technique})}
+
+
+def vanilla_gap(predicted: dict[str, float], measured: Sequence[str]) -> str | None:
+    """"dp2 (pred. 1.15x tp2)": the vanilla configuration first in `predicted` (`predicted_vanilla`) where none of
+    `measured` (the vanilla configurations a run measures) is it, with its predicted ratio to the best of them that
+    the planner predicts ("not run" where it predicts none); None where the run measures the planner's first."""
+    if not predicted:
+        return None
+    first = max(predicted, key=predicted.get)
+    if first in measured:
+        return None
+    known = [m for m in measured if m in predicted]
+    if not known:
+        return f"{first} (no vanilla configuration of the run predicted)"
+    best = max(known, key=predicted.get)
+    return f"{first} (pred. {predicted[first] / predicted[best]:.2f}x {best})"
+
+
 def best_vanilla(group: dict[str, dict], get: Callable[[dict], float | None], higher: bool) -> tuple[str, float] | None:
     """(name, value) of the best vanilla configuration of `group` on one number, None when none has it."""
     vals = [(n, v) for n, r in group.items() if is_vanilla(r) and (v := get(r)) is not None]

@@ -78,7 +78,7 @@ def combine(root: Path, models_dir: Path | None = None) -> list[dict]:
     """`technique_rows` of every run folder below `root` that holds a compare summary.json (the folder's path
     relative to `root` names the run); with `models_dir`, each burst row's `unrun_vanilla` (module docstring)."""
     out = []
-    predictions: dict[tuple, tuple[str, float] | None] = {}
+    predictions: dict[tuple, dict[str, float]] = {}
     for path in sorted(root.glob("**/summary.json")):
         if path.parent == root:
             continue
@@ -97,39 +97,20 @@ def combine(root: Path, models_dir: Path | None = None) -> list[dict]:
 
 
 def unrun_vanilla(row: dict, run_rows: list[dict], models_dir: Path, cache: dict) -> str | None:
-    """"dp2 (pred. 1.15x tp2)": the vanilla configuration the planner ranks first on `row`'s burst where its run
-    (`run_rows`, compare's summary.json) measured no such configuration, and its predicted throughput over that of
-    the run's best vanilla configuration; None where the run measured the planner's first, for a trace row, and
-    where the planner predicts nothing (no config.json in `models_dir`/<model>, no tables for the GPU kind).
-    `cache` keeps one plan per (model, GPUs, GPU kind, workload)."""
-    from sgl_sidp.bench.compare_report import is_vanilla
-    from sgl_sidp.plan.comm import gpu_kind
-    from sgl_sidp.plan.planner import plan
+    """`compare_report.vanilla_gap` of `row`'s burst: the vanilla configuration the planner ranks first where its run
+    (`run_rows`, compare's summary.json) measured no such configuration ("dp2 (pred. 1.15x tp2)"); None where the run
+    measured it, for a trace row, and where the planner predicts nothing (`compare_report.predicted_vanilla`, for
+    `models_dir`/<model>). `cache` keeps one prediction per (model, GPUs, GPU name, workload)."""
+    from sgl_sidp.bench.compare_report import is_vanilla, predicted_vanilla, vanilla_gap
 
     if not row["workload"].startswith("burst ") or not row.get("best_vanilla"):
         return None
-    kind = gpu_kind(row["gpu_name"]).upper()
-    key = (row["model"], int(row["gpus"]), kind, row["workload"])
+    key = (row["model"], int(row["gpus"]), row["gpu_name"], row["workload"])
     if key not in cache:
-        cache[key] = None
-        model = models_dir / row["model"]
-        if (model / "config.json").is_file():
-            try:
-                result = plan(str(model), int(row["gpus"]), kind, "offline:" + row["workload"][6:].replace("+", ":"))
-            except (ValueError, KeyError):
-                result = None
-            got = {r.name: r.total_tok_s for r in (result or {}).get("configurations", [])
-                   if r.predicted and r.total_tok_s and is_vanilla({"technique": r.technique})}
-            cache[key] = got or None
-    got = cache[key]
-    if not got:
-        return None
-    first = max(got, key=got.get)
+        cache[key] = predicted_vanilla(models_dir / row["model"], int(row["gpus"]), row["gpu_name"], row["workload"][6:])
     measured = {r["configuration"] for r in run_rows if r.get("model") == row["model"] and r.get("workload") ==
                 row["workload"] and is_vanilla({"technique": technique_of(r.get("configuration", ""))})}
-    if first in measured or row["best_vanilla"] not in got:
-        return None
-    return f"{first} (pred. {got[first] / got[row['best_vanilla']]:.2f}x {row['best_vanilla']})"
+    return vanilla_gap(cache[key], measured)
 
 
 def markdown(rows: list[dict]) -> str:
