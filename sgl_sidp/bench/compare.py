@@ -39,6 +39,8 @@ vanilla on 0,1 and ours on 2,3), every step started at the same time on each. Ru
 The report (`OUT/compare.md`, `compare.png`, `summary.json`; printed at the end) groups configurations by model, GPU
 name and GPU count: ratios to the best vanilla configuration of that group, and the planner's prediction for the same
 GPU kind beside each measured burst number where it has the shards' calibrations (`sgl_sidp.bench.compare_report`).
+The best vanilla configuration of a run is the best it measured: where `--configs` lacks the one the planner ranks
+first on `--burst`, a line says so before any server starts (`vanilla_gaps`).
 """
 
 from __future__ import annotations
