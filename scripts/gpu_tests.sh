@@ -31,6 +31,10 @@ echo "=== call at $(date -u +%FT%TZ), commit ${SIDP_COMMIT:-$(git rev-parse --sh
 nvidia-smi -L | tee -a "$RES/pytest.txt"
 LEFT=$(( ${BUDGET_S:-540} - ($(date +%s) - T0) ))
 XDIST=()
+if [ "${SHARDS:-1}" -gt 1 ] && ! python3 -c "import xdist" 2>/dev/null; then
+  echo "gpu_tests.sh: SHARDS=$SHARDS needs pytest-xdist, which this host lacks: one worker" | tee -a "$RES/pytest.txt"
+  SHARDS=1
+fi
 if [ "${SHARDS:-1}" -gt 1 ]; then
   HOST_GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
   export SIDP_HOST_GPUS=$HOST_GPUS SIDP_GPUS_PER_WORKER=$(( $(echo "$HOST_GPUS" | tr , '\n' | wc -l) / SHARDS ))
