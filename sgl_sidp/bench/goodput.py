@@ -71,7 +71,7 @@ def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str
         return []
     results = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"}
     names = sorted({c for by in found.values() for c in by})
-    settings = predicted = None
+    settings = None
     if model_path:
         from sgl_sidp.bench.validate import replay_settings
 
@@ -82,8 +82,8 @@ def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str
             got = {c: goodput(rows, d, slo) for c, (rows, d) in by.items()}
             group = {c: {**results.get(c, {}), "_goodput": g} for c, g in got.items()}
             best = best_vanilla(group, lambda r: r.get("_goodput"), True)
-            if settings and key in settings:
-                predicted = predict(model_path, gpu, settings[key][0], list(got), slo, trace_dir, results)
+            predicted = (predict(model_path, gpu, settings[key][0], list(got), slo, trace_dir, results)
+                         if settings and key in settings else None)
             cells = [cell(got.get(c), best, (predicted or {}).get(c)) if c in got else "-" for c in names]
             lines.append(f"| {key} | {slo.ttft_ms:g} / {slo.tpot_ms:g} ms | " + " | ".join(cells) + " |")
     return lines
