@@ -6,8 +6,16 @@ from __future__ import annotations
 
 import math
 
+from sgl_sidp.calibration.memory import GIB
 from sgl_sidp.plan.configs import Configuration, shard_of
 from sgl_sidp.plan.technique import Technique
+
+#: GiB a Shift GPU holds before SGLang sizes its KV pool beyond its base weights and a TP group's reserve: measured at
+#: SP2 x TP1 with Qwen3-8B (SGLang's pool against the planner's weights: 9,286 tokens fewer on 2 x H100, 9,188 on
+#: 2 x H200, of 73,728 bytes a GPU each, 0.63-0.64 GiB; benchmarks/results/multi_gpu/q8_shift_2gpu_h100,
+#: plan_multi_gpu/qwen3_8b_2xh200), not attributed further (the SP groups, made with pynccl before the pool, are the
+#: likely part). Other SP x TP are not measured apart: taken the same.
+RESERVE_GIB = 0.64
 
 
 class ShiftTechnique(Technique):
@@ -54,8 +62,9 @@ class ShiftTechnique(Technique):
         return {"shift": shard_of(shapes, p, p, p), "base": shard_of(shapes, c.tp, c.tp, p, 1 / c.sp)}
 
     def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots):
+        """The base configuration's weights (the shift configuration's are views of them) and `RESERVE_GIB`."""
         p = c.sp * c.tp
-        return {"gpu": shapes.weight_bytes(attn_tp=c.tp, mlp_tp=c.tp, vocab_tp=p, elt=elt)}
+        return {"gpu": shapes.weight_bytes(attn_tp=c.tp, mlp_tp=c.tp, vocab_tp=p, elt=elt) + int(RESERVE_GIB * GIB)}
 
     # ------------------------------------------------------------------ step times
     # A forward of b tokens runs the shift configuration (the TP-P shard + its all-reduces) when b <= the threshold,
