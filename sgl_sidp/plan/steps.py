@@ -68,8 +68,8 @@ GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 
 #: GiB a replica's TP group of 2 or 4 GPUs takes before the model loads (NCCL communicators, SGLang's custom all-reduce
 #: buffers), by GPU kind: TP1's 'avail mem' less the group's, from the servers of benchmarks/results/multi_gpu/ (one
 #: server per GPU set; H100: TP2 and DP attention 2 77.58-77.59, TP4 77.36-77.41; H200: TP2 138.21, TP4 137.99).
-#: Shift's base configuration reserves 0.5-0.8 GiB more (its all-to-all groups: sp2 77.05 on H100, sp2 x tp2 137.16 on
-#: H200), not modelled. Groups of more than 4 GPUs take the 4-GPU figure (not measured).
+#: A Shift server reserves more beside (sp2 77.05 on H100, sp2 x tp2 137.16 on H200): `shift.planner.RESERVE_GIB`,
+#: from its KV pools. Groups of more than 4 GPUs take the 4-GPU figure (not measured).
 GROUP_RESERVE_GIB = {"H100": {2: 0.91, 4: 1.12}, "H200": {2: 0.92, 4: 1.14}}
 
 
