@@ -43,6 +43,10 @@ class Feature:
         planner: "module:attribute" of the feature's planner part, a `sgl_sidp.plan.technique.Technique` (its
             configuration names and options, launch flags, shards, memory and step model), resolved only when the
             planner runs (`technique.techniques`); "" for a feature the planner does not model.
+        declines: `(config, sglang_args) -> why`: why the feature, as configured, is predicted to run exactly as
+            vanilla SGLang on these flags (e.g. ZeroDP whose policy offloads no layer: every sink a plain DP replica),
+            so the launcher starts vanilla SGLang with that line instead; "" to run. Called after `check` passed, on
+            SGLang's raw flags, before any GPU memory is taken.
     """
 
     name: str
@@ -56,6 +60,7 @@ class Feature:
     resolve: Callable[[Any, Any], tuple[Any, list[str]]] = lambda cfg, server_args: (cfg, [])
     refused: dict[str, tuple[tuple[str, ...], str]] = dataclasses.field(default_factory=dict)
     planner: str = ""
+    declines: Callable[[Any, argparse.Namespace], str] = lambda cfg, raw: ""
 
 
 def replica_problems(mode: str, raw: argparse.Namespace, *, pp_why: str, dp_attention_why: str) -> list[str]:

@@ -263,6 +263,35 @@ def test_zerodp_auto_needs_no_calibration_file(monkeypatch, moe_dir):
     assert cfg.zerodp.layers == "auto" and os.environ[LAUNCHER_PID_ENV] == str(os.getpid())
 
 
+@pytest.mark.skipif(not MOE.is_dir(), reason=f"{MOE} not found (the shared model configs)")
+def test_zerodp_predicted_to_offload_nothing_starts_vanilla_dp_with_one_line(monkeypatch, capsys):
+    """Issue 35: ZeroDP's default policy on Qwen3-30B-A3B on 2 x H100 offloads nothing (a batch-1 decode step hides
+    no layer's pulls); such a sink is a DP replica with a smaller pool and another routing (measured 0.94x DP2).
+    The launcher starts vanilla SGLang instead, with SGLang's routing and one line; a forced or prefill-sized policy
+    runs; where the planner cannot predict (an unknown GPU), the runtime's policy decides."""
+    import sglang.srt.plugins
+    import sglang.srt.server_args
+    from sgl_sidp.peer import topology
+
+    monkeypatch.setenv(ENV_VAR, "")
+    monkeypatch.setattr(topology, "_nvml_p2p_read", lambda visible: lambda a, b: True)
+    monkeypatch.setattr(sglang.srt.plugins, "load_plugins", lambda: None)
+    monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", lambda argv: list(argv))
+    monkeypatch.setattr(topology, "gpu_name", lambda i: "NVIDIA H100 80GB HBM3")
+    base = ["--overlay-mode", "zerodp", "--model-path", str(MOE), "--dp-size", "2"]
+    cfg, rest = ls.parse(base)
+    line = capsys.readouterr().out
+    assert cfg.mode.value == "off" and cfg.feature is None and "total_tokens" not in rest
+    assert line.startswith("sgl-sidp: --overlay-mode zerodp declines: its policy is predicted to offload no MoE layer at "
+                           "--zerodp-expected-batch decode:1 on 2 x NVIDIA H100 80GB HBM3") and line.count("\n") == 1
+    assert "predicted by the planner" in line and "--zerodp-layers all|LAYERS" in line
+    for forced in (["--zerodp-layers", "all"], ["--zerodp-expected-batch", "prefill:8192"]):
+        cfg, rest = ls.parse(base + forced)
+        assert cfg.mode.value == "zerodp" and "total_tokens" in rest and "declines" not in capsys.readouterr().out
+    monkeypatch.setattr(topology, "gpu_name", lambda i: "NVIDIA A100-SXM4-80GB")
+    assert ls.parse(base)[0].mode.value == "zerodp"
+
+
 DENSE = MOE.parent / "Qwen3-8B"
 
 

@@ -153,6 +153,34 @@ def ignored(z: ZeroDPSettings) -> dict[str, str]:
     return {"expected_batch": "with --zerodp-layers auto", "calibration": "with --zerodp-layers auto"}
 
 
+def declines(cfg, raw: argparse.Namespace) -> str:
+    """Why ZeroDP would run as vanilla DP here (`Feature.declines`), or "": with `--zerodp-layers auto`, the planner
+    predicts for these GPUs (`plan.verdict.planned_row`, the same policy function as the runtime's, from the bundled or
+    cached calibrations and the measured interconnect) that the policy offloads no MoE layer. Each sink would then
+    hold every expert, copied from its source, as a vanilla DP replica holds them, with a smaller KV pool and another
+    routing (measured on 2 x H100, Qwen3-30B-A3B, 128 x (8,192 in, 16 out): 0.94x vanilla DP2, the sink's pool 4.6 %
+    under its source's and 68 of 128 prompts sent to the source). "" where the planner cannot predict (another GPU
+    kind, a model without tables): the runtime's policy decides then."""
+    z = cfg.zerodp
+    if z.layers != "auto":
+        return ""
+    from sgl_sidp.peer.topology import gpu_name
+    from sgl_sidp.plan.verdict import planned_row
+
+    dp, tp = int(raw.dp_size), int(raw.tp_size)
+    gpu = gpu_name(int(getattr(raw, "base_gpu_id", 0) or 0))
+    row, _ = planned_row(raw.model_path, dp, tp, gpu, "zerodp", z, cfg.plan_workload)
+    if row is None or (row.decisions or {}).get("offload_layers") != 0:
+        return ""
+    why = ("the KV cache that offloading frees would not raise decode throughput enough to pay for the pulls"
+           if z.expected_batch.startswith("kv:") else "no layer's experts can be pulled within that forward")
+    return (f"--overlay-mode zerodp declines: its policy is predicted to offload no MoE layer at --zerodp-expected-batch "
+            f"{z.expected_batch} on {dp * tp} x {gpu} ({why}; predicted by the planner from one-GPU calibrations, not "
+            f"measured), so every sink would hold every expert as a "
+            f"vanilla DP replica does; starting vanilla SGLang (--dp-size {dp} --tp-size {tp}, SGLang's own routing) "
+            f"instead. To offload anyway: --zerodp-layers all|LAYERS, or --zerodp-expected-batch kv:TOKENS|prefill:TOKENS")
+
+
 def describe(cfg, server_args) -> str:
     """ZeroDP's part of the launcher's start-up line."""
     z = cfg.zerodp
@@ -173,4 +201,5 @@ FEATURE = Feature(
     ignored=ignored,
     resolve=resolve,
     planner="sgl_sidp.zerodp.planner:TECHNIQUE",
+    declines=declines,
 )
