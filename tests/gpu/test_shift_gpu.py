@@ -4,9 +4,10 @@
   and hooks, so every hook, the base/shift choice per forward and the decode and (breakable) prefill CUDA graphs of
   both configurations run in a real server; against vanilla TP1 on the tiny 8-layer Qwen3 with a different random tensor per layer
   (`make_tiny_models.py --big`, $SIDP_TINY_DENSE): bit-identical (the same GEMMs on the same weights).
-- Two GPUs (`--tp-size 2`, SP = 2): against vanilla `--tp-size 2` on the tiny model and on Qwen3-32B (dummy weights):
-  greedy tokens identical, logprob differences measured (the base O and down GEMMs sum over all heads or columns in
-  one GEMM where TP sums two partial GEMMs with an all-reduce).
+- Two GPUs (`--tp-size 2`, SP = 2): against vanilla `--tp-size 2`. On the tiny model with distinct weights, with
+  `--shift-exact` bit-identical; without it logprobs within `ROUNDING_GAP` before any flipped token (the base O and
+  down GEMMs sum over all heads or columns in one GEMM where TP sums two partial GEMMs with an all-reduce). On
+  Qwen3-32B (dummy weights): greedy tokens identical.
 - Four and eight GPUs (issue 12): (SP, TP) = (2, 2), (4, 2), (2, 4), (8, 1) against vanilla `--tp-size SP*TP`, tiny
   and Qwen3-32B.
 
@@ -75,8 +76,18 @@ def test_tiny_dense_shift_wiring_on_one_gpu_is_bit_identical(log_dir, tiny_tp1_r
     assert not bad, bad
 
 
+#: the largest logprob difference (nats) the base configuration may show against TP before their first differing
+#: token, without `--shift-exact`: bf16 rounding of one GEMM against two partial GEMMs summed (measured 0.008-0.016
+#: on four families at SP2 and SP4, `benchmarks/results/multi_gpu/exact_*`)
+ROUNDING_GAP = 0.05
+
+
 @pytest.mark.gpus(2)
 def test_tiny_dense_shift_tp2_matches_vanilla_tp2(log_dir):
+    """Every prefill in the base (SP) configuration (threshold 2) on distinct random weights, against vanilla TP2:
+    with `--shift-exact` bit-identical; without it the base GEMMs round differently from TP's two partial sums, so
+    a greedy token may flip (2 of 5 prompts on 4 x H100, 2026-11-27), but only after logprobs within
+    `ROUNDING_GAP`."""
     if not (TINY_DENSE / "config.json").is_file():
         pytest.skip(f"{TINY_DENSE} missing: python .whl/make_tiny_models.py DIR --big")
     model = ["--model-path", str(TINY_DENSE)]
@@ -84,12 +95,13 @@ def test_tiny_dense_shift_tp2_matches_vanilla_tp2(log_dir):
                 log_path=log_dir / "tiny_dense_vanilla_tp2.log", gpus="0,1") as srv:
         ref = [greedy(srv.base_url, p) for p in PROMPTS]
     facts = {}
-    with shift(log_dir, "tiny_dense_shift_tp2", model, 2, port=24300) as srv:
-        for i, p in enumerate(PROMPTS):
-            facts[f"alone_p{i}"] = answer_diff(ref[i], greedy(srv.base_url, p))
-        log = srv.log_text()
-    summary(log_dir, "tiny_dense_shift_tp2", answers=facts, graphs=graph_lines(log))
-    assert all(v["tokens_equal"] for v in facts.values()), facts
+    for name, extra, port in (("default", (), 24300), ("exact", ("--shift-exact",), 24350)):
+        with shift(log_dir, f"tiny_dense_shift_tp2_{name}", model, 2, extra, port=port) as srv:
+            facts[name] = {f"alone_p{i}": answer_diff(ref[i], greedy(srv.base_url, p)) for i, p in enumerate(PROMPTS)}
+            facts[f"{name}_graphs"] = graph_lines(srv.log_text())
+    summary(log_dir, "tiny_dense_shift_tp2", **facts)
+    assert all(v["tokens_equal"] and not v["logprob_gap"] for v in facts["exact"].values()), facts["exact"]
+    assert all(v["logprob_gap"] < ROUNDING_GAP for v in facts["default"].values()), facts["default"]
 
 
 @pytest.mark.gpus(2)
