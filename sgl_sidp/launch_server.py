@@ -224,8 +224,9 @@ def parse(argv: list[str]):
     raw = sglang_raw_args(rest)
     cfg.validate_against(raw)
     declined = cfg.feature.declines(cfg, raw) if cfg.feature is not None else ""
-    if declined:  # predicted to run as vanilla SGLang: start vanilla SGLang, and say so
+    if declined:  # predicted to run as vanilla SGLang: start vanilla SGLang, say so, and how that compares
         print(f"sgl-sidp: {declined}", flush=True)
+        print(mode_verdict(cfg, raw), flush=True)
         cfg = cfg.model_copy(update={"mode": SidpMode.OFF})
     if cfg.feature is not None:
         rest = cfg.feature.sglang_defaults(rest)

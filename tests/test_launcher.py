@@ -282,9 +282,12 @@ def test_zerodp_predicted_to_offload_nothing_starts_vanilla_dp_with_one_line(mon
     cfg, rest = ls.parse(base)
     line = capsys.readouterr().out
     assert cfg.mode.value == "off" and cfg.feature is None and "total_tokens" not in rest
+    line, ratio = line.splitlines()
     assert line.startswith("sgl-sidp: --overlay-mode zerodp declines: its policy is predicted to offload no MoE layer at "
-                           "--zerodp-expected-batch decode:1 on 2 x NVIDIA H100 80GB HBM3") and line.count("\n") == 1
+                           "--zerodp-expected-batch decode:1 on 2 x NVIDIA H100 80GB HBM3")
     assert "predicted by the planner" in line and "--zerodp-layers all|LAYERS" in line
+    # and how the DP replicas it starts compare with the best vanilla configuration (the default workload)
+    assert ratio.startswith("sgl-sidp: --overlay-mode zerodp (zerodp_dp2): warning: predicted to lose") and "dp2_attn" in ratio
     for forced in (["--zerodp-layers", "all"], ["--zerodp-expected-batch", "prefill:8192"]):
         cfg, rest = ls.parse(base + forced)
         assert cfg.mode.value == "zerodp" and "total_tokens" in rest and "declines" not in capsys.readouterr().out
