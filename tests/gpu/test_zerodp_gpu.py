@@ -129,6 +129,26 @@ def test_qwen3_30b_all_layers_exact(log_dir, tmp_path):
     summary(log_dir, "qwen3_30b_zerodp_all", source_kv=kv_tokens(log, "source"), sink_kv=kv_tokens(log, "sink"))
 
 
+def test_qwen3_30b_default_policy_declines_to_vanilla_dp2(log_dir):
+    """Where the planner predicts that the default policy offloads nothing (Qwen3-30B-A3B at decode:1 on H100 and
+    H200), the launcher starts vanilla DP2 with one line and the predicted ratio: no source or sink, SGLang's own
+    routing, both replicas answer (`zerodp.feature.declines`; as a sink it ran 0.94x DP2 on 2 x H100)."""
+    import subprocess
+
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                         capture_output=True, text=True).stdout.strip()
+    if not any(k in gpu for k in ("H100", "H200")):
+        pytest.skip(f"the planner has Qwen3-30B-A3B tables for H100 and H200, not {gpu}")
+    with zerodp(log_dir, "qwen3_30b_zerodp_declined", model_args("Qwen3-30B-A3B"), port=22500) as srv:
+        answered = [len(greedy(srv.base_url, PROMPTS[0], dp_rank=r)[0]) for r in (0, 1)]
+        log = srv.log_text()
+    declined = re.findall(r"sgl-sidp: --overlay-mode zerodp declines: .*", log)
+    summary(log_dir, "qwen3_30b_zerodp_declined", declined=declined, answered=answered)
+    assert len(declined) == 1 and "overlay mode=off" in log, declined
+    assert "sgl-sidp zerodp DP" not in log and "load_balance_method='total_tokens'" not in log
+    assert answered == [16, 16]
+
+
 def never_held(log):
     """(MoE layers a sink never held while loading, of how many, its peak allocation in GB) from its set-up line."""
     m = re.search(r"While loading, (\d+) of (\d+) MoE layers' experts were never held.*?\(peak allocation of this "
