@@ -43,9 +43,9 @@ class Feature:
         planner: "module:attribute" of the feature's planner part, a `sgl_sidp.plan.technique.Technique` (its
             configuration names and options, launch flags, shards, memory and step model), resolved only when the
             planner runs (`technique.techniques`); "" for a feature the planner does not model.
-        declines: `(config, sglang_args) -> why`: why the feature, as configured, is predicted to run exactly as
-            vanilla SGLang on these flags (e.g. ZeroDP whose policy offloads no layer: every sink a plain DP replica),
-            so the launcher starts vanilla SGLang with that line instead; "" to run. Called after `check` passed, on
+        declines: `(config, sglang_args) -> why`: why the feature, as configured, is predicted to gain nothing over
+            vanilla SGLang of the same layout on these flags (e.g. ZeroDP whose policy offloads no layer: every sink
+            a DP replica with less KV), so the launcher starts vanilla SGLang with that line instead; "" to run. Called after `check` passed, on
             SGLang's raw flags, before any GPU memory is taken.
     """
 

@@ -214,7 +214,7 @@ def parse(argv: list[str]):
     (which queries the GPU), so a bad combination never touches a device. The mode's feature
     (`SidpConfig.feature`) brings its own checks and its SGLang defaults, and checks SGLang's resolved
     `ServerArgs` too (`Feature.resolve`), still before any model or KV memory is taken. A mode predicted to run
-    exactly as vanilla SGLang (`Feature.declines`) is turned off with one line saying why.
+    to gain nothing over vanilla SGLang (`Feature.declines`) is turned off with one line saying why.
 
     Raises:
         SidpConfigError: one line per problem; SGLang's own refusal of its flags (`ServerArgs`) as one line too.
@@ -224,9 +224,8 @@ def parse(argv: list[str]):
     raw = sglang_raw_args(rest)
     cfg.validate_against(raw)
     declined = cfg.feature.declines(cfg, raw) if cfg.feature is not None else ""
-    if declined:  # predicted to run as vanilla SGLang: start vanilla SGLang, say so, and how that compares
+    if declined:  # predicted to gain nothing over vanilla SGLang: start vanilla SGLang, and say so
         print(f"sgl-sidp: {declined}", flush=True)
-        print(mode_verdict(cfg, raw), flush=True)
         cfg = cfg.model_copy(update={"mode": SidpMode.OFF})
     if cfg.feature is not None:
         rest = cfg.feature.sglang_defaults(rest)

@@ -267,11 +267,13 @@ def test_zerodp_auto_needs_no_calibration_file(monkeypatch, moe_dir):
 def test_zerodp_predicted_to_offload_nothing_starts_vanilla_dp_with_one_line(monkeypatch, capsys):
     """Issue 35: ZeroDP's default policy on Qwen3-30B-A3B on 2 x H100 offloads nothing (a batch-1 decode step hides
     no layer's pulls); such a sink is a DP replica with a smaller pool and another routing (measured 0.94x DP2).
-    The launcher starts vanilla SGLang instead, with SGLang's routing and one line; a forced or prefill-sized policy
-    runs; where the planner cannot predict (an unknown GPU), the runtime's policy decides."""
+    The launcher starts vanilla SGLang instead, with SGLang's routing and one line that also names the best vanilla
+    configuration; it runs ZeroDP where its router alone is predicted to pay, with a forced or prefill-sized policy,
+    and where the planner cannot predict (an unknown GPU: the runtime's policy decides)."""
     import sglang.srt.plugins
     import sglang.srt.server_args
     from sgl_sidp.peer import topology
+    from sgl_sidp.plan import verdict
 
     monkeypatch.setenv(ENV_VAR, "")
     monkeypatch.setattr(topology, "_nvml_p2p_read", lambda visible: lambda a, b: True)
@@ -281,16 +283,18 @@ def test_zerodp_predicted_to_offload_nothing_starts_vanilla_dp_with_one_line(mon
     base = ["--overlay-mode", "zerodp", "--model-path", str(MOE), "--dp-size", "2"]
     cfg, rest = ls.parse(base)
     line = capsys.readouterr().out
-    assert cfg.mode.value == "off" and cfg.feature is None and "total_tokens" not in rest
-    line, ratio = line.splitlines()
-    assert line.startswith("sgl-sidp: --overlay-mode zerodp declines: its policy is predicted to offload no MoE layer at "
-                           "--zerodp-expected-batch decode:1 on 2 x NVIDIA H100 80GB HBM3")
+    assert cfg.mode.value == "off" and cfg.feature is None and "total_tokens" not in rest and line.count("\n") == 1
+    assert line.startswith("sgl-sidp: --overlay-mode zerodp declines: on 2 x NVIDIA H100 80GB HBM3 its policy is "
+                           "predicted to offload no MoE layer at --zerodp-expected-batch decode:1")
+    assert "its router at 1.00x the throughput of SGLang's round robin on offline:512:2048:256" in line
+    assert "starting vanilla SGLang (dp2: --dp-size 2 --tp-size 1" in line and "best vanilla configuration, dp2_attn" in line
     assert "predicted by the planner" in line and "--zerodp-layers all|LAYERS" in line
-    # and how the DP replicas it starts compare with the best vanilla configuration (the default workload)
-    assert ratio.startswith("sgl-sidp: --overlay-mode zerodp (zerodp_dp2): warning: predicted to lose") and "dp2_attn" in ratio
     for forced in (["--zerodp-layers", "all"], ["--zerodp-expected-batch", "prefill:8192"]):
         cfg, rest = ls.parse(base + forced)
         assert cfg.mode.value == "zerodp" and "total_tokens" in rest and "declines" not in capsys.readouterr().out
+    with monkeypatch.context() as m:  # the router alone predicted 1.2x round robin's: ZeroDP runs
+        m.setattr(verdict, "objective_ratio", lambda objective, ours, other: 1.2)
+        assert ls.parse(base)[0].mode.value == "zerodp"
     monkeypatch.setattr(topology, "gpu_name", lambda i: "NVIDIA A100-SXM4-80GB")
     assert ls.parse(base)[0].mode.value == "zerodp"
 

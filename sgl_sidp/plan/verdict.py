@@ -68,6 +68,21 @@ def _predicted_row(result: dict, name: str):
     return row, ""
 
 
+#: what `objective_ratio` compares, per objective of `planner.rank`
+OBJECTIVE_WORDS = {"throughput": "the throughput", "goodput": "the goodput", "latency": "the median E2E speed"}
+
+
+def objective_ratio(objective: str, ours, other) -> float:
+    """`ours` against `other` (two predicted `PlanRow`s of one plan) on the plan's `objective`, > 1 where `ours` is
+    predicted better: the ratio of total tokens/s ("throughput"), of requests/s within the SLOs ("goodput"; inf
+    where only `ours` has any), or the inverse ratio of median E2E latency ("latency")."""
+    if objective == "throughput":
+        return ours.total_tok_s / other.total_tok_s
+    if objective == "goodput":
+        return (ours.request_goodput or 0.0) / other.request_goodput if other.request_goodput else float("inf")
+    return other.e2e_ms_p50 / ours.e2e_ms_p50
+
+
 def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
             workload: str, slo: tuple[float, float] | None = None) -> tuple[str, bool]:
     """(the line, whether the mode is predicted to lose) for a server of `mode` on `dp` x `tp_size` GPUs, as
@@ -97,19 +112,17 @@ def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
     where = f"on {result['workload']} ({n} x {kind}"
     where += f"; {result['extrapolation']}" if result.get("extrapolation") else ""
     where += "; predicted by the planner from one-GPU calibrations, not measured)"
+    ratio = objective_ratio(result["objective"], ours, best)
     if result["objective"] == "throughput":
-        ratio = ours.total_tok_s / best.total_tok_s
         what = (f"{ratio:.2f}x the throughput of the best vanilla configuration, {best.name} "
                 f"({ours.total_tok_s:,.0f} against {best.total_tok_s:,.0f} tokens/s)")
         loses = ratio < LOSES_BELOW
     elif result["objective"] == "goodput":
-        ratio = (ours.request_goodput or 0.0) / best.request_goodput if best.request_goodput else float("inf")
         what = (f"{ratio:.2f}x the goodput of the best vanilla configuration, {best.name} "
                 f"({ours.request_goodput or 0:.3g} against {best.request_goodput or 0:.3g} req/s under TTFT "
                 f"{slo[0]:g} ms and TPOT {slo[1]:g} ms)")
         loses = ratio < LOSES_BELOW
     else:
-        ratio = best.e2e_ms_p50 / ours.e2e_ms_p50
         what = (f"a median E2E latency of {ours.e2e_ms_p50:,.1f} ms against {best.e2e_ms_p50:,.1f} ms for the best "
                 f"vanilla configuration, {best.name} ({ratio:.2f}x as fast)")
         loses = ranked.index(ours) > ranked.index(best)

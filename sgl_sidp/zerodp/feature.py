@@ -154,31 +154,49 @@ def ignored(z: ZeroDPSettings) -> dict[str, str]:
 
 
 def declines(cfg, raw: argparse.Namespace) -> str:
-    """Why ZeroDP would run as vanilla DP here (`Feature.declines`), or "": with `--zerodp-layers auto`, the planner
-    predicts for these GPUs (`plan.verdict.planned_row`, the same policy function as the runtime's, from the bundled or
-    cached calibrations and the measured interconnect) that the policy offloads no MoE layer. Each sink would then
-    hold every expert, copied from its source, as a vanilla DP replica holds them, with a smaller KV pool and another
-    routing (measured on 2 x H100, Qwen3-30B-A3B, 128 x (8,192 in, 16 out): 0.94x vanilla DP2, the sink's pool 4.6 %
-    under its source's and 68 of 128 prompts sent to the source). "" where the planner cannot predict (another GPU
+    """Why ZeroDP would gain nothing over vanilla DP of the same layout here (`Feature.declines`), or "".
+
+    With `--zerodp-layers auto`, the planner predicts for these GPUs (`plan.verdict.planned`: the runtime's policy
+    function, from the bundled or cached calibrations and the measured interconnect) that the policy offloads no MoE
+    layer, and that ZeroDP's router (`zerodp.router.pick_rank`) serves `--overlay-plan-workload` less than
+    `planner.NEAR_TIE` better than SGLang's round robin. Each sink would then hold every expert, copied from its
+    source, with a smaller KV pool (measured on 2 x H100, Qwen3-30B-A3B, 128 x (8,192 in, 16 out): 0.94x vanilla DP2,
+    the sink's pool 4.6 % under its source's and 68 of 128 prompts sent to the source). The line names the vanilla
+    configuration the planner predicts best where it is not that DP. "" where the planner cannot predict (another GPU
     kind, a model without tables): the runtime's policy decides then."""
     z = cfg.zerodp
     if z.layers != "auto":
         return ""
     from sgl_sidp.peer.topology import gpu_name
-    from sgl_sidp.plan.verdict import planned_row
+    from sgl_sidp.plan.planner import NEAR_TIE, rank
+    from sgl_sidp.plan.technique import technique_named
+    from sgl_sidp.plan.verdict import OBJECTIVE_WORDS, objective_ratio, planned
 
     dp, tp = int(raw.dp_size), int(raw.tp_size)
     gpu = gpu_name(int(getattr(raw, "base_gpu_id", 0) or 0))
-    row, _ = planned_row(raw.model_path, dp, tp, gpu, "zerodp", z, cfg.plan_workload)
-    if row is None or (row.decisions or {}).get("offload_layers") != 0:
+    result, name, _ = planned(raw.model_path, dp, tp, gpu, "zerodp", z, cfg.plan_workload, cfg.plan_slo)
+    rows = [r for r in (result or {}).get("configurations", []) if r.predicted]
+    ours = next((r for r in rows if r.name == name), None)
+    plain = next((r for r in rows if r.technique == "vanilla" and (r.dp, r.tp) == (dp, tp)), None)
+    if ours is None or plain is None or (ours.decisions or {}).get("offload_layers") != 0:
         return ""
+    objective = result["objective"]
+    router = objective_ratio(objective, ours, plain)
+    if router >= 1 + NEAR_TIE:
+        return ""
+    best = next(r for r in rank(rows, objective) if technique_named(r.technique).vanilla)
     why = ("the KV cache that offloading frees would not raise decode throughput enough to pay for the pulls"
            if z.expected_batch.startswith("kv:") else "no layer's experts can be pulled within that forward")
-    return (f"--overlay-mode zerodp declines: its policy is predicted to offload no MoE layer at --zerodp-expected-batch "
-            f"{z.expected_batch} on {dp * tp} x {gpu} ({why}; predicted by the planner from one-GPU calibrations, not "
-            f"measured), so every sink would hold every expert as a "
-            f"vanilla DP replica does; starting vanilla SGLang (--dp-size {dp} --tp-size {tp}, SGLang's own routing) "
-            f"instead. To offload anyway: --zerodp-layers all|LAYERS, or --zerodp-expected-batch kv:TOKENS|prefill:TOKENS")
+    line = (f"--overlay-mode zerodp declines: on {dp * tp} x {gpu} its policy is predicted to offload no MoE layer at "
+            f"--zerodp-expected-batch {z.expected_batch} ({why}), and its router at {router:.2f}x "
+            f"{OBJECTIVE_WORDS[objective]} of SGLang's round robin on {result['workload']}, so every sink would be a "
+            f"vanilla DP replica with less KV; starting vanilla SGLang ({plain.name}: --dp-size {dp} --tp-size {tp}, "
+            f"SGLang's own routing) instead")
+    if best is not plain:
+        line += (f", predicted at {objective_ratio(objective, plain, best):.2f}x {OBJECTIVE_WORDS[objective]} of the "
+                 f"best vanilla configuration, {best.name}")
+    return (line + " (predicted by the planner from one-GPU calibrations, not measured). To offload anyway: "
+            "--zerodp-layers all|LAYERS, or --zerodp-expected-batch kv:TOKENS|prefill:TOKENS")
 
 
 def describe(cfg, server_args) -> str:
