@@ -101,6 +101,22 @@ def test_prefill_seconds_per_token_from_sglangs_snapshot_counters():
     assert prefill_seconds_per_token(load(0, 10, busy_us=2_000_000, prefilled=40_000)) == pytest.approx(5e-5)
     assert prefill_seconds_per_token(load(0, 10)) is None
     assert prefill_seconds_per_token(SimpleNamespace()) is None
+    # since an earlier snapshot's counters, and only once two chunks' worth of tokens were prefilled since
+    assert prefill_seconds_per_token(load(0, 10, busy_us=2_100_000, prefilled=40_300),
+                                     since=(100_000, 300)) == pytest.approx(5e-5)
+    assert prefill_seconds_per_token(load(0, 10, busy_us=200_000, prefilled=8_492), since=(100_000, 300)) is None
+
+
+def test_warm_up_prefills_do_not_set_the_speeds_a_burst_is_split_by():
+    """On 2 x H100 (Qwen3-30B-A3B, nothing offloaded) a burst of 128 prompts of 8,192 tokens went 68 / 60: the
+    overflow rule weighed each replica by a prefill rate its scheduler had measured only on SGLang's warm-up prefills
+    (a few of 1-300 tokens). The router now counts a rate from its first snapshot of each replica on, once two
+    chunks were prefilled since: two replicas of equal capacity, whose warm-ups gave rates 1.3x apart, split a burst
+    that overflows both caches evenly."""
+    warm = [load(0, 90_000, busy_us=40_000, prefilled=312), load(1, 90_000, busy_us=52_000, prefilled=311)]
+    b = budget_after(warm)
+    assert RT.router.prefill_spt == [None, None]
+    assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 128, estimated_tokens=8192) == [64, 64]
 
 
 # --------------------------------------------------------------------------- hooks on DPBudget
@@ -133,14 +149,16 @@ def test_dispatch_uses_fresh_loads():
 
 
 def test_dispatch_overflow_weighs_measured_prefill_speed():
-    """Both caches full: the overflow follows each rank's measured prefill time per token once every rank has one."""
-    full = [load(0, 10_000, tokens=10_000), load(1, 80_000, tokens=80_000, busy_us=1_000_000, prefilled=10_000)]
-    b = budget_after(full)
+    """Both caches full: the overflow follows each rank's measured prefill time per token (since the router's first
+    snapshot of it) once every rank has one."""
+    b = budget_after([load(0, 10_000, tokens=10_000), load(1, 80_000, tokens=80_000)])  # counters from here on
+    rt = RT
+    b = budget_after([load(0, 10_000, tokens=10_000, timestamp=2.0),
+                      load(1, 80_000, tokens=80_000, busy_us=2_000_000, prefilled=20_000, timestamp=2.0)], rt=rt)
     assert RT.router.prefill_spt == [None, pytest.approx(1e-4)]
     assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 1) == [1, 0]  # a speed missing: equal speeds, fewest tokens (rank 0)
-    rt = RT
-    b = budget_after([load(0, 10_000, tokens=10_000, busy_us=100_000, prefilled=10_000, timestamp=2.0),
-                      load(1, 80_000, tokens=80_000, busy_us=1_000_000, prefilled=10_000, timestamp=2.0)], rt=rt)
+    b = budget_after([load(0, 10_000, tokens=10_000, busy_us=200_000, prefilled=20_000, timestamp=3.0),
+                      load(1, 80_000, tokens=80_000, busy_us=2_000_000, prefilled=20_000, timestamp=3.0)], rt=rt)
     assert RT.router.prefill_spt == [pytest.approx(1e-5), pytest.approx(1e-4)]
     assert route(b, LoadBalanceMethod.TOTAL_TOKENS, 3) == [3, 0]
 
@@ -315,8 +333,8 @@ def test_the_fit_reads_sglangs_own_moment_sums_in_their_order():
     totals = [0.0] * 6
     for b, us in ((1, 5000), (64, 12000), (256, 28000)):
         _accumulate_decode_moment(totals, b, us, b)
-    snap = LoadSnapshot(decode_moments=totals, max_total_num_tokens=1000, total_prefill_busy_us=1,
-                        total_prefill_uncached_tokens=1)
+    snap = LoadSnapshot(decode_moments=totals, max_total_num_tokens=1000, total_prefill_busy_us=16384,
+                        total_prefill_uncached_tokens=16384)
     a, c = decode_step_fit(snap)
     assert a * 1e6 == pytest.approx(5520.8, abs=0.1) and c * 1e6 == pytest.approx(88.59, abs=0.01)
     assert prefill_seconds_per_token(snap) == pytest.approx(1e-6)

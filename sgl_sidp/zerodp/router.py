@@ -62,13 +62,27 @@ def pick_rank(total_tokens, total_requests, capacity, estimated_tokens: int, sec
     return min(ranks, key=lambda i: ((total_tokens[i] + estimated_tokens) * spt[i], total_requests[i]))
 
 
-def prefill_seconds_per_token(load) -> float | None:
-    """A replica's measured prefill time per uncached prompt token (s), from the counters SGLang's scheduler puts in
-    every load snapshot (`LoadSnapshot.total_prefill_busy_us` / `total_prefill_uncached_tokens`, cumulative since
-    start), or None before its first prefill. A sink that pulls experts its forwards cannot hide shows it here."""
-    busy_us = getattr(load, "total_prefill_busy_us", 0) or 0
-    tokens = getattr(load, "total_prefill_uncached_tokens", 0) or 0
-    return busy_us * 1e-6 / tokens if busy_us > 0 and tokens > 0 else None
+#: uncached prompt tokens a replica must have prefilled since the router's first snapshot of it before its prefill
+#: time per token counts (`prefill_seconds_per_token`): two default chunks. SGLang's warm-up prefills (a few of
+#: 1-300 tokens, mostly fixed cost) would otherwise set it: on 2 x H100 a source and its sink of equal speed
+#: (nothing offloaded) measured different rates from them and a burst went 68 / 60 (0.94x vanilla DP2's 64 / 64)
+PREFILL_SPT_MIN_TOKENS = 16384
+
+
+def prefill_counters(load) -> tuple[float, float]:
+    """(busy microseconds, uncached prompt tokens) a replica prefilled since start: the cumulative counters SGLang's
+    scheduler puts in every load snapshot (`LoadSnapshot.total_prefill_busy_us`, `total_prefill_uncached_tokens`);
+    0 where absent."""
+    return (float(getattr(load, "total_prefill_busy_us", 0) or 0),
+            float(getattr(load, "total_prefill_uncached_tokens", 0) or 0))
+
+
+def prefill_seconds_per_token(load, since: tuple[float, float] = (0.0, 0.0)) -> float | None:
+    """A replica's measured prefill time per uncached prompt token (s) since the counters `since` (`prefill_counters`
+    of an earlier snapshot), or None before `PREFILL_SPT_MIN_TOKENS` tokens were prefilled since then. A sink that
+    pulls experts its forwards cannot hide shows it here."""
+    busy_us, tokens = (now - then for now, then in zip(prefill_counters(load), since))
+    return busy_us * 1e-6 / tokens if busy_us > 0 and tokens >= PREFILL_SPT_MIN_TOKENS else None
 
 
 def decode_step_fit(load) -> tuple[float, float] | None:
@@ -103,7 +117,8 @@ class Router:
 
     Attributes:
         capacity: `max_total_num_tokens` per DP rank (0: not reported yet).
-        prefill_spt: measured prefill seconds per token per DP rank (None: not yet measured).
+        prefill_spt: measured prefill seconds per token per DP rank since the router's first snapshot of it (None:
+            fewer than `PREFILL_SPT_MIN_TOKENS` prefilled since).
         step_fit: decode step (a, c) seconds per DP rank (`decode_step_fit`; None: fewer than two steps timed).
     """
 
@@ -115,6 +130,7 @@ class Router:
         self.prefill_spt: list[float | None] = []
         self.step_fit: list[tuple[float, float] | None] = []
         self._snapshot: dict[int, tuple[float, float, int, int]] = {}  # rank -> (ts, previous ts, tokens, requests)
+        self._prefill_base: dict[int, tuple[float, float]] = {}  # rank -> its prefill counters when first seen
         self._sent: list[tuple[float, int, int]] = []  # (time, rank, tokens) after the oldest previous snapshot
 
     def observe(self, budget, loads) -> None:
@@ -128,7 +144,7 @@ class Router:
             cap = int(getattr(load, "max_total_num_tokens", 0) or 0)
             if cap > 0:
                 self.capacity[r] = cap
-            spt = prefill_seconds_per_token(load)
+            spt = prefill_seconds_per_token(load, self._prefill_base.setdefault(r, prefill_counters(load)))
             if spt is not None:
                 self.prefill_spt[r] = spt
             fit = decode_step_fit(load)
