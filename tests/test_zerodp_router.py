@@ -108,9 +108,9 @@ def test_prefill_seconds_per_token_from_sglangs_snapshot_counters():
 
 
 def test_warm_up_prefills_do_not_set_the_speeds_a_burst_is_split_by():
-    """On 2 x H100 (Qwen3-30B-A3B, nothing offloaded) a burst of 128 prompts of 8,192 tokens went 68 / 60: the
-    overflow rule weighed each replica by a prefill rate its scheduler had measured only on SGLang's warm-up prefills
-    (a few of 1-300 tokens). The router now counts a rate from its first snapshot of each replica on, once two
+    """On 2 x H100 (Qwen3-30B-A3B, nothing offloaded) a burst of 128 prompts of 8,192 tokens went 68 / 60, likely
+    because the overflow rule weighed each replica by a prefill rate its scheduler had measured only on SGLang's
+    warm-up prefills (a few of 1-300 tokens). The router now counts a rate from its first snapshot of each replica on, once two
     chunks were prefilled since: two replicas of equal capacity, whose warm-ups gave rates 1.3x apart, split a burst
     that overflows both caches evenly."""
     warm = [load(0, 90_000, busy_us=40_000, prefilled=312), load(1, 90_000, busy_us=52_000, prefilled=311)]

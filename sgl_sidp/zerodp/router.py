@@ -64,8 +64,9 @@ def pick_rank(total_tokens, total_requests, capacity, estimated_tokens: int, sec
 
 #: uncached prompt tokens a replica must have prefilled since the router's first snapshot of it before its prefill
 #: time per token counts (`prefill_seconds_per_token`): two default chunks. SGLang's warm-up prefills (a few of
-#: 1-300 tokens, mostly fixed cost) would otherwise set it: on 2 x H100 a source and its sink of equal speed
-#: (nothing offloaded) measured different rates from them and a burst went 68 / 60 (0.94x vanilla DP2's 64 / 64)
+#: 1-300 tokens, mostly fixed cost) would otherwise set it, for the whole of a burst that is dispatched in its first
+#: second: the likely cause of a 68 / 60 split between a source and its sink of equal speed (nothing offloaded) on
+#: 2 x H100, 0.94x vanilla DP2's 64 / 64 (the DP controller logs no routing decisions to confirm it)
 PREFILL_SPT_MIN_TOKENS = 16384
 
 
