@@ -338,3 +338,21 @@ def test_the_fit_reads_sglangs_own_moment_sums_in_their_order():
     a, c = decode_step_fit(snap)
     assert a * 1e6 == pytest.approx(5520.8, abs=0.1) and c * 1e6 == pytest.approx(88.59, abs=0.01)
     assert prefill_seconds_per_token(snap) == pytest.approx(1e-6)
+
+
+def test_the_router_logs_its_split_while_it_routes(caplog):
+    """Every `LOG_EVERY_S` while it routes, one line of the requests sent per DP rank, the capacities and the
+    prefill rates, so that a split can be read off the server log."""
+    import logging
+
+    b = budget_after([load(0, 90_000), load(1, 90_000)])
+    t = [100.0]
+    RT.router.clock = lambda: t[0]
+    with caplog.at_level(logging.INFO, logger="sgl_sidp.zerodp.router"):
+        route(b, LoadBalanceMethod.TOTAL_TOKENS, 3, estimated_tokens=8192)
+        t[0] += 10.0
+        route(b, LoadBalanceMethod.TOTAL_TOKENS, 1, estimated_tokens=8192)
+    lines = [r.getMessage() for r in caplog.records if "zerodp router" in r.getMessage()]
+    assert len(lines) == 2 and RT.router.routed == [2, 2]
+    assert lines[1] == ("sgl-sidp zerodp router: requests sent per DP rank so far [2, 2]; KV capacity [90000, 90000] "
+                        "tokens; prefill us per token -, - (-: not yet 16384 tokens)")

@@ -16,6 +16,13 @@ main module (see the end of that module).
 
 from __future__ import annotations
 
+import logging
+
+logger = logging.getLogger(__name__)
+
+#: seconds between two of the router's lines in the DP controller's log (`Router.dispatch`), while it routes
+LOG_EVERY_S = 10.0
+
 
 #: a replica whose next decode step would be more than this fraction slower than the fastest one's takes no request
 #: while that one has room (`pick_rank`); the fits of equal replicas differ by less (measured at different batches)
@@ -121,6 +128,8 @@ class Router:
         prefill_spt: measured prefill seconds per token per DP rank since the router's first snapshot of it (None:
             fewer than `PREFILL_SPT_MIN_TOKENS` prefilled since).
         step_fit: decode step (a, c) seconds per DP rank (`decode_step_fit`; None: fewer than two steps timed).
+        routed: requests sent per DP rank so far (logged every `LOG_EVERY_S` while routing, so that a split can be
+            read off the server log).
     """
 
     def __init__(self, clock=None):
@@ -132,6 +141,8 @@ class Router:
         self.step_fit: list[tuple[float, float] | None] = []
         self._snapshot: dict[int, tuple[float, float, int, int]] = {}  # rank -> (ts, previous ts, tokens, requests)
         self._prefill_base: dict[int, tuple[float, float]] = {}  # rank -> its prefill counters when first seen
+        self.routed: list[int] = []  # requests sent per DP rank so far
+        self._logged_at = float("-inf")  # when `dispatch` last logged
         self._sent: list[tuple[float, int, int]] = []  # (time, rank, tokens) after the oldest previous snapshot
 
     def observe(self, budget, loads) -> None:
@@ -139,7 +150,7 @@ class Router:
         to its latest snapshot plus what was sent to it after its previous snapshot (what the latest one may miss)."""
         n = budget.dp_size
         if len(self.capacity) != n:
-            self.capacity, self.prefill_spt, self.step_fit = [0] * n, [None] * n, [None] * n
+            self.capacity, self.prefill_spt, self.step_fit, self.routed = [0] * n, [None] * n, [None] * n, [0] * n
         for load in loads:
             r = load.dp_rank
             cap = int(getattr(load, "max_total_num_tokens", 0) or 0)
@@ -178,5 +189,13 @@ class Router:
                            every_rank(self.prefill_spt), every_rank(self.step_fit))
         budget.total_requests[target] += 1
         budget.total_tokens[target] += estimated_tokens
-        self._sent.append((self.clock(), target, estimated_tokens))
+        now = self.clock()
+        self._sent.append((now, target, estimated_tokens))
+        self.routed[target] += 1
+        if now - self._logged_at >= LOG_EVERY_S:
+            self._logged_at = now
+            spt = ", ".join("-" if v is None else f"{v * 1e6:.1f}" for v in self.prefill_spt)
+            logger.info("sgl-sidp zerodp router: requests sent per DP rank so far %s; KV capacity %s tokens; prefill "
+                        "us per token %s (-: not yet %d tokens)", self.routed, self.capacity, spt,
+                        PREFILL_SPT_MIN_TOKENS)
         return target
