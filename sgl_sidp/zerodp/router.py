@@ -191,6 +191,8 @@ class Router:
         budget.total_tokens[target] += estimated_tokens
         now = self.clock()
         self._sent.append((now, target, estimated_tokens))
+        if len(self.routed) != len(self.capacity):  # capacities set without `observe` (tests)
+            self.routed = [0] * len(self.capacity)
         self.routed[target] += 1
         if now - self._logged_at >= LOG_EVERY_S:
             self._logged_at = now
