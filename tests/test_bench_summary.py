@@ -74,3 +74,22 @@ def test_a_vanilla_configuration_the_run_lacks_is_named_with_its_predicted_ratio
     (tmp_path / "q32" / "summary.json").write_text(json.dumps(run))
     assert summary.combine(tmp_path, models)[0]["unrun_vanilla"] is None  # measured: nothing to name
     assert "vanilla the run lacks" not in summary.markdown(summary.combine(tmp_path))  # not checked: no column
+
+
+def test_auto_s_pick_on_each_burst_against_the_run_s_best(tmp_path, monkeypatch):
+    """Issue 35: `--overlay-mode auto` >= 0.98x the measured best. Per run and burst, the planner's winner over every
+    configuration (what auto starts) and, where the run measured it, its measured ratio to the run's best."""
+    monkeypatch.setattr(summary, "planned_winner", lambda model, n, gpu, burst: {"128+8192+16": "dp2"}.get(burst, "tp2"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "summary.json").write_text(json.dumps(
+        [row("dp2", 60_000.0), row("tp2", 52_000.0), row("zerodp_dp2", 56_000.0),
+         row("tp2", 1.0, metric="ttft_ms_p50"), {**row("dp2", 70_000.0), "flags": "--chunked-prefill-size 16384"}]))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "summary.json").write_text(json.dumps(
+        [row("dp2_attn", 44_924.0, workload="burst 256+2048+256"), row("dp2", 20_000.0, workload="burst 256+2048+256")]))
+    picks = summary.auto_picks(tmp_path, tmp_path)
+    assert [(p["run"], p["pick"], p["best"], p["ratio"]) for p in picks] == [
+        ("a", "dp2", "dp2", 1.0), ("b", "tp2", "dp2_attn", None)]  # flags: another configuration; tp2 not measured
+    md = summary.auto_markdown(picks)
+    assert "| a | Qwen3-30B-A3B | 2 x NVIDIA H100 80GB HBM3 | burst 128+8192+16 | dp2 | dp2 (60,000 tok/s) | 1.00x |" in md
+    assert "| tp2 | dp2_attn (44,924 tok/s) | not measured in the run |" in md

@@ -13,7 +13,9 @@ README's "which mode for which workload" table is written from these rows (issue
 A run's best vanilla configuration is the best it measured, not necessarily the best the GPUs can run. With
 `--models-dir`, each burst row also names the vanilla configuration the planner ranks first on that workload where
 the run did not measure it, with its predicted ratio to the run's best vanilla configuration (both predicted: the
-planner for the same model, GPU kind and count), so such a row is never read as a win over every vanilla choice.
+planner for the same model, GPU kind and count), so such a row is never read as a win over every vanilla choice;
+and summary.md gains a second table: what `--overlay-mode auto` would start on each burst (the planner's winner over
+every configuration) and, where the run measured it, its measured ratio to the run's best (`auto_picks`).
 """
 
 from __future__ import annotations
@@ -113,6 +115,68 @@ def unrun_vanilla(row: dict, run_rows: list[dict], models_dir: Path, cache: dict
     return vanilla_gap(cache[key], measured)
 
 
+def auto_picks(root: Path, models_dir: Path) -> list[dict]:
+    """What `--overlay-mode auto` would start on each burst of the runs below `root`: the configuration the planner
+    ranks first over every one it knows (`planner.plan`'s winner, for `models_dir`/<model> on the run's GPU kind and
+    count, predicted by this commit's planner), and where the run measured that configuration, its measured ratio
+    to the best configuration the run measured (issue 35: auto >= 0.98x the measured best).
+
+    Returns:
+        dicts with run, model, gpus, gpu_name, workload, pick (None where the planner predicts nothing), best (the
+        run's best measured configuration), best_value (tok/s) and ratio (None where the run did not measure the
+        pick), in run order.
+    """
+    out = []
+    cache: dict[tuple, str | None] = {}
+    for path in sorted(root.glob("**/summary.json")):
+        if path.parent == root:
+            continue
+        try:
+            rows = json.loads(path.read_text())
+        except ValueError:
+            continue
+        measured: dict[tuple, dict[str, float]] = {}
+        for r in rows if isinstance(rows, list) else []:
+            if (isinstance(r, dict) and r.get("metric") == "total_tok_s" and r.get("value")
+                    and str(r.get("workload", "")).startswith("burst ") and not r.get("flags")):
+                key = (r["model"], int(r["gpus"]), r["gpu_name"], r["workload"])
+                measured.setdefault(key, {})[r["configuration"]] = r["value"]
+        for key, got in measured.items():
+            if key not in cache:
+                cache[key] = planned_winner(models_dir / key[0], key[1], key[2], key[3][6:])
+            best = max(got, key=got.get)
+            pick = cache[key]
+            out.append({"run": str(path.parent.relative_to(root)), "model": key[0], "gpus": key[1],
+                        "gpu_name": key[2], "workload": key[3], "pick": pick, "best": best, "best_value": got[best],
+                        "ratio": got[pick] / got[best] if pick in got else None})
+    return out
+
+
+def planned_winner(model_path: Path, n_gpus: int, gpu_name: str, burst: str) -> str | None:
+    """The planner's winner over every configuration on the burst "S+IN+OUT" (what `--overlay-mode auto` starts), or
+    None where it predicts nothing (no config.json, no tables for the GPU kind)."""
+    from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.plan.planner import PlanError, plan
+
+    if not (Path(model_path) / "config.json").is_file():
+        return None
+    try:
+        return plan(str(model_path), n_gpus, gpu_kind(gpu_name).upper(), "offline:" + burst.replace("+", ":"))["winner"]
+    except (PlanError, ValueError, KeyError):
+        return None
+
+
+def auto_markdown(picks: list[dict]) -> str:
+    """One table line per `auto_picks` row."""
+    lines = ["| run | model | GPUs | workload | auto's pick (predicted) | the run's best measured | pick / best, measured |",
+             "|---|---|---|---|---|---|---:|"]
+    for p in picks:
+        ratio = "not measured in the run" if p["ratio"] is None else f"{p['ratio']:.2f}x"
+        lines.append(f"| {p['run']} | {p['model']} | {p['gpus']} x {p['gpu_name']} | {p['workload']} | "
+                     f"{p['pick'] or '-'} | {p['best']} ({p['best_value']:,.0f} tok/s) | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rows: list[dict]) -> str:
     """One table line per row: technique, model, GPUs, workload, its best configuration and value, the best
     vanilla configuration and value, the ratio, the run folder."""
@@ -143,9 +207,14 @@ def main(argv: list[str] | None = None) -> None:
     if a.models_dir is not None and not a.models_dir.is_dir():
         sys.exit(f"summary: --models-dir {a.models_dir} is not a folder")
     rows = combine(a.root, a.models_dir)
+    text = markdown(rows)
+    if a.models_dir is not None:
+        text += ("\nWhat `--overlay-mode auto` would start on each burst (the planner's winner over every configuration, "
+                 "predicted by this commit), and its measured ratio to the run's best where the run measured it:\n\n"
+                 + auto_markdown(auto_picks(a.root, a.models_dir)))
     (a.root / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (a.root / "summary.md").write_text(markdown(rows))
-    print(markdown(rows), end="")
+    (a.root / "summary.md").write_text(text)
+    print(text, end="")
 
 
 if __name__ == "__main__":
