@@ -81,6 +81,17 @@ def combine(root: Path, models_dir: Path | None = None) -> list[dict]:
     relative to `root` names the run); with `models_dir`, each burst row's `unrun_vanilla` (module docstring)."""
     out = []
     predictions: dict[tuple, dict[str, float]] = {}
+    for run, rows in run_summaries(root):
+        found = technique_rows(rows, run)
+        for row in found if models_dir else []:
+            row["unrun_vanilla"] = unrun_vanilla(row, rows, models_dir, predictions)
+        out += found
+    return out
+
+
+def run_summaries(root: Path):
+    """(run, rows) of every run folder below `root` whose compare summary.json reads as a list of rows (the folder's
+    path relative to `root` names the run; `root`'s own summary.json is this module's output, not a run)."""
     for path in sorted(root.glob("**/summary.json")):
         if path.parent == root:
             continue
@@ -88,14 +99,8 @@ def combine(root: Path, models_dir: Path | None = None) -> list[dict]:
             rows = json.loads(path.read_text())
         except ValueError:
             continue
-        if not isinstance(rows, list):
-            continue
-        rows = [r for r in rows if isinstance(r, dict)]
-        found = technique_rows(rows, str(path.parent.relative_to(root)))
-        for row in found if models_dir else []:
-            row["unrun_vanilla"] = unrun_vanilla(row, rows, models_dir, predictions)
-        out += found
-    return out
+        if isinstance(rows, list):
+            yield str(path.parent.relative_to(root)), [r for r in rows if isinstance(r, dict)]
 
 
 def unrun_vanilla(row: dict, run_rows: list[dict], models_dir: Path, cache: dict) -> str | None:
@@ -128,16 +133,10 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
     """
     out = []
     cache: dict[tuple, str | None] = {}
-    for path in sorted(root.glob("**/summary.json")):
-        if path.parent == root:
-            continue
-        try:
-            rows = json.loads(path.read_text())
-        except ValueError:
-            continue
+    for run, rows in run_summaries(root):
         measured: dict[tuple, dict[str, float]] = {}
-        for r in rows if isinstance(rows, list) else []:
-            if (isinstance(r, dict) and r.get("metric") == "total_tok_s" and r.get("value")
+        for r in rows:
+            if (r.get("metric") == "total_tok_s" and r.get("value")
                     and str(r.get("workload", "")).startswith("burst ") and not r.get("flags")):
                 key = (r["model"], int(r["gpus"]), r["gpu_name"], r["workload"])
                 measured.setdefault(key, {})[r["configuration"]] = r["value"]
@@ -146,7 +145,7 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
                 cache[key] = planned_winner(models_dir / key[0], key[1], key[2], key[3][6:])
             best = max(got, key=got.get)
             pick = cache[key]
-            out.append({"run": str(path.parent.relative_to(root)), "model": key[0], "gpus": key[1],
+            out.append({"run": run, "model": key[0], "gpus": key[1],
                         "gpu_name": key[2], "workload": key[3], "pick": pick, "best": best, "best_value": got[best],
                         "ratio": got[pick] / got[best] if pick in got else None})
     return out
