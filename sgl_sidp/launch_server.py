@@ -167,7 +167,9 @@ def resolve_auto(argv: list[str]) -> list[str]:
     """With `--overlay-mode auto`: the planner's winner for this model, GPU kind and GPU count (`--tp-size` x
     `--dp-size` where given, else every visible GPU) on `--overlay-plan-workload` (by goodput with
     `--overlay-plan-slo-ttft-ms` and `--overlay-plan-slo-tpot-ms`), printed with its table; returns
-    `argv` with the winner's flags in place of the mode, TP, DP and DP-attention flags. Other argv is returned as is.
+    `argv` with the winner's flags in place of the mode, TP, DP and DP-attention flags (and of the planning flags
+    where the winner is vanilla SGLang; a technique keeps them: they still decide at its launch). Other argv is
+    returned as is.
 
     Raises:
         SidpConfigError: no local config.json, an unknown GPU, or nothing the planner can predict (e.g. no
@@ -201,9 +203,11 @@ def resolve_auto(argv: list[str]) -> list[str]:
     why = result["reason"].split(": ", 1)[-1]  # "the highest predicted throughput on ... (..., 1.01x the next, ...)"
     print(f"sgl-sidp: --overlay-mode auto starts {result['winner']} (predicted; {why}): "
           f"{' '.join(chosen) or 'TP1, one GPU'}", flush=True)
-    dropped = {"--overlay-mode": True, "--overlay-plan-workload": True, "--overlay-plan-slo-ttft-ms": True,
-               "--overlay-plan-slo-tpot-ms": True, "--tp-size": True, "--tp": True,
-               "--dp-size": True, "--dp": True, "--enable-dp-attention": False}
+    dropped = {"--overlay-mode": True, "--tp-size": True, "--tp": True, "--dp-size": True, "--dp": True,
+               "--enable-dp-attention": False}
+    if "--overlay-mode" not in chosen:  # vanilla SGLang: nothing reads the workload; with a mode, it still decides
+        dropped.update({"--overlay-plan-workload": True, "--overlay-plan-slo-ttft-ms": True,
+                        "--overlay-plan-slo-tpot-ms": True})  # (e.g. `Feature.declines`, SiDP's B_th at launch)
     return _drop_flags(argv, dropped) + chosen
 
 

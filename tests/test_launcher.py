@@ -313,7 +313,9 @@ def test_auto_mode_starts_the_planner_s_winner_in_place_of_the_mode_and_layout_f
     assert out == ["--model-path", str(DENSE), "--load-format", "dummy", "--dp-size", "2"]  # offline: DP2 wins
     argv = ["--model-path", str(DENSE), "--overlay-mode=auto", "--tp-size", "2", "--overlay-plan-workload", "latency:2048:64"]
     chosen = ls.resolve_auto(argv)
-    assert "--overlay-plan-workload" not in chosen and chosen.count("--tp-size") <= 1 and "auto" not in chosen
+    assert chosen.count("--tp-size") <= 1 and "auto" not in chosen
+    # the workload stays where a technique won (it decides at its launch: Feature.declines, SiDP's B_th), else goes
+    assert ("--overlay-plan-workload" in chosen) == ("--overlay-mode" in chosen)
     assert ls.resolve_auto(["--model-path", str(DENSE), "--tp-size", "2"]) == ["--model-path", str(DENSE), "--tp-size", "2"]
     argv = ["--model-path", str(DENSE), "--overlay-mode", "auto", "--overlay-plan-workload", "offline:64:2048:64",
             "--overlay-plan-slo-ttft-ms", "1000", "--overlay-plan-slo-tpot-ms=50"]
@@ -353,3 +355,25 @@ def test_an_explicit_mode_logs_its_predicted_ratio_on_the_workload_given(monkeyp
     assert line.startswith("sgl-sidp: --overlay-mode shift (shift_sp2_tp1)") and "offline:64:1024:32" in line
     monkeypatch.setattr("sgl_sidp.plan.verdict.verdict", lambda *a: 1 / 0)  # a planner bug never stops the server
     assert "no prediction against vanilla SGLang: ZeroDivisionError" in ls.mode_verdict(cfg, server_args)
+
+
+def test_auto_keeps_the_planning_flags_for_a_technique_it_starts(monkeypatch, capsys):
+    """`--overlay-mode auto` that starts a technique keeps `--overlay-plan-*`: the technique still decides with them at
+    launch (ZeroDP's `declines` on the same workload auto ranked it on); a vanilla winner drops them (unused)."""
+    from sgl_sidp.plan import planner
+
+    monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: 2)
+    monkeypatch.setattr(planner, "table", lambda result: "")
+    launch = {"zerodp_dp2": ["--dp-size", "2", "--overlay-mode", "zerodp"], "dp2": ["--dp-size", "2"]}
+    argv = ["--model-path", str(MOE), "--overlay-mode", "auto", "--overlay-plan-workload", "trace:T",
+            "--overlay-plan-slo-ttft-ms", "2000", "--overlay-plan-slo-tpot-ms", "100"]
+    for winner in launch:
+        monkeypatch.setattr(planner, "plan", lambda *a, **k: {
+            "winner": winner, "reason": "w: the highest predicted goodput", "launch":
+            ["python", "-m", "sgl_sidp.launch_server", "--model-path", str(MOE), *launch[winner]]})
+        got = ls.resolve_auto(argv)
+        kept = [a for a in got if a.startswith("--overlay-plan")]
+        assert got[-len(launch[winner]):] == launch[winner] and "auto" not in got
+        assert kept == (["--overlay-plan-workload", "--overlay-plan-slo-ttft-ms", "--overlay-plan-slo-tpot-ms"]
+                        if winner == "zerodp_dp2" else [])
