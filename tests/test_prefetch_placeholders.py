@@ -83,3 +83,28 @@ def test_placing_is_on_only_inside_the_block_even_when_loading_fails():
             assert ph.loading
             raise RuntimeError("out of memory while loading")
     assert not ph.loading
+
+
+def test_a_placeholder_something_still_references_after_release_is_named():
+    """Once every taken parameter has its own storage, the released placeholders are freed; one that an object still
+    references (here a view, as SGLang might keep of a weight) is named with its bytes: memory neither weights nor
+    KV cache account for."""
+    layers, ph = {i: Layer(seed=i) for i in range(2)}, LoadPlaceholders()
+    ph.take(1, layers[1], NAMES)
+    remote = {(1, n): Layer(seed=7).get_parameter(n).detach() for n in NAMES}
+    kept = layers[1].down.weight.data.view(-1)  # a view of the down placeholder, taken while loading
+    ph.materialize(layers, [1], remote)
+    ph.release()
+    assert ph.still_held() == [("down.weight", 4 * 8 * 4)]
+    del kept
+    assert ph.still_held() == []
+
+
+def test_the_note_names_each_placeholder_still_held_in_one_sentence():
+    ph = LoadPlaceholders()
+    assert ph.still_held_note() == ""
+    layer = Layer(seed=1)
+    ph.take(1, layer, NAMES)
+    ph.release()  # the parameters still point at them: both held
+    assert ph.still_held_note() == ("0.00 GB of load placeholders still referenced after loading (up.weight 0.00 GB, "
+                                    "down.weight 0.00 GB): memory neither its weights nor its KV cache account for")

@@ -403,6 +403,9 @@ class SiDPRuntime:
             b.install_start(first_decoder_layer(runner.model), enabled=lambda: not self.cas_now)
         for imp in self.importers.values():
             imp.watch()
+        note = self.placeholders.still_held_note()  # the slot binding has replaced every placeholder by now
+        if note:
+            logger.warning("sgl-sidp sidp %s: %s", self.who, note)
         if set(self.streamed) - self.never_held:
             logger.warning("sgl-sidp sidp %s: FFN layers %s were held in full while loading (their module prefix "
                            "names no decoder layer, or SGLang's post-processing gave them storage of their own); a "

@@ -251,6 +251,9 @@ class ZeroDPRuntime:
             torch.cuda.synchronize(device_id)
             kept_s = time.monotonic() - t0
         self.placeholders.release()
+        note = self.placeholders.still_held_note()
+        if note:
+            logger.warning("sgl-sidp zerodp %s: %s", self.who, note)
         torch.cuda.empty_cache()
         imp.watch()
         b = self.binding
