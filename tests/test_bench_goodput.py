@@ -47,3 +47,32 @@ def test_bad_input_gets_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         goodput.main([str(tmp_path), "--slo", "1000/10"])
     assert "no trace replay with its per-request file (requests.csv) under traces/" in capsys.readouterr().err
+
+
+def test_one_simulation_counts_every_objective(monkeypatch):
+    """`plan_requests(more_slos=...)` counts each objective on the same simulated requests as `slo=` does one at a
+    time; `predict` asks for them all at once (one simulation per configuration instead of one per objective)."""
+    from pathlib import Path
+
+    from sgl_sidp.plan.planner import plan_requests
+    from sgl_sidp.plan.sim import SimRequest
+
+    model = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-8B"
+    if not (model / "config.json").is_file():
+        pytest.skip(f"{model} missing (../shared/models)")
+    reqs = lambda: [SimRequest(0.05 * i, 1024 + 64 * (i % 5), 32) for i in range(40)]  # noqa: E731
+    objectives = [(200.0, 12.0), (1000.0, 30.0)]
+    together = plan_requests(str(model), 2, "H100", "t", reqs(), names=["tp2", "dp2"], more_slos=objectives)
+    rows = {r.name: r for r in together["configurations"] if r.name in ("tp2", "dp2")}
+    for t, p in objectives:
+        alone = plan_requests(str(model), 2, "H100", "t", reqs(), names=["tp2", "dp2"], slo=(t, p), objective="goodput")
+        for r in alone["configurations"]:
+            if r.name in rows:
+                assert rows[r.name].goodput_by_slo[f"{t:g}/{p:g}"] == pytest.approx(r.request_goodput, abs=0.006)  # 2 decimals
+    calls = []
+    monkeypatch.setattr("sgl_sidp.plan.planner.plan_requests",
+                        lambda *a, **k: calls.append(k["more_slos"]) or together)
+    monkeypatch.setattr("sgl_sidp.bench.traces.sim_requests", lambda args, trace_dir: [])
+    got = goodput.predict(str(model), "H100", "--x", ["tp2", "dp2"], [SLO(200, 12), SLO(1000, 30)], None, {})
+    assert calls == [objectives] and got == [{n: r.goodput_by_slo[k] for n, r in rows.items()}
+                                             for k in ("200/12", "1000/30")]

@@ -78,32 +78,35 @@ def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str
         settings = replay_settings(folder)
     lines = ["| replay | TTFT / TPOT objectives | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
     for key, by in sorted(found.items()):
-        for slo in slos:
+        predicted = (predict(model_path, gpu, settings[key][0], list(by), slos, trace_dir, results)
+                     if settings and key in settings else [{} for _ in slos])
+        for slo, pred in zip(slos, predicted):
             got = {c: goodput(rows, d, slo) for c, (rows, d) in by.items()}
             group = {c: {**results.get(c, {}), "_goodput": g} for c, g in got.items()}
             best = best_vanilla(group, lambda r: r.get("_goodput"), True)
-            predicted = (predict(model_path, gpu, settings[key][0], list(got), slo, trace_dir, results)
-                         if settings and key in settings else None)
-            cells = [cell(got.get(c), best, (predicted or {}).get(c)) if c in got else "-" for c in names]
+            cells = [cell(got.get(c), best, pred.get(c)) if c in got else "-" for c in names]
             lines.append(f"| {key} | {slo.ttft_ms:g} / {slo.tpot_ms:g} ms | " + " | ".join(cells) + " |")
     return lines
 
 
-def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slo: SLO, trace_dir: Path | None,
-            results: dict[str, dict]) -> dict[str, float]:
-    """{configuration: the planner's goodput (req/s)} for the replay compare sent with `replay_args`, under `slo`, on
-    as many GPUs as the configurations used; none for one run with flags the planner does not model (its
-    `config_args`, as `bench.validate` leaves them out)."""
+def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slos: list[SLO], trace_dir: Path | None,
+            results: dict[str, dict]) -> list[dict[str, float]]:
+    """Per objective of `slos`, in order: {configuration: the planner's goodput (req/s)} for the replay compare sent
+    with `replay_args`, on as many GPUs as the configurations used, from one simulation of each configuration
+    (`plan_requests`' `more_slos`); none for one run with flags the planner does not model (its `config_args`, as
+    `bench.validate` leaves them out)."""
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan_requests
 
     names = [c for c in names if not results.get(c, {}).get("config_args")]
     if not names:
-        return {}
+        return [{} for _ in slos]
     n = max(int(results.get(c, {}).get("gpu_count") or 0) for c in names) or 2
+    objectives = [(slo.ttft_ms, slo.tpot_ms) for slo in slos]
     plan = plan_requests(model_path, n, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
-                         names=names, slo=(slo.ttft_ms, slo.tpot_ms))
-    return {r.name: r.request_goodput for r in plan["configurations"] if r.predicted and r.name in names}
+                         names=names, more_slos=objectives)
+    rows = [r for r in plan["configurations"] if r.predicted and r.name in names]
+    return [{r.name: r.goodput_by_slo[f"{t:g}/{p:g}"] for r in rows} for t, p in objectives]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -97,6 +97,8 @@ class PlanRow:
             is not predicted.
         good_requests, request_goodput: with `plan`'s `slo`, the requests that met both objectives (TTFT with the
             request overhead) and their count per second of the makespan (req/s); None without.
+        goodput_by_slo: with `plan_requests`' `more_slos`, "TTFT/TPOT" (ms, as `%g`) -> the goodput (req/s) of the
+            same simulated requests under those objectives; None without.
     """
 
     name: str
@@ -129,6 +131,7 @@ class PlanRow:
     ratio_to_best_vanilla: float | None = None
     good_requests: int | None = None
     request_goodput: float | None = None
+    goodput_by_slo: dict[str, float] | None = None
 
     @property
     def predicted(self) -> bool:
@@ -241,17 +244,19 @@ def rank(rows: list[PlanRow], objective: str) -> list[PlanRow]:
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
                   objective: str = "latency", what_if: WhatIf = NO_WHAT_IF, names: Sequence[str] = (),
-                  slo: tuple[float, float] | None = None) -> dict:
+                  slo: tuple[float, float] | None = None, more_slos: Sequence[tuple[float, float]] = ()) -> dict:
     """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if`, `names`
-    and `slo` as `plan`'s).
+    and `slo` as `plan`'s). `more_slos`: other (TTFT ms, TPOT ms) objectives, each counted on the same simulated
+    requests (`PlanRow.goodput_by_slo`; one simulation for them all, `bench.goodput`).
 
     Raises:
         PlanError: as `plan`, but for the spec.
     """
     if objective == "goodput" and slo is None:
         raise PlanError("ranking by goodput needs the SLOs (TTFT ms, TPOT ms)")
-    if slo is not None and not (slo[0] > 0 and slo[1] > 0):
-        raise PlanError(f"SLOs of TTFT {slo[0]:g} ms and TPOT {slo[1]:g} ms: both must be above 0")
+    for objectives in ([slo] if slo is not None else []) + list(more_slos):
+        if not (objectives[0] > 0 and objectives[1] > 0):
+            raise PlanError(f"SLOs of TTFT {objectives[0]:g} ms and TPOT {objectives[1]:g} ms: both must be above 0")
     hf = read_hf_config(model_path)
     if hf is None:
         raise PlanError(f"--model-path {model_path}: no config.json there")
@@ -338,10 +343,14 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             if stream:  # the replicas' tokens reach the clients through one tokenizer manager
                 deliver(reqs, [rep.tokens_log for rep in replicas], stream)
             simulated[twin] = summarize(reqs)
-            if slo is not None:  # the TTFT objective less the request overhead every TTFT gets below
-                from sgl_sidp.bench.metrics import SLO
+            from sgl_sidp.bench.metrics import SLO
 
+            if slo is not None:  # the TTFT objective less the request overhead every TTFT gets below
                 simulated[twin].update(goodput(reqs, SLO(ttft_ms=slo[0] - overhead, tpot_ms=slo[1])))
+            if more_slos:
+                simulated[twin]["goodput_by_slo"] = {
+                    f"{t:g}/{p:g}": goodput(reqs, SLO(ttft_ms=t - overhead, tpot_ms=p))["request_goodput"]
+                    for t, p in more_slos}
         summary = dict(simulated[twin])
         for k in ("ttft_ms_p50", "ttft_ms_p99", "e2e_ms_p50", "e2e_ms_p99"):
             if k in summary:
