@@ -61,3 +61,19 @@ def test_a_fused_all_reduce_in_the_resolved_settings_is_refused(llama70b, kw):
     settings, past the raw-flag check: the resolved value is what counts."""
     _, problems = feature.resolve(SidpConfig(mode="shift"), server_args(llama70b, 4, **kw))
     assert len(problems) == 1 and "bypasses the all-reduce" in problems[0]
+
+
+def test_the_launcher_s_base_kv_counts_the_tp_group_s_reserve_as_the_planner_does():
+    """The SP choice's KV estimate (`base_kv_tokens`) subtracts what a TP group of P takes before the model loads
+    (`plan.steps.group_reserve_gib`) as the planner does: Qwen3-8B at SP2 on 2 x H100 (81,559 MiB) then comes within
+    0.5 % of the 722,182 tokens the server held (`benchmarks/results/multi_gpu/q8_shift_exact_cost_2gpu_h100`; about
+    13,000 tokens over it without the reserve)."""
+    from pathlib import Path
+
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.shift.feature import base_kv_tokens
+
+    hf = read_hf_config(Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-8B")
+    if hf is None:
+        pytest.skip("../shared/models/Qwen3-8B missing")
+    assert base_kv_tokens(hf, 2, 2, 81_559 * 2**20, 0.828) == pytest.approx(722_182, rel=0.005)  # its --mem-fraction-static

@@ -73,12 +73,17 @@ GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 
 GROUP_RESERVE_GIB = {"H100": {2: 0.91, 4: 1.12}, "H200": {2: 0.92, 4: 1.14}}
 
 
+def group_reserve_gib(group: int, gpu: str = "H100") -> float:
+    """GiB a `group`-GPU TP group takes on each GPU before the model loads (`GROUP_RESERVE_GIB` of GPU kind `gpu`, a
+    `GPUS` key; H100's for another kind: the kinds measured differ by 0.02 GiB at most); 0 for one GPU."""
+    reserve = GROUP_RESERVE_GIB.get(gpu, GROUP_RESERVE_GIB["H100"])
+    return 0.0 if group <= 1 else reserve.get(group, reserve[max(k for k in reserve if k <= group)])
+
+
 def free_before_load_bytes(gpu: str, group: int) -> int:
     """Bytes SGLang finds free on each GPU of a `group`-GPU TP group of GPU kind `gpu` (a `GPUS` key) just before it
-    loads the model: the TP1 figure (`GPUS`) less the group's reserve (`GROUP_RESERVE_GIB`)."""
-    reserve = GROUP_RESERVE_GIB[gpu]
-    held = 0.0 if group <= 1 else reserve.get(group, reserve[max(k for k in reserve if k <= group)])
-    return int((GPUS[gpu]["free_before_load_gib"] - held) * GIB)
+    loads the model: the TP1 figure (`GPUS`) less the group's reserve (`group_reserve_gib`)."""
+    return int((GPUS[gpu]["free_before_load_gib"] - group_reserve_gib(group, gpu)) * GIB)
 
 #: Where one source's egress saturates when several readers pull from it at once (GB/s, H200, measured by ZeroDP:
 #: benchmarks/results/zerodp/README.md); the peer-copy entry of the interconnect table is one idle pair's rate.

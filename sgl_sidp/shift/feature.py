@@ -135,13 +135,17 @@ def fused_all_reduce_problems(server_args) -> list[str]:
 def base_kv_tokens(hf: dict, p: int, sp: int, gpu_bytes: int, mem_fraction_static: float, dtype_flag: str = "auto") -> int:
     """KV tokens per GPU with the base configuration (SP, TP = P / SP) holding its weights: every layer's linears
     split P / SP ways, the vocabulary P ways (the shift configuration's shards are views of them), and what a Shift GPU
-    holds besides (`shift.planner.RESERVE_GIB`), the KV cache laid out as in TP = P (`calibration.memory`)."""
+    holds besides (`shift.planner.RESERVE_GIB`) and what its TP group of P takes before the model loads
+    (`plan.steps.group_reserve_gib`, as the planner counts it), the KV cache laid out as in TP = P
+    (`calibration.memory`)."""
     from sgl_sidp.calibration.memory import GIB, ModelShapes, dtype_bytes, free_before_load, kv_tokens
+    from sgl_sidp.plan.steps import group_reserve_gib
     from sgl_sidp.shift.planner import RESERVE_GIB
 
     shapes, elt = ModelShapes.of(hf), dtype_bytes(hf, dtype_flag)
     weights = shapes.weight_bytes(attn_tp=p // sp, mlp_tp=p // sp, vocab_tp=p, elt=elt) + int(RESERVE_GIB * GIB)
-    return kv_tokens(free_before_load(gpu_bytes), mem_fraction_static, weights, shapes.kv_bytes_per_token(p, elt))
+    free = free_before_load(gpu_bytes) - int(group_reserve_gib(p) * GIB)
+    return kv_tokens(free, mem_fraction_static, weights, shapes.kv_bytes_per_token(p, elt))
 
 
 def resolve(cfg, server_args):
