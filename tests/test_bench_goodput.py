@@ -76,3 +76,30 @@ def test_one_simulation_counts_every_objective(monkeypatch):
     got = goodput.predict(str(model), "H100", "--x", ["tp2", "dp2"], [SLO(200, 12), SLO(1000, 30)], None, {})
     assert calls == [objectives] and got == [{n: r.goodput_by_slo[k] for n, r in rows.items()}
                                              for k in ("200/12", "1000/30")]
+
+
+def test_predict_lists_every_configuration_under_each_objective_against_the_best_vanilla(monkeypatch, capsys):
+    """`--predict`: before any replay, each configuration's predicted goodput per objective with its ratio to the best
+    vanilla configuration's, labelled predicted; bad flag combinations are one line."""
+    from types import SimpleNamespace as NS
+
+    rows = [NS(name="dp2", technique="vanilla", predicted=True, goodput_by_slo={"1000/10": 1.158, "1000/50": 2.5}),
+            NS(name="tp2", technique="vanilla", predicted=True, goodput_by_slo={"1000/10": 0.9, "1000/50": 2.0}),
+            NS(name="shift_sp2_tp1", technique="shift", predicted=True,
+               goodput_by_slo={"1000/10": 1.468, "1000/50": 2.2}),
+            NS(name="dp2_attn", technique="dp_attention", predicted=False, goodput_by_slo=None)]
+    asked = []
+    monkeypatch.setattr("sgl_sidp.plan.planner.plan_requests",
+                        lambda *a, **k: asked.append((a[1], a[2], k["more_slos"])) or {"configurations": rows})
+    monkeypatch.setattr("sgl_sidp.bench.traces.sim_requests", lambda args, trace_dir: [])
+    goodput.main(["--predict", "--trace T --time-scale 0.333", "--model-path", "M", "--gpus", "2",
+                  "--slo", "1000/10", "--slo", "1000/50"])
+    out = capsys.readouterr().out
+    assert asked == [(2, "H100", [(1000.0, 10.0), (1000.0, 50.0)])]
+    assert "Predicted by the planner (2 x H100, replay --trace T --time-scale 0.333); nothing here is measured." in out
+    assert "| TTFT / TPOT objectives | dp2 | tp2 | shift_sp2_tp1 |" in out
+    assert "| 1000 / 10 ms | 1.16 (1.00x) | 0.9 (0.78x) | 1.47 (1.27x) |" in out
+    for argv, why in ((["--slo", "1000/10"], "give DIR"), (["--predict", "x", "--slo", "1000/10"], "needs --model-path")):
+        with pytest.raises(SystemExit):
+            goodput.main(argv)
+        assert why in capsys.readouterr().err

@@ -9,6 +9,12 @@ ratio to the best vanilla configuration of the same replay (`compare_report.cell
 `bench.metrics.compute_metrics` counts: completed requests meeting every objective (`SLO.met_by`, TPOT 0 for a
 one-token answer), over the replay's duration. With `--model-path`, the planner's prediction for the same requests,
 window and objectives stands beside each number, labelled pred. (`bench.validate.replay_settings`, `plan_requests`).
+
+    python -m sgl_sidp.bench.goodput --predict "REPLAY ARGS" --model-path DIR --gpus N --gpu H100 --slo 1000/10 ...
+
+Before a replay is run (`--predict`, nothing measured): every configuration the planner knows on N GPUs, its predicted
+goodput under each objective for the requests `python -m sgl_sidp.replay REPLAY ARGS` would send (one simulation per
+configuration for all objectives), and each one's ratio to the best vanilla configuration: where a technique can win.
 """
 
 from __future__ import annotations
@@ -109,9 +115,43 @@ def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slos:
     return [{r.name: r.goodput_by_slo[f"{t:g}/{p:g}"] for r in rows} for t, p in objectives]
 
 
+def predicted_table(model_path: str, gpu: str, n_gpus: int, replay_args: str, slos: list[SLO],
+                    trace_dir: Path | None = None) -> list[str]:
+    """Markdown, every number predicted: one row per objective of `slos`, one column per configuration the planner
+    predicts on `n_gpus` GPUs of kind `gpu`, each its goodput (req/s) for the requests `python -m sgl_sidp.replay
+    REPLAY_ARGS` would send and its ratio to the best vanilla configuration under that objective (`plan_requests`'
+    `more_slos`: one simulation per configuration).
+
+    Raises:
+        PlanError: as `plan_requests` (no tables for the GPU kind, a model that does not shard, ...).
+        SystemExit: replay arguments `python -m sgl_sidp.replay` refuses.
+    """
+    from sgl_sidp.bench.traces import sim_requests
+    from sgl_sidp.plan.planner import plan_requests
+    from sgl_sidp.plan.technique import technique_named
+
+    objectives = [(slo.ttft_ms, slo.tpot_ms) for slo in slos]
+    plan = plan_requests(model_path, n_gpus, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
+                         more_slos=objectives)
+    rows = [r for r in plan["configurations"] if r.predicted]
+    lines = [f"Predicted by the planner ({n_gpus} x {gpu}, replay {replay_args}); nothing here is measured.", "",
+             "| TTFT / TPOT objectives | " + " | ".join(r.name for r in rows) + " |", "|---|" + "---:|" * len(rows)]
+    for t, p in objectives:
+        key = f"{t:g}/{p:g}"
+        best = max((r.goodput_by_slo[key] for r in rows if technique_named(r.technique).vanilla), default=0.0)
+        cells = [f"{r.goodput_by_slo[key]:.3g}" + (f" ({r.goodput_by_slo[key] / best:.2f}x)" if best else "")
+                 for r in rows]
+        lines.append(f"| {t:g} / {p:g} ms | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.goodput", description=__doc__.split("\n\n")[0])
-    ap.add_argument("dir", type=Path, help="one model's folder of bench.compare results (OUT/<model>)")
+    ap.add_argument("dir", type=Path, nargs="?", help="one model's folder of bench.compare results (OUT/<model>)")
+    ap.add_argument("--predict", default=None, metavar="REPLAY_ARGS",
+                    help="instead of DIR: predict every configuration's goodput for the requests `python -m "
+                         "sgl_sidp.replay REPLAY_ARGS` would send (needs --model-path and --gpus)")
+    ap.add_argument("--gpus", type=int, default=None, help="with --predict: the GPUs to plan for")
     ap.add_argument("--slo", type=parse_slo, action="append", required=True, metavar="TTFT_MS/TPOT_MS",
                     help="objectives to count goodput under (repeat for several)")
     ap.add_argument("--model-path", default=None, help="with it, the planner's prediction beside each number")
@@ -119,6 +159,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trace-dir", type=Path, default=None,
                     help="where the replayed traces are, for the prediction (default: the paths compare was given)")
     a = ap.parse_args(argv)
+    if (a.dir is None) == (a.predict is None):
+        ap.error("give DIR (measured replays) or --predict REPLAY_ARGS, not both or neither")
+    if a.predict is not None:
+        if not a.model_path or not a.gpus:
+            ap.error("--predict needs --model-path and --gpus")
+        from sgl_sidp.plan.planner import PlanError
+
+        try:
+            print("\n".join(predicted_table(a.model_path, a.gpu, a.gpus, a.predict, a.slo, a.trace_dir)))
+        except PlanError as e:
+            ap.error(str(e))
+        return
     lines = table(a.dir, a.slo, a.model_path, a.gpu, a.trace_dir)
     if not lines:
         ap.error(f"{a.dir}: no trace replay with its per-request file ({REQUESTS_CSV}) under traces/")
