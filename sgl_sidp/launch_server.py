@@ -227,7 +227,7 @@ def parse(argv: list[str]):
     cfg = SidpConfig.from_cli_args(ours)
     raw = sglang_raw_args(rest)
     cfg.validate_against(raw)
-    declined = cfg.feature.declines(cfg, raw) if cfg.feature is not None else ""
+    declined = _declined(cfg, raw)
     if declined:  # predicted to gain nothing over vanilla SGLang: start vanilla SGLang, and say so
         print(f"sgl-sidp: {declined}", flush=True)
         cfg = cfg.model_copy(update={"mode": SidpMode.OFF})
@@ -259,6 +259,19 @@ def parse(argv: list[str]):
             raise SidpConfigError(problems)
         cfg.to_env()
     return cfg, server_args
+
+
+def _declined(cfg: SidpConfig, raw: argparse.Namespace) -> str:
+    """The mode's `Feature.declines` line, or "" (no feature, or it runs). A failure of the prediction behind it never
+    stops the server the user asked for: one line says so, and the mode runs."""
+    if cfg.feature is None:
+        return ""
+    try:
+        return cfg.feature.declines(cfg, raw)
+    except Exception as e:  # noqa: BLE001 - the prediction informs; any failure of it is the same for the user
+        print(f"sgl-sidp: --overlay-mode {cfg.mode.value}: no prediction of whether it gains over vanilla SGLang "
+              f"({type(e).__name__}: {e}); it runs as asked", flush=True)
+        return ""
 
 
 def sglang_refusal(e: BaseException) -> str:
