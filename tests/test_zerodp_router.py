@@ -340,19 +340,28 @@ def test_the_fit_reads_sglangs_own_moment_sums_in_their_order():
     assert prefill_seconds_per_token(snap) == pytest.approx(1e-6)
 
 
-def test_the_router_logs_its_split_while_it_routes(caplog):
-    """Every `LOG_EVERY_S` while it routes, one line of the requests sent per DP rank, the capacities and the
-    prefill rates, so that a split can be read off the server log."""
+def test_the_router_logs_its_split_after_requests_were_sent(caplog):
+    """With a load snapshot at least `LOG_EVERY_S` after the last line, and requests sent since: one line of the
+    requests sent per DP rank, the capacities and the prefill rates, so that a burst's split (all sent within a
+    second) can be read off the server log."""
     import logging
 
-    b = budget_after([load(0, 90_000), load(1, 90_000)])
     t = [100.0]
-    RT.router.clock = lambda: t[0]
+    rt = runtime()
+    rt.router.clock = lambda: t[0]
+    loads = [load(0, 90_000), load(1, 90_000)]
     with caplog.at_level(logging.INFO, logger="sgl_sidp.zerodp.router"):
-        route(b, LoadBalanceMethod.TOTAL_TOKENS, 3, estimated_tokens=8192)
-        t[0] += 10.0
+        b = budget_after(loads, rt=rt)  # nothing sent yet: no line
+        route(b, LoadBalanceMethod.TOTAL_TOKENS, 4, estimated_tokens=8192)
+        rt.after_update_budget(b.update_budget(loads), b, loads)  # the burst is sent: its line
+        t[0] += 5.0
         route(b, LoadBalanceMethod.TOTAL_TOKENS, 1, estimated_tokens=8192)
+        rt.after_update_budget(b.update_budget(loads), b, loads)  # within LOG_EVERY_S: none
+        t[0] += 10.0
+        rt.after_update_budget(b.update_budget(loads), b, loads)  # later, with a request sent since: one more
+        rt.after_update_budget(b.update_budget(loads), b, loads)  # nothing sent since: none
     lines = [r.getMessage() for r in caplog.records if "zerodp router" in r.getMessage()]
-    assert len(lines) == 2 and RT.router.routed == [2, 2]
-    assert lines[1] == ("sgl-sidp zerodp router: requests sent per DP rank so far [2, 2]; KV capacity [90000, 90000] "
-                        "tokens; prefill us per token -, - (-: not yet 16384 tokens)")
+    assert lines == ["sgl-sidp zerodp router: requests sent per DP rank so far [2, 2]; KV capacity [90000, 90000] "
+                     "tokens; prefill us per token -, - (-: not yet 16384 tokens)",
+                     "sgl-sidp zerodp router: requests sent per DP rank so far [3, 2]; KV capacity [90000, 90000] "
+                     "tokens; prefill us per token -, - (-: not yet 16384 tokens)"]

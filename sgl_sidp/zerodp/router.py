@@ -20,7 +20,7 @@ import logging
 
 logger = logging.getLogger(__name__)
 
-#: seconds between two of the router's lines in the DP controller's log (`Router.dispatch`), while it routes
+#: seconds between two of the router's lines in the DP controller's log (`Router.log_split`)
 LOG_EVERY_S = 10.0
 
 
@@ -128,8 +128,8 @@ class Router:
         prefill_spt: measured prefill seconds per token per DP rank since the router's first snapshot of it (None:
             fewer than `PREFILL_SPT_MIN_TOKENS` prefilled since).
         step_fit: decode step (a, c) seconds per DP rank (`decode_step_fit`; None: fewer than two steps timed).
-        routed: requests sent per DP rank so far (logged every `LOG_EVERY_S` while routing, so that a split can be
-            read off the server log).
+        routed: requests sent per DP rank so far (`log_split`: a line every `LOG_EVERY_S` after requests were sent,
+            so that a split can be read off the server log).
     """
 
     def __init__(self, clock=None):
@@ -142,7 +142,7 @@ class Router:
         self._snapshot: dict[int, tuple[float, float, int, int]] = {}  # rank -> (ts, previous ts, tokens, requests)
         self._prefill_base: dict[int, tuple[float, float]] = {}  # rank -> its prefill counters when first seen
         self.routed: list[int] = []  # requests sent per DP rank so far
-        self._logged_at = float("-inf")  # when `dispatch` last logged
+        self._logged_at, self._logged_routed = float("-inf"), []  # when `log_split` last logged, and what
         self._sent: list[tuple[float, int, int]] = []  # (time, rank, tokens) after the oldest previous snapshot
 
     def observe(self, budget, loads) -> None:
@@ -174,6 +174,7 @@ class Router:
             late = [t for when, rank, t in self._sent if rank == r and when > prev]
             budget.total_tokens[r] = tokens + sum(late)
             budget.total_requests[r] = requests + len(late)
+        self.log_split()
 
     def ready(self) -> bool:
         """Every replica has reported a capacity."""
@@ -194,10 +195,17 @@ class Router:
         if len(self.routed) != len(self.capacity):  # capacities set without `observe` (tests)
             self.routed = [0] * len(self.capacity)
         self.routed[target] += 1
-        if now - self._logged_at >= LOG_EVERY_S:
-            self._logged_at = now
-            spt = ", ".join("-" if v is None else f"{v * 1e6:.1f}" for v in self.prefill_spt)
-            logger.info("sgl-sidp zerodp router: requests sent per DP rank so far %s; KV capacity %s tokens; prefill "
-                        "us per token %s (-: not yet %d tokens)", self.routed, self.capacity, spt,
-                        PREFILL_SPT_MIN_TOKENS)
         return target
+
+    def log_split(self) -> None:
+        """One line of the requests sent per DP rank, the capacities and the prefill rates, where requests were sent
+        since the last line and `LOG_EVERY_S` have passed (called with every load snapshot, which the schedulers keep
+        publishing while they work: a burst dispatched within a second gets its line once it is all sent)."""
+        now = self.clock()
+        if not any(self.routed) or self.routed == self._logged_routed or now - self._logged_at < LOG_EVERY_S:
+            return
+        self._logged_at, self._logged_routed = now, list(self.routed)
+        spt = ", ".join("-" if v is None else f"{v * 1e6:.1f}" for v in self.prefill_spt)
+        logger.info("sgl-sidp zerodp router: requests sent per DP rank so far %s; KV capacity %s tokens; prefill us "
+                    "per token %s (-: not yet %d tokens)", self._logged_routed, list(self.capacity), spt,
+                    PREFILL_SPT_MIN_TOKENS)  # copies: a record formats its arguments when it is emitted
