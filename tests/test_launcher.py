@@ -269,7 +269,8 @@ def test_zerodp_predicted_to_offload_nothing_starts_vanilla_dp_with_one_line(mon
     no layer's pulls); such a sink is a DP replica with a smaller pool and another routing (measured 0.94x DP2).
     The launcher starts vanilla SGLang instead, with SGLang's routing and one line that also names the best vanilla
     configuration; it runs ZeroDP where its router alone is predicted to pay, with a forced or prefill-sized policy,
-    and where the planner cannot predict (an unknown GPU: the runtime's policy decides)."""
+    with `--zerodp-layers auto` given (the sinks' measurements decide), and where the planner cannot predict (an
+    unknown GPU: the runtime's policy decides)."""
     import sglang.srt.plugins
     import sglang.srt.server_args
     from sgl_sidp.peer import topology
@@ -288,8 +289,8 @@ def test_zerodp_predicted_to_offload_nothing_starts_vanilla_dp_with_one_line(mon
                            "predicted to offload no MoE layer at --zerodp-expected-batch decode:1")
     assert "its router at 1.00x the throughput of SGLang's round robin on offline:512:2048:256" in line
     assert "starting vanilla SGLang (dp2: --dp-size 2 --tp-size 1" in line and "best vanilla configuration, dp2_attn" in line
-    assert "predicted by the planner" in line and "--zerodp-layers all|LAYERS" in line
-    for forced in (["--zerodp-layers", "all"], ["--zerodp-expected-batch", "prefill:8192"]):
+    assert "predicted by the planner" in line and "--zerodp-layers auto (the sinks' own measurements decide)" in line
+    for forced in (["--zerodp-layers", "all"], ["--zerodp-expected-batch", "prefill:8192"], ["--zerodp-layers", "auto"]):
         cfg, rest = ls.parse(base + forced)
         assert cfg.mode.value == "zerodp" and "total_tokens" in rest and "declines" not in capsys.readouterr().out
     with monkeypatch.context() as m:  # the router alone predicted 1.2x round robin's: ZeroDP runs

@@ -156,16 +156,17 @@ def ignored(z: ZeroDPSettings) -> dict[str, str]:
 def declines(cfg, raw: argparse.Namespace) -> str:
     """Why ZeroDP would gain nothing over vanilla DP of the same layout here (`Feature.declines`), or "".
 
-    With `--zerodp-layers auto`, the planner predicts for these GPUs (`plan.verdict.planned`: the runtime's policy
+    With `--zerodp-layers` left at its default (auto), the planner predicts for these GPUs (`plan.verdict.planned`: the runtime's policy
     function, from the bundled or cached calibrations and the measured interconnect) that the policy offloads no MoE
     layer, and that ZeroDP's router (`zerodp.router.pick_rank`) serves `--overlay-plan-workload` less than
     `planner.NEAR_TIE` better than SGLang's round robin. Each sink would then hold every expert, copied from its
     source, with a smaller KV pool (measured on 2 x H100, Qwen3-30B-A3B, 128 x (8,192 in, 16 out): 0.94x vanilla DP2,
     the sink's pool 4.6 % under its source's and 68 of 128 prompts sent to the source). The line names the vanilla
     configuration the planner predicts best where it is not that DP. "" where the planner cannot predict (another GPU
-    kind, a model without tables): the runtime's policy decides then."""
+    kind, a model without tables), and where `--zerodp-layers auto` is given: the runtime's policy decides then, on
+    what the sinks measure at start-up."""
     z = cfg.zerodp
-    if z.layers != "auto":
+    if z.layers != "auto" or "layers" in z.model_fields_set:  # `--zerodp-layers auto` given: the sinks decide
         return ""
     from sgl_sidp.peer.topology import gpu_name
     from sgl_sidp.plan.planner import NEAR_TIE, rank
@@ -195,8 +196,9 @@ def declines(cfg, raw: argparse.Namespace) -> str:
     if best is not plain:
         line += (f", predicted at {objective_ratio(objective, plain, best):.2f}x {OBJECTIVE_WORDS[objective]} of the "
                  f"best vanilla configuration, {best.name}")
-    return (line + " (predicted by the planner from one-GPU calibrations, not measured). To offload anyway: "
-            "--zerodp-layers all|LAYERS, or --zerodp-expected-batch kv:TOKENS|prefill:TOKENS")
+    return (line + " (predicted by the planner from one-GPU calibrations, not measured). To run ZeroDP anyway: "
+            "--zerodp-layers auto (the sinks' own measurements decide), all or LAYERS, or --zerodp-expected-batch "
+            "kv:TOKENS|prefill:TOKENS")
 
 
 def describe(cfg, server_args) -> str:
