@@ -376,3 +376,14 @@ def test_a_run_without_the_planners_first_vanilla_configuration_says_so_before_a
     assert compare.vanilla_gaps(jobs, a) == []
     monkeypatch.setattr(compare, "gpu_name", lambda index: None)  # no NVML: nothing to say
     assert compare.vanilla_gaps(jobs[:1], a) == []
+
+
+def test_a_declining_mode_is_recorded_as_the_vanilla_configuration_it_started():
+    """ZeroDP predicted to offload nothing starts vanilla SGLang (`Feature.declines`); compare reads which from the
+    launcher's line, so the row reads "zerodp_dp2 -> dp2 (declined)" rather than as a ZeroDP measurement."""
+    log = ("[x] sgl-sidp: --overlay-mode zerodp declines: on 2 x NVIDIA H100 80GB HBM3 its policy is predicted to "
+           "offload no MoE layer at --zerodp-expected-batch decode:1 (...), so every sink would be a vanilla DP replica "
+           "with less KV; starting vanilla SGLang (dp2: --dp-size 2 --tp-size 1, SGLang's own routing) instead\n"
+           "[y] sgl-sidp: overlay mode=off (batch signal off)\n")
+    assert compare.declined_to(log) == "dp2"
+    assert compare.declined_to("[y] sgl-sidp: overlay mode=zerodp (batch signal on)\n") is None

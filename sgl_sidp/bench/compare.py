@@ -274,6 +274,15 @@ def auto_choice(log_text: str) -> str | None:
     return None
 
 
+def declined_to(log_text: str) -> str | None:
+    """The vanilla configuration a declining mode started instead (its launcher line "... declines: ... starting vanilla
+    SGLang (NAME: ...", `Feature.declines`), or None."""
+    for ln in log_text.splitlines():
+        if " declines: " in ln and "starting vanilla SGLang (" in ln:
+            return ln.split("starting vanilla SGLang (", 1)[1].split(":", 1)[0]
+    return None
+
+
 def git_commit() -> str | None:
     """The code's commit: $SIDP_COMMIT where set (a device host's copy of the tree may carry a stale .git), else
     `git rev-parse HEAD` of this package's checkout, else None."""
@@ -405,7 +414,7 @@ class Measurement:
             return False
         text = self.srv.log_text()
         self.res.update({"startup_s": round(time.time() - self.srv.t_start, 1), "kv_tokens": kv_tokens(self.srv, text),
-                         "auto_choice": auto_choice(text) if c is None else None})
+                         "auto_choice": auto_choice(text) if c is None else None, "declined_to": declined_to(text)})
         self.ranks = max(1, len(self.res["kv_tokens"]))
         self.save()
         self.warm_up()

@@ -229,7 +229,9 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
             row = None if r.get("config_args") else pred.get(name)  # flags the planner does not model: none
             p = (row.kv_tokens_total or None) if row else None  # 0: no memory sized (an option it does not model)
             per_rank = ", ".join(f"{v:,}" for _, v in sorted((r.get("kv_tokens") or {}).items(), key=lambda kv: int(kv[0])))
-            lines.append(f"| {name}{' -> ' + r['auto_choice'] if r.get('auto_choice') else ''} | "
+            launched = (f" -> {r['auto_choice']}" if r.get("auto_choice") else
+                        f" -> {r['declined_to']} (declined)" if r.get("declined_to") else "")
+            lines.append(f"| {name}{launched} | "
                          f"{(r.get('commit') or '')[:7]} | {fmt(r.get('startup_s'))} | {per_rank or '-'} | "
                          f"{cell(kv, kv_best, p)} | {describe_exact(ex.get(name)) if name in ex else '-'} |")
             if name in ex and ex[name].get("answers"):
