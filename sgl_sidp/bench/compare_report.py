@@ -15,6 +15,8 @@ Writes `OUT/compare.md`, `OUT/compare.png` (when a speed number exists) and `OUT
 
 from __future__ import annotations
 
+import functools
+
 import itertools
 import json
 from pathlib import Path
@@ -72,19 +74,26 @@ def is_vanilla(r: dict) -> bool:
     return kind is not None and kind.vanilla
 
 
-def predicted_vanilla(model_path: Path, n_gpus: int, gpu_name: str, burst: str) -> dict[str, float]:
-    """{vanilla configuration: the planner's total tokens/s} on the burst "S+IN+OUT" for `model_path` on `n_gpus`
-    GPUs named `gpu_name` (NVML's name; its kind picks the tables); {} where the planner predicts none (no
-    config.json, no tables for the kind, a workload it refuses)."""
+@functools.lru_cache(maxsize=64)
+def burst_plan(model_path: Path, n_gpus: int, gpu_name: str, burst: str) -> dict | None:
+    """`planner.plan`'s result on the burst "S+IN+OUT" for `model_path` on `n_gpus` GPUs named `gpu_name` (NVML's
+    name; its kind picks the tables), computed once per arguments (a summary asks for each run's burst twice); None
+    where the planner predicts nothing (no config.json, no tables for the kind, a workload it refuses). Read only."""
     from sgl_sidp.plan.comm import gpu_kind
     from sgl_sidp.plan.planner import plan
 
     if not (Path(model_path) / "config.json").is_file():
-        return {}
+        return None
     try:
-        result = plan(str(model_path), n_gpus, gpu_kind(gpu_name).upper(), "offline:" + burst.replace("+", ":"))
-    except (ValueError, KeyError):
-        return {}
+        return plan(str(model_path), n_gpus, gpu_kind(gpu_name).upper(), "offline:" + burst.replace("+", ":"))
+    except (ValueError, KeyError):  # PlanError is a ValueError
+        return None
+
+
+def predicted_vanilla(model_path: Path, n_gpus: int, gpu_name: str, burst: str) -> dict[str, float]:
+    """{vanilla configuration: the planner's total tokens/s} on the burst (`burst_plan`'s arguments); {} where the
+    planner predicts none."""
+    result = burst_plan(Path(model_path), n_gpus, gpu_name, burst) or {}
     return {r.name: r.total_tok_s for r in result.get("configurations", [])
             if r.predicted and r.total_tok_s and is_vanilla({"technique": r.technique})}
 

@@ -80,11 +80,10 @@ def combine(root: Path, models_dir: Path | None = None) -> list[dict]:
     """`technique_rows` of every run folder below `root` that holds a compare summary.json (the folder's path
     relative to `root` names the run); with `models_dir`, each burst row's `unrun_vanilla` (module docstring)."""
     out = []
-    predictions: dict[tuple, dict[str, float]] = {}
     for run, rows in run_summaries(root):
         found = technique_rows(rows, run)
         for row in found if models_dir else []:
-            row["unrun_vanilla"] = unrun_vanilla(row, rows, models_dir, predictions)
+            row["unrun_vanilla"] = unrun_vanilla(row, rows, models_dir)
         out += found
     return out
 
@@ -103,21 +102,19 @@ def run_summaries(root: Path):
             yield str(path.parent.relative_to(root)), [r for r in rows if isinstance(r, dict)]
 
 
-def unrun_vanilla(row: dict, run_rows: list[dict], models_dir: Path, cache: dict) -> str | None:
+def unrun_vanilla(row: dict, run_rows: list[dict], models_dir: Path) -> str | None:
     """`compare_report.vanilla_gap` of `row`'s burst: the vanilla configuration the planner ranks first where its run
     (`run_rows`, compare's summary.json) measured no such configuration ("dp2 (pred. 1.15x tp2)"); None where the run
     measured it, for a trace row, and where the planner predicts nothing (`compare_report.predicted_vanilla`, for
-    `models_dir`/<model>). `cache` keeps one prediction per (model, GPUs, GPU name, workload)."""
+    `models_dir`/<model>)."""
     from sgl_sidp.bench.compare_report import is_vanilla, predicted_vanilla, vanilla_gap
 
     if not row["workload"].startswith("burst ") or not row.get("best_vanilla"):
         return None
-    key = (row["model"], int(row["gpus"]), row["gpu_name"], row["workload"])
-    if key not in cache:
-        cache[key] = predicted_vanilla(models_dir / row["model"], int(row["gpus"]), row["gpu_name"], row["workload"][6:])
+    predicted = predicted_vanilla(models_dir / row["model"], int(row["gpus"]), row["gpu_name"], row["workload"][6:])
     measured = {r["configuration"] for r in run_rows if r.get("model") == row["model"] and r.get("workload") ==
                 row["workload"] and is_vanilla({"technique": technique_of(r.get("configuration", ""))})}
-    return vanilla_gap(cache[key], measured)
+    return vanilla_gap(predicted, measured)
 
 
 def auto_picks(root: Path, models_dir: Path) -> list[dict]:
@@ -132,7 +129,6 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
         pick), in run order.
     """
     out = []
-    cache: dict[tuple, str | None] = {}
     for run, rows in run_summaries(root):
         measured: dict[tuple, dict[str, float]] = {}
         for r in rows:
@@ -141,10 +137,8 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
                 key = (r["model"], int(r["gpus"]), r["gpu_name"], r["workload"])
                 measured.setdefault(key, {})[r["configuration"]] = r["value"]
         for key, got in measured.items():
-            if key not in cache:
-                cache[key] = planned_winner(models_dir / key[0], key[1], key[2], key[3][6:])
             best = max(got, key=got.get)
-            pick = cache[key]
+            pick = planned_winner(models_dir / key[0], key[1], key[2], key[3][6:])
             out.append({"run": run, "model": key[0], "gpus": key[1],
                         "gpu_name": key[2], "workload": key[3], "pick": pick, "best": best, "best_value": got[best],
                         "ratio": got[pick] / got[best] if pick in got else None})
@@ -153,16 +147,10 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
 
 def planned_winner(model_path: Path, n_gpus: int, gpu_name: str, burst: str) -> str | None:
     """The planner's winner over every configuration on the burst "S+IN+OUT" (what `--overlay-mode auto` starts), or
-    None where it predicts nothing (no config.json, no tables for the GPU kind)."""
-    from sgl_sidp.plan.comm import gpu_kind
-    from sgl_sidp.plan.planner import PlanError, plan
+    None where it predicts nothing (`compare_report.burst_plan`, which the other table's predictions share)."""
+    from sgl_sidp.bench.compare_report import burst_plan
 
-    if not (Path(model_path) / "config.json").is_file():
-        return None
-    try:
-        return plan(str(model_path), n_gpus, gpu_kind(gpu_name).upper(), "offline:" + burst.replace("+", ":"))["winner"]
-    except (PlanError, ValueError, KeyError):
-        return None
+    return (burst_plan(Path(model_path), n_gpus, gpu_name, burst) or {}).get("winner")
 
 
 def auto_markdown(picks: list[dict]) -> str:
