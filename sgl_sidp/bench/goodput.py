@@ -101,18 +101,36 @@ def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slos:
     with `replay_args`, on as many GPUs as the configurations used, from one simulation of each configuration
     (`plan_requests`' `more_slos`); none for one run with flags the planner does not model (its `config_args`, as
     `bench.validate` leaves them out)."""
-    from sgl_sidp.bench.traces import sim_requests
-    from sgl_sidp.plan.planner import plan_requests
-
     names = [c for c in names if not results.get(c, {}).get("config_args")]
     if not names:
         return [{} for _ in slos]
     n = max(int(results.get(c, {}).get("gpu_count") or 0) for c in names) or 2
-    objectives = [(slo.ttft_ms, slo.tpot_ms) for slo in slos]
-    plan = plan_requests(model_path, n, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
-                         names=names, more_slos=objectives)
-    rows = [r for r in plan["configurations"] if r.predicted and r.name in names]
-    return [{r.name: r.goodput_by_slo[f"{t:g}/{p:g}"] for r in rows} for t, p in objectives]
+    rows = [r for r in replay_rows(model_path, gpu, n, replay_args, slos, trace_dir, names) if r.name in names]
+    return [{r.name: r.goodput_by_slo[slo_key(slo)] for r in rows} for slo in slos]
+
+
+def replay_rows(model_path: str, gpu: str, n_gpus: int, replay_args: str, slos: list[SLO], trace_dir: Path | None,
+                names: list[str] = ()) -> list:
+    """The planner's predicted `PlanRow`s for the requests `python -m sgl_sidp.replay REPLAY_ARGS` sends, on `n_gpus`
+    GPUs of kind `gpu`, `names` besides its own configurations, each with its goodput under every objective of `slos`
+    (`goodput_by_slo`, keys `slo_key`; one simulation per configuration, `plan_requests`' `more_slos`).
+
+    Raises:
+        PlanError: as `plan_requests`.
+    """
+    from sgl_sidp.bench.traces import sim_requests
+    from sgl_sidp.plan.planner import plan_requests
+
+    plan = plan_requests(model_path, n_gpus, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
+                         names=names, more_slos=[(slo.ttft_ms, slo.tpot_ms) for slo in slos])
+    return [r for r in plan["configurations"] if r.predicted]
+
+
+def slo_key(slo: SLO) -> str:
+    """`PlanRow.goodput_by_slo`'s key of `slo` (`planner.slo_key`)."""
+    from sgl_sidp.plan.planner import slo_key as key
+
+    return key(slo.ttft_ms, slo.tpot_ms)
 
 
 def predicted_table(model_path: str, gpu: str, n_gpus: int, replay_args: str, slos: list[SLO],
@@ -126,22 +144,17 @@ def predicted_table(model_path: str, gpu: str, n_gpus: int, replay_args: str, sl
         PlanError: as `plan_requests` (no tables for the GPU kind, a model that does not shard, ...).
         SystemExit: replay arguments `python -m sgl_sidp.replay` refuses.
     """
-    from sgl_sidp.bench.traces import sim_requests
-    from sgl_sidp.plan.planner import plan_requests
     from sgl_sidp.plan.technique import technique_named
 
-    objectives = [(slo.ttft_ms, slo.tpot_ms) for slo in slos]
-    plan = plan_requests(model_path, n_gpus, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
-                         more_slos=objectives)
-    rows = [r for r in plan["configurations"] if r.predicted]
+    rows = replay_rows(model_path, gpu, n_gpus, replay_args, slos, trace_dir)
     lines = [f"Predicted by the planner ({n_gpus} x {gpu}, replay {replay_args}); nothing here is measured.", "",
              "| TTFT / TPOT objectives | " + " | ".join(r.name for r in rows) + " |", "|---|" + "---:|" * len(rows)]
-    for t, p in objectives:
-        key = f"{t:g}/{p:g}"
+    for slo in slos:
+        key = slo_key(slo)
         best = max((r.goodput_by_slo[key] for r in rows if technique_named(r.technique).vanilla), default=0.0)
         cells = [f"{r.goodput_by_slo[key]:.3g}" + (f" ({r.goodput_by_slo[key] / best:.2f}x)" if best else "")
                  for r in rows]
-        lines.append(f"| {t:g} / {p:g} ms | " + " | ".join(cells) + " |")
+        lines.append(f"| {slo.ttft_ms:g} / {slo.tpot_ms:g} ms | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -97,7 +97,7 @@ class PlanRow:
             is not predicted.
         good_requests, request_goodput: with `plan`'s `slo`, the requests that met both objectives (TTFT with the
             request overhead) and their count per second of the makespan (req/s); None without.
-        goodput_by_slo: with `plan_requests`' `more_slos`, "TTFT/TPOT" (ms, as `%g`) -> the goodput (req/s) of the
+        goodput_by_slo: with `plan_requests`' `more_slos`, "TTFT/TPOT" (ms, `slo_key`) -> the goodput (req/s) of the
             same simulated requests under those objectives; None without.
     """
 
@@ -240,6 +240,11 @@ def rank(rows: list[PlanRow], objective: str) -> list[PlanRow]:
     return keep + [r for r in done if r.total_tok_s < floor]
 
 
+def slo_key(ttft_ms: float, tpot_ms: float) -> str:
+    """`PlanRow.goodput_by_slo`'s key of the objectives (TTFT ms, TPOT ms): "1000/10"."""
+    return f"{ttft_ms:g}/{tpot_ms:g}"
+
+
 @no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
@@ -257,6 +262,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     for objectives in ([slo] if slo is not None else []) + list(more_slos):
         if not (objectives[0] > 0 and objectives[1] > 0):
             raise PlanError(f"SLOs of TTFT {objectives[0]:g} ms and TPOT {objectives[1]:g} ms: both must be above 0")
+    from sgl_sidp.bench.metrics import SLO
     hf = read_hf_config(model_path)
     if hf is None:
         raise PlanError(f"--model-path {model_path}: no config.json there")
@@ -343,13 +349,11 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             if stream:  # the replicas' tokens reach the clients through one tokenizer manager
                 deliver(reqs, [rep.tokens_log for rep in replicas], stream)
             simulated[twin] = summarize(reqs)
-            from sgl_sidp.bench.metrics import SLO
-
             if slo is not None:  # the TTFT objective less the request overhead every TTFT gets below
                 simulated[twin].update(goodput(reqs, SLO(ttft_ms=slo[0] - overhead, tpot_ms=slo[1])))
             if more_slos:
                 simulated[twin]["goodput_by_slo"] = {
-                    f"{t:g}/{p:g}": goodput(reqs, SLO(ttft_ms=t - overhead, tpot_ms=p))["request_goodput"]
+                    slo_key(t, p): goodput(reqs, SLO(ttft_ms=t - overhead, tpot_ms=p))["request_goodput"]
                     for t, p in more_slos}
         summary = dict(simulated[twin])
         for k in ("ttft_ms_p50", "ttft_ms_p99", "e2e_ms_p50", "e2e_ms_p99"):
