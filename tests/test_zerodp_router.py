@@ -235,7 +235,7 @@ def test_requests_sent_since_the_previous_snapshot_are_added_back():
             if add_back:
                 router.observe(b, loads)
             else:  # capacities only: SGLang's counts as its update left them
-                router.capacity, router.prefill_spt = [89_915, 647_013], [None, None]
+                router.capacity, router.prefill_spt, router.routed = [89_915, 647_013], [None, None], [0, 0]
 
         snapshot()
         for i in range(128):

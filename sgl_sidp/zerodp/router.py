@@ -192,8 +192,6 @@ class Router:
         budget.total_tokens[target] += estimated_tokens
         now = self.clock()
         self._sent.append((now, target, estimated_tokens))
-        if len(self.routed) != len(self.capacity):  # capacities set without `observe` (tests)
-            self.routed = [0] * len(self.capacity)
         self.routed[target] += 1
         return target
 
