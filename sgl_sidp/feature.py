@@ -45,8 +45,8 @@ class Feature:
             planner runs (`technique.techniques`); "" for a feature the planner does not model.
         declines: `(config, sglang_args) -> why`: why the feature, as configured, is predicted to gain nothing over
             vanilla SGLang of the same layout on these flags (e.g. ZeroDP whose policy offloads no layer: every sink
-            a DP replica with less KV), so the launcher starts vanilla SGLang with that line instead; "" to run. Called after `check` passed, on
-            SGLang's raw flags, before any GPU memory is taken.
+            a DP replica with less KV), so the launcher starts vanilla SGLang with that line instead; "" to run.
+            Called after `check` passed, on SGLang's raw flags, before any GPU memory is taken.
     """
 
     name: str

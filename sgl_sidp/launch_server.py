@@ -217,8 +217,8 @@ def parse(argv: list[str]):
     Our settings are checked against SGLang's raw flags before `ServerArgs` is built
     (which queries the GPU), so a bad combination never touches a device. The mode's feature
     (`SidpConfig.feature`) brings its own checks and its SGLang defaults, and checks SGLang's resolved
-    `ServerArgs` too (`Feature.resolve`), still before any model or KV memory is taken. A mode predicted to run
-    to gain nothing over vanilla SGLang (`Feature.declines`) is turned off with one line saying why.
+    `ServerArgs` too (`Feature.resolve`), still before any model or KV memory is taken. A mode predicted to gain
+    nothing over vanilla SGLang (`Feature.declines`) is turned off with one line saying why.
 
     Raises:
         SidpConfigError: one line per problem; SGLang's own refusal of its flags (`ServerArgs`) as one line too.
