@@ -177,8 +177,9 @@ def test_tiny_moe_kept_layers_are_copied_from_the_source(log_dir, tmp_path, tiny
 def test_mixtral_starts_with_peak_extra_memory_bounded(log_dir, tmp_path, layers):
     """Mixtral-8x7B (93 GB of weights on a 141 GB GPU): the source re-homes its experts one tensor at a time
     (peak extra memory below one expert tensor + 1 GB), the sink never holds its experts while loading, the default
-    policy calibrates itself, sink == source. `all` folds onto one GPU (a sink then needs ~10 GB beside the source's
-    93 GB); `auto` keeps most layers on the sink, so it needs two GPUs."""
+    policy decides from this GPU kind's bundled table (H200 has one) or, without one, from the source's start-up
+    measurement, and the sink measures its copy rate inside forwards; sink == source. `all` folds onto one GPU (a sink
+    then needs ~10 GB beside the source's 93 GB); `auto` keeps most layers on the sink, so it needs two GPUs."""
     needs_gpu_memory(120, "the source holds Mixtral-8x7B's 93 GB of weights")
     env = {"SIDP_CALIBRATION_DIR": str(tmp_path / "calibration")}
     with zerodp(log_dir, f"mixtral_zerodp_{layers}", model_args("Mixtral-8x7B"), ["--zerodp-layers", layers],
@@ -195,7 +196,9 @@ def test_mixtral_starts_with_peak_extra_memory_bounded(log_dir, tmp_path, layers
     assert peak <= plan + 1.0
     assert held[:2] == (32, 32), held
     if layers == "auto":
-        assert "Calibration: measured by the source at start-up" in log
+        # a bundled table wins over the start-up measurement (calibration.cache.resolve); the source still measures
+        # and compares (its "start-up calibration vs bundled" line). The cache-then-measure path is the tiny MoE test's.
+        assert re.search(r"Calibration: (bundled \S+mixtral|measured by the source at start-up)", log), "no calibration origin"
         assert "copies from the source while decode forwards" in log
     else:
         assert len(offloaded) == 32
