@@ -108,3 +108,17 @@ def test_the_note_names_each_placeholder_still_held_in_one_sentence():
     ph.release()  # the parameters still point at them: both held
     assert ph.still_held_note() == ("0.00 GB of load placeholders still referenced after loading (up.weight 0.00 GB, "
                                     "down.weight 0.00 GB): memory neither its weights nor its KV cache account for")
+
+
+def test_memory_note_splits_used_memory_into_allocated_cached_and_outside():
+    """10 GB used of 80: 6 GB allocated in two segments (one of 4 GB holding 3 GB live: 1 GB the cache cannot hand
+    back), 2 GB more reserved (one free segment of 1 GB among them), so 8 GB reserved and 2 GB outside the
+    allocator."""
+    from sgl_sidp.prefetch.placeholders import memory_note
+
+    G = 10**9
+    segments = [{"total_size": 3 * G, "allocated_size": 3 * G}, {"total_size": 4 * G, "allocated_size": 3 * G},
+                {"total_size": 1 * G, "allocated_size": 0}]
+    note = memory_note(segments, reserved=8 * G, free=70 * G, total=80 * G)
+    assert note == ("GPU memory used 10.00 GB: PyTorch 6.00 GB allocated, 2.00 GB reserved beyond it (1.00 GB of that "
+                    "in segments with live blocks), 2.00 GB outside this process's allocator")

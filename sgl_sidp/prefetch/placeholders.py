@@ -152,3 +152,34 @@ class LoadPlaceholders:
         return (f"{sum(n for _, n in held) / 1e9:.2f} GB of load placeholders still referenced after loading "
                 f"({', '.join(f'{name} {n / 1e9:.2f} GB' for name, n in held)}): memory neither its weights nor its "
                 "KV cache account for")
+
+
+def memory_note(segments: Sequence[Mapping], reserved: int, free: int, total: int) -> str:
+    """Where this GPU's used memory sits, as one sentence: PyTorch's allocated bytes, what its caching allocator keeps
+    reserved beyond them (and how much of that sits in segments that also hold live blocks, which
+    `torch.cuda.empty_cache` cannot hand back), and what is used outside this process's allocator (CUDA contexts,
+    communicators, other processes, VMM or IPC mappings).
+
+    Args:
+        segments: `torch.cuda.memory_snapshot()` entries of this device (`total_size`, `allocated_size`; bytes).
+        reserved: `torch.cuda.memory_reserved(device)`, bytes.
+        free, total: `torch.cuda.mem_get_info(device)`, bytes.
+
+    Why: a ZeroDP sink that offloaded nothing sized its KV pool one `w2_weight` placeholder smaller than its source's
+    (0.41 GB on Qwen3-30B-A3B, 2 x H100; 0.96 GB on Mixtral-8x7B, 2 x H200) although every placeholder was released;
+    this line on both sides says whether that memory is in PyTorch's cache or outside it.
+    """
+    allocated = sum(int(s.get("allocated_size", 0)) for s in segments)
+    pinned = sum(int(s["total_size"]) - int(s.get("allocated_size", 0)) for s in segments if s.get("allocated_size", 0))
+    outside = total - free - reserved
+    return (f"GPU memory used {(total - free) / 1e9:.2f} GB: PyTorch {allocated / 1e9:.2f} GB allocated, "
+            f"{(reserved - allocated) / 1e9:.2f} GB reserved beyond it ({pinned / 1e9:.2f} GB of that in segments "
+            f"with live blocks), {outside / 1e9:.2f} GB outside this process's allocator")
+
+
+def device_memory_note(device: int) -> str:
+    """`memory_note` for CUDA device `device`, read now (after `torch.cuda.empty_cache()`)."""
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    segments = [s for s in torch.cuda.memory_snapshot() if s.get("device") == device]
+    return memory_note(segments, torch.cuda.memory_reserved(device), free, total)

@@ -49,7 +49,7 @@ import torch
 from sgl_sidp.control.mode_switch import ModeSwitch, ServeMode
 from sgl_sidp.peer.manifest import TensorSpec, manifest_mismatches
 from sgl_sidp.prefetch.binding import SlotBinding, decoder_layers, param_at
-from sgl_sidp.prefetch.placeholders import LoadPlaceholders
+from sgl_sidp.prefetch.placeholders import LoadPlaceholders, device_memory_note
 from sgl_sidp.prefetch.schedules import owner_of, peak_shift_order
 from sgl_sidp.sidp.settings import b_th_measured, cas_graphs_on, ring_slots
 
@@ -415,12 +415,13 @@ class SiDPRuntime:
         logger.info(
             "sgl-sidp sidp %s: owns FFN layers %s (%.2f GB, shared with peak extra memory %.2f GB), streams %d layers "
             "(WaS, %d slots, fetch order %s, %.2f GB per forward; %.0f GB/s measured per copy, %.1f ms of copies per forward); "
-            "%.2f GB of non-owned weights not held (%d of %d layers never held while loading), slots take %.2f GB",
+            "%.2f GB of non-owned weights not held (%d of %d layers never held while loading), slots take %.2f GB. %s "
+            "(its owned layers, in shareable memory, among the latter)",
             self.who, _ranges(self.owned), self.exporter.nbytes / 1e9, self.exporter.peak_extra_bytes / 1e9,
             len(self.streamed), self.n_slots, _order_name(self.fetch_order, self.streamed), per_layer * len(self.streamed) / 1e9, self.copy_gbps,
             per_layer * len(self.streamed) / (self.copy_gbps * 1e9) * 1e3 if self.copy_gbps else 0.0,
             (b.freed_bytes if b else 0) / 1e9, len(self.never_held & set(self.streamed)), len(self.streamed),
-            (b.slot_bytes if b else 0) / 1e9,
+            (b.slot_bytes if b else 0) / 1e9, device_memory_note(device_id),
         )
 
     def on_alloc_memory_pool(self, result, runner, *args, **kwargs):

@@ -35,7 +35,7 @@ from sgl_sidp.calibration.cost import DEFAULT_COPY_RATE_IN_FORWARD, KVModel, hid
 from sgl_sidp.calibration.measure import kv_bytes_per_token
 from sgl_sidp.calibration.table import Calibration, ExpectedBatch
 from sgl_sidp.peer.manifest import manifest_mismatches
-from sgl_sidp.prefetch.placeholders import LoadPlaceholders
+from sgl_sidp.prefetch.placeholders import LoadPlaceholders, device_memory_note
 from sgl_sidp.process import Progress, dp_rank
 from sgl_sidp.zerodp.policy import GROUPS, N_SLOTS, OffloadPlan, ZeroDPError, choose_plan, group_of, manifest_of, parse_layers
 from sgl_sidp.zerodp.router import Router
@@ -174,9 +174,10 @@ class ZeroDPRuntime:
         self.exporter = ex = TensorExporter(params, device_id, address)
         logger.info(
             "sgl-sidp zerodp %s: source, serving %d expert tensors of %d MoE layers (%.2f GB) from GPU %d; moved one "
-            "at a time into shareable memory: peak extra memory %.2f GB measured (plan: %.2f GB, the largest tensor)",
+            "at a time into shareable memory: peak extra memory %.2f GB measured (plan: %.2f GB, the largest tensor). "
+            "%s (its experts, in shareable memory, among the latter)",
             self.who, len(manifest), len(moe_layers), ex.nbytes / 1e9, device_id,
-            ex.peak_extra_bytes / 1e9, ex.plan.peak_extra_bytes / 1e9,
+            ex.peak_extra_bytes / 1e9, ex.plan.peak_extra_bytes / 1e9, device_memory_note(device_id),
         )
 
     def _setup_sink(self, runner, moe_layers, address: str) -> None:
@@ -254,20 +255,20 @@ class ZeroDPRuntime:
         note = self.placeholders.still_held_note()
         if note:
             logger.warning("sgl-sidp zerodp %s: %s", self.who, note)
-        torch.cuda.empty_cache()
+        memory = device_memory_note(device_id)  # what SGLang's KV sizing will see next
         imp.watch()
         b = self.binding
         logger.info(
             "sgl-sidp zerodp %s: sink of %s (GPU %d -> GPU %d, %.0f GB/s measured); offloads %s of layers %s: %s. "
             "Pulls %.2f GB per forward (%.1f ms of copies at that rate); does not hold %.2f GB, slots take %.2f GB. "
             "While loading, %d of %d MoE layers' experts were never held%s (peak allocation of this process %.2f GB); "
-            "the %d layers kept were copied from the source once (%.2f GB in %.2f s).%s",
+            "the %d layers kept were copied from the source once (%.2f GB in %.2f s).%s %s.",
             self.who, source, imp.owner_device, device_id, self.copy_gbps, "+".join(plan.groups), list(plan.layers),
             plan.reason, plan.bytes_per_forward / 1e9, plan.copy_ms, (b.freed_bytes if b else 0) / 1e9,
             (b.slot_bytes if b else 0) / 1e9, len(self.placeholders.taken) - len(self.held_at_load), len(moe_ids),
             f" (held in full: {self.held_at_load})" if self.held_at_load else "", load_peak / 1e9, len(kept),
             kept_bytes / 1e9, kept_s,
-            f" Calibration: {self.calibration_origin}." if self.calibration_origin else "",
+            f" Calibration: {self.calibration_origin}." if self.calibration_origin else "", memory,
         )
         cal = self.calibration or (self._cached_calibration(runner) if plan.layers else None)
         if cal is not None and plan.layers and cal.decode_ms:
