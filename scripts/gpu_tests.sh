@@ -5,7 +5,8 @@
 # The results folder (pytest.txt with every call's output, server logs, per-test facts) is packed into OUT/NAME.tgz.
 # Usage (GPU host, repo root, .whl and .gpu carried): bash scripts/gpu_tests.sh NAME [PYTEST_ARGS...]
 #   e.g. BUDGET_S=520 bash scripts/gpu_tests.sh gpu_tests_2gpu tests/gpu/test_sidp_gpu.py
-# Environment: OUT (where NAME.tgz goes, default /tmp), BUDGET_S (default 540), SIDP_COMMIT (the commit written in
+# Environment: OUT (where NAME.tgz goes, default /tmp), BUDGET_S (default 540), RETRY_SKIPPED (1: deselect only what
+# passed, so a host with more or bigger GPUs runs the tests an earlier host skipped), SIDP_COMMIT (the commit written in
 # pytest.txt; default: git rev-parse, stale on a device host whose .git copy names an old HEAD), SHARDS (default 1;
 # N: N pytest-xdist workers, each on its own 1/N of the host's GPUs, a test file's tests on one worker, a test that
 # needs more GPUs than a worker has left for a call without SHARDS; tests/gpu/conftest.py).
@@ -23,8 +24,9 @@ mkdir -p "$RES/logs"
 trap 'pkill -9 -f "(sglang|sgl_sidp)\.launch_server" 2>/dev/null; tar czf "${OUT:-/tmp}/$NAME.tgz" -C /tmp/gpu_tests "$NAME"' EXIT
 [ -f /tmp/tiny/qwen3-big/config.json ] || python3 .whl/make_tiny_models.py /tmp/tiny --big >/dev/null || exit 1
 DONE=()
+KEEP="PASSED|SKIPPED"; [ "${RETRY_SKIPPED:-0}" = 1 ] && KEEP="PASSED"  # a bigger host runs what an earlier one skipped
 [ -f "$RES/pytest.txt" ] && while read -r id; do DONE+=(--deselect "$id"); done \
-  < <(grep -oE '(^tests/gpu/[^ ]+ (PASSED|SKIPPED))|((PASSED|SKIPPED) tests/gpu/[^ ]+)' "$RES/pytest.txt" \
+  < <(grep -oE "(^tests/gpu/[^ ]+ ($KEEP))|(($KEEP) tests/gpu/[^ ]+)" "$RES/pytest.txt" \
         | grep -oE 'tests/gpu/[^ ]+' | sort -u)  # "ID PASSED" alone, "[gw0] [ 5%] PASSED ID" under xdist
 echo "=== call at $(date -u +%FT%TZ), commit ${SIDP_COMMIT:-$(git rev-parse --short HEAD)}, ${#DONE[@]} args deselecting what passed before" \
   | tee -a "$RES/pytest.txt"
