@@ -140,3 +140,45 @@ def test_a_one_output_burst_has_no_tpot_row(capsys):
     out = capsys.readouterr().out
     assert "(4096 in, 1 out): total throughput" in out and "(4096 in, 1 out): TTFT p50" in out
     assert "TPOT" not in out
+
+
+def test_per_request_lines_set_each_measured_request_beside_its_simulated_one(tmp_path):
+    """`measured_requests` reads a replay's requests as compare keeps them (plain or .gz, any order); `schedule_lines`
+    sets them beside the simulated schedule: the ends of prefill and of the replay, the first TTFT (the simulated one
+    from the request's target send time), the medians, and the first requests one by one."""
+    import gzip
+
+    rows = [{"id": 1, "actual_send_s": 0.5, "target_send_s": 0.5, "input_len": 100, "ttft_ms": 200.0, "e2e_ms": 700.0},
+            {"id": 0, "actual_send_s": 0.0, "target_send_s": 0.0, "input_len": 4808, "ttft_ms": 800.0, "e2e_ms": 1000.0}]
+    folder = tmp_path / "traces" / "tp2" / "trace_2x"
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "requests.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    got = validate.measured_requests(tmp_path, "tp2", "trace@2x")
+    assert [r["id"] for r in got] == [0, 1]
+    assert validate.measured_requests(tmp_path, "dp2", "trace@2x") is None
+    lines = validate.schedule_lines(got, ((0.4, 0.9), (0.6, 1.1)), first=1)
+    assert lines[2] == "| last prompt's first token (s) | 0.80 | 0.60 |"
+    assert lines[3] == "| last token (s) | 1.20 | 1.10 |"
+    assert lines[4] == "| first request's TTFT (ms) | 800 | 400 |"
+    assert lines[5] == "| TTFT p50 (ms) | 500 | 250 |"
+    assert lines[6] == "| decode window p50, first to last token (ms) | 350 | 500 |"
+    assert lines[-1] == "| 0 | 0.00 | 4,808 | 0.80 | 0.40 | 1.00 | 0.90 |"
+    with pytest.raises(ValueError, match="2 requests measured, 1 simulated"):
+        validate.schedule_lines(got, ((0.4, 0.9),))
+
+
+@pytest.mark.skipif(not QWEN3_8B.is_dir(), reason="needs ../shared/models/Qwen3-8B")
+def test_plan_requests_keeps_each_requests_simulated_times_when_asked():
+    """`keep_schedule` gives each predicted row the (first token, last token) of every request in the order given
+    (what `--per-request` compares); without it, no row carries one."""
+    from sgl_sidp.plan.planner import plan_requests
+    from sgl_sidp.plan.sim import SimRequest
+
+    reqs = [SimRequest(0.0, 2048, 8), SimRequest(0.01, 512, 4)]
+    rows = plan_requests(str(QWEN3_8B), 2, "H200", "two", reqs, names=["tp2"], keep_schedule=True)["configurations"]
+    tp2 = next(r for r in rows if r.name == "tp2")
+    assert len(tp2.schedule) == 2 and all(0 < f < l for f, l in tp2.schedule)
+    assert tp2.schedule[0][0] < tp2.schedule[1][0]  # the first request is prefilled first
+    plain = plan_requests(str(QWEN3_8B), 2, "H200", "two", reqs, names=["tp2"])["configurations"]
+    assert all(r.schedule is None for r in plain)

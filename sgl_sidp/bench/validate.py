@@ -16,6 +16,12 @@ error (predicted / measured - 1), then the measured and predicted ranking of the
 each replay's goodput (one table per GPU count measured). Where compare profiled the configurations
 (`--profile`), their prefill forwards and decode steps stand beside the planner's steps (`profile_rows`).
 
+With `--per-request [N]`: each replay request by request instead of the table, measured (`requests.jsonl` in
+OUT/<model>/traces/) against the planner's simulation of the same requests (`schedule_lines`): when the last prompt's
+prefill and the last request end, the first request's TTFT, the TTFT and decode-window medians, then the first N
+requests' first and last tokens. A miss in the medians whose totals agree is then seen to come from where in the
+schedule (`benchmarks/results/plan_multi_gpu/h200/validate.md`: the first prefill after the replay's cache flush).
+
 With `--forwards`: the forwards of TP-N servers (`--overlay-calibrate` cache entries of the whole model served at
 `--tp N` on N GPUs, `scripts/gpu_calibrate_model.sh OUT MODEL --tp N`) next to the planner's `tpN` decode steps and
 prefills (its TP-N shard's calibration on one GPU plus the modelled all-reduces).
@@ -134,6 +140,85 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
                      t["request_goodput"]),
                     (name, f"{key}: TTFT p50", "ms", p.ttft_ms_p50, t["median_ttft_ms"]),
                     (name, f"{key}: TPOT p50", "ms", p.tpot_ms_p50, t["median_tpot_ms"])]
+    return out
+
+
+def measured_requests(folder: Path, config: str, key: str) -> list[dict] | None:
+    """The replay `key`'s requests as `bench.compare` kept them for `config` (OUT/<model>/traces/<config>/<key with _
+    for @>/requests.jsonl, or .gz as committed), in the replay's order; None where there is no such file."""
+    import gzip
+
+    path = folder / "traces" / config / key.replace("@", "_") / "requests.jsonl"
+    for p, opener in ((path, open), (path.with_name(path.name + ".gz"), gzip.open)):
+        if p.is_file():
+            with opener(p, "rt") as f:
+                return sorted((json.loads(line) for line in f if line.strip()), key=lambda r: r["id"])
+    return None
+
+
+def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ...], first: int = 12) -> list[str]:
+    """Markdown: one replay of one configuration, measured against simulated.
+
+    Args:
+        measured: `measured_requests`' rows (`actual_send_s` s; `ttft_ms`, `e2e_ms` ms; `input_len` tokens).
+        schedule: `PlanRow.schedule` of the same requests, same order ((first token, last token) s from the first
+            arrival, no request overhead).
+        first: how many requests to list one by one.
+
+    Raises:
+        ValueError: the two hold different numbers of requests.
+    """
+    import statistics
+
+    if len(measured) != len(schedule):
+        raise ValueError(f"{len(measured)} requests measured, {len(schedule)} simulated: not the same replay")
+    first_tok = [r["actual_send_s"] + r["ttft_ms"] / 1e3 for r in measured]
+    last_tok = [r["actual_send_s"] + r["e2e_ms"] / 1e3 for r in measured]
+    arrivals = [r.get("target_send_s", r["actual_send_s"]) for r in measured]  # the simulation's arrivals
+
+    def med(v):
+        return statistics.median(v) * 1e3
+
+    sim_ttft = [f - a for (f, _), a in zip(schedule, arrivals)]
+    lines = [
+        "| | measured | simulated |", "|---|---:|---:|",
+        f"| last prompt's first token (s) | {max(first_tok):.2f} | {max(f for f, _ in schedule):.2f} |",
+        f"| last token (s) | {max(last_tok):.2f} | {max(l for _, l in schedule):.2f} |",
+        f"| first request's TTFT (ms) | {measured[0]['ttft_ms']:,.0f} | {sim_ttft[0] * 1e3:,.0f} |",
+        f"| TTFT p50 (ms) | {med([r['ttft_ms'] / 1e3 for r in measured]):,.0f} | {med(sim_ttft):,.0f} |",
+        f"| decode window p50, first to last token (ms) | {med([b - a for a, b in zip(first_tok, last_tok)]):,.0f} "
+        f"| {med([l - f for f, l in schedule]):,.0f} |",
+        "", "| request | sent (s) | prompt tokens | first token, measured | simulated | last token, measured | simulated |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [f"| {r['id']} | {r['actual_send_s']:.2f} | {r['input_len']:,} | {ft:.2f} | {f:.2f} | {lt:.2f} | {l:.2f} |"
+              for r, ft, lt, (f, l) in list(zip(measured, first_tok, last_tok, schedule))[:first]]
+    return lines
+
+
+def per_request(folder: Path, model_path: str, gpu: str, n: int, trace_dir: Path | None = None,
+                first: int = 12) -> list[str]:
+    """`schedule_lines` of every replay measured in `folder` (OUT/<model>) on `n` GPUs, each configuration under a
+    heading; times in seconds from the replay's start (measured: when each request was sent; simulated: its arrival,
+    the replay's target send time)."""
+    from sgl_sidp.bench.traces import sim_requests
+    from sgl_sidp.plan.planner import plan_requests
+
+    out = []
+    measured = load(folder).get(n, {})
+    for key, (args, _) in sorted(replay_settings(folder).items()):
+        names = [k for k, m in measured.items() if key in m.get("traces", {})]
+        if not names:
+            continue
+        rows = {r.name: r for r in plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir),
+                                                 names=names, keep_schedule=True)["configurations"]}
+        for name in names:
+            reqs, row = measured_requests(folder, name, key), rows.get(name)
+            out += ["", f"### {name}, {key}", ""]
+            if reqs is None or row is None or row.schedule is None:
+                out.append("not compared: " + ("no requests.jsonl kept" if reqs is None else "not predicted"))
+                continue
+            out += schedule_lines(reqs, row.schedule, first)
     return out
 
 
@@ -256,6 +341,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpus", type=int, default=2, help="N, with --forwards (default: 2)")
     ap.add_argument("--trace-dir", type=Path, default=None,
                     help="where the replayed traces are (default: the paths compare was given)")
+    ap.add_argument("--per-request", type=int, nargs="?", const=12, default=None, metavar="N",
+                    help="each replay request by request against the simulation, the first N listed (default 12)")
     add_what_if_args(ap)
     a = ap.parse_args(argv)
     what_if = what_if_from_args(a)
@@ -268,6 +355,10 @@ def main(argv: list[str] | None = None) -> None:
     if not groups:
         ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there "
                  "(bench.compare's are in OUT/<model>/)")
+    if a.per_request is not None:
+        for n in sorted(groups):
+            print("\n".join(per_request(a.dir, a.model_path, a.gpu, n, a.trace_dir, a.per_request)))
+        return
     profiled = profile_rows(a.dir, a.model_path, a.gpu, what_if)  # every GPU count's: each row names its configuration
     for n, measured in sorted(groups.items()):
         if len(groups) > 1:

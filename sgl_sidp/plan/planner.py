@@ -99,6 +99,8 @@ class PlanRow:
             request overhead) and their count per second of the makespan (req/s); None without.
         goodput_by_slo: with `plan_requests`' `more_slos`, "TTFT/TPOT" (ms, `slo_key`) -> the goodput (req/s) of the
             same simulated requests under those objectives; None without.
+        schedule: with `plan_requests`' `keep_schedule`, each request's (first token, last token) in seconds from
+            the first arrival, without the request overhead, in the order of the requests given; None without.
     """
 
     name: str
@@ -132,6 +134,7 @@ class PlanRow:
     good_requests: int | None = None
     request_goodput: float | None = None
     goodput_by_slo: dict[str, float] | None = None
+    schedule: tuple[tuple[float, float], ...] | None = None
 
     @property
     def predicted(self) -> bool:
@@ -249,10 +252,12 @@ def slo_key(ttft_ms: float, tpot_ms: float) -> str:
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
                   objective: str = "latency", what_if: WhatIf = NO_WHAT_IF, names: Sequence[str] = (),
-                  slo: tuple[float, float] | None = None, more_slos: Sequence[tuple[float, float]] = ()) -> dict:
+                  slo: tuple[float, float] | None = None, more_slos: Sequence[tuple[float, float]] = (),
+                  keep_schedule: bool = False) -> dict:
     """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if`, `names`
     and `slo` as `plan`'s). `more_slos`: other (TTFT ms, TPOT ms) objectives, each counted on the same simulated
-    requests (`PlanRow.goodput_by_slo`; one simulation for them all, `bench.goodput`).
+    requests (`PlanRow.goodput_by_slo`; one simulation for them all, `bench.goodput`). `keep_schedule`: each
+    predicted row keeps every request's simulated times (`PlanRow.schedule`; `bench.validate --per-request`).
 
     Raises:
         PlanError: as `plan`, but for the spec.
@@ -351,6 +356,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             simulated[twin] = summarize(reqs)
             if slo is not None:  # the TTFT objective less the request overhead every TTFT gets below
                 simulated[twin].update(goodput(reqs, SLO(ttft_ms=slo[0] - overhead, tpot_ms=slo[1])))
+            if keep_schedule:
+                simulated[twin]["schedule"] = tuple((r.first_token_s, r.finish_s) for r in reqs)
             if more_slos:
                 simulated[twin]["goodput_by_slo"] = {
                     slo_key(t, p): goodput(reqs, SLO(ttft_ms=t - overhead, tpot_ms=p))["request_goodput"]
