@@ -183,16 +183,16 @@ def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ..
     lines = [
         "| | measured | simulated |", "|---|---:|---:|",
         f"| last prompt's first token (s) | {max(first_tok):.2f} | {max(f for f, _ in schedule):.2f} |",
-        f"| last token (s) | {max(last_tok):.2f} | {max(l for _, l in schedule):.2f} |",
+        f"| last token (s) | {max(last_tok):.2f} | {max(end for _, end in schedule):.2f} |",
         f"| first request's TTFT (ms) | {measured[0]['ttft_ms']:,.0f} | {sim_ttft[0] * 1e3:,.0f} |",
         f"| TTFT p50 (ms) | {med([r['ttft_ms'] / 1e3 for r in measured]):,.0f} | {med(sim_ttft):,.0f} |",
         f"| decode window p50, first to last token (ms) | {med([b - a for a, b in zip(first_tok, last_tok)]):,.0f} "
-        f"| {med([l - f for f, l in schedule]):,.0f} |",
+        f"| {med([end - start for start, end in schedule]):,.0f} |",
         "", "| request | sent (s) | prompt tokens | first token, measured | simulated | last token, measured | simulated |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    lines += [f"| {r['id']} | {r['actual_send_s']:.2f} | {r['input_len']:,} | {ft:.2f} | {f:.2f} | {lt:.2f} | {l:.2f} |"
-              for r, ft, lt, (f, l) in list(zip(measured, first_tok, last_tok, schedule))[:first]]
+    lines += [f"| {r['id']} | {r['actual_send_s']:.2f} | {r['input_len']:,} | {ft:.2f} | {start:.2f} | {lt:.2f} | {end:.2f} |"
+              for r, ft, lt, (start, end) in list(zip(measured, first_tok, last_tok, schedule))[:first]]
     return lines
 
 
@@ -356,6 +356,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there "
                  "(bench.compare's are in OUT/<model>/)")
     if a.per_request is not None:
+        if a.per_request < 0:
+            ap.error(f"--per-request {a.per_request}: how many requests to list, 0 or more")
         for n in sorted(groups):
             print("\n".join(per_request(a.dir, a.model_path, a.gpu, n, a.trace_dir, a.per_request)))
         return
