@@ -132,8 +132,10 @@ def test_shift_runs_tp_for_small_forwards_and_the_base_above_its_threshold():
 
 
 def test_dp_attention_pays_for_every_rank_s_tokens_in_its_ffn():
+    """The other rank's 64 tokens cost this rank its FFN's share of their linear time: its half of the MLP against the
+    whole attention it runs (`StepModel.gathered_ffn_share`), plus the all-gather and reduce-scatter."""
     m = StepModel(Configuration("dp2_attn", "dp_attention", 2, 1), SHAPES, {"forward": clock()}, IC)
-    share = SHAPES.dense_mlp_params() / (SHAPES.dense_mlp_params() + SHAPES.attention_params(1))
+    share = SHAPES.dense_mlp_params() / 2 / (SHAPES.dense_mlp_params() / 2 + SHAPES.attention_params(1))
     expect = 1.64 + share * 0.64 + collective_ms("all_gather", 2, 128, 1) + collective_ms("reduce_scatter", 2, 128, 1)
     assert m.decode_ms(64, 0) == pytest.approx(expect)
 
@@ -408,3 +410,30 @@ def test_a_configuration_sglang_does_not_start_is_neither_predicted_nor_picked()
     row = next(r for r in out["configurations"] if r.name == "dp2_attn")
     assert not row.predicted and "does not start DP attention on LlamaForCausalLM" in row.not_predicted
     assert out["winner"] != "dp2_attn" and "dp2_attn" not in out["reason"]
+
+
+def test_dp_attention_prefills_chunks_of_its_dp_share_and_counts_another_ranks_tokens_at_its_ffn_share():
+    """SGLang halves the prefill chunk at DP2 under DP attention (4,096 tokens: its log on 2 x H100), and a DP
+    attention shard runs the whole attention and 1/n of the FFN, so another rank's token costs it only that FFN share:
+    Qwen3-30B-A3B's top-8 of 768-wide experts halved against its attention, 0.5; Qwen3-8B's dense MLP halved, 0.64."""
+    from sgl_sidp.calibration.memory import ModelShapes
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.plan.planner import replica_limits
+
+    assert replica_limits(configuration_named("dp2_attn"), 1000).chunked_prefill == 4096
+    assert replica_limits(configuration_named("dp4_attn"), 1000).chunked_prefill == 2048
+    assert replica_limits(configuration_named("dp2"), 1000).chunked_prefill == 8192
+    models = Path(__file__).resolve().parents[2] / "shared" / "models"
+    if not (models / "Qwen3-30B-A3B" / "config.json").is_file():
+        pytest.skip(f"{models} missing (../shared/models)")
+
+    class Shard:  # the two attributes `gathered_ffn_share` reads
+        def __init__(self, name):
+            self.shapes = ModelShapes.of(read_hf_config(str(models / name)))
+            self.ffn_share = -1.0  # not used where the config names its experts per token or its MLP
+
+    share = StepModel.gathered_ffn_share
+    moe = Shard("Qwen3-30B-A3B")
+    assert moe.shapes.experts_per_token == 8 and share(moe, 2) == pytest.approx(0.5)
+    assert share(Shard("Qwen3-8B"), 2) == pytest.approx(0.643, abs=1e-3)

@@ -34,6 +34,7 @@ class ModelShapes:
         intermediate: the dense MLP's intermediate size (dense layers; 0 when every layer is MoE).
         moe_layers: the layers with routed experts (`model_info.moe_layer_ids`; empty when dense).
         experts, expert_intermediate: routed experts per MoE layer and each one's intermediate size.
+        experts_per_token: routed experts each token runs through (`num_experts_per_tok`; 0: not given).
         shared_intermediate: the shared expert(s)' total intermediate size in an MoE layer (0: none).
         kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank: MLA (kv_lora_rank 0: not MLA).
     """
@@ -50,6 +51,7 @@ class ModelShapes:
     experts: int = 0
     expert_intermediate: int = 0
     shared_intermediate: int = 0
+    experts_per_token: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
@@ -70,6 +72,7 @@ class ModelShapes:
                    head_dim=int(cfg.get("head_dim") or h // heads), vocab=int(cfg["vocab_size"]),
                    tied=bool(cfg.get("tie_word_embeddings")), intermediate=inter, moe_layers=moe, experts=experts,
                    expert_intermediate=expert_inter, shared_intermediate=shared,
+                   experts_per_token=int(cfg.get("num_experts_per_tok") or 0) if experts else 0,
                    kv_lora_rank=int(cfg.get("kv_lora_rank") or 0), qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
                    qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0), v_head_dim=int(cfg.get("v_head_dim") or 0),
                    q_lora_rank=int(cfg.get("q_lora_rank") or 0))

@@ -249,6 +249,15 @@ def slo_key(ttft_ms: float, tpot_ms: float) -> str:
 
 
 @no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
+def replica_limits(c, kv_tokens: int) -> ReplicaLimits:
+    """SGLang's limits of one replica of configuration `c` (`configs.Configuration`) with `kv_tokens` KV tokens: its
+    defaults on H100 and H200 (`--chunked-prefill-size` 8,192, `ServerArgs._handle_gpu_memory_settings`), the chunk
+    divided by `--dp-size` under DP attention (`ServerArgs`: "DP attention is enabled. chunked prefill size is
+    adjusted"; 4,096-token chunks in its log on 2 x H100)."""
+    return ReplicaLimits(kv_tokens=kv_tokens,
+                         chunked_prefill=ReplicaLimits.chunked_prefill // max(1, c.kind.dp_attention_dp(c)))
+
+
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
                   objective: str = "latency", what_if: WhatIf = NO_WHAT_IF, names: Sequence[str] = (),
@@ -344,7 +353,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         lockstep = c.kind.lockstep(c)
         twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), lockstep, tuple(sorted(kv.items())))
         if twin not in simulated:
-            replicas = [ReplicaSim(ReplicaLimits(kv_tokens=r.kv_tokens), r.times, log_tokens=bool(stream))
+            replicas = [ReplicaSim(replica_limits(c, r.kv_tokens), r.times, log_tokens=bool(stream))
                         for r in model.replicas(kv)]
             route = route_of(c)  # private blocks assume round robin: none precomputed for another routing
             reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids,

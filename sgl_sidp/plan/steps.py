@@ -8,8 +8,10 @@ for ZeroDP, SiDP and Shift, from the pieces `StepModel` shares):
 
 - vanilla TP t x DP d: the TP-t shard's forward + 2L all-reduces of b x h x e bytes over t. Replicas are independent.
 - DP attention over N GPUs (SGLang's `--enable-dp-attention`): the shard with whole attention and the FFN split N
-  ways, timed at each rank's own b; its FFN sees every rank's tokens, so the FFN's share of the linear time of N x b
-  tokens less that of b is added, and per layer an all-gather and a reduce-scatter of N x b x h x e bytes. The ranks
+  ways, timed at each rank's own b; its FFN sees every rank's tokens, so its FFN's share of the linear time of N x b
+  tokens less that of b is added (1/N of the FFN against the whole attention: `gathered_ffn_share`), and per layer an
+  all-gather and a reduce-scatter of N x b x h x e bytes; prefill chunks of 8,192 / N tokens
+  (`planner.replica_limits`, as SGLang sets them). The ranks
   step together (SGLang's MLP sync per iteration): the simulation starts each iteration when the slowest rank's
   forward has ended (`sim.simulate_lockstep`; SiDP's CaS and auto alike).
 - ZeroDP (MoE, d replicas of TP t): the source replica is vanilla; a sink pulls its offloaded layers' routed experts
@@ -453,6 +455,24 @@ class StepModel:
         mlp, attn = self.shapes.dense_mlp_params(), self.shapes.attention_params(1)
         return mlp / (mlp + attn) if mlp else 0.0
 
+    def gathered_ffn_share(self, n: int) -> float:
+        """The FFN's share of a DP attention shard's linear work per token (dimensionless): the shard runs the whole
+        attention (QKV and O) and 1/n of the FFN, so another rank's token costs it only that 1/n. An MoE layer's FFN
+        per token is its top-k routed experts and its shared expert; without `experts_per_token` in the config, the
+        dense layer's `ffn_share`. Per-token parameters stand for the work (prefill GEMMs are compute-bound).
+
+        Measured on 2 x H100 (Qwen3-30B-A3B, DP attention, 2 x 2,048-token prefills a rank): 88.7 ms an iteration in
+        SGLang's log, 101 ms with `ffn_share` (0.67: the dense `intermediate_size` against attention), 94.7 ms with
+        this share (0.50)."""
+        s = self.shapes
+        if s.moe_layers and s.experts_per_token:
+            ffn = (s.experts_per_token * s.expert_intermediate + s.shared_intermediate) * 3 * s.hidden / n
+        elif s.intermediate:
+            ffn = s.dense_mlp_params() / n
+        else:
+            return self.ffn_share
+        return ffn / (ffn + s.attention_params(1))
+
     def streamed_bytes(self) -> int:
         """Weight bytes a GPU pulls per forward (`Technique.streamed_bytes`: a ZeroDP sink's offloaded experts, a SiDP
         WaS rank's non-owned FFNs; 0 for the others)."""
@@ -476,13 +496,15 @@ class StepModel:
         return (slowdown_ms, 0.0, copy_ms) if nbytes else (0.0, 0.0, -math.inf)
 
     # ------------------------------------------------------------------ gathered FFN (DP attention, CaS)
-    def _gathered_terms(self, tokens: float, n: int) -> tuple[float, float]:
+    def _gathered_terms(self, tokens: float, n: int, share: float | None = None) -> tuple[float, float]:
         """What a forward whose FFN runs on the tokens of `n` ranks adds (ms): (the FFN's share of the linear time of
-        n x `tokens` less `tokens`, per layer an all-gather and a reduce-scatter of n x `tokens`)."""
-        key = (tokens, n)
+        n x `tokens` less `tokens`, per layer an all-gather and a reduce-scatter of n x `tokens`). `share`: that
+        share (default `ffn_share`; DP attention's shard: `gathered_ffn_share`)."""
+        share = self.ffn_share if share is None else share
+        key = (tokens, n, share)
         extra_comm = self._gathered_memo.get(key)
         if extra_comm is None:
-            extra = self.ffn_share * self.clock.more_tokens_ms(tokens, n)
+            extra = share * self.clock.more_tokens_ms(tokens, n)
             comm = (self._collective_ms("all_gather", n, n * tokens, 1)
                     + self._collective_ms("reduce_scatter", n, n * tokens, 1))
             extra_comm = self._gathered_memo[key] = (extra, comm)

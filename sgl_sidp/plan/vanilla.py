@@ -76,7 +76,8 @@ class DPAttention(Technique):
 
     def terms(self, model, size, role, variant):
         # whole attention, no TP all-reduce; the FFN gathered from every GPU
-        return (model.clock, 1, *model._gathered_terms(size, model.config.gpus), 0.0, -math.inf)
+        n = model.config.gpus
+        return (model.clock, 1, *model._gathered_terms(size, n, model.gathered_ffn_share(n)), 0.0, -math.inf)
 
     def replicas(self, model, kv):
         from sgl_sidp.plan.steps import Replica
