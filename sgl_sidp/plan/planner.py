@@ -248,7 +248,6 @@ def slo_key(ttft_ms: float, tpot_ms: float) -> str:
     return f"{ttft_ms:g}/{tpot_ms:g}"
 
 
-@no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
 def replica_limits(c, kv_tokens: int) -> ReplicaLimits:
     """SGLang's limits of one replica of configuration `c` (`configs.Configuration`) with `kv_tokens` KV tokens: its
     defaults on H100 and H200 (`--chunked-prefill-size` 8,192, `ServerArgs._handle_gpu_memory_settings`), the chunk
@@ -258,6 +257,7 @@ def replica_limits(c, kv_tokens: int) -> ReplicaLimits:
                          chunked_prefill=ReplicaLimits.chunked_prefill // max(1, c.kind.dp_attention_dp(c)))
 
 
+@no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
 def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: list[SimRequest],
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
                   objective: str = "latency", what_if: WhatIf = NO_WHAT_IF, names: Sequence[str] = (),
