@@ -16,7 +16,6 @@ Writes `OUT/compare.md`, `OUT/compare.png` (when a speed number exists) and `OUT
 from __future__ import annotations
 
 import functools
-
 import itertools
 import json
 from pathlib import Path

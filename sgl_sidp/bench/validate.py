@@ -196,16 +196,15 @@ def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ..
     return lines
 
 
-def per_request(folder: Path, model_path: str, gpu: str, n: int, trace_dir: Path | None = None,
-                first: int = 12) -> list[str]:
-    """`schedule_lines` of every replay measured in `folder` (OUT/<model>) on `n` GPUs, each configuration under a
-    heading; times in seconds from the replay's start (measured: when each request was sent; simulated: its arrival,
-    the replay's target send time)."""
+def per_request(folder: Path, measured: dict[str, dict], model_path: str, gpu: str, n: int,
+                trace_dir: Path | None = None, first: int = 12) -> list[str]:
+    """`schedule_lines` of every replay measured in `folder` (OUT/<model>) on `n` GPUs (`measured`: `load`'s group of
+    `n`), each configuration under a heading; times in seconds from the replay's start (measured: when each request
+    was sent; simulated: its arrival, the replay's target send time)."""
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan_requests
 
     out = []
-    measured = load(folder).get(n, {})
     for key, (args, _) in sorted(replay_settings(folder).items()):
         names = [k for k, m in measured.items() if key in m.get("traces", {})]
         if not names:
@@ -358,8 +357,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.per_request is not None:
         if a.per_request < 0:
             ap.error(f"--per-request {a.per_request}: how many requests to list, 0 or more")
-        for n in sorted(groups):
-            print("\n".join(per_request(a.dir, a.model_path, a.gpu, n, a.trace_dir, a.per_request)))
+        for n, measured in sorted(groups.items()):
+            print("\n".join(per_request(a.dir, measured, a.model_path, a.gpu, n, a.trace_dir, a.per_request)))
         return
     profiled = profile_rows(a.dir, a.model_path, a.gpu, what_if)  # every GPU count's: each row names its configuration
     for n, measured in sorted(groups.items()):

@@ -459,7 +459,8 @@ class StepModel:
         """The FFN's share of a DP attention shard's linear work per token (dimensionless): the shard runs the whole
         attention (QKV and O) and 1/n of the FFN, so another rank's token costs it only that 1/n. An MoE layer's FFN
         per token is its top-k routed experts and its shared expert; without `experts_per_token` in the config, the
-        dense layer's `ffn_share`. Per-token parameters stand for the work (prefill GEMMs are compute-bound).
+        dense MLP of `intermediate_size`, and without that `ffn_share` (0). Per-token parameters stand for the work
+        (prefill GEMMs are compute-bound).
 
         Measured on 2 x H100 (Qwen3-30B-A3B, DP attention, 2 x 2,048-token prefills a rank): 88.7 ms an iteration in
         SGLang's log, 101 ms with `ffn_share` (0.67: the dense `intermediate_size` against attention), 94.7 ms with
