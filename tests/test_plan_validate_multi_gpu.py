@@ -130,6 +130,46 @@ def test_profiled_forwards_stand_beside_the_planners_steps(tmp_path):
     assert got["dp2", "profiled decode step"][3:] == (model.decode_ms(8, 2048), 11.0)
 
 
+def test_a_prompt_longer_than_the_chunk_is_profiled_chunk_by_chunk(tmp_path):
+    """`compare --profile 16+8192+6` on DP attention with SGLang's 4,096-token chunk traced the first prompt's two
+    chunks, then the second's (0, 4,096, 0, 4,096 tokens in the KV before each): the row is the mean of the
+    planner's steps for those forwards, not four fresh chunks (on 2 x H200 that read -21.9 % where the mean is
+    +5.8 %, `q30_dpattn_profile_2gpu_h200`)."""
+    if not QWEN3_8B.is_dir():
+        pytest.skip(f"{QWEN3_8B} missing (../shared/models)")
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.plan.comm import Interconnect
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.plan.planner import step_model
+    from sgl_sidp.plan.steps import GPUS, host_time_alone_ms
+
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir()
+    (folder / "dp2_attn.json").write_text(json.dumps({
+        "config": "dp2_attn", "dp": 2, "gpu_count": 2, "kv_tokens": {"0": 1000, "1": 1000},
+        "profile": {"spec": "16+8192+6", "steps": 4, "chunked_prefill_size": 4096,
+                    "ranks": {"TP-0-DP-0": {"prefill": {"counted": True, "span_ms": 140.0}}}}}))
+    [row] = MOD["profile_rows"](folder, str(QWEN3_8B), "H100")
+    model = step_model(configuration_named("dp2_attn"), read_hf_config(str(QWEN3_8B)), "H100",
+                       Interconnect.load(GPUS["H100"]["name"]), 8195, host_time_alone_ms(GPUS["H100"]["name"]))[0]
+    assert "mean of 4: chunks of 4,096 tokens after 0, 4,096, 0, 4,096 in the KV" in row[1]
+    assert row[3] == pytest.approx((model.prefill_ms([(4096, 0)]) + model.prefill_ms([(4096, 4096)])) / 2)
+    assert model.prefill_ms([(4096, 4096)]) > model.prefill_ms([(4096, 0)])
+
+
+def test_a_replayed_trace_not_found_is_one_line_before_any_prediction(tmp_path, capsys):
+    (tmp_path / "Qwen3-8B").mkdir()
+    (tmp_path / "Qwen3-8B" / "dp2.json").write_text(json.dumps({"config": "dp2", "dp": 2, "gpu_count": 2,
+                                                                "kv_tokens": {"0": 1, "1": 1}}))
+    (tmp_path / "commands.txt").write_text(
+        "2026-11-27T12:47:12+00:00 commit eb46fda: python -m sgl_sidp.bench.compare --model-path m --gpus 0,1 "
+        "--configs dp2 --trace .gpu/traces/mooncake_head400.jsonl --out-dir o\n")
+    with pytest.raises(SystemExit) as e:
+        MOD["main"]([str(tmp_path / "Qwen3-8B"), "--model-path", "m", "--trace-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"{tmp_path}/mooncake_head400.jsonl: the trace a replay here sent is not there" in err
+
+
 def test_a_one_output_burst_has_no_tpot_row(capsys):
     """A prefill-only burst (1 output token: no TPOT, measured 0) is held against its throughput and TTFT only."""
     q32 = ROOT.parent / "shared/models/Qwen3-32B"

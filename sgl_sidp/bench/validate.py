@@ -226,7 +226,9 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
     `folder` (OUT/<model>): the planner's step (`planner.step_model`) next to the slowest of the DP replicas' first
     GPUs' profiled ms per forward (first to last kernel; a replica whose traced forwards held fewer prompts, as a
     first one alone, is faster). A prefill forward holds the prompts of IN tokens that
-    SGLang's chunk takes at once from a replica's share of the S requests; a decode step, that share at IN tokens of
+    SGLang's chunk takes at once from a replica's share of the S requests; prompts longer than the chunk are traced
+    chunk by chunk, each after the prompt's earlier chunks in the KV, so the row is the mean of the traced forwards
+    (`profile.steps` of them) in that order; a decode step, that share at IN tokens of
     context. Decode steps of replicas in lockstep are left out: a rank's profiled step includes its waits for the
     others (SiDP's CaS, DP attention), which the planner's step does not."""
     import math
@@ -259,9 +261,17 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
                                 if prof["ranks"][g].get(stage, {}).get("counted")), default=None)
                            for stage in ("prefill", "decode"))
         if prefill is not None:
-            out.append((r["config"], f"profiled prefill forward, {k} x {min(inp, chunk):,} tokens"
+            if inp <= chunk:
+                what, ms = f"{k} x {inp:,} tokens", model.prefill_ms([(inp, 0)] * k)
+            else:  # the traced forwards are the first prompt's chunks in order, then the next prompt's
+                one = [(min(chunk, inp - p), p) for p in range(0, inp, chunk)]
+                traced = (one * share)[:max(1, int(prof.get("steps") or 1))]
+                what = (f"mean of {len(traced)}: chunks of {chunk:,} tokens after "
+                        + ", ".join(f"{p:,}" for _, p in traced) + " in the KV")
+                ms = sum(model.prefill_ms([part]) for part in traced) / len(traced)
+            out.append((r["config"], f"profiled prefill forward, {what}"
                         + (f" (the slowest of {len(leaders)} replicas)" if len(leaders) > 1 else ""), "ms",
-                        model.prefill_ms([(min(inp, chunk), 0)] * k), prefill))
+                        ms, prefill))
         if decode is not None and not c.kind.lockstep(c):
             out.append((r["config"], f"profiled decode step, {share} rows at {inp:,} tokens", "ms",
                         model.decode_ms(share, inp), decode))
@@ -354,6 +364,11 @@ def main(argv: list[str] | None = None) -> None:
     if not groups:
         ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there "
                  "(bench.compare's are in OUT/<model>/)")
+    for args, _ in replay_settings(a.dir).values():  # every replayed trace readable before anything is predicted
+        trace = Path(shlex.split(args)[0].split("=", 1)[1])
+        path = a.trace_dir / trace.name if a.trace_dir else trace
+        if not path.is_file():
+            ap.error(f"{path}: the trace a replay here sent is not there; --trace-dir names the folder that holds it")
     if a.per_request is not None:
         if a.per_request < 0:
             ap.error(f"--per-request {a.per_request}: how many requests to list, 0 or more")
