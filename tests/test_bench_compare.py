@@ -387,3 +387,25 @@ def test_a_declining_mode_is_recorded_as_the_vanilla_configuration_it_started():
            "[y] sgl-sidp: overlay mode=off (batch signal off)\n")
     assert compare.declined_to(log) == "dp2"
     assert compare.declined_to("[y] sgl-sidp: overlay mode=zerodp (batch signal on)\n") is None
+
+
+def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
+    """Before a burst, two requests per DP rank of its prompt length (at most 4 output tokens, prompts of their own)
+    go through the router, so Triton's first compiles of its chunk shapes fall outside the measured burst."""
+    from types import SimpleNamespace
+
+    from sgl_sidp.bench import batches
+
+    sent = []
+    monkeypatch.setattr(compare, "http_json", lambda url, body: sent.append(("one", len(body["input_ids"]))))
+    monkeypatch.setattr(batches, "run_batch", lambda url, bodies: sent.append(
+        ("router", [(len(ids), o, rank) for ids, o, rank in bodies])))
+    runner = object.__new__(compare.Measurement)
+    runner.srv, runner.ranks = SimpleNamespace(base_url="http://x"), 2
+    runner.a = SimpleNamespace(burst="64+8192+32", profile=None)
+    runner.warm_up()
+    assert sent[-1] == ("router", [(8192, 4, None)] * 4) and len(sent) == 5
+    assert batches.prompts(4, 8192, 3)[0] != batches.prompts(64, 8192, 7)[0]  # not the burst's: no radix-cache hits
+    runner.a, sent[:] = SimpleNamespace(burst=None, profile=None), []
+    runner.warm_up()
+    assert [k for k, _ in sent] == ["one"] * 4
