@@ -52,6 +52,24 @@ def test_taken_layers_share_one_placeholder_per_name_and_get_the_peers_values_ba
         assert torch.equal(layers[i](x), peer[i](x))
 
 
+def test_every_placeholder_is_made_before_any_of_the_layers_storage_is_freed(monkeypatch):
+    """A placeholder made after the layer's first parameter was rebound would be carved out of that parameter's freed
+    block on a GPU (`take`'s comment): each is made while the layer still holds all of its own storage."""
+    from sgl_sidp.prefetch import placeholders
+
+    layer, ph, made = Layer(seed=1), LoadPlaceholders(), []
+    own = {n: storage(layer.get_parameter(n)) for n in NAMES}
+
+    def empty_like(p):
+        made.append({n: storage(layer.get_parameter(n)) == own[n] for n in NAMES})
+        return torch.empty(p.shape, dtype=p.dtype)
+
+    monkeypatch.setattr(placeholders.torch, "empty_like", empty_like)
+    ph.take(0, layer, NAMES)
+    assert made == [{"up.weight": True, "down.weight": True}] * 2
+    assert all(ph.holds(layer.get_parameter(n)) for n in NAMES)
+
+
 def test_a_parameter_sglang_replaced_while_loading_is_named_and_still_gets_the_peers_values():
     """Post-processing that swaps a taken parameter for a new tensor (held in full) is reported, not hidden."""
     peer, layer, ph = Layer(seed=1), Layer(seed=2), LoadPlaceholders()
@@ -121,4 +139,13 @@ def test_memory_note_splits_used_memory_into_allocated_cached_and_outside():
                 {"total_size": 1 * G, "allocated_size": 0}]
     note = memory_note(segments, reserved=8 * G, free=70 * G, total=80 * G)
     assert note == ("GPU memory used 10.00 GB: PyTorch 6.00 GB allocated, 2.00 GB reserved beyond it (1.00 GB of that "
-                    "in segments with live blocks), 2.00 GB outside this process's allocator")
+                    "in segments with live blocks; the largest such: a 4.00 GB segment), 2.00 GB outside this "
+                    "process's allocator")
+    blocks = [{"size": 1 * G, "state": "active_allocated"}, {"size": 1 * G, "state": "inactive"},
+              {"size": 2 * G, "state": "active_allocated"}]
+    segments[1]["blocks"] = blocks
+    note = memory_note(segments, reserved=8 * G, free=70 * G, total=80 * G)
+    assert ("(1.00 GB of that in segments with live blocks; the largest such: a 4.00 GB segment of blocks (GB, in "
+            "address order) live 1.00, free 1.00, live 2.00), 2.00 GB outside") in note
+    segments[1]["allocated_size"] = 4 * G - (1 << 20)  # 1 MiB free there: not worth a word
+    assert "largest such" not in memory_note(segments, reserved=8 * G, free=70 * G, total=80 * G)

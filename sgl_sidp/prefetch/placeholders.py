@@ -70,16 +70,24 @@ class LoadPlaceholders:
         Raises:
             AttributeError: `module` has no parameter at one of `names`.
         """
+        params = [param_at(module, n) for n in names]
+        keys = [(n, tuple(p.shape), p.dtype, p.device) for n, p in zip(names, params)]
+        # Every placeholder first, then the rebinding that frees the layer's storage. Made after a freed parameter, a
+        # placeholder is carved out of its cached block (the w2 placeholder out of a freed w13_weight's); once a kept
+        # layer's w2 fills the rest of that block, the placeholder's share stays free inside a segment with a live
+        # block after `release`, which `torch.cuda.empty_cache` cannot hand back. That fits what a ZeroDP sink showed
+        # (its KV pool one w2_weight smaller than its source's: 0.41 GB on Qwen3-30B-A3B, and on Mixtral-8x7B 0.96 GB
+        # free in such a segment, `memory_note`); not yet rerun on a GPU with this order.
+        new = [(key, p) for key, p in zip(keys, params) if key not in self._ph]
+        if any(p.is_cuda for _, p in new):
+            torch.cuda.empty_cache()  # nor out of a block something freed before this layer: a segment of its own
+        for key, p in new:
+            self._ph[key] = torch.empty_like(p)
         nbytes, cuda = 0, False
-        for n in names:
-            p = param_at(module, n)
-            key = (n, tuple(p.shape), p.dtype, p.device)
-            ph = self._ph.get(key)
-            if ph is None:
-                ph = self._ph[key] = torch.empty_like(p)
+        for key, p in zip(keys, params):
             nbytes += p.nbytes
             cuda |= p.is_cuda
-            p.data = ph
+            p.data = self._ph[key]
         self.taken[int(layer_id)] = tuple(names)
         self.layer_bytes[int(layer_id)] = nbytes
         if cuda:
@@ -154,6 +162,10 @@ class LoadPlaceholders:
                 "KV cache account for")
 
 
+#: Free bytes inside segments that also hold live blocks from which `memory_note` describes the worst segment
+MIXED_SEGMENT_NOTE_BYTES = 64 << 20
+
+
 def memory_note(segments: Sequence[Mapping], reserved: int, free: int, total: int) -> str:
     """Where this GPU's used memory sits, as one sentence: PyTorch's allocated bytes, what its caching allocator keeps
     reserved beyond them (and how much of that sits in segments that also hold live blocks, which
@@ -161,20 +173,34 @@ def memory_note(segments: Sequence[Mapping], reserved: int, free: int, total: in
     communicators, other processes, VMM or IPC mappings).
 
     Args:
-        segments: `torch.cuda.memory_snapshot()` entries of this device (`total_size`, `allocated_size`; bytes).
+        segments: `torch.cuda.memory_snapshot()` entries of this device (`total_size`, `allocated_size`, bytes;
+            `blocks`, each with `size` in bytes and `state`, "active_allocated" or "inactive"). Where the segments
+            with live blocks keep `MIXED_SEGMENT_NOTE_BYTES` or more free, the one keeping most is described block by
+            block.
         reserved: `torch.cuda.memory_reserved(device)`, bytes.
         free, total: `torch.cuda.mem_get_info(device)`, bytes.
 
     Why: a ZeroDP sink that offloaded nothing sized its KV pool one `w2_weight` placeholder smaller than its source's
     (0.41 GB on Qwen3-30B-A3B, 2 x H100; 0.96 GB on Mixtral-8x7B, 2 x H200) although every placeholder was released;
-    this line on both sides says whether that memory is in PyTorch's cache or outside it.
+    this line on both sides says whether that memory is in PyTorch's cache or outside it. On 2 x H200 (Mixtral
+    `auto`, nothing offloaded) it was in the cache, free inside a segment with live blocks (0.96 GB), which
+    `torch.cuda.empty_cache` cannot hand back; the block layout says what was allocated inside a larger freed block.
     """
     allocated = sum(int(s.get("allocated_size", 0)) for s in segments)
-    pinned = sum(int(s["total_size"]) - int(s.get("allocated_size", 0)) for s in segments if s.get("allocated_size", 0))
+    mixed = [s for s in segments if 0 < int(s.get("allocated_size", 0)) < int(s["total_size"])]
+    pinned = sum(int(s["total_size"]) - int(s["allocated_size"]) for s in mixed)
     outside = total - free - reserved
+    worst = ""
+    if pinned >= MIXED_SEGMENT_NOTE_BYTES:  # which blocks share the segment says what was carved out of what
+        seg = max(mixed, key=lambda s: int(s["total_size"]) - int(s["allocated_size"]))
+        blocks = [f"{'live' if str(b.get('state', '')).startswith('active') else 'free'} {int(b['size']) / 1e9:.2f}"
+                  for b in seg.get("blocks", [])]
+        worst = (f"; the largest such: a {int(seg['total_size']) / 1e9:.2f} GB segment"
+                 + (f" of blocks (GB, in address order) {', '.join(blocks[:6])}"
+                    + (f" and {len(blocks) - 6} more" if len(blocks) > 6 else "") if blocks else ""))
     return (f"GPU memory used {(total - free) / 1e9:.2f} GB: PyTorch {allocated / 1e9:.2f} GB allocated, "
             f"{(reserved - allocated) / 1e9:.2f} GB reserved beyond it ({pinned / 1e9:.2f} GB of that in segments "
-            f"with live blocks), {outside / 1e9:.2f} GB outside this process's allocator")
+            f"with live blocks{worst}), {outside / 1e9:.2f} GB outside this process's allocator")
 
 
 def device_memory_note(device: int) -> str:
