@@ -298,10 +298,11 @@ def test_vanilla_kv_estimate_gives_back_the_freed_weights_net_of_slots():
 
 
 @pytest.mark.parametrize("kv_tokens, says", [
-    (330_000, "a vanilla replica: about 240,"), (10, "a vanilla replica: none: its weights would not leave room")])
+    (330_000, "a vanilla replica: about 240,"), (10, "a vanilla replica: none (its weights would not leave room for a KV cache; estimated")])
 def test_the_kv_line_says_when_a_vanilla_replica_would_hold_no_kv(monkeypatch, caplog, kv_tokens, says):
     """Llama-3.1-70B at DP4 on 4 x H200 logged "a vanilla replica: about 0 (222465.00x ...)": a vanilla replica's
-    141 GB of weights leave it no KV cache, which the line now says in words."""
+    141 GB of weights leave it no KV cache, which the line now says in words (and with its brackets paired: on 2 x
+    H200 it read "none: ... KV cache (; estimated: ...)")."""
     import logging
     from types import SimpleNamespace
 

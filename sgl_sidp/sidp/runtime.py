@@ -436,8 +436,8 @@ class SiDPRuntime:
             logger.info("sgl-sidp sidp %s: KV cache %d tokens (max_total_num_tokens)", self.who, self.kv_tokens)
             return result
         self.kv_vanilla = vanilla_kv_estimate(self.kv_tokens, b.freed_bytes, b.slot_bytes, kv_bytes_per_token(runner))
-        vanilla = (f"about {self.kv_vanilla} ({self.kv_tokens / self.kv_vanilla:.2f}x" if self.kv_vanilla else
-                   "none: its weights would not leave room for a KV cache (")
+        vanilla = (f"about {self.kv_vanilla} ({self.kv_tokens / self.kv_vanilla:.2f}x" if self.kv_vanilla
+                   else "none (its weights would not leave room for a KV cache")
         logger.info("sgl-sidp sidp %s: KV cache %d tokens (max_total_num_tokens); a vanilla replica: %s; estimated: "
                     "this rank's KV less the %.2f GB of non-owned weights it does not hold net of its slots)",
                     self.who, self.kv_tokens, vanilla, (b.freed_bytes - b.slot_bytes) / 1e9)
