@@ -51,6 +51,13 @@ def test_a_configuration_run_with_its_own_flags_names_them():
     assert "shift_sp2_tp1 (--chunked-prefill-size 16384) | 58,000 tok/s" in summary.markdown(out)
 
 
+def test_a_mode_that_declined_names_what_it_started():
+    """q30_mooncake_2gpu_h200: ZeroDP declined on 2 x H200 (no KV to win) and started vanilla DP2, so its row is DP2's
+    numbers under ZeroDP's name unless it says so."""
+    out = summary.technique_rows([{**row("zerodp_dp2_kv14459", 59_000.0), "declined_to": "dp2"}], "r")
+    assert out[0]["configuration"] == "zerodp_dp2_kv14459 -> dp2 (declined)"
+
+
 def test_a_run_without_a_vanilla_configuration_gives_no_row():
     """q32_prefill_mixed_2gpu_h100: SiDP alone (the device time ran out before TP2); no ratio across runs."""
     alone = {**row("sidp_dp2_auto", 12_867.0), "best_vanilla": None, "best_vanilla_value": None, "ratio": None}

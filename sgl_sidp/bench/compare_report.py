@@ -10,7 +10,8 @@ configuration's answers against its reference's (`sgl_sidp.bench.exact`).
 
 Writes `OUT/compare.md`, `OUT/compare.png` (when a speed number exists) and `OUT/summary.json`: one row per
 (model, GPUs, GPU name, configuration, workload) with the best vanilla configuration, both values and their ratio
-(and "flags": the configuration's `--config-args`, where it had some).
+(and "flags": the configuration's `--config-args`, where it had some; "declined_to": the vanilla configuration a
+mode that declined at launch started instead).
 """
 
 from __future__ import annotations
@@ -300,10 +301,12 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
         errs = [(n, r["step_errors"]) for n, r in group.items() if r.get("step_errors")]
         if errs:
             lines += ["Steps that failed:", "", *[f"- {n}: {e}" for n, e in errs], ""]
-    for row in summary:  # a configuration run with --config-args flags says so in every row
-        flags = results[row["model"]][row["configuration"]].get("config_args")
-        if flags:
-            row["flags"] = flags
+    for row in summary:  # a configuration run with --config-args flags, or one that declined, says so in every row
+        r = results[row["model"]][row["configuration"]]
+        if r.get("config_args"):
+            row["flags"] = r["config_args"]
+        if r.get("declined_to"):
+            row["declined_to"] = r["declined_to"]
     return "\n".join(lines), summary, plot
 
 

@@ -69,7 +69,8 @@ def technique_rows(rows: list[dict], run: str) -> list[dict]:
         if key not in best or r["value"] > best[key]["value"]:
             best[key] = {"technique": tech, "model": r["model"], "gpus": r["gpus"], "gpu_name": r["gpu_name"],
                          "workload": r["workload"], "metric": r["metric"], "run": run,
-                         "configuration": r["configuration"] + (f" ({r['flags']})" if r.get("flags") else ""),
+                         "configuration": r["configuration"] + (f" ({r['flags']})" if r.get("flags") else "")
+                         + (f" -> {r['declined_to']} (declined)" if r.get("declined_to") else ""),
                          "value": r["value"],
                          "best_vanilla": r.get("best_vanilla"), "best_vanilla_value": r.get("best_vanilla_value"),
                          "ratio": r.get("ratio")}
