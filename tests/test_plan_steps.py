@@ -244,6 +244,45 @@ def test_prefills_over_a_cached_prefix_take_the_calibrated_prefix_factor():
     assert Calibration.from_json(json.loads(json.dumps(probed.cal.to_json()))) == probed.cal
 
 
+def test_k_grows_with_the_prefix_along_the_probes_line_and_holds_past_the_longest():
+    """Probes whose k rises with the prefix (as the bundled ones do: 1.2 at 8,192, 1.7 at 16,384) give k(p) = alpha +
+    beta x min(p, p_max); probes that span under 2x in prefix, a falling line or a what-if k give the median k."""
+    import dataclasses
+
+    from sgl_sidp.plan.what_if import WhatIf
+
+    c, a, b = 3.0, 0.02, 2e-6
+    fresh = {t: c + a * t + b * t * t for t in (512, 2048, 4096, 8192)}
+    base = Calibration(model="m", gpu="NVIDIA H200", decode_ms={1: 1.0}, prefill_ms=fresh, copy_gbps=None, source="t")
+
+    def k_of(p):
+        return 0.7 + 6e-5 * p
+
+    def clock(probes, what_if=None):
+        rows = tuple((n, p, c + a * n + b * n * (n + 2 * k_of(p) * p)) for n, p in probes)
+        cal_ = dataclasses.replace(base, prefill_prefix_ms=rows)
+        kv = SHAPES.kv_bytes_per_token(1)
+        return ShardClock(cal_, kv, what_if) if what_if else ShardClock(cal_, kv)
+
+    def ms(n, p, k):
+        return c + a * n + b * n * (n + 2 * k * p)
+
+    lined = clock(((2048, 8192), (2048, 16384), (8192, 8192)))
+    alpha, beta, p_max = lined.prefix_line
+    assert (alpha, beta, p_max) == (pytest.approx(0.7), pytest.approx(6e-5), 16384)
+    assert lined.prefill_ms([(4096, 4096)]) == pytest.approx(ms(4096, 4096, k_of(4096)))  # k 0.95: below the probes
+    assert lined.prefill_ms([(1000, 30000)]) == pytest.approx(ms(1000, 30000, k_of(16384)))  # held past the longest
+    assert lined.prefill_ms([(512, 8192), (512, 0)]) == pytest.approx(
+        c + a * 1024 + b * (512 * (512 + 2 * k_of(8192) * 8192) + 512 * 512))
+    narrow = clock(((2048, 8192), (2048, 10240), (8192, 8192)))  # 1.25x apart: one k, the median
+    assert narrow.prefix_line is None and narrow.prefix_factor == pytest.approx(k_of(8192))
+    assert narrow.prefill_ms([(4096, 4096)]) == pytest.approx(ms(4096, 4096, k_of(8192)))
+    hand = clock(((2048, 8192), (2048, 16384), (8192, 8192)), WhatIf(prefix_factor=1.0))
+    assert hand.prefix_line is None and hand.prefill_ms([(4096, 4096)]) == pytest.approx(ms(4096, 4096, 1.0))
+    k_of = lambda p: 2.0 - 5e-5 * p  # noqa: E731 - falling with the prefix: noise, not physics
+    assert clock(((2048, 8192), (2048, 16384), (8192, 8192))).prefix_line is None
+
+
 def test_the_schedulers_host_time_per_request_shows_where_it_outlasts_the_forward():
     """`Calibration.host_ms_per_request` (the scheduler's host work per running request per step): hidden behind a
     CUDA-graph step that lasts longer, added to the eager forward past SGLang's largest decode graph (the kernel

@@ -307,29 +307,67 @@ class ShardClock:
     @functools.cached_property
     def prefix_factor(self) -> float:
         """What attention over a cached prefix costs per token pair, as a multiple of attention within the new tokens
-        (`prefill_ms`' k): the median over the calibration's prefills over a prefix (`Calibration.prefill_prefix_ms`)
-        of (ms - the fresh prefill of the new tokens) / (2 b x new x prefix), at least 0; 1 without such points
-        (SGLang's triton extend attention reads the prefix's KV through the request's token table, the new tokens'
-        from the forward's own buffers: the same work, not necessarily the same speed). The what-if's
-        `WhatIf.prefix_factor` where it sets one."""
+        (`prefill_ms`' k where `prefix_line` has no line): the median over the calibration's prefills over a prefix
+        (`Calibration.prefill_prefix_ms`) of (ms - the fresh prefill of the new tokens) / (2 b x new x prefix), at
+        least 0; 1 without such points (SGLang's triton extend attention reads the prefix's KV through the request's
+        token table, the new tokens' from the forward's own buffers: the same work, not necessarily the same speed).
+        The what-if's `WhatIf.prefix_factor` where it sets one."""
         if self.what_if.prefix_factor is not None:
             return self.what_if.prefix_factor
-        c, a, b = self.prefill_fit
-        if b <= 0:  # a fit with no attention term (e.g. Mixtral-8x7B's TP1 on H200: 0 fits best) has no k
-            return 1.0
-        ks = [(ms - (c + a * n + b * n * n)) / (2 * b * n * p) for n, p, ms in self.cal.prefill_prefix_ms if n and p]
+        ks = [k for _, k in self._prefix_points]
         return max(0.0, statistics.median(ks)) if ks else 1.0
+
+    @functools.cached_property
+    def _prefix_points(self) -> tuple[tuple[int, float], ...]:
+        """(prefix tokens, k) of each calibrated prefill over a prefix (`prefix_factor`'s terms); none where the fit
+        has no attention term (e.g. Mixtral-8x7B's TP1 on H200: 0 fits best)."""
+        c, a, b = self.prefill_fit
+        if b <= 0:
+            return ()
+        return tuple((p, (ms - (c + a * n + b * n * n)) / (2 * b * n * p))
+                     for n, p, ms in self.cal.prefill_prefix_ms if n and p)
+
+    @functools.cached_property
+    def prefix_line(self) -> tuple[float, float, int] | None:
+        """k as a function of the prefix p, (alpha, beta, p_max): k(p) = alpha + beta x min(p, p_max), the least-squares
+        line through the calibration's (prefix, k) points (`_prefix_points`), held at its value at the largest probed
+        prefix beyond it. None (k is `prefix_factor` at every p) with a what-if k, or where the probes' prefixes span
+        less than 2x, or the line falls with p or starts at or below 0 (too few or noisy points to say more).
+
+        Why: the attention over a prefix costs more per token pair the longer the prefix. The bundled probes (2,048
+        new tokens over 8,192 and 16,384 cached, 8,192 over 8,192) give k 1.2 at 8,192 and 1.7 at 16,384 on most
+        shards (H100 and H200; the cause, e.g. the prefix's KV outgrowing L2, is not established), and DP
+        attention's 4,096-token chunks over 4,096 of their prompt, profiled on 2 x H200, ran at k = 1.0
+        (`benchmarks/results/plan_multi_gpu/prefix_line.md`), where the line gives 0.95; one median k put them 6 %
+        slow and the prompts over 16K-token radix hits of the Mooncake replays fast."""
+        if self.what_if.prefix_factor is not None:
+            return None
+        pts = self._prefix_points
+        ps = [p for p, _ in pts]
+        if len(set(ps)) < 2 or max(ps) < 2 * min(ps):
+            return None
+        mp, mk = statistics.fmean(ps), statistics.fmean(k for _, k in pts)
+        beta = sum((p - mp) * (k - mk) for p, k in pts) / sum((p - mp) ** 2 for p in ps)
+        alpha = mk - beta * mp
+        if beta < 0 or alpha <= 0:
+            return None
+        return alpha, beta, max(ps)
 
     def prefill_ms(self, parts, share: float = 1.0) -> float:
         """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + share x (a x new
-        tokens + b x each request's attention, new x (new + 2 k x prefix)) (`prefill_fit`, k `prefix_factor`), at
-        least `prefill_floor` and, below `PREFILL_FIT_FROM` new tokens on this GPU, the `prefill_ramp` line; `share` < 1
-        when this GPU runs only that part of the tokens' linears and attention (Shift's base configuration: 1/SP)."""
+        tokens + b x each request's attention, new x (new + 2 k x prefix)) (`prefill_fit`; k from `prefix_line` at
+        that prefix, else `prefix_factor`), at least `prefill_floor` and, below `PREFILL_FIT_FROM` new tokens on this
+        GPU, the `prefill_ramp` line; `share` < 1 when this GPU runs only that part of the tokens' linears and attention
+        (Shift's base configuration: 1/SP)."""
         c, a, b, k2, floor, ramp = self._prefill_terms
+        line = self._prefix_line_terms
         new = attention = 0
         for n, p in parts:  # one loop, not two sums of generators: the simulation calls this for every prefill
             new += n
-            attention += n * (n + k2 * p)
+            if line and p:  # 2 k(p) = 2 alpha + 2 beta x min(p, p_max)
+                attention += n * (n + (line[0] + line[1] * (p if p < line[2] else line[2])) * p)
+            else:
+                attention += n * (n + k2 * p)
         ms = c + share * (a * new + b * attention)
         here = share * new  # new tokens through this GPU's linears
         if ramp and here < PREFILL_FIT_FROM:
@@ -348,6 +386,12 @@ class ShardClock:
         `prefill_ramp`, read as one attribute: the simulation calls it some 200,000 times a planning run, and each
         cached property read costs about as much as the arithmetic."""
         return (*self.prefill_fit, 2 * self.prefix_factor, self.prefill_floor, self.prefill_ramp)
+
+    @functools.cached_property
+    def _prefix_line_terms(self) -> tuple[float, float, int] | None:
+        """`prefix_line` as (2 alpha, 2 beta, p_max), read once per `prefill_ms` call (see `_prefill_terms`)."""
+        line = self.prefix_line
+        return (2 * line[0], 2 * line[1], line[2]) if line else None
 
 
 def nonnegative_fit(x, y) -> tuple[float, ...]:
