@@ -165,11 +165,13 @@ def record_request_overhead(srv, entry: Path, repeats: int = 3) -> str:
 
 
 #: (new tokens, prefix tokens) of the prefills over a cached prefix that `record_prefix_prefills` times: Mooncake's
-#: conversations prefill a few thousand new tokens over up to ~30,000 cached ones. In this order each of the first
-#: three extends the prompt of the one before it, so the server prefills no prefix of its own after the first 8,192
-#: tokens (the three prefixes of their own sent before 2026-11-25, 8,192, 16,384 and 8,192 tokens, were about 4.7 s
-#: of a Llama-3.1-70B TP2 shard's prefills on one H200, a 8,192-token prefill taking 1.05 s)
-PREFIX_PROBES = ((2048, 8192), (6144, 10240), (2048, 16384), (8192, 8192))
+#: conversations prefill a few thousand new tokens over up to ~30,000 cached ones, and a prompt longer than the chunk
+#: prefills its later chunks over its first (DP attention's 4,096-token chunks). k grows with the prefix
+#: (`ShardClock.prefix_line`: about 1.0 at 4,096, 1.2 at 8,192, 1.7 at 16,384), so the probes span 4,096-16,384. In
+#: this order each of the first four extends the prompt of the one before it, so the server prefills no prefix of its
+#: own after the first 4,096 tokens (the three prefixes of their own sent before 2026-11-25, 8,192, 16,384 and 8,192
+#: tokens, were about 4.7 s of a Llama-3.1-70B TP2 shard's prefills on one H200, a 8,192-token prefill taking 1.05 s)
+PREFIX_PROBES = ((4096, 4096), (2048, 8192), (6144, 10240), (2048, 16384), (8192, 8192))
 
 
 def record_prefix_prefills(srv, entry: Path, probes: Sequence[tuple[int, int]] = PREFIX_PROBES) -> str:
