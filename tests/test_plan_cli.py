@@ -632,7 +632,7 @@ def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):
     starts): the request overhead, then the prefix prefills (which take it off), the served eager step and the
     stream rate, each written into the one cache entry, which still reads as a calibration."""
     from sgl_sidp.calibration.table import Calibration
-    from sgl_sidp.plan.calibrate import serve_calibration
+    from sgl_sidp.plan.calibrate import PREFIX_PROBES, serve_calibration
     from tests.test_replay import FakeSGLangServer
 
     sig = "Qwen3ForCausalLM L36 H4096 I12288 A32/8 tp1"
@@ -661,12 +661,13 @@ def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):
         what, entry = serve_calibration("m", sig, [], "NVIDIA H200", tmp_path, lambda args, log: Srv(fake),
                                         tmp_path / "log", timeout_s=30)
     assert entry == tmp_path / "entry.json" and what.startswith("measured in")
-    for part in ("request overhead", "4 of 4 prefills over a cached prefix", "served step at batch 512", "stream "):
+    for part in ("request overhead", f"{len(PREFIX_PROBES)} of {len(PREFIX_PROBES)} prefills over a cached prefix",
+                 "served step at batch 512", "stream "):
         assert part in what, what
     data = json.loads(entry.read_text())
     assert {"request_overhead_ms", "prefix_prefills", "serving_step", "stream"} <= set(data)
     cal = Calibration.from_entry(data)
-    assert len(cal.prefill_prefix_ms) == 4 and cal.host_ms_per_request is not None
+    assert len(cal.prefill_prefix_ms) == len(PREFIX_PROBES) and cal.host_ms_per_request is not None
     assert data["stream"]["tokens_per_s"] == data["stream"]["delivered_tokens_per_s"]  # 512,000 tokens/s offered
 
 
