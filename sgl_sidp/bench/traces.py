@@ -320,6 +320,20 @@ def plan_replay(
     return ReplayPlan(items, len(window), skipped, truncated)
 
 
+def replay_trace_path(replay_args: str, trace_dir: str | Path | None = None) -> Path:
+    """The trace file `python -m sgl_sidp.replay REPLAY_ARGS` read: its `--trace`, or the file of that name in
+    `trace_dir` where one is given (a replay's results read on another host than the one that ran it)."""
+    import shlex
+
+    from sgl_sidp.replay import build_parser
+
+    return _trace_in(build_parser().parse_args(shlex.split(replay_args)).trace, trace_dir)
+
+
+def _trace_in(trace: Path, trace_dir: str | Path | None) -> Path:
+    return Path(trace_dir) / trace.name if trace_dir else trace
+
+
 def sim_requests(replay_args: str, trace_dir: str | Path | None = None) -> list:
     """The planner's requests (`sgl_sidp.plan.sim.SimRequest`) for what `python -m sgl_sidp.replay REPLAY_ARGS` sends:
     the same window, scale, gap compression, context limit and prompt lengths (`plan_replay`), arriving at their send
@@ -330,8 +344,7 @@ def sim_requests(replay_args: str, trace_dir: str | Path | None = None) -> list:
     from sgl_sidp.replay import build_parser
 
     r = build_parser().parse_args(shlex.split(replay_args))
-    path = Path(trace_dir) / r.trace.name if trace_dir else r.trace
-    p = plan_replay(load_trace(path, r.trace_format), start_s=r.start_s, duration_s=r.duration_s,
+    p = plan_replay(load_trace(_trace_in(r.trace, trace_dir), r.trace_format), start_s=r.start_s, duration_s=r.duration_s,
                     max_requests=r.max_requests, time_scale=r.time_scale, compress_gaps_s=r.compress_gaps_s,
                     max_context_len=r.max_context_len, context_overflow=r.context_overflow)
     return [SimRequest(i.offset_s, i.prompt_len, max(1, i.request.output_len),

@@ -364,9 +364,10 @@ def main(argv: list[str] | None = None) -> None:
     if not groups:
         ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there "
                  "(bench.compare's are in OUT/<model>/)")
+    from sgl_sidp.bench.traces import replay_trace_path
+
     for args, _ in replay_settings(a.dir).values():  # every replayed trace readable before anything is predicted
-        trace = Path(shlex.split(args)[0].split("=", 1)[1])
-        path = a.trace_dir / trace.name if a.trace_dir else trace
+        path = replay_trace_path(args, a.trace_dir)
         if not path.is_file():
             ap.error(f"{path}: the trace a replay here sent is not there; --trace-dir names the folder that holds it")
     if a.per_request is not None:

@@ -359,8 +359,7 @@ class ShardClock:
         that prefix, else `prefix_factor`), at least `prefill_floor` and, below `PREFILL_FIT_FROM` new tokens on this
         GPU, the `prefill_ramp` line; `share` < 1 when this GPU runs only that part of the tokens' linears and attention
         (Shift's base configuration: 1/SP)."""
-        c, a, b, k2, floor, ramp = self._prefill_terms
-        line = self._prefix_line_terms
+        c, a, b, k2, line, floor, ramp = self._prefill_terms
         new = attention = 0
         for n, p in parts:  # one loop, not two sums of generators: the simulation calls this for every prefill
             new += n
@@ -381,17 +380,13 @@ class ShardClock:
         return ms if ms > floor else floor  # max(floor, ms)
 
     @functools.cached_property
-    def _prefill_terms(self) -> tuple[float, float, float, float, float, tuple]:
-        """`prefill_ms`'s constants, (c, a, b) of `prefill_fit`, 2 x `prefix_factor`, `prefill_floor` and
-        `prefill_ramp`, read as one attribute: the simulation calls it some 200,000 times a planning run, and each
-        cached property read costs about as much as the arithmetic."""
-        return (*self.prefill_fit, 2 * self.prefix_factor, self.prefill_floor, self.prefill_ramp)
-
-    @functools.cached_property
-    def _prefix_line_terms(self) -> tuple[float, float, int] | None:
-        """`prefix_line` as (2 alpha, 2 beta, p_max), read once per `prefill_ms` call (see `_prefill_terms`)."""
+    def _prefill_terms(self) -> tuple[float, float, float, float, tuple | None, float, tuple]:
+        """`prefill_ms`'s constants, (c, a, b) of `prefill_fit`, 2 x `prefix_factor`, `prefix_line` as (2 alpha,
+        2 beta, p_max) or None, `prefill_floor` and `prefill_ramp`, read as one attribute: the simulation calls it
+        some 200,000 times a planning run, and each cached property read costs about as much as the arithmetic."""
         line = self.prefix_line
-        return (2 * line[0], 2 * line[1], line[2]) if line else None
+        return (*self.prefill_fit, 2 * self.prefix_factor, (2 * line[0], 2 * line[1], line[2]) if line else None,
+                self.prefill_floor, self.prefill_ramp)
 
 
 def nonnegative_fit(x, y) -> tuple[float, ...]:
