@@ -258,8 +258,8 @@ def test_k_grows_with_the_prefix_along_the_probes_line_and_holds_past_the_longes
     def k_of(p):
         return 0.7 + 6e-5 * p
 
-    def clock(probes, what_if=None):
-        rows = tuple((n, p, c + a * n + b * n * (n + 2 * k_of(p) * p)) for n, p in probes)
+    def clock(probes, what_if=None, k=k_of):
+        rows = tuple((n, p, c + a * n + b * n * (n + 2 * k(p) * p)) for n, p in probes)
         cal_ = dataclasses.replace(base, prefill_prefix_ms=rows)
         kv = SHAPES.kv_bytes_per_token(1)
         return ShardClock(cal_, kv, what_if) if what_if else ShardClock(cal_, kv)
@@ -279,8 +279,8 @@ def test_k_grows_with_the_prefix_along_the_probes_line_and_holds_past_the_longes
     assert narrow.prefill_ms([(4096, 4096)]) == pytest.approx(ms(4096, 4096, k_of(8192)))
     hand = clock(((2048, 8192), (2048, 16384), (8192, 8192)), WhatIf(prefix_factor=1.0))
     assert hand.prefix_line is None and hand.prefill_ms([(4096, 4096)]) == pytest.approx(ms(4096, 4096, 1.0))
-    k_of = lambda p: 2.0 - 5e-5 * p  # noqa: E731 - falling with the prefix: noise, not physics
-    assert clock(((2048, 8192), (2048, 16384), (8192, 8192))).prefix_line is None
+    falling = clock(((2048, 8192), (2048, 16384), (8192, 8192)), k=lambda p: 2.0 - 5e-5 * p)  # noise, not physics
+    assert falling.prefix_line is None
 
 
 def test_the_schedulers_host_time_per_request_shows_where_it_outlasts_the_forward():
