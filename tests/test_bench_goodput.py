@@ -49,6 +49,20 @@ def test_bad_input_gets_one_line(tmp_path, capsys):
     assert "no trace replay with its per-request file (requests.csv) under traces/" in capsys.readouterr().err
 
 
+def test_a_replayed_trace_not_there_is_one_line_before_any_prediction(tmp_path, capsys):
+    """With --model-path the numbers get predictions, which replay the traces compare sent (`validate.missing_trace`,
+    as `bench.validate` checks them)."""
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir()
+    write_replay(folder, "dp2", "vanilla", [(500, 9, True)])
+    (tmp_path / "commands.txt").write_text(
+        "2026-11-27T12:35:40+00:00 commit eb46fda: python -m sgl_sidp.bench.compare --model-path m --gpus 0,1 "
+        "--configs dp2 --trace .gpu/traces/azure.csv --rates 2 --out-dir o\n")
+    with pytest.raises(SystemExit):
+        goodput.main([str(folder), "--slo", "1000/10", "--model-path", "m", "--trace-dir", str(tmp_path)])
+    assert f"{tmp_path}/azure.csv: the trace a replay here sent is not there" in capsys.readouterr().err
+
+
 def test_one_simulation_counts_every_objective(monkeypatch):
     """`plan_requests(more_slos=...)` counts each objective on the same simulated requests as `slo=` does one at a
     time; `predict` asks for them all at once (one simulation per configuration instead of one per objective)."""
@@ -78,10 +92,13 @@ def test_one_simulation_counts_every_objective(monkeypatch):
                                              for k in ("200/12", "1000/30")]
 
 
-def test_predict_lists_every_configuration_under_each_objective_against_the_best_vanilla(monkeypatch, capsys):
+def test_predict_lists_every_configuration_under_each_objective_against_the_best_vanilla(monkeypatch, capsys, tmp_path):
     """`--predict`: before any replay, each configuration's predicted goodput per objective with its ratio to the best
-    vanilla configuration's, labelled predicted; bad flag combinations are one line."""
+    vanilla configuration's, labelled predicted; bad flag combinations and a trace not there are one line."""
     from types import SimpleNamespace as NS
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "T").write_text("")  # the trace --predict names (its requests are stubbed below)
 
     rows = [NS(name="dp2", technique="vanilla", predicted=True, goodput_by_slo={"1000/10": 1.158, "1000/50": 2.5}),
             NS(name="tp2", technique="vanilla", predicted=True, goodput_by_slo={"1000/10": 0.9, "1000/50": 2.0}),
@@ -99,7 +116,9 @@ def test_predict_lists_every_configuration_under_each_objective_against_the_best
     assert "Predicted by the planner (2 x H100, replay --trace T --time-scale 0.333); nothing here is measured." in out
     assert "| TTFT / TPOT objectives | dp2 | tp2 | shift_sp2_tp1 |" in out
     assert "| 1000 / 10 ms | 1.16 (1.00x) | 0.9 (0.78x) | 1.47 (1.27x) |" in out
-    for argv, why in ((["--slo", "1000/10"], "give DIR"), (["--predict", "x", "--slo", "1000/10"], "needs --model-path")):
+    for argv, why in ((["--slo", "1000/10"], "give DIR"), (["--predict", "x", "--slo", "1000/10"], "needs --model-path"),
+                      (["--predict", "--trace U", "--model-path", "M", "--gpus", "2", "--slo", "1000/10"],
+                       "U: no such trace (--predict's --trace, in --trace-dir where given)")):
         with pytest.raises(SystemExit):
             goodput.main(argv)
         assert why in capsys.readouterr().err

@@ -177,13 +177,23 @@ def main(argv: list[str] | None = None) -> None:
     if a.predict is not None:
         if not a.model_path or not a.gpus:
             ap.error("--predict needs --model-path and --gpus")
+        from sgl_sidp.bench.traces import replay_trace_path
         from sgl_sidp.plan.planner import PlanError
 
+        trace = replay_trace_path(a.predict, a.trace_dir)
+        if not trace.is_file():
+            ap.error(f"{trace}: no such trace (--predict's --trace, in --trace-dir where given)")
         try:
             print("\n".join(predicted_table(a.model_path, a.gpu, a.gpus, a.predict, a.slo, a.trace_dir)))
         except PlanError as e:
             ap.error(str(e))
         return
+    if a.model_path:  # the predictions beside each number replay the traces
+        from sgl_sidp.bench.validate import missing_trace
+
+        missing = missing_trace(a.dir, a.trace_dir)
+        if missing:
+            ap.error(missing)
     lines = table(a.dir, a.slo, a.model_path, a.gpu, a.trace_dir)
     if not lines:
         ap.error(f"{a.dir}: no trace replay with its per-request file ({REQUESTS_CSV}) under traces/")

@@ -104,6 +104,19 @@ def replay_settings(folder: Path) -> dict:
     return out
 
 
+def missing_trace(folder: Path, trace_dir: Path | None = None) -> str | None:
+    """One error line naming the first trace a replay of `folder` (OUT/<model>) sent that is not readable here (looked
+    up in `trace_dir` where given, as `sim_requests` looks), or None when every one is: checked before a prediction,
+    which would otherwise stop inside `load_trace` with a traceback."""
+    from sgl_sidp.bench.traces import replay_trace_path
+
+    for args, _ in replay_settings(folder).values():
+        path = replay_trace_path(args, trace_dir)
+        if not path.is_file():
+            return f"{path}: the trace a replay here sent is not there; --trace-dir names the folder that holds it"
+    return None
+
+
 def load(folder: Path) -> dict[int, dict[str, dict]]:
     """{GPU count: {the planner's configuration name: measured}} of a results folder, either kind (module docstring).
     Measured: "kv" (label, DP ranks the prediction's total is split over, tokens), "ttft_ms" ({prompt tokens: ms}),
@@ -364,12 +377,9 @@ def main(argv: list[str] | None = None) -> None:
     if not groups:
         ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there "
                  "(bench.compare's are in OUT/<model>/)")
-    from sgl_sidp.bench.traces import replay_trace_path
-
-    for args, _ in replay_settings(a.dir).values():  # every replayed trace readable before anything is predicted
-        path = replay_trace_path(args, a.trace_dir)
-        if not path.is_file():
-            ap.error(f"{path}: the trace a replay here sent is not there; --trace-dir names the folder that holds it")
+    missing = missing_trace(a.dir, a.trace_dir)
+    if missing:
+        ap.error(missing)
     if a.per_request is not None:
         if a.per_request < 0:
             ap.error(f"--per-request {a.per_request}: how many requests to list, 0 or more")
