@@ -371,6 +371,8 @@ class Measurement:
         refusal or failure is recorded)."""
         from sgl_sidp.bench.server import ServerProcess
 
+        if self.a.stopping.is_set():  # interrupted: a thread still running starts no new server
+            return False
         launcher, flags = server_flags(self.job, self.a)
         # one calibration cache per model for servers that run one after the other (a ZeroDP source measures its
         # forward times once, and its sinks' copy rates, measured at a start that offloads nothing, reach the next
@@ -780,6 +782,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     a.t0 = time.time()  # what --deadline-s counts from
     a.live = set()  # the Measurements whose server runs (stopped on SIGTERM)
+    a.stopping = threading.Event()  # set on SIGTERM: no new server starts
     a.gpus = [g for g in a.gpus.split(",") if g]
     a.config_args = dict(c.partition("=")[::2] for c in a.config_args)
     try:
@@ -832,6 +835,9 @@ def check(a: argparse.Namespace) -> list[str]:
 
 
 def _interrupt(signum, frame) -> None:  # noqa: ARG001
+    """The first SIGTERM stops the run; later ones are ignored, so that stopping the servers is not itself cut short
+    (a second signal inside the handler left a 4-GPU server running into the next device call)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -880,9 +886,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 run_rounds(todo, a, log)
         except KeyboardInterrupt:
-            log("interrupted: stopping the servers; what was measured is kept")
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            a.stopping.set()
             for m in list(a.live):
                 m.stop()
+            log("interrupted: the servers stopped; what was measured is kept")
         finally:
             if prebuild is not None:
                 prebuild.stop()
