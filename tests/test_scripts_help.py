@@ -30,7 +30,7 @@ HELP_TIMEOUT_S = 60
 #: shell scripts -> the variable that must be set (checked with it unset)
 SH_REQUIRED_VAR = {"gpu_zerodp_microbench.sh": "OUT"}
 #: shell scripts that need positional arguments (checked with none)
-SH_REQUIRED_ARGS = ("gpu_calibrate_model.sh", "gpu_capacity_probe.sh", "gpu_compare_families.sh")
+SH_REQUIRED_ARGS = ("gpu_calibrate_model.sh", "gpu_capacity_probe.sh", "gpu_compare_families.sh", "gpu_runs.sh")
 #: variables a shell script may read without documenting them
 SH_STANDARD_VARS = {"PATH", "PWD", "HOME", "BASH_SOURCE"}
 

@@ -1,0 +1,70 @@
+#!/bin/bash
+# Named side-by-side runs (`python -m sgl_sidp.bench.compare`) for one device call on a lent GPU host, each stopped
+# before the call's end and resumable: a run folder carried back in .gpu/prev/NAME is copied into $OUT/NAME first,
+# and compare skips what it holds. Every folder under $OUT is also packed as $OUT/NAME.tgz (a call returns few files).
+# Usage (GPU host, repo root; carry .whl, .gpu/models, .gpu/traces and .gpu/prev):
+#   SIDP_COMMIT=$(git rev-parse --short HEAD) TOTAL=570 OUT=/some/dir bash scripts/gpu_runs.sh RUN [RUN...]
+# TOTAL: seconds this call may take in all (default 570). Folder names end in the GPU count and kind (h100, h200).
+# Runs (the objective each replay counts goodput under is fixed here, before the run):
+#   exact4       Shift's base forced (th1) with and without --shift-exact, SP4 and SP2 x TP2, four dense families
+#   q30_mooncake ZeroDP on the Mooncake conversation trace's first 60 s (Qwen3-30B-A3B, 2 + 2 GPUs at once; 2 s / 100 ms)
+#   q8_shift3x   Shift SP2 on the Azure code trace at 3x (Qwen3-8B, 2 + 2 GPUs at once; 1 s / 8 ms)
+#   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
+#   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms)
+#   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
+set -u
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
+[ $# -ge 1 ] || { echo "usage: SIDP_COMMIT=C OUT=DIR bash scripts/gpu_runs.sh RUN [RUN...] (--help lists the runs)" >&2; exit 2; }
+for v in SIDP_COMMIT OUT; do
+  [ -n "${!v:-}" ] || { echo "gpu_runs.sh: set $v (SIDP_COMMIT: the commit, the host has no .git; OUT: the results folder)" >&2; exit 2; }
+done
+export SIDP_COMMIT NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+T0=$(date +%s) TOTAL=${TOTAL:-570}
+left() { echo $(( TOTAL - ($(date +%s) - T0) )); }
+source scripts/gpu_env.sh
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+NG=$(nvidia-smi -L | wc -l)
+case "$GPU" in *H100*) TAG=h100;; *H200*) TAG=h200;; *) TAG=other;; esac
+echo "GPU: $GPU x $NG, commit $SIDP_COMMIT"
+X="--attention-backend triton --sampling-backend pytorch"
+AZURE=.gpu/traces/AzureLLMInferenceTrace_code.csv
+resume() { [ -d ".gpu/prev/$1" ] && { mkdir -p "$OUT/$1"; cp -r ".gpu/prev/$1/." "$OUT/$1/"; chmod -R u+w "$OUT/$1"; }; true; }
+cmp() {  # cmp NAME MODEL COMPARE_ARGS...: bench.compare into $OUT/NAME, stopped before the call's end
+  local name=$1 model=$2 L; shift 2; resume "$name"; L=$(left)
+  timeout -s TERM $((L - 15)) python3 -m sgl_sidp.bench.compare --model-path ".gpu/models/$model" --load-format dummy \
+    --extra-args "$X" --out-dir "$OUT/$name" --deadline-s $((L - 75)) --step-grace-s 40 --ready-timeout-s 320 --no-predict "$@"
+}
+for RUN in "$@"; do
+  L=$(left); [ "$L" -lt 150 ] && [ "$RUN" != pack ] && { echo "skip $RUN: $L s left"; continue; }
+  echo "=== $RUN ($L s left) $(date -u +%T)"
+  case $RUN in
+    exact4)
+      OUT=$OUT timeout -s TERM $((L - 10)) bash scripts/gpu_compare_families.sh "exact_4gpu_shift_$TAG" \
+        "qwen3 qwen2 llama mistral" --gpus 0,1,2,3 \
+        --configs shift_sp4_tp1_th1,shift_sp4_tp1_th1_exact,shift_sp2_tp2_th1,shift_sp2_tp2_th1_exact \
+        --exact --servers-per-gpu 4 --extra-args "$X --max-total-tokens 65536 --cuda-graph-max-bs 8" \
+        --deadline-s $((L - 70)) --step-grace-s 40 --ready-timeout-s 300 --no-predict ;;
+    q30_mooncake)
+      cmp "q30_mooncake_${NG}gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --parallel \
+        --configs tp2,zerodp_dp2_kv14459,dp2,dp2_attn --burst 64+2048+32 \
+        --trace .gpu/traces/mooncake_head400.jsonl --rates 1 --trace-args '--duration-s 60 --max-context-len 40960' \
+        --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
+    q8_shift3x)
+      cmp "q8_shift_3x300s_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
+        --burst 64+2048+32 --trace "$AZURE" --rates 3 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q32_shift4)
+      cmp "q32_shift_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,shift_sp2_tp2,tp2_dp2,shift_sp4_tp1 \
+        --burst 64+2048+32 --trace "$AZURE" --rates 2 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
+    q32_shift4_15x)
+      cmp "q32_shift_1.5x_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 \
+        --configs shift_sp2_tp2,tp4,tp2_dp2,dp4,shift_sp4_tp1 --burst 64+2048+32 --trace "$AZURE" --rates 1.5 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
+    pack)
+      [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
+    *) echo "unknown run $RUN (--help lists them)" ;;
+  esac
+done
+for d in "$OUT"/*/; do [ -d "$d" ] && tar czf "${d%/}.tgz" -C "$OUT" "$(basename "$d")"; done
+echo "=== done $(date -u +%T), $(left) s of $TOTAL left"
