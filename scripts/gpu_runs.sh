@@ -3,7 +3,7 @@
 # before the call's end and resumable: a run folder carried back in .gpu/prev/NAME is copied into $OUT/NAME first,
 # and compare skips what it holds. Every folder under $OUT is also packed as $OUT/NAME.tgz (a call returns few files).
 # Usage (GPU host, repo root; carry .whl, .gpu/models, .gpu/traces and .gpu/prev):
-#   SIDP_COMMIT=$(git rev-parse --short HEAD) TOTAL=570 OUT=/some/dir bash scripts/gpu_runs.sh RUN [RUN...]
+#   SIDP_COMMIT=COMMIT TOTAL=570 OUT=/some/dir bash scripts/gpu_runs.sh RUN [RUN...]   (COMMIT written out: no .git there)
 # TOTAL: seconds this call may take in all (default 570). Folder names end in the GPU count and kind (h100, h200).
 # Runs (the objective each replay counts goodput under is fixed here, before the run):
 #   exact4       Shift's base forced (th1) with and without --shift-exact, SP4 and SP2 x TP2, four dense families
