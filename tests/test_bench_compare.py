@@ -412,3 +412,24 @@ def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
     runner.a, sent[:] = SimpleNamespace(burst=None, profile=None), []
     runner.warm_up()
     assert [k for k, _ in sent] == ["one"] * 4
+
+
+def test_busy_gpus_name_each_gpu_another_process_holds_and_wait_for_one_being_freed():
+    held = {0: (int(0.6 * 2**30), [11]), 1: (int(131.4 * 2**30), [27039, 27040])}
+    assert compare.busy_gpus(["0", "1"], wait_s=0, used=held.get) == [
+        "GPU 1 already holds 131.4 GiB (pids 27039, 27040): another process runs there"]
+    assert compare.busy_gpus(["0"], wait_s=0, used=held.get) == []
+    assert compare.busy_gpus(["0", "1"], wait_s=0, used=lambda i: None) == []  # NVML cannot tell: no check
+    freeing = iter([(80 * 2**30, [5]), (2**29, [])])  # the last configuration's server exiting
+    assert compare.busy_gpus(["2"], wait_s=5, used=lambda i: next(freeing)) == []
+
+
+def test_a_busy_gpu_leaves_its_configuration_with_one_line_and_starts_no_server(tmp_path, fake, monkeypatch):
+    dense = model(tmp_path, "dense", DENSE)
+    monkeypatch.setattr(compare, "busy_gpus", lambda gpus: [f"GPU {gpus[-1]} already holds 131.4 GiB (pids 7): "
+                                                            "another process runs there"])
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst", "4+16+4")) == 1
+    res = json.loads((tmp_path / "out" / "dense" / "tp2.json").read_text())
+    assert res["error"] == {"where": "start", "what": "GPU 1 already holds 131.4 GiB (pids 7): another process runs there"}
+    assert "command" in res and not (tmp_path / "out" / "dense" / "logs" / "tp2.log").exists()
+    assert "did not start: GPU 1 already holds 131.4 GiB" in (tmp_path / "out" / "compare.md").read_text()

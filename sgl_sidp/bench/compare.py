@@ -324,6 +324,33 @@ def gpu_name(index: str) -> str | None:
     return nvml_name(int(index))
 
 
+#: a GPU that still holds more than this once a server is due to start runs something else: one server's CUDA
+#: context is about 0.5 GiB, and a server of the last configuration frees its memory within seconds of exiting
+BUSY_GIB = 2.0
+#: how long a busy GPU is waited for before the configuration is left with one line saying so (s)
+BUSY_WAIT_S = 30.0
+
+
+def busy_gpus(gpus: Sequence[str], wait_s: float = BUSY_WAIT_S,
+              used: Callable[[int], tuple[int, list[int]] | None] | None = None) -> list[str]:
+    """One line per GPU of `gpus` (this process's numbering) that holds more than `BUSY_GIB` GiB after waiting up to
+    `wait_s` for it to drop: a server started there would fail on memory with SGLang's traceback instead (a server
+    a stopped call left running on a 4 x H200 host made the next call's servers OOM). [] when NVML cannot tell."""
+    if used is None:
+        from sgl_sidp.peer.topology import gpu_memory_used as used
+    deadline = time.time() + wait_s
+    while True:
+        lines = []
+        for g in gpus:
+            got = used(int(g))
+            if got is not None and got[0] > BUSY_GIB * 2**30:
+                pids = f" (pids {', '.join(map(str, got[1]))})" if got[1] else ""
+                lines.append(f"GPU {g} already holds {got[0] / 2**30:.1f} GiB{pids}: another process runs there")
+        if not lines or time.time() >= deadline:
+            return lines
+        time.sleep(1.0)
+
+
 class Measurement:
     """One job's server on its GPUs and the steps run against it; its result file is rewritten after each step.
 
@@ -395,6 +422,12 @@ class Measurement:
                          "calibration_dir": env["SIDP_CALIBRATION_DIR"],
                          "config_args": self.a.config_args.get(self.job.name) or None,
                          "started": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        busy = busy_gpus(self.gpus) if self.a.servers_per_gpu == 1 else []  # packed servers share GPUs on purpose
+        if busy:
+            self.res["error"] = {"where": "start", "what": "; ".join(busy)}
+            self.save()
+            self.a.live.discard(self)
+            return False
         self.res.pop("error", None)
         self.srv.start()
         try:

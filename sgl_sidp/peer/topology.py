@@ -115,6 +115,20 @@ def gpu_memory_bytes(index: int) -> int | None:
     return _nvml_query(index, lambda nvml, handle: int(nvml.nvmlDeviceGetMemoryInfo(handle).total))
 
 
+def gpu_memory_used(index: int) -> tuple[int, list[int]] | None:
+    """(bytes in use, pids of the processes computing on it) of visible GPU `index` from NVML, without initialising
+    CUDA; None when NVML cannot tell."""
+    def read(nvml, handle):
+        used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+        try:
+            pids = sorted(int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        except Exception:  # noqa: BLE001 - some drivers do not list processes inside a container
+            pids = []
+        return used, pids
+
+    return _nvml_query(index, read)
+
+
 def peer_access_problems(pairs: Sequence[tuple[int, int]], can_read: Callable[[int, int], bool | None] | None = None) -> list[str]:
     """One line per (owner, reader) GPU pair where the reader cannot read the owner's memory.
 
