@@ -11,6 +11,9 @@
 #   q8_shift3x   Shift SP2 on the Azure code trace at 3x (Qwen3-8B, 2 + 2 GPUs at once; 1 s / 8 ms)
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms)
+#   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
+#                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration)
+#   l70_sidp512  the same burst on Llama-3.1-70B, 4 GPUs (predicted on 4 x H100: SiDP DP4 auto 1.17x TP4)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -61,6 +64,11 @@ for RUN in "$@"; do
       cmp "q32_shift_1.5x_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 \
         --configs shift_sp2_tp2,tp4,tp2_dp2,dp4,shift_sp4_tp1 --burst 64+2048+32 --trace "$AZURE" --rates 1.5 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
+    q32_sidp512)
+      cmp "q32_sidp512_2gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --parallel --configs tp2,sidp_dp2_auto,dp2,sidp_dp2_was \
+        --burst 512+2048+16 ;;
+    l70_sidp512)
+      cmp "l70_sidp512_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs sidp_dp4_auto,tp4 --burst 512+2048+16 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
