@@ -63,6 +63,18 @@ def test_a_replayed_trace_not_there_is_one_line_before_any_prediction(tmp_path, 
     assert f"{tmp_path}/azure.csv: the trace a replay here sent is not there" in capsys.readouterr().err
 
 
+def test_predict_replay_arguments_the_replay_refuses_are_one_error_line(capsys):
+    """A REPLAY_ARGS without --trace (or with a flag the replay does not know) is refused as the replay would refuse
+    it, in one line under goodput's usage, not with the replay's usage and exit."""
+    for bad, why in (("--time-scale 0.5 --duration-s 300", "required: --trace"), ("--trace t.csv --rate 2", "--rate 2")):
+        with pytest.raises(SystemExit) as e:
+            goodput.main(["--predict", bad, "--model-path", "m", "--gpus", "2", "--slo", "1000/10"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and "python -m sgl_sidp.replay" not in "\n".join(err)
+        assert err[-1].startswith("python -m sgl_sidp.bench.goodput: error: --predict: the replay arguments")
+        assert why in err[-1]
+
+
 def test_one_simulation_counts_every_objective(monkeypatch):
     """`plan_requests(more_slos=...)` counts each objective on the same simulated requests as `slo=` does one at a
     time; `predict` asks for them all at once (one simulation per configuration instead of one per objective)."""

@@ -180,7 +180,10 @@ def main(argv: list[str] | None = None) -> None:
         from sgl_sidp.bench.traces import replay_trace_path
         from sgl_sidp.plan.planner import PlanError
 
-        trace = replay_trace_path(a.predict, a.trace_dir)
+        try:
+            trace = replay_trace_path(a.predict, a.trace_dir)
+        except ValueError as e:
+            ap.error(f"--predict: {e}")
         if not trace.is_file():
             ap.error(f"{trace}: no such trace (--predict's --trace, in --trace-dir where given)")
         try:

@@ -320,14 +320,34 @@ def plan_replay(
     return ReplayPlan(items, len(window), skipped, truncated)
 
 
-def replay_trace_path(replay_args: str, trace_dir: str | Path | None = None) -> Path:
-    """The trace file `python -m sgl_sidp.replay REPLAY_ARGS` read: its `--trace`, or the file of that name in
-    `trace_dir` where one is given (a replay's results read on another host than the one that ran it)."""
+def parse_replay_args(replay_args: str):
+    """`python -m sgl_sidp.replay REPLAY_ARGS`'s arguments (an argparse Namespace).
+
+    Raises:
+        ValueError: one line, what the replay would refuse (a missing `--trace`, an unknown flag), instead of
+            argparse's usage and exit.
+    """
     import shlex
 
     from sgl_sidp.replay import build_parser
 
-    return _trace_in(build_parser().parse_args(shlex.split(replay_args)).trace, trace_dir)
+    parser = build_parser()
+
+    def refuse(message: str):
+        raise ValueError(f"the replay arguments {replay_args!r}: {message}")
+
+    parser.error = refuse
+    return parser.parse_args(shlex.split(replay_args))
+
+
+def replay_trace_path(replay_args: str, trace_dir: str | Path | None = None) -> Path:
+    """The trace file `python -m sgl_sidp.replay REPLAY_ARGS` read: its `--trace`, or the file of that name in
+    `trace_dir` where one is given (a replay's results read on another host than the one that ran it).
+
+    Raises:
+        ValueError: arguments the replay would refuse (`parse_replay_args`).
+    """
+    return _trace_in(parse_replay_args(replay_args).trace, trace_dir)
 
 
 def _trace_in(trace: Path, trace_dir: str | Path | None) -> Path:
@@ -338,12 +358,9 @@ def sim_requests(replay_args: str, trace_dir: str | Path | None = None) -> list:
     """The planner's requests (`sgl_sidp.plan.sim.SimRequest`) for what `python -m sgl_sidp.replay REPLAY_ARGS` sends:
     the same window, scale, gap compression, context limit and prompt lengths (`plan_replay`), arriving at their send
     offsets; `trace_dir`: where to find the trace file instead of its path in the arguments."""
-    import shlex
-
     from sgl_sidp.plan.sim import SimRequest
-    from sgl_sidp.replay import build_parser
 
-    r = build_parser().parse_args(shlex.split(replay_args))
+    r = parse_replay_args(replay_args)
     p = plan_replay(load_trace(_trace_in(r.trace, trace_dir), r.trace_format), start_s=r.start_s, duration_s=r.duration_s,
                     max_requests=r.max_requests, time_scale=r.time_scale, compress_gaps_s=r.compress_gaps_s,
                     max_context_len=r.max_context_len, context_overflow=r.context_overflow)
