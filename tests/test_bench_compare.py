@@ -136,6 +136,10 @@ def test_timed_rounds_run_side_by_side_and_give_ratios_to_the_best_vanilla(tmp_p
     assert sum(v["decode_tokens"] for v in b["per_rank"].values()) == 8 * 3
     t = res["sidp_dp2_cas"]["traces"]["az@2x"]
     assert t["completed"] == 3 and t["request_goodput"] > 0 and "az@4x" in res["sidp_dp2_cas"]["traces"]
+    kept = out / "dense" / "traces" / "sidp_dp2_cas" / "az_2x"  # per-request files: the csv, and the jsonl gzipped
+    assert (kept / "requests.csv").is_file() and not (kept / "requests.jsonl").exists()
+    from sgl_sidp.bench.validate import measured_requests
+    assert [r["id"] for r in measured_requests(out / "dense", "sidp_dp2_cas", "az@2x")] == [0, 1, 2]
     md = (out / "compare.md").read_text()
     assert "## dense on 2 x unknown GPU" in md and "## dense on 4 x unknown GPU" in md
     assert "Trace replay az@2x:" in md and "Burst 8+16+4" in md

@@ -324,6 +324,18 @@ def gpu_name(index: str) -> str | None:
     return nvml_name(int(index))
 
 
+def gzip_in_place(path: Path) -> None:
+    """`path` replaced by `path`.gz (no timestamp: the same bytes each time); nothing when `path` is not there. A
+    replay's per-request file with each token's time is some 450 KB a configuration, and a results folder travels to
+    every GPU host with the repository, under the device tool's 64 MiB with the SGLang wheelhouse."""
+    if not path.is_file():
+        return
+    with open(path, "rb") as src, open(path.with_name(path.name + ".gz"), "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as dst:
+        shutil.copyfileobj(src, dst)
+    path.unlink()
+
+
 #: a GPU that still holds more than this once a server is due to start runs something else: one server's CUDA
 #: context is about 0.5 GiB, and a server of the last configuration frees its memory within seconds of exiting
 BUSY_GIB = 2.0
@@ -558,6 +570,8 @@ class Measurement:
         folder = self.job.result.parent / "traces" / self.job.name / key.replace("@", "_")
         summary = replay(key, shlex.join(args), self.srv.base_url, folder, self.job.name)
         self.res.setdefault("traces", {})[key] = {"rate": rate, **{k: summary.get(k) for k in TRACE_KEYS}}
+        gzip_in_place(folder / "requests.jsonl")  # what bench.validate reads; requests.csv stays for bench.goodput
+
 
     def run_step(self, name: str, body: Callable[[], None]) -> None:
         """Run one step; an exception is recorded as the step's error (the server's state with it)."""
