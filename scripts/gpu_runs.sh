@@ -32,7 +32,7 @@ echo "GPU: $GPU x $NG, commit $SIDP_COMMIT"
 X="--attention-backend triton --sampling-backend pytorch"
 AZURE=.gpu/traces/AzureLLMInferenceTrace_code.csv
 resume() { [ -d ".gpu/prev/$1" ] && { mkdir -p "$OUT/$1"; cp -r ".gpu/prev/$1/." "$OUT/$1/"; chmod -R u+w "$OUT/$1"; }; true; }
-cmp() {  # cmp NAME MODEL COMPARE_ARGS...: bench.compare into $OUT/NAME, stopped before the call's end
+compare_run() {  # compare_run NAME MODEL COMPARE_ARGS...: bench.compare into $OUT/NAME, stopped before the call's end
   local name=$1 model=$2 L; shift 2; resume "$name"; L=$(left)
   timeout -s TERM $((L - 15)) python3 -m sgl_sidp.bench.compare --model-path ".gpu/models/$model" --load-format dummy \
     --extra-args "$X" --out-dir "$OUT/$name" --deadline-s $((L - 75)) --step-grace-s 40 --ready-timeout-s 320 --no-predict "$@"
@@ -48,27 +48,27 @@ for RUN in "$@"; do
         --exact --servers-per-gpu 4 --extra-args "$X --max-total-tokens 65536 --cuda-graph-max-bs 8" \
         --deadline-s $((L - 70)) --step-grace-s 40 --ready-timeout-s 300 --no-predict ;;
     q30_mooncake)
-      cmp "q30_mooncake_${NG}gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --parallel \
+      compare_run "q30_mooncake_${NG}gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --parallel \
         --configs tp2,zerodp_dp2_kv14459,dp2,dp2_attn --burst 64+2048+32 \
         --trace .gpu/traces/mooncake_head400.jsonl --rates 1 --trace-args '--duration-s 60 --max-context-len 40960' \
         --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
     q8_shift3x)
-      cmp "q8_shift_3x300s_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
+      compare_run "q8_shift_3x300s_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q32_shift4)
-      cmp "q32_shift_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,shift_sp2_tp2,tp2_dp2,shift_sp4_tp1 \
+      compare_run "q32_shift_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,shift_sp2_tp2,tp2_dp2,shift_sp4_tp1 \
         --burst 64+2048+32 --trace "$AZURE" --rates 2 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
     q32_shift4_15x)
-      cmp "q32_shift_1.5x_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 \
+      compare_run "q32_shift_1.5x_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 \
         --configs shift_sp2_tp2,tp4,tp2_dp2,dp4,shift_sp4_tp1 --burst 64+2048+32 --trace "$AZURE" --rates 1.5 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
     q32_sidp512)
-      cmp "q32_sidp512_2gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --parallel --configs tp2,sidp_dp2_auto,dp2,sidp_dp2_was \
+      compare_run "q32_sidp512_2gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --parallel --configs tp2,sidp_dp2_auto,dp2,sidp_dp2_was \
         --burst 512+2048+16 ;;
     l70_sidp512)
-      cmp "l70_sidp512_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs sidp_dp4_auto,tp4 --burst 512+2048+16 ;;
+      compare_run "l70_sidp512_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs sidp_dp4_auto,tp4 --burst 512+2048+16 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
