@@ -4,13 +4,17 @@
 # and compare skips what it holds. Every folder under $OUT is also packed as $OUT/NAME.tgz (a call returns few files).
 # Usage (GPU host, repo root; carry .whl, .gpu/models, .gpu/traces and .gpu/prev):
 #   SIDP_COMMIT=COMMIT TOTAL=570 OUT=/some/dir bash scripts/gpu_runs.sh RUN [RUN...]   (COMMIT written out: no .git there)
-# TOTAL: seconds this call may take in all (default 570). Folder names end in the GPU count and kind (h100, h200).
+# TOTAL: seconds this call may take in all (default 570). Folder names end in the GPUs a configuration spans and their kind
+# (h100, h200); the 2-GPU runs need a 4-GPU host (two configurations at once, --parallel).
 # Runs (the objective each replay counts goodput under is fixed here, before the run):
 #   exact4       Shift's base forced (th1) with and without --shift-exact, SP4 and SP2 x TP2, four dense families
-#   q30_mooncake ZeroDP on the Mooncake conversation trace's first 60 s (Qwen3-30B-A3B, 2 + 2 GPUs at once; 2 s / 100 ms)
-#   q8_shift3x   Shift SP2 on the Azure code trace at 3x (Qwen3-8B, 2 + 2 GPUs at once; 1 s / 8 ms)
+#   q30_mooncake ZeroDP on the Mooncake conversation trace's first 60 s (Qwen3-30B-A3B, 2 + 2 GPUs at once; 2 s / 100 ms;
+#                predicted on 2 x H100: TP2 best, ZeroDP sized for the window's context 0.87x)
+#   q8_shift3x   Shift SP2 on the Azure code trace at 3x (Qwen3-8B, 2 + 2 GPUs at once; 1 s / 8 ms; predicted on
+#                2 x H100: 1.88x TP2, the best vanilla configuration; on 2 x H200 measured 1.18x)
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
-#   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms)
+#   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
+#                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; on 4 x H100 SP2 x TP2 1.11x)
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration)
 #   l70_sidp512  the same burst on Llama-3.1-70B, 4 GPUs (predicted on 4 x H100: SiDP DP4 auto 1.17x TP4)
@@ -48,12 +52,12 @@ for RUN in "$@"; do
         --exact --servers-per-gpu 4 --extra-args "$X --max-total-tokens 65536 --cuda-graph-max-bs 8" \
         --deadline-s $((L - 70)) --step-grace-s 40 --ready-timeout-s 300 --no-predict ;;
     q30_mooncake)
-      compare_run "q30_mooncake_${NG}gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --parallel \
-        --configs tp2,zerodp_dp2_kv14459,dp2,dp2_attn --burst 64+2048+32 \
+      compare_run "q30_mooncake_2gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --parallel \
+        --configs tp2,zerodp_dp2_kv10262,dp2,dp2_attn --burst 64+2048+32 \
         --trace .gpu/traces/mooncake_head400.jsonl --rates 1 --trace-args '--duration-s 60 --max-context-len 40960' \
         --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
     q8_shift3x)
-      compare_run "q8_shift_3x300s_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
+      compare_run "q8_shift_3x300s_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q32_shift4)
