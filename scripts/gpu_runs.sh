@@ -16,7 +16,8 @@
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
 #                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; on 4 x H100 SP2 x TP2 1.11x)
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
-#                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration)
+#                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
+#                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
 #   l70_sidp512  the same burst on Llama-3.1-70B, 4 GPUs (predicted on 4 x H100: SiDP DP4 auto 1.17x TP4)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
