@@ -91,3 +91,27 @@ def test_nvml_p2p_read_one_gpu_listed_twice(monkeypatch):
     calls = fake_pynvml(monkeypatch)
     can_read = preflight._nvml_p2p_read(["0", "0"])
     assert can_read(0, 1) is True and can_read(1, 0) is True and calls == []
+
+
+def test_gpu_memory_used_reads_nvml_and_its_processes(monkeypatch):
+    """Bytes in use and the pids computing on a visible GPU, from NVML; the pids left out where the driver does not
+    list them; None without NVML."""
+    import types
+
+    from sgl_sidp.peer.topology import gpu_memory_used
+
+    fake_pynvml(monkeypatch)
+    import pynvml
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    pynvml.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used={"idx5": 7 << 30}.get(h, 0))
+    pynvml.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=31), types.SimpleNamespace(pid=9)]
+    assert gpu_memory_used(1) == (7 << 30, [9, 31])
+
+    def hidden(h):
+        raise RuntimeError("Not Supported")
+
+    pynvml.nvmlDeviceGetComputeRunningProcesses = hidden
+    assert gpu_memory_used(0) == (0, [])
+    fake_pynvml(monkeypatch, fail_init=True)
+    assert gpu_memory_used(0) is None
