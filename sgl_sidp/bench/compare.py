@@ -572,7 +572,6 @@ class Measurement:
         self.res.setdefault("traces", {})[key] = {"rate": rate, **{k: summary.get(k) for k in TRACE_KEYS}}
         gzip_in_place(folder / "requests.jsonl")  # what bench.validate reads; requests.csv stays for bench.goodput
 
-
     def run_step(self, name: str, body: Callable[[], None]) -> None:
         """Run one step; an exception is recorded as the step's error (the server's state with it)."""
         if self.srv is None or self.srv.proc.poll() is not None:
