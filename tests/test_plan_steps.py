@@ -318,7 +318,7 @@ def test_zerodp_rows_predict_the_policy_each_name_launches():
     assert layers["zerodp_dp2"] == 0 and layers["zerodp_dp2_all"] == 48 and 0 < layers["zerodp_dp2_pf8192"] <= 48
     assert rows["zerodp_dp2"].total_tok_s == rows["dp2"].total_tok_s
     assert rows["zerodp_dp2_all"].kv_tokens_total > 1.3 * rows["dp2"].kv_tokens_total  # the sink holds no experts
-    assert rows["shift_sp2_tp1_th1"].not_predicted == "the planner does not model option 'th1' of shift"
+    assert rows["shift_sp2_tp1_th1"].not_predicted == "not a configuration of this model on 2 GPUs"  # MoE
     with pytest.raises(PlanError, match="runs on 4 GPUs, not 2"):
         plan(str(qwen), 2, "H200", "offline:4:16:4", names=["zerodp_dp4"])
 
@@ -476,3 +476,23 @@ def test_dp_attention_prefills_chunks_of_its_dp_share_and_counts_another_ranks_t
     moe = Shard("Qwen3-30B-A3B")
     assert moe.shapes.experts_per_token == 8 and share(moe, 2) == pytest.approx(0.5)
     assert share(Shard("Qwen3-8B"), 2) == pytest.approx(0.643, abs=1e-3)
+
+
+def test_shift_named_with_a_threshold_runs_at_it_and_is_simulated_apart():
+    """`shift_spS_tpT_thN` is predicted at threshold N (a server's own, as `bench.validate` names it), in a simulation
+    of its own (configurations share one only where their decisions match); `_exact`'s cost is not modelled."""
+    from sgl_sidp.plan.planner import plan
+
+    qwen = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-8B"
+    if not (qwen / "config.json").is_file():
+        pytest.skip(f"{qwen} missing (../shared/models)")
+    r = plan(str(qwen), 2, "H200", "offline:256:512:128",
+             names=["shift_sp2_tp1_th1", "shift_sp2_tp1_th100000", "shift_sp2_tp1_exact"])
+    rows = {x.name: x for x in r["configurations"]}
+    assert rows["shift_sp2_tp1"].decisions["shift_threshold"] not in (1, 100000)
+    assert rows["shift_sp2_tp1_th1"].decisions["shift_threshold"] == 1.0
+    summary = ("total_tok_s", "tpot_ms_p50")  # decodes in base, and all in TP: neither the planner's schedule
+    th1, th_inf, own = ([getattr(rows[n], k) for k in summary] for n in
+                        ("shift_sp2_tp1_th1", "shift_sp2_tp1_th100000", "shift_sp2_tp1"))
+    assert len({tuple(th1), tuple(th_inf), tuple(own)}) == 3
+    assert rows["shift_sp2_tp1_exact"].not_predicted == "the planner does not model option 'exact' of shift"

@@ -299,6 +299,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     stream = (what_if.stream_tokens_per_s if what_if.stream_tokens_per_s is not None else
               stream_tokens_per_s(kind["name"], calibration_dirs, model=whole))
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
+    planned = {c.base_name for c in configs}  # what the model runs on these GPUs (a named one outside: not predicted)
     configs += [configuration_named(v) for c in list(configs) for v in c.kind.variants(c, context)]
     known = {c.name for c in configs}
     for name in names:  # asked for by name (compare's configurations, the launcher's verdict)
@@ -322,7 +323,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
                "mem_fraction_static": frac}  # the `PlanRow`'s fields so far
         unmodeled = [o for o in c.options if option(o)[0] not in c.kind.modeled_options]
-        skip = (f"the planner does not model option {unmodeled[0]!r} of {c.technique}" if unmodeled
+        skip = (f"not a configuration of this model on {n_gpus} GPUs" if c.base_name not in planned
+                else f"the planner does not model option {unmodeled[0]!r} of {c.technique}" if unmodeled
                 else c.kind.known_failure(c, hf))
         if skip:
             rows.append(PlanRow(**row, weights_gb_per_gpu=0.0, kv_tokens_total=0, not_predicted=skip))
@@ -349,9 +351,11 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         row["prefill_ms"] = {str(t): round(model.prefill_ms([(t, 0)]), 2) for t in PREFILL_TOKENS}
         if decode_points:
             row["decode_at"] = [model.decode_ms(b, ctx) for b, ctx in decode_points]
-        # a configuration whose replicas step as another's, with the same KV, has its schedule: simulated once
+        # a configuration whose replicas step as another's, with the same KV, has its schedule: simulated once; the
+        # technique's decisions are part of that (a `_thN` or `_bthN` named sets them apart from the planner's own)
         lockstep = c.kind.lockstep(c)
-        twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), lockstep, tuple(sorted(kv.items())))
+        twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), repr(sorted(row["decisions"].items())),
+                lockstep, tuple(sorted(kv.items())))
         if twin not in simulated:
             replicas = [ReplicaSim(replica_limits(c, r.kv_tokens), r.times, log_tokens=bool(stream))
                         for r in model.replicas(kv)]

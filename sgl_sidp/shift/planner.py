@@ -26,6 +26,7 @@ class ShiftTechnique(Technique):
                      "tokens or more in the base configuration)",
                "exact": "the base configuration rounds as TP does (--shift-exact)"}
     valued = frozenset({"th"})
+    modeled_options = frozenset({"th"})  # exact: its base forward's cost is not modeled
     host_role = "shift"
 
     def node_configurations(self, shapes, n_gpus):
@@ -94,8 +95,10 @@ class ShiftTechnique(Technique):
 
     def threshold(self, model) -> float:
         """Tokens per forward above which Shift runs its base configuration (`cost.shift_threshold` over decode
-        batches and one-request prefills, both configurations predicted)."""
-        return model.decided("shift_threshold", lambda: self._threshold(model))
+        batches and one-request prefills, both configurations predicted). A configuration named with `_thN` runs at
+        threshold N, as its launch flags say (`bench.validate` names a measured server's own threshold so)."""
+        given = model.config.option_values.get("th")
+        return model.decided("shift_threshold", lambda: float(given) if given is not None else self._threshold(model))
 
     def _threshold(self, model) -> float:
         from sgl_sidp.calibration.cost import shift_threshold
