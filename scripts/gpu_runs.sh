@@ -11,10 +11,12 @@
 #   q30_mooncake ZeroDP on the Mooncake conversation trace's first 60 s (Qwen3-30B-A3B, 2 + 2 GPUs at once; 2 s / 100 ms;
 #                predicted on 2 x H100: TP2 best, ZeroDP sized for the window's context 0.87x)
 #   q8_shift3x   Shift SP2 on the Azure code trace at 3x (Qwen3-8B, 2 + 2 GPUs at once; 1 s / 8 ms; predicted on
-#                2 x H100: 1.88x TP2, the best vanilla configuration; on 2 x H200 measured 1.18x)
+#                2 x H100: 1.88x TP2, the best vanilla configuration, 1.81x at the 2,048-token threshold Shift's
+#                start-up calibration has picked so far; on 2 x H200 measured 1.18x)
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
-#                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; on 4 x H100 SP2 x TP2 1.11x)
+#                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; SP2 x TP2 1.27x at threshold 2,048;
+#                on 4 x H100 SP2 x TP2 1.11x)
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)

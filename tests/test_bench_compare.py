@@ -437,3 +437,12 @@ def test_a_busy_gpu_leaves_its_configuration_with_one_line_and_starts_no_server(
     assert res["error"] == {"where": "start", "what": "GPU 1 already holds 131.4 GiB (pids 7): another process runs there"}
     assert "command" in res and not (tmp_path / "out" / "dense" / "logs" / "tp2.log").exists()
     assert "did not start: GPU 1 already holds 131.4 GiB" in (tmp_path / "out" / "compare.md").read_text()
+
+
+def test_the_threshold_a_shift_server_ran_at_is_read_from_its_log():
+    line = ("[2026-11-27 16:04:16 TP0] sgl-sidp shift TP0: ready; P=4, base SP=2 TP=2 above {} tokens per forward "
+            "(start-up calibration (3.1 s, dummy prefill bodies, before the prefill graphs))")
+    assert compare.shift_threshold_logged("x\n" + line.format(2048) + "\n") == 2048.0
+    assert compare.shift_threshold_logged(line.format("inf")) == float("inf")
+    assert compare.shift_threshold_logged(line.format(512).replace("TP0", "TP1")) is None  # TP0's alone
+    assert compare.shift_threshold_logged("The server is fired up") is None

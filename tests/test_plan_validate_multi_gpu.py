@@ -222,3 +222,28 @@ def test_plan_requests_keeps_each_requests_simulated_times_when_asked():
     assert tp2.schedule[0][0] < tp2.schedule[1][0]  # the first request is prefilled first
     plain = plan_requests(str(QWEN3_8B), 2, "H200", "two", reqs, names=["tp2"])["configurations"]
     assert all(r.schedule is None for r in plain)
+
+
+def test_a_shift_server_is_predicted_at_the_threshold_it_ran(tmp_path):
+    """A Shift server's start-up calibration picks its own threshold (2,048 tokens where the planner put 512-1,024):
+    validated as it ran (`_thN`, from the result's "shift_threshold" or, for results kept before that field, the
+    server's log), under its folders' name for the per-request files; an infinite one (never the base) keeps the
+    planner's name."""
+    import gzip
+
+    from sgl_sidp.bench.compare_report import ran_as
+
+    folder = tmp_path / "Qwen3-8B"
+    (folder / "logs").mkdir(parents=True)
+    base = {"technique": "shift", "gpu_count": 2, "kv_tokens": {"0": 5}}
+    with gzip.open(folder / "logs" / "shift_sp2_tp1.log.gz", "wt") as f:
+        f.write("[2026-11-27 12:40:48 TP0] sgl-sidp shift TP0: ready; P=2, base SP=2 TP=1 above 2048 tokens per forward "
+                "(start-up calibration (0.4 s, dummy prefill bodies, before the prefill graphs))\n")
+    assert ran_as({**base, "config": "shift_sp2_tp1"}, folder) == "shift_sp2_tp1_th2048"
+    assert ran_as({**base, "config": "shift_sp2_tp1", "shift_threshold": 512}, folder) == "shift_sp2_tp1_th512"
+    assert ran_as({**base, "config": "shift_sp2_tp1", "shift_threshold": "inf"}, folder) == "shift_sp2_tp1"
+    assert ran_as({**base, "config": "shift_sp2_tp1_th1", "shift_threshold": 1}, folder) == "shift_sp2_tp1_th1"
+    assert ran_as({"technique": "vanilla", "config": "tp2"}, folder) == "tp2"
+    (folder / "shift_sp2_tp1.json").write_text(json.dumps({**base, "config": "shift_sp2_tp1", "shift_threshold": 1024}))
+    measured = MOD["load"](folder)[2]
+    assert list(measured) == ["shift_sp2_tp1_th1024"] and measured["shift_sp2_tp1_th1024"]["config"] == "shift_sp2_tp1"

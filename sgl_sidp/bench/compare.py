@@ -283,6 +283,16 @@ def declined_to(log_text: str) -> str | None:
     return None
 
 
+def shift_threshold_logged(log_text: str) -> float | None:
+    """The threshold a Shift server ran at (tokens per forward above which it runs the base configuration; inf: never),
+    from its TP0 line "sgl-sidp shift TP0: ready; P=.., base SP=.. TP=.. above N tokens per forward" (`ShiftRuntime`),
+    or None: no such line (not Shift, or an older server)."""
+    import re
+
+    m = re.search(r"shift TP0: ready; P=\d+, base SP=\d+ TP=\d+ above (\S+) tokens per forward", log_text)
+    return float(m.group(1)) if m else None
+
+
 def git_commit() -> str | None:
     """The code's commit: $SIDP_COMMIT where set (a device host's copy of the tree may carry a stale .git), else
     `git rev-parse HEAD` of this package's checkout, else None."""
@@ -461,7 +471,10 @@ class Measurement:
             return False
         text = self.srv.log_text()
         self.res.update({"startup_s": round(time.time() - self.srv.t_start, 1), "kv_tokens": kv_tokens(self.srv, text),
-                         "auto_choice": auto_choice(text) if c is None else None, "declined_to": declined_to(text)})
+                         "auto_choice": auto_choice(text) if c is None else None, "declined_to": declined_to(text),
+                         "shift_threshold": shift_threshold_logged(text)})
+        if self.res["shift_threshold"] == float("inf"):  # JSON has no infinity: the log's word
+            self.res["shift_threshold"] = "inf"
         self.ranks = max(1, len(self.res["kv_tokens"]))
         self.save()
         self.warm_up()

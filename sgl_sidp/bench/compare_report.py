@@ -152,11 +152,32 @@ def ratio_row(value: float | None, best: tuple[str, float] | None) -> dict:
             "ratio": value / best[1] if value is not None and best and best[1] else None}
 
 
+def ran_as(r: dict, folder: Path | None = None) -> str:
+    """The planner's name for what the server of result `r` ran: its configuration, a Shift server's with the
+    threshold it ran at (`_thN`; its result's "shift_threshold", or for results kept before that field its log in
+    `folder`/logs), where the name does not set one and the threshold is finite. A server's start-up calibration
+    may differ from the planner's own threshold (2,048 tokens measured where the planner put 512-1,024)."""
+    import gzip
+
+    from sgl_sidp.bench.compare import shift_threshold_logged
+
+    name = r.get("config") or ""
+    if r.get("technique") != "shift" or "_th" in name:
+        return name
+    th = r.get("shift_threshold")
+    log = folder / "logs" / f"{name}.log.gz" if folder is not None else None
+    if th is None and log is not None and log.is_file():
+        with gzip.open(log, "rt", errors="replace") as f:
+            th = shift_threshold_logged(f.read())
+    return f"{name}_th{int(float(th))}" if th not in (None, "inf") and float(th) != float("inf") else name
+
+
 def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None,
-                names: Sequence[str] = ()) -> tuple[dict, str]:
+                names: Sequence[str] = (), ran: dict[str, str] | None = None) -> tuple[dict, str]:
     """The planner's rows ({configuration: `PlanRow`}) for the burst of a group, and a note naming each of the group's
     configurations that the planner did not predict, and why ("" when it predicted them all);
-    `names`: the group's configurations, predicted too where the planner does not list them (`plan`'s `names`).
+    `names`: the group's configurations, predicted too where the planner does not list them (`plan`'s `names`), each
+    as it ran where `ran` says (`ran_as`: a Shift server at its own threshold), under its own name.
 
     Never raises: a GPU kind or model the planner cannot predict gives ({}, the reason)."""
     if not burst:
@@ -175,13 +196,15 @@ def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str 
     kind = next((k for k in GPUS if gpu_kind(k) == gpu_kind(gpu_name)), None)
     if kind is None:
         return {}, f"no prediction: the planner knows {', '.join(GPUS)}, not {gpu_name}"
+    ran = {n: (ran or {}).get(n, n) for n in names}
     s, i, o = (int(x) for x in burst.split("+"))
     try:
         result = plan(str(out_dir / model), gpus, kind, f"offline:{s}:{i}:{o}",
-                      names=[n for n in names if on_these_gpus(n)])
+                      names=[ran[n] for n in names if on_these_gpus(n)])
     except PlanError as e:
         return {}, f"no prediction: {e}"
     rows = {r.name: r for r in result["configurations"]}
+    rows.update({n: rows[ran[n]] for n in names if ran[n] in rows})
     missing = [f"{n}: {rows[n].not_predicted}" for n in names if n in rows and rows[n].not_predicted is not None]
     return rows, "; ".join(missing)
 
@@ -221,7 +244,9 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
     summary, plot = [], {}
     for (model, gpu, count), group in groups(results).items():
         burst_spec = next((r["burst"]["spec"] for r in group.values() if r.get("burst")), None)
-        pred, pred_note = predictions(out_dir, model, gpu, count, burst_spec, list(group)) if predict else ({}, "")
+        pred, pred_note = (predictions(out_dir, model, gpu, count, burst_spec, list(group),
+                                       {n: ran_as(r, out_dir / model) for n, r in group.items()})
+                           if predict else ({}, ""))
         ex = exactness(group, results[model])
         lines += [f"## {model} on {count} x {gpu}", ""]
         if pred_note:

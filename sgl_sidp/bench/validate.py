@@ -66,9 +66,12 @@ def old_measured(files: list[Path]) -> dict[int, dict[str, dict]]:
     return {n: out}
 
 
-def compare_measured(results: list[dict]) -> dict[int, dict[str, dict]]:
+def compare_measured(results: list[dict], folder: Path | None = None) -> dict[int, dict[str, dict]]:
     """`measured` of bench.compare's results (`auto` and those that did not start left out; configurations with
-    options are predicted by name, where the planner models the option)."""
+    options are predicted by name, where the planner models the option; a Shift server as it ran,
+    `compare_report.ran_as`), each with its "config" as run (its folders' name) beside."""
+    from sgl_sidp.bench.compare_report import ran_as
+
     out: dict[int, dict[str, dict]] = {}
     for r in results:
         if r.get("config") == "auto" or not r.get("kv_tokens"):
@@ -77,7 +80,7 @@ def compare_measured(results: list[dict]) -> dict[int, dict[str, dict]]:
         if r.get("config_args"):  # flags the planner does not model: listed, not predicted
             out.setdefault(int(r["gpu_count"]), {})[f"{r['config']} ({r['config_args']})"] = {"unmodeled": True}
             continue
-        out.setdefault(int(r["gpu_count"]), {})[r["config"]] = {
+        out.setdefault(int(r["gpu_count"]), {})[ran_as(r, folder)] = {"config": r["config"],
             "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
             "burst": b and b.get("total_tok_s") and {
                 "shape": tuple(int(x) for x in b["spec"].split("+")),
@@ -125,7 +128,7 @@ def load(folder: Path) -> dict[int, dict[str, dict]]:
     if old:
         return old_measured(old)
     results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"]
-    return compare_measured([r for r in results if isinstance(r, dict) and r.get("config")])
+    return compare_measured([r for r in results if isinstance(r, dict) and r.get("config")], folder)
 
 
 def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: str, n: int,
@@ -225,7 +228,7 @@ def per_request(folder: Path, measured: dict[str, dict], model_path: str, gpu: s
         rows = {r.name: r for r in plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir),
                                                  names=names, keep_schedule=True)["configurations"]}
         for name in names:
-            reqs, row = measured_requests(folder, name, key), rows.get(name)
+            reqs, row = measured_requests(folder, measured[name].get("config", name), key), rows.get(name)
             out += ["", f"### {name}, {key}", ""]
             if reqs is None or row is None or row.schedule is None:
                 out.append("not compared: " + ("no requests.jsonl kept" if reqs is None else "not predicted"))
