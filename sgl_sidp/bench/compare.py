@@ -335,9 +335,9 @@ def gpu_name(index: str) -> str | None:
 
 
 def gzip_in_place(path: Path) -> None:
-    """`path` replaced by `path`.gz (no timestamp: the same bytes each time); nothing when `path` is not there. A
-    replay's per-request file with each token's time is some 450 KB a configuration, and a results folder travels to
-    every GPU host with the repository, under the device tool's 64 MiB with the SGLang wheelhouse."""
+    """`path` replaced by `path`.gz (no timestamp: the same bytes each time); nothing when `path` is not there. For a
+    server's log, and a replay's per-request file with each token's time (some 450 KB a configuration): a results
+    folder travels to every GPU host with the repository, under the device tool's 64 MiB with the SGLang wheelhouse."""
     if not path.is_file():
         return
     with open(path, "rb") as src, open(path.with_name(path.name + ".gz"), "wb") as raw, \
@@ -605,11 +605,7 @@ class Measurement:
         self.a.live.discard(self)
         if self.srv is not None:
             self.srv.stop()
-            log = self.job.log
-            if log.exists():
-                with open(log, "rb") as src, gzip.open(log.with_suffix(".log.gz"), "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                log.unlink()
+            gzip_in_place(self.job.log)
         self.srv = None
 
 

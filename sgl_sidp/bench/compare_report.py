@@ -169,7 +169,7 @@ def ran_as(r: dict, folder: Path | None = None) -> str:
     if th is None and log is not None and log.is_file():
         with gzip.open(log, "rt", errors="replace") as f:
             th = shift_threshold_logged(f.read())
-    return f"{name}_th{int(float(th))}" if th not in (None, "inf") and float(th) != float("inf") else name
+    return name if th is None or float(th) == float("inf") else f"{name}_th{int(float(th))}"  # "inf": JSON's word
 
 
 def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None,
