@@ -393,6 +393,20 @@ def test_stream_timing_follows_bench_serving():
     assert out.latency == pytest.approx(0.35, abs=0.06)
 
 
+def test_client_drops_idle_connections_before_sglang_does():
+    """A trace gap as long as SGLang's keep-alive (uvicorn closes idle connections after SGLANG_TIMEOUT_KEEP_ALIVE)
+    must not send the next request on a connection the server is closing (ServerDisconnectedError)."""
+    from sglang.srt.environ import envs
+
+    from sgl_sidp.bench.client import KEEPALIVE_TIMEOUT_S
+
+    async def keepalive():
+        async with make_session() as session:
+            return session.connector._keepalive_timeout
+
+    assert asyncio.run(keepalive()) == KEEPALIVE_TIMEOUT_S < envs.SGLANG_TIMEOUT_KEEP_ALIVE.get()
+
+
 def test_cli_help_runs_as_module():
     res = subprocess.run(
         [sys.executable, "-m", "sgl_sidp.replay", "--help"], capture_output=True, text=True, cwd=REPO, check=True

@@ -30,6 +30,11 @@ ENDPOINTS = {"sglang": "/generate", "openai": "/v1/completions"}
 # Same as bench_serving: long streams of cumulative chunks can outgrow aiohttp's 64 KiB default buffer.
 READ_BUFSIZE_BYTES = 10 * 1024**2
 DEFAULT_REQUEST_TIMEOUT_S = 6 * 60 * 60  # bench_serving's client timeout
+# An idle pooled connection is dropped by the client before the server drops it. uvicorn under SGLang closes idle
+# keep-alive connections after SGLANG_TIMEOUT_KEEP_ALIVE (5 s); aiohttp's default keeps them 15 s, so a request sent
+# after a 5 s gap of the trace could go out on a connection the server was closing ("ServerDisconnectedError: Server
+# disconnected", one of 781 requests on vanilla DP2 in q8_shift_3x300s_2gpu_h100).
+KEEPALIVE_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -166,9 +171,10 @@ CHUNK_PARSERS: dict[str, ChunkParser] = {"sglang": _parse_sglang_chunk, "openai"
 
 def make_session(max_connections: int | None = None) -> aiohttp.ClientSession:
     """One client session for a whole replay: no connection cap unless ``max_connections`` is given, no session
-    timeout (each request passes its own), bench_serving's 10 MiB read buffer."""
+    timeout (each request passes its own), bench_serving's 10 MiB read buffer, idle connections kept
+    `KEEPALIVE_TIMEOUT_S` (under the server's)."""
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=max_connections or 0),
+        connector=aiohttp.TCPConnector(limit=max_connections or 0, keepalive_timeout=KEEPALIVE_TIMEOUT_S),
         timeout=aiohttp.ClientTimeout(total=None),
         read_bufsize=READ_BUFSIZE_BYTES,
     )
