@@ -182,6 +182,12 @@ def test_a_one_output_burst_has_no_tpot_row(capsys):
     assert "TPOT" not in out
 
 
+def test_a_goodput_measured_at_zero_has_no_ratio():
+    """No request met the objective (DP attention on the H100 Mooncake window): a row, not a ZeroDivisionError."""
+    assert validate.error_text(0.0808, 0.0861) == "-6.2%"
+    assert validate.error_text(0.0, 0.0) == "both 0" and validate.error_text(0.06, 0.0) == "measured 0"
+
+
 def test_per_request_lines_set_each_measured_request_beside_its_simulated_one(tmp_path):
     """`measured_requests` reads a replay's requests as compare keeps them (plain or .gz, any order); `schedule_lines`
     sets them beside the simulated schedule: the ends of prefill and of the replay, the first TTFT (the simulated one

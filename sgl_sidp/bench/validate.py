@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"| {name} | {what} | | | | |")
                 continue
             digits = 2 if unit == "req/s" else 1
-            print(f"| {name} | {what} | {unit} | {pred:,.{digits}f} | {meas:,.{digits}f} | {pred / meas - 1:+.1%} |")
+            print(f"| {name} | {what} | {unit} | {pred:,.{digits}f} | {meas:,.{digits}f} | {error_text(pred, meas)} |")
         rankings: dict[str, list[tuple]] = {}  # title -> (configuration, predicted, measured), in the table's order
         for name, what, unit, pred, meas in table:
             title = ("Burst throughput" if what.endswith("total throughput") else
@@ -415,6 +415,14 @@ def main(argv: list[str] | None = None) -> None:
                   + " > ".join(f"{n} ({fmt.format(m)})" for n, _, m in sorted(got, key=lambda x: -x[2])))
             print(f"{title} ranking, predicted: "
                   + " > ".join(f"{n} ({fmt.format(p)})" for n, p, _ in sorted(got, key=lambda x: -x[1])))
+
+
+def error_text(pred: float, meas: float) -> str:
+    """The error column: predicted / measured - 1, or what stands for it where nothing was measured (a replay's
+    goodput of 0: no request met the objective)."""
+    if meas:
+        return f"{pred / meas - 1:+.1%}"
+    return "both 0" if not pred else "measured 0"
 
 
 if __name__ == "__main__":
