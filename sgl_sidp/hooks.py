@@ -476,7 +476,10 @@ USED_SYMBOLS: tuple[UsedSymbol, ...] = (
     UsedSymbol("sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.capture_bs", instance_attr=True),
     # ... and before the prefill graphs exist (Shift's threshold), on the prefill graph runner
     UsedSymbol(f"{MODEL_RUNNER}.prefill_cuda_graph_runner", instance_attr=True),
-    UsedSymbol(f"{PREFILL_GRAPHS}._run_dummy_forward", ("self", "num_tokens")),
+    UsedSymbol(f"{PREFILL_GRAPHS}.capture_prepare", ("self", "num_tokens")),
+    UsedSymbol(f"{PREFILL_GRAPHS}._run_forward", ("self", "forward_batch", "num_tokens")),
+    UsedSymbol("sglang.srt.layers.attention.base_attn_backend.AttentionBackend.init_forward_metadata",
+               ("self", "forward_batch")),
     UsedSymbol(f"{PREFILL_GRAPHS}.model_runner", instance_attr=True),
     UsedSymbol(f"{PREFILL_GRAPHS}.capture_num_tokens", instance_attr=True),
     UsedSymbol(f"{PREFILL_GRAPHS}.max_num_tokens", instance_attr=True),

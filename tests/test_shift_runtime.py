@@ -284,24 +284,33 @@ def calibration_runtime(monkeypatch, tmp_path, threshold=0):
     rt.sp, rt.sp_comm = 2, object()
     timed = []
 
-    def fake_time(graph_runner, tokens):
+    def fake_time(graph_runner, tokens, align):
+        align()
         timed.append((tokens, rt.force))
-        return tokens / 100 * (1.0 if rt.force == "shift" else 0.9 if tokens >= 1024 else 1.1)
+        ms = tokens / 100 * (1.0 if rt.force == "shift" else 0.9 if tokens >= 1024 else 1.1)
+        return measure.QueuedTiming(ms, eager_ms=60.0, ahead=tokens != 2048)
 
     monkeypatch.setattr(measure, "time_dummy_prefill", fake_time)
-    monkeypatch.setattr(parallel_state, "get_tp_group", lambda: types.SimpleNamespace(rank_in_group=0, world_size=1))
+    monkeypatch.setattr(parallel_state, "get_tp_group",
+                        lambda: types.SimpleNamespace(rank_in_group=0, world_size=1, barrier=lambda: None))
     mr = types.SimpleNamespace()  # SGLang's ModelRunner: its TP rank and size come from the TP group above
     graph_runner = types.SimpleNamespace(model_runner=mr, max_num_tokens=2048, prefill_backend_name="breakable")
     return rt, graph_runner, timed, key
 
 
-def test_prefill_graphs_are_captured_with_the_threshold_calibrated_before_them(monkeypatch, tmp_path):
+def test_prefill_graphs_are_captured_with_the_threshold_calibrated_before_them(monkeypatch, tmp_path, caplog):
+    import logging
+
     from sgl_sidp.calibration.cache import CalibrationCache
     from sgl_sidp.shift.runtime import ShiftError
 
     rt, graph_runner, timed, key = calibration_runtime(monkeypatch, tmp_path)
     seen = []
-    rt.around_prefill_capture(lambda runner: seen.append((rt.threshold, rt.force)), graph_runner)
+    with caplog.at_level(logging.INFO, logger="sgl_sidp.shift.runtime"):
+        rt.around_prefill_capture(lambda runner: seen.append((rt.threshold, rt.force)), graph_runner)
+    # the GPU times decide; the host's stand beside them in the log, and sizes the host could not queue ahead are named
+    assert "timed from the host (launches included), ms (shift, base) by tokens: 128: 60.0, 60.0" in caplog.text
+    assert "at [2048] tokens the host was still launching when the GPU sleep ended" in caplog.text
     # every calibration size up to the largest bucket, both configurations, before the capture
     assert timed == [(t, c) for t in (128, 256, 512, 1024, 2048) for c in ("shift", "base")]
     assert seen == [(512, None)] and rt.threshold_source.startswith("start-up calibration")

@@ -18,7 +18,9 @@ every TP rank of a replica, each rank running the same forwards (the graphs hold
 - Copies while a forward runs: a decode forward replayed with and without reader copies on a
   side stream (`time_copy_during_forward`).
 - Before the prefill graphs are captured (no scheduler yet): SGLang's own dummy prefill body
-  (`time_dummy_prefill`), for a calibration whose result the graphs must be captured with.
+  (`time_dummy_prefill`), for a calibration whose result the graphs must be captured with. It runs eagerly, so it
+  is timed with its kernels queued behind a GPU sleep (`queued_gpu_ms`): the GPU's time, as a graph replays it,
+  not the host's launches.
 
 Every step frees what it allocates; the time spent is bounded by `budget_s`.
 """
@@ -26,6 +28,7 @@ Every step frees what it allocates; the time spent is bounded by `budget_s`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import statistics
 import time
@@ -198,15 +201,119 @@ def time_prefill(scheduler, tokens: int, iters: int = 2) -> float:
     return statistics.median(times[1:])
 
 
-def time_dummy_prefill(graph_runner, tokens: int, iters: int = 2) -> float:
-    """Median ms of an eager prefill body of `tokens` tokens, before any prefill graph exists.
+class CudaQueue:
+    """The CUDA side of `queued_gpu_ms`: a GPU sleep of a given length, timing events, synchronization and the host's
+    clock (the CPU tests pass a simulated queue instead)."""
 
-    Runs SGLang's `PrefillCudaGraphRunner._run_dummy_forward` (the capture-shaped dummy batch its torch.compile
-    warm-up runs: the decoder layers only, no logits; K/V written to SGLang's padding slot 0), once to warm up and
-    `iters` times timed with CUDA events. For calibrations that must finish before the prefill graphs are captured,
-    when no scheduler exists yet. `tokens` must not exceed the runner's largest capture size (`max_num_tokens`).
+    def __init__(self):
+        self._cycles_per_ms: float | None = None
+
+    def sleep(self, ms: float) -> None:
+        """Queue a kernel that spins `ms` milliseconds (`torch.cuda._sleep` counts clock cycles; their rate is
+        measured once)."""
+        if self._cycles_per_ms is None:
+            cycles = 10_000_000
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            self._cycles_per_ms = cycles / max(start.elapsed_time(end), 1e-3)
+        torch.cuda._sleep(int(ms * self._cycles_per_ms))
+
+    def event(self) -> torch.cuda.Event:
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def elapsed_ms(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float:
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def host_ms(self) -> float:
+        """The host's clock, ms."""
+        return time.perf_counter() * 1e3
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuedTiming:
+    """What `queued_gpu_ms` measured. gpu_ms: median GPU ms of the call with its kernels queued ahead; eager_ms: the
+    same call timed alone from the host (launches included); ahead: whether the host had queued every kernel before
+    the sleep ended on every timed call (else `gpu_ms` holds host gaps too)."""
+
+    gpu_ms: float
+    eager_ms: float
+    ahead: bool
+
+
+def queued_gpu_ms(run: Callable[[], object], iters: int = 2, prepare: Callable[[], object] | None = None,
+                  align: Callable[[], object] | None = None, queue=None) -> QueuedTiming:
+    """The GPU time of `run()` as a CUDA graph replays it, for work that can only run eagerly (no graph yet).
+
+    An eager forward of a few thousand tokens is launch-bound: its host time (tens of ms for a 36-layer model) hides
+    the GPU's. So the GPU first runs a sleep kernel longer than the host takes to launch the call (1.5x its eager
+    time plus 10 ms), the call's kernels queue behind it, and CUDA events on either side of the call time the GPU
+    alone. `prepare()` (host work that may synchronize, e.g. attention metadata) runs before the sleep; `align()`
+    (e.g. a TP group's CPU barrier) lines up the ranks whose collectives the call holds, so no rank's kernels wait for
+    a peer's host. The technique of timing queued-ahead kernels: Triton's `do_bench` and FlashInfer's
+    `bench_gpu_time` time CUDA graphs of the call instead, which needs a capturable call.
+
+    Args:
+        run: enqueues the GPU work; must not synchronize the host (if it does, `ahead` says so).
+        iters: timed calls after one eager warm-up call; the median is returned.
+        queue: the CUDA side (`CudaQueue`); the CPU tests pass a simulated one.
+
+    Returns:
+        `QueuedTiming` (milliseconds).
     """
-    return median_ms(lambda: graph_runner._run_dummy_forward(tokens), iters, warmup=1)
+    queue = queue or CudaQueue()
+    if prepare:
+        prepare()
+    queue.synchronize()
+    t0 = queue.host_ms()
+    run()
+    queue.synchronize()
+    eager_ms = queue.host_ms() - t0
+    lead_ms = 1.5 * eager_ms + 10.0
+    times, ahead = [], True
+    for _ in range(iters):
+        if prepare:
+            prepare()
+        queue.synchronize()
+        if align:
+            align()
+        queue.sleep(lead_ms)
+        start = queue.event()
+        t0 = queue.host_ms()
+        run()
+        host_ms = queue.host_ms() - t0
+        end = queue.event()
+        times.append(queue.elapsed_ms(start, end))
+        ahead = ahead and host_ms < lead_ms
+    return QueuedTiming(statistics.median(times), eager_ms, ahead)
+
+
+def time_dummy_prefill(graph_runner, tokens: int, iters: int = 2, align: Callable[[], object] | None = None,
+                       queue=None) -> QueuedTiming:
+    """GPU ms of a prefill body of `tokens` tokens, before any prefill graph exists (`queued_gpu_ms`).
+
+    Builds SGLang's capture-shaped dummy batch (`PrefillCudaGraphRunner.capture_prepare`, attention metadata included:
+    the body its `_run_dummy_forward` warm-up runs; the decoder layers only, no logits; K/V written to SGLang's padding
+    slot 0) before the GPU sleep, and times `PrefillCudaGraphRunner._run_forward` queued behind it. For calibrations
+    that must finish before the prefill graphs are captured, when no scheduler exists yet. `tokens` must not exceed
+    the runner's largest capture size (`max_num_tokens`). `align`: see `queued_gpu_ms`.
+    """
+    batch: list = []
+
+    def prepare():
+        fb, attn_backend = graph_runner.capture_prepare(tokens)
+        attn_backend.init_forward_metadata(fb)
+        batch[:] = [fb]
+
+    return queued_gpu_ms(lambda: graph_runner._run_forward(batch[0], tokens), iters, prepare, align, queue)
 
 
 def feasible_points(scheduler, batches: Sequence[int] = DECODE_BATCHES, contexts: Sequence[int] = DECODE_CONTEXTS,

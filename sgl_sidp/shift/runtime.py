@@ -44,9 +44,10 @@ The threshold (`--shift-threshold`, 0 = calibrate): every TP rank times the same
 hands it to the others; it is cached on disk (`CalibrationCache.put_extra`, keyed like every start-up calibration
 plus the SP), so the next start reads it before anything is captured. Where:
 - with prefill graphs, AROUND `PrefillCudaGraphRunner.capture`, before the first graph exists, on SGLang's dummy
-  prefill bodies (`calibration.measure.time_dummy_prefill`): every graph, prefill and decode, is captured with it
-  (timed eagerly, as no graph exists yet: kernel launches count in both configurations, where the graphs later
-  hide them, so at small sizes the threshold errs towards the shift configuration);
+  prefill bodies (`calibration.measure.time_dummy_prefill`): every graph, prefill and decode, is captured with it.
+  No graph exists yet, so each body runs eagerly with its kernels queued behind a GPU sleep and the TP ranks
+  aligned by a barrier first (`measure.queued_gpu_ms`): the GPU's time, as the graphs later replay it. Timed from
+  the host, launches hid it below about 2,048 tokens and the threshold always landed there;
 - without (`--disable-prefill-cuda-graph`), AFTER `Scheduler.__init__`, on one-request prefills through the
   scheduler's pools (`calibration.measure.time_prefill`, logits included): the decode graphs of that first start
   stay in the shift configuration (threshold provisionally infinite); eager forwards follow the threshold at once.
@@ -354,11 +355,28 @@ class ShiftRuntime:
             raise ShiftError(f"--overlay-mode shift: SGLang chose the '{backend}' prefill CUDA graphs, which the base "
                              "configuration cannot run in; add --cuda-graph-backend-prefill breakable (or disabled)")
         if self.threshold_source.startswith("provisional") and self.sp_comm is not None:
+            from sglang.srt.distributed.parallel_state import get_tp_group
+
             from sgl_sidp.calibration.measure import time_dummy_prefill
 
-            mr = graph_runner.model_runner
-            self.calibrate(mr, lambda tokens: time_dummy_prefill(graph_runner, tokens), graph_runner.max_num_tokens,
-                           "dummy prefill bodies, before the prefill graphs")
+            tp_group, eager = get_tp_group(), {}
+
+            def gpu_ms(tokens: int) -> float:
+                timing = time_dummy_prefill(graph_runner, tokens, align=tp_group.barrier)
+                eager[(tokens, self.force)] = timing
+                return timing.gpu_ms
+
+            self.calibrate(graph_runner.model_runner, gpu_ms, graph_runner.max_num_tokens,
+                           "dummy prefill bodies queued behind a GPU sleep, TP ranks aligned, before the prefill graphs")
+            behind = sorted({tokens for (tokens, _), t in eager.items() if not t.ahead})
+            if _tp_rank() == 0:
+                logger.info("sgl-sidp shift TP0: the same prefills timed from the host (launches included), ms (shift, "
+                            "base) by tokens: %s", ", ".join(f"{n}: {eager[(n, 'shift')].eager_ms:.1f}, "
+                                                             f"{eager[(n, 'base')].eager_ms:.1f}"
+                                                             for n in sorted({n for n, _ in eager})))
+                if behind:
+                    logger.warning("sgl-sidp shift TP0: at %s tokens the host was still launching when the GPU sleep "
+                                   "ended, so those times include host gaps", behind)
             torch.cuda.empty_cache()
         return original(graph_runner, *args, **kwargs)
 
