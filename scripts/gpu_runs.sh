@@ -13,8 +13,10 @@
 #   q8_shift3x   Shift SP2 on the Azure code trace at 3x (Qwen3-8B, 2 + 2 GPUs at once; 1 s / 8 ms; predicted on
 #                2 x H100: 1.88x TP2, the best vanilla configuration, 1.81x at the 2,048-token threshold Shift's
 #                start-up calibration has picked so far; on 2 x H200 measured 1.18x)
-#   q8_shift_th  q8_shift3x's TP2 and Shift again, Shift's threshold now timed on the GPU (9e288ff; at 18578a4 it
-#                took 2,048 from host-bound timings; predicted 1.88x TP2 at the planner's threshold, measured 1.48x at 2,048)
+#   q8_shift_th  q8_shift3x again (TP2, Shift, DP2), Shift's threshold now timed on the GPU (9e288ff). 1 s / 8 ms;
+#                predicted on 2 x H100 (threshold 256): Shift 1.88x TP2, the best vanilla (measured 1.48x at 2,048,
+#                18578a4), 0.97x DP2 at 1 s / 15 ms; on 2 x H200 (threshold 1,024, as measured): 1.10x DP2 at 8 ms,
+#                0.70x at 15 ms (measured without DP2 on 2 x H200, 6607173: 1.37x TP2 at 8 ms)
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
 #                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; SP2 x TP2 1.27x at threshold 2,048;
@@ -66,7 +68,7 @@ for RUN in "$@"; do
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q8_shift_th)
-      compare_run "q8_shift_th_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1 \
+      compare_run "q8_shift_th_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q32_shift4)
