@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_sidp.bench import compare
+from sgl_sidp.bench import compare, server_stats
 from sgl_sidp.bench.compare_report import best_vanilla, predictions, profile_table, render, replica_leaders
 
 HERE = Path(__file__).resolve().parent
@@ -392,8 +392,8 @@ def test_a_declining_mode_is_recorded_as_the_vanilla_configuration_it_started():
            "offload no MoE layer at --zerodp-expected-batch decode:1 (...), so every sink would be a vanilla DP replica "
            "with less KV; starting vanilla SGLang (dp2: --dp-size 2 --tp-size 1, SGLang's own routing) instead\n"
            "[y] sgl-sidp: overlay mode=off (batch signal off)\n")
-    assert compare.declined_to(log) == "dp2"
-    assert compare.declined_to("[y] sgl-sidp: overlay mode=zerodp (batch signal on)\n") is None
+    assert server_stats.declined_to(log) == "dp2"
+    assert server_stats.declined_to("[y] sgl-sidp: overlay mode=zerodp (batch signal on)\n") is None
 
 
 def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
@@ -442,7 +442,7 @@ def test_a_busy_gpu_leaves_its_configuration_with_one_line_and_starts_no_server(
 def test_the_threshold_a_shift_server_ran_at_is_read_from_its_log():
     line = ("[2026-11-27 16:04:16 TP0] sgl-sidp shift TP0: ready; P=4, base SP=2 TP=2 above {} tokens per forward "
             "(start-up calibration (3.1 s, dummy prefill bodies, before the prefill graphs))")
-    assert compare.shift_threshold_logged("x\n" + line.format(2048) + "\n") == 2048.0
-    assert compare.shift_threshold_logged(line.format("inf")) == float("inf")
-    assert compare.shift_threshold_logged(line.format(512).replace("TP0", "TP1")) is None  # TP0's alone
-    assert compare.shift_threshold_logged("The server is fired up") is None
+    assert server_stats.shift_threshold_logged("x\n" + line.format(2048) + "\n") == 2048.0
+    assert server_stats.shift_threshold_logged(line.format("inf")) == float("inf")
+    assert server_stats.shift_threshold_logged(line.format(512).replace("TP0", "TP1")) is None  # TP0's alone
+    assert server_stats.shift_threshold_logged("The server is fired up") is None

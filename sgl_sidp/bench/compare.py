@@ -63,6 +63,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from sgl_sidp.bench import exact
+from sgl_sidp.bench.server_stats import (auto_choice, declined_to, failure_lines, launch_problem,
+                                         shift_threshold_logged)
 from sgl_sidp.model_info import DEFAULT_MODEL_DIR
 from sgl_sidp.plan.configs import Configuration, configuration_named
 
@@ -248,49 +250,6 @@ def kv_tokens(srv, log_text: str) -> dict[str, int]:
                "zerodp_log": {r: v["kv_tokens"] for r, v in zerodp_capacity_from_log(log_text).items()},
                "server_info": capacity_from_server_info(get("/server_info"))}
     return {str(r): v for r, v in merge_capacity(sources, CAPACITY_ORDER).items()}
-
-
-def launch_problem(log_text: str) -> str | None:
-    """The launcher's refusal (its `sgl-sidp: error:` lines, joined), or None when it did not refuse."""
-    lines = [ln.strip() for ln in log_text.splitlines() if ln.startswith("sgl-sidp: error:")]
-    return " | ".join(lines) if lines else None
-
-
-def failure_lines(log_text: str, n: int = 5) -> list[str]:
-    """What a failed server's log says went wrong: its sgl-sidp and error lines, else its last lines."""
-    def telling(ln: str) -> bool:
-        ours = "sgl-sidp" in ln and ("error" in ln.lower() or "fail" in ln.lower())
-        return ours or "Error:" in ln or ln.startswith(("Error", "RuntimeError"))
-
-    keep = [ln for ln in log_text.splitlines() if telling(ln)]
-    return (keep or log_text.splitlines())[-n:]
-
-
-def auto_choice(log_text: str) -> str | None:
-    """The configuration `--overlay-mode auto` started (its launcher line "... auto starts NAME (predicted; why)")."""
-    for ln in log_text.splitlines():
-        if "--overlay-mode auto starts " in ln:
-            return ln.split("--overlay-mode auto starts ", 1)[1].split()[0]
-    return None
-
-
-def declined_to(log_text: str) -> str | None:
-    """The vanilla configuration a declining mode started instead (its launcher line "... declines: ... starting vanilla
-    SGLang (NAME: ...", `Feature.declines`), or None."""
-    for ln in log_text.splitlines():
-        if " declines: " in ln and "starting vanilla SGLang (" in ln:
-            return ln.split("starting vanilla SGLang (", 1)[1].split(":", 1)[0]
-    return None
-
-
-def shift_threshold_logged(log_text: str) -> float | None:
-    """The threshold a Shift server ran at (tokens per forward above which it runs the base configuration; inf: never),
-    from its TP0 line "sgl-sidp shift TP0: ready; P=.., base SP=.. TP=.. above N tokens per forward" (`ShiftRuntime`),
-    or None: no such line (not Shift, or an older server)."""
-    import re
-
-    m = re.search(r"shift TP0: ready; P=\d+, base SP=\d+ TP=\d+ above (\S+) tokens per forward", log_text)
-    return float(m.group(1)) if m else None
 
 
 def git_commit() -> str | None:

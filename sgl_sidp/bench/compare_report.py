@@ -159,7 +159,7 @@ def ran_as(r: dict, folder: Path | None = None) -> str:
     may differ from the planner's own threshold (2,048 tokens measured where the planner put 512-1,024)."""
     import gzip
 
-    from sgl_sidp.bench.compare import shift_threshold_logged
+    from sgl_sidp.bench.server_stats import shift_threshold_logged
 
     name = r.get("config") or ""
     if r.get("technique") != "shift" or "_th" in name:

@@ -11,6 +11,8 @@ SGLang 0.5.17 writes them:
 * The server log: every scheduler (TP rank 0 of each DP rank) logs
   ``[<time> DP<d>( TP<t>)...] max_total_num_tokens=<N>, chunked_prefill_size=...`` once at start-up; our ZeroDP
   engine logs ``sgl-sidp zerodp DP<d> TP<t>: <source|sink> KV cache <N> tokens (max_total_num_tokens)...``.
+* Our launcher's and runtimes' lines in the server log: a refusal (``sgl-sidp: error:``), what ``--overlay-mode auto``
+  started, the vanilla configuration a declining mode started, the threshold a Shift server ran at.
 * ``GET /metrics`` (server started with ``--enable-metrics``): scheduler counters carry a ``dp_rank`` label, e.g.
   ``sglang:realtime_tokens_total{dp_rank="1",mode="decode",...}`` (tokens computed per mode, bumped every decode
   iteration by the batch size and every prefill log by the prompt tokens),
@@ -176,3 +178,46 @@ def per_rank_from_deltas(deltas: Mapping[str, Mapping[str, float]]) -> dict[int,
         for key in ("decode_tokens", "prefill_compute_tokens", "prefill_cache_tokens", "retracted"):
             row[key] = int(round(row[key]))
     return dict(sorted(out.items()))
+
+
+# ------------------------------------------------------------------ what the launcher's and our runtimes' log lines say
+
+def launch_problem(log_text: str) -> str | None:
+    """The launcher's refusal (its `sgl-sidp: error:` lines, joined), or None when it did not refuse."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.startswith("sgl-sidp: error:")]
+    return " | ".join(lines) if lines else None
+
+
+def failure_lines(log_text: str, n: int = 5) -> list[str]:
+    """What a failed server's log says went wrong: its sgl-sidp and error lines, else its last lines."""
+    def telling(ln: str) -> bool:
+        ours = "sgl-sidp" in ln and ("error" in ln.lower() or "fail" in ln.lower())
+        return ours or "Error:" in ln or ln.startswith(("Error", "RuntimeError"))
+
+    keep = [ln for ln in log_text.splitlines() if telling(ln)]
+    return (keep or log_text.splitlines())[-n:]
+
+
+def auto_choice(log_text: str) -> str | None:
+    """The configuration `--overlay-mode auto` started (its launcher line "... auto starts NAME (predicted; why)")."""
+    for ln in log_text.splitlines():
+        if "--overlay-mode auto starts " in ln:
+            return ln.split("--overlay-mode auto starts ", 1)[1].split()[0]
+    return None
+
+
+def declined_to(log_text: str) -> str | None:
+    """The vanilla configuration a declining mode started instead (its launcher line "... declines: ... starting vanilla
+    SGLang (NAME: ...", `Feature.declines`), or None."""
+    for ln in log_text.splitlines():
+        if " declines: " in ln and "starting vanilla SGLang (" in ln:
+            return ln.split("starting vanilla SGLang (", 1)[1].split(":", 1)[0]
+    return None
+
+
+def shift_threshold_logged(log_text: str) -> float | None:
+    """The threshold a Shift server ran at (tokens per forward above which it runs the base configuration; inf: never),
+    from its TP0 line "sgl-sidp shift TP0: ready; P=.., base SP=.. TP=.. above N tokens per forward" (`ShiftRuntime`),
+    or None: no such line (not Shift, or an older server)."""
+    m = re.search(r"shift TP0: ready; P=\d+, base SP=\d+ TP=\d+ above (\S+) tokens per forward", log_text)
+    return float(m.group(1)) if m else None
