@@ -17,6 +17,9 @@
 #                predicted on 2 x H100 (threshold 256): Shift 1.88x TP2, the best vanilla (measured 1.48x at 2,048,
 #                18578a4), 0.97x DP2 at 1 s / 15 ms; on 2 x H200 (threshold 1,024, as measured): 1.10x DP2 at 8 ms,
 #                0.70x at 15 ms (measured without DP2 on 2 x H200, 6607173: 1.37x TP2 at 8 ms)
+#   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
+#                (Calibration.prefill_multi_ms); expected: the TP1 shard's 2 x 4,096 chunk near 1,000 ms (fit of before:
+#                946), so q32_sidp512's SiDP and DP2 bursts (+5.7 %, +4.4 %) within 3 % once re-validated with it
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
 #                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; SP2 x TP2 1.27x at threshold 2,048;
@@ -71,6 +74,11 @@ for RUN in "$@"; do
       compare_run "q8_shift_th_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    cal_q32)
+      mkdir -p "$OUT/cal_q32_$TAG"
+      SIDP_CALIBRATION_DIR="$OUT/cal_q32_$TAG" timeout -s TERM $((L - 15)) python3 -m sgl_sidp.plan calibrate \
+        --model-path .gpu/models/Qwen3-32B --gpus 2 > "$OUT/cal_q32_$TAG/calibrate.log" 2>&1
+      tail -5 "$OUT/cal_q32_$TAG/calibrate.log" ;;
     q32_shift4)
       compare_run "q32_shift_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,shift_sp2_tp2,tp2_dp2,shift_sp4_tp1 \
         --burst 64+2048+32 --trace "$AZURE" --rates 2 \

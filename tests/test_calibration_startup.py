@@ -75,7 +75,7 @@ def test_forward_time_measurement_logs_its_phase(monkeypatch, caplog):
         return f
 
     monkeypatch.setattr(process, "PROGRESS_EVERY_S", 0.02)
-    monkeypatch.setattr(measure, "feasible_points", lambda scheduler: ([1, 4], [256, 2048], [512]))
+    monkeypatch.setattr(measure, "feasible_points", lambda scheduler: ([1, 4], [256, 2048], [512], [(2, 256)]))
     monkeypatch.setattr(measure, "kv_bytes_per_token", lambda runner: 1000)
     monkeypatch.setattr(measure, "DecodeProbe", Probe)
     monkeypatch.setattr(measure, "pipelined_ms", slow(4.0))
@@ -91,16 +91,19 @@ def test_forward_time_measurement_logs_its_phase(monkeypatch, caplog):
     assert m["decode_ms"] == {1: 4.0, 4: 4.0} and m["decode_ms_alone"] == {1: 5.0, 4: 5.0}
     assert m["decode_ms_eager"] == {256: 4.0, 512: 4.0} and m["decode_eager_context"] == 256
     assert graphs_seen == ["graphs"] * 3 + [None] * 2 and runner.decode_cuda_graph_runner == "graphs"
-    assert m["decode_ms_long"] == {1: 4.0} and m["prefill_ms"] == {512: 30.0}
+    assert m["decode_ms_long"] == {1: 4.0} and m["prefill_ms"] == {512: 30.0} and m["prefill_multi_ms"] == [(2, 256, 30.0)]
     lines = [r.getMessage() for r in caplog.records]
     head = r"sgl-sidp DP0 TP0: start-up calibration of the forward times: \d+ s so far, limit 60 s; now "
     assert all(re.fullmatch(head + r"(decode batch (1 \(1|4 \(2) of 2\) at (256|2048) tokens of context|"
-                                   r"eager decode batch (256|512) at 256 tokens of context|prefill of 512 tokens \(1 of 1\))", m)
+                                   r"eager decode batch (256|512) at 256 tokens of context|prefill of 512 tokens \(1 of 1\)|"
+                                   r"prefill of 2 prompts of 256 tokens \(1 of 1\))", m)
                for m in lines), lines
     assert any("decode batch 4 (2 of 2)" in m for m in lines) and any("prefill of 512" in m for m in lines)
     assert m["skipped"] == [] and "time budget" not in measure.describe_measurement(m)
     spent = measure.measure_forwards(scheduler, budget_s=0.0)  # every point past its budget: named, not measured
-    assert spent["skipped"] == ["decode batches [1, 4]", "eager decode batches [256, 512]", "prefills of [512] tokens"]
+    assert spent["skipped"] == ["decode batches [1, 4]", "eager decode batches [256, 512]", "prefills of [512] tokens",
+                                "prefills of several prompts [(2, 256)]"]
     assert spent["decode_ms"] == spent["prefill_ms"] == {}
     assert measure.describe_measurement(spent).endswith("not measured (past the time budget): decode batches [1, 4], "
-                                                        "eager decode batches [256, 512], prefills of [512] tokens")
+                                                        "eager decode batches [256, 512], prefills of [512] tokens, "
+                                                        "prefills of several prompts [(2, 256)]")

@@ -388,7 +388,8 @@ def test_a_shard_too_big_for_the_gpu_is_timed_at_fewer_layers_and_extrapolated(t
             n = int(self.sig.split()[1][1:])
             entry = {"model": self.sig, "gpu": "NVIDIA H200", "decode_ms": {"1": 1 + 0.1 * n},
                      "prefill_ms": {"512": 10 + 2 * n}, "decode_context": {"1": 256},
-                     "prefill_prefix_ms": [[2048, 8192, 20 + 3 * n]] + ([[64, 128, 1.0]] if n == 40 else [])}
+                     "prefill_prefix_ms": [[2048, 8192, 20 + 3 * n]] + ([[64, 128, 1.0]] if n == 40 else []),
+                     "prefill_multi_ms": [[2, 4096, 30 + 4 * n]]}
             key = {"gpu": "NVIDIA H200", "model": self.sig, "dtype": "torch.bfloat16", "quantization": "",
                    "attention_backend": "triton", "sglang": "0.5.17", "format": 2}
             (self.cache / f"{len(served)}.json").write_text(json.dumps({"key": key, "calibration": entry}))
@@ -414,6 +415,7 @@ def test_a_shard_too_big_for_the_gpu_is_timed_at_fewer_layers_and_extrapolated(t
     cal = find_calibration(whole, "NVIDIA H200", [cache])[0]
     assert cal.decode_ms[1] == pytest.approx(1 + 0.1 * 80) and cal.prefill_ms[512] == pytest.approx(10 + 2 * 80)
     assert cal.prefill_prefix_ms == ((2048, 8192, pytest.approx(20 + 3 * 80)),)  # (points of both layer counts only)
+    assert cal.prefill_multi_ms == ((2, 4096, pytest.approx(30 + 4 * 80)),)
     assert "extrapolated linearly in the layer count to 80 layers" in cal.source
 
 

@@ -425,6 +425,32 @@ def test_the_prefill_fit_keeps_every_term_at_least_zero_by_refitting():
     assert nonnegative_fit(x, np.array([-1.0, -2.0, -3.0])) == (0.0, 0.0)
 
 
+def test_prefills_of_several_prompts_set_the_attention_apart_from_the_linear_layers():
+    """A fit through one-request prefills alone (c + a T + b T^2) is exact on them, but where a prompt's attention grows
+    faster than its square (per token pair it costs more the longer the prompt, as over a long cached prefix:
+    `prefix_line`), its b is too large for short prompts and a chunk of several comes out cheap: Qwen3-32B's TP1 shard
+    on H100, 2 x 4,096 tokens, 946 ms predicted against 1,011 profiled. With the prefills of several prompts in the
+    calibration (`Calibration.prefill_multi_ms`) the fit takes them too; a table without them fits as before."""
+    import dataclasses
+
+    def truth(parts):  # linear layers, and attention that grows as each prompt's length to the power 2.3
+        return 10.0 + 0.1 * sum(parts) + sum(2e-7 * n ** 2.3 for n in parts)
+
+    singles = {t: truth([t]) for t in (2048, 4096, 8192)}
+    base = Calibration(model="m", gpu="NVIDIA H100 80GB HBM3", decode_ms={1: 20.0}, prefill_ms=singles,
+                       copy_gbps=None, source="test")
+    old = ShardClock(base, 1)
+    multi = tuple((k, n, truth([n] * k)) for k, n in ((2, 4096), (4, 2048), (8, 1024)))
+    new = ShardClock(dataclasses.replace(base, prefill_multi_ms=multi), 1)
+    chunks = ([4096] * 2, [2048] * 4, [1024] * 8)
+    for t in singles:
+        assert old.prefill_ms([(t, 0)]) == pytest.approx(singles[t])
+    assert old.prefill_ms([(1024, 0)] * 8) < 0.97 * truth([1024] * 8)  # cheap where the prompts are short
+    for parts in (*chunks, [8192], [4096], [2048]):
+        assert new.prefill_ms([(n, 0) for n in parts]) == pytest.approx(truth(parts), rel=0.01)
+    assert Calibration.from_json(new.cal.to_json()).prefill_multi_ms == multi
+
+
 def test_a_tp_group_reserves_memory_before_the_model_loads():
     """SGLang's 'avail mem' before loading on H100: 78.50 GiB at TP1, 77.59 at TP2, 77.36-77.41 at TP4 (its NCCL
     communicators and custom all-reduce buffers): the planner's KV for TP4 of Llama-3.1-70B was 3.3 % over SGLang's."""

@@ -14,7 +14,8 @@ every TP rank of a replica, each rank running the same forwards (the graphs hold
   points whose rows would share one row's KV (the pool has no room) are not timed: L2 would serve them.
 - Prefill: one request of T tokens through `ScheduleBatch.init_new` / `prepare_for_extend` /
   `ForwardBatch.init_new` / `ModelRunner.forward`, the way SGLang's own start-up profiler
-  (`Scheduler.profile_and_init_predictor`) times prefill; its KV is freed afterwards.
+  (`Scheduler.profile_and_init_predictor`) times prefill; its KV is freed afterwards. Then a few forwards of several
+  fresh prompts at once (`PREFILL_MULTI`), as a burst of short prompts fills a chunk.
 - Copies while a forward runs: a decode forward replayed with and without reader copies on a
   side stream (`time_copy_during_forward`).
 - Before the prefill graphs are captured (no scheduler yet): SGLang's own dummy prefill body
@@ -37,7 +38,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from sgl_sidp.calibration.table import DECODE_BATCHES, DECODE_CONTEXTS, EAGER_BATCHES, PREFILL_TOKENS
+from sgl_sidp.calibration.table import DECODE_BATCHES, DECODE_CONTEXTS, EAGER_BATCHES, PREFILL_MULTI, PREFILL_TOKENS
 from sgl_sidp.process import Progress
 
 logger = logging.getLogger(__name__)
@@ -162,24 +163,29 @@ def eager(model_runner):
 ONE_RUN_PREFILL_MS = 200.0
 
 
-def time_prefill(scheduler, tokens: int, iters: int = 2) -> float:
-    """Median ms of a one-request prefill of `tokens` tokens (SGLang's `profile_and_init_predictor` path): `iters`
-    runs after a warm-up run, one where the warm-up took `ONE_RUN_PREFILL_MS` or more."""
+def time_prefill(scheduler, tokens: int, iters: int = 2, requests: int = 1) -> float:
+    """Median ms of a prefill forward of `requests` fresh prompts of `tokens` tokens each (SGLang's
+    `profile_and_init_predictor` path, with `requests` requests in the batch): `iters` runs after a warm-up run, one
+    where the warm-up took `ONE_RUN_PREFILL_MS` or more. Their KV is freed after each run."""
     from sglang.srt.layers.dp_attention import set_is_extend_in_batch
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     mr = scheduler.tp_worker.model_runner
-    ids = array("q", torch.randint(0, 1000, (tokens,), generator=torch.Generator().manual_seed(tokens)).tolist())
+    ids = [array("q", torch.randint(0, 1000, (tokens,), generator=torch.Generator().manual_seed(tokens + r)).tolist())
+           for r in range(requests)]
     times = []
     for i in range(iters + 1):  # the first run warms up
-        req = Req(rid=f"sidp-calibration-{tokens}-{i}", origin_input_text="", origin_input_ids=ids,
-                  sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
-        req.full_untruncated_fill_ids = req.origin_input_ids
-        req.logprob_start_len = -1
-        req.set_extend_range(len(req.prefix_indices), len(req.full_untruncated_fill_ids))
-        batch = ScheduleBatch.init_new([req], scheduler.req_to_token_pool, scheduler.token_to_kv_pool_allocator,
+        reqs = []
+        for r in range(requests):
+            req = Req(rid=f"sidp-calibration-{tokens}x{requests}-{i}-{r}", origin_input_text="", origin_input_ids=ids[r],
+                      sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+            req.full_untruncated_fill_ids = req.origin_input_ids
+            req.logprob_start_len = -1
+            req.set_extend_range(len(req.prefix_indices), len(req.full_untruncated_fill_ids))
+            reqs.append(req)
+        batch = ScheduleBatch.init_new(reqs, scheduler.req_to_token_pool, scheduler.token_to_kv_pool_allocator,
                                        scheduler.tree_cache, scheduler.model_config, False, scheduler.spec_algorithm)
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -192,10 +198,11 @@ def time_prefill(scheduler, tokens: int, iters: int = 2) -> float:
         mr.forward(forward_batch=fb)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
-        if req.req_pool_idx is not None:
-            scheduler.token_to_kv_pool_allocator.free(
-                scheduler.req_to_token_pool.req_to_token[req.req_pool_idx, : req.extend_range.end])
-            scheduler.req_to_token_pool.free(req)
+        for req in reqs:
+            if req.req_pool_idx is not None:
+                scheduler.token_to_kv_pool_allocator.free(
+                    scheduler.req_to_token_pool.req_to_token[req.req_pool_idx, : req.extend_range.end])
+                scheduler.req_to_token_pool.free(req)
         if i and times[0] >= ONE_RUN_PREFILL_MS:
             break
     return statistics.median(times[1:])
@@ -317,9 +324,11 @@ def time_dummy_prefill(graph_runner, tokens: int, iters: int = 2, align: Callabl
 
 
 def feasible_points(scheduler, batches: Sequence[int] = DECODE_BATCHES, contexts: Sequence[int] = DECODE_CONTEXTS,
-                    prefill: Sequence[int] = PREFILL_TOKENS) -> tuple[list[int], list[int], list[int]]:
-    """The decode batches (captured in a decode graph, rows available), contexts and prefill sizes
-    (within the KV pool, the context length and the chunked-prefill size) this server can run."""
+                    prefill: Sequence[int] = PREFILL_TOKENS,
+                    multi: Sequence[tuple[int, int]] = PREFILL_MULTI) -> tuple[list[int], list[int], list[int], list]:
+    """The decode batches (captured in a decode graph, rows available), contexts, prefill sizes and prefills of
+    several prompts ((requests, tokens each): within the KV pool, the request rows, the context length and the
+    chunked-prefill size) this server can run."""
     mr = scheduler.tp_worker.model_runner
     runner = getattr(mr, "decode_cuda_graph_runner", None)
     captured = set(getattr(runner, "capture_bs", []) or [])
@@ -330,7 +339,8 @@ def feasible_points(scheduler, batches: Sequence[int] = DECODE_BATCHES, contexts
     bs = [b for b in batches if b in captured and b <= rows]
     ctx = [c for c in contexts if c < min(kv_free, ctx_len)]
     pre = [t for t in prefill if t <= min(kv_free, ctx_len, chunk)]
-    return bs, ctx, pre
+    several = [(k, n) for k, n in multi if k * n <= min(kv_free, chunk) and n <= ctx_len and k <= rows]
+    return bs, ctx, pre, several
 
 
 #: seconds `measure_forwards` may spend on one server: a whole 8B model takes 8-11 s on an H200, a Llama-3.1-70B
@@ -347,7 +357,8 @@ def measure_forwards(scheduler, budget_s: float = FORWARD_BUDGET_S, iters: int =
         {"decode_ms": {bs: ms}, "decode_context": {bs: tokens}, "decode_ms_long": {bs: ms},
          "decode_ms_alone": {bs: ms}, "decode_context_long": tokens, "attention_gbps": float | None,
          "decode_ms_eager": {bs: ms}, "decode_eager_context": tokens,
-         "prefill_ms": {tokens: ms}, "graph": bool, "seconds": float, "skipped": [str]}. `decode_ms` is at the shorter
+         "prefill_ms": {tokens: ms}, "prefill_multi_ms": [(requests, tokens each, ms)], "graph": bool, "seconds": float,
+         "skipped": [str]}. `decode_ms` is at the shorter
         context, `decode_ms_long` at the longer one (only batches whose rows have room for their own KV,
         `DecodeProbe.shares_kv`), both pipelined (`pipelined_ms`); `decode_ms_alone` is one forward alone at the
         shorter context (`median_ms`); `attention_gbps` is fitted from the largest batch with its own KV;
@@ -356,12 +367,12 @@ def measure_forwards(scheduler, budget_s: float = FORWARD_BUDGET_S, iters: int =
     """
     t0 = time.monotonic()
     mr = scheduler.tp_worker.model_runner
-    bs_list, ctxs, prefill = feasible_points(scheduler)
+    bs_list, ctxs, prefill, several = feasible_points(scheduler)
     short, long_ = (ctxs[0], ctxs[-1]) if ctxs else (None, None)
     kvb = kv_bytes_per_token(mr)
     out = {"decode_ms": {}, "decode_context": {}, "decode_ms_long": {}, "decode_ms_alone": {}, "prefill_ms": {},
            "graph": True, "decode_context_long": long_ if long_ != short else 0, "decode_ms_eager": {},
-           "decode_eager_context": short or 0, "skipped": []}
+           "decode_eager_context": short or 0, "skipped": [], "prefill_multi_ms": []}
     rates = []
     progress = Progress(f"sgl-sidp {who}: start-up calibration of the forward times", logger, limit_s=budget_s)
 
@@ -413,6 +424,11 @@ def measure_forwards(scheduler, budget_s: float = FORWARD_BUDGET_S, iters: int =
                 break
             progress.at(f"prefill of {t} tokens ({i} of {len(prefill)})")
             out["prefill_ms"][t] = time_prefill(scheduler, t)
+        for i, (k, n) in enumerate(several, 1):
+            if over(f"prefills of several prompts {several[i - 1:]}"):
+                break
+            progress.at(f"prefill of {k} prompts of {n} tokens ({i} of {len(several)})")
+            out["prefill_multi_ms"].append((k, n, time_prefill(scheduler, n, requests=k)))
     out["attention_gbps"] = max(rates) if rates else None  # the largest batch with its own KV reads fastest
     out["seconds"] = time.monotonic() - t0
     return out
@@ -490,4 +506,5 @@ def describe_measurement(m: dict) -> str:
         f"eager (no CUDA graph) at {m.get('decode_eager_context', 0)} tokens: "
         + ", ".join(f"bs{b} {ms:.2f} ms" for b, ms in sorted(m.get("decode_ms_eager", {}).items())),
         "prefill " + ", ".join(f"{t} tokens {ms:.1f} ms" for t, ms in sorted(m["prefill_ms"].items())),
+        "prefill of several prompts " + ", ".join(f"{k} x {n} tokens {ms:.1f} ms" for k, n, ms in m.get("prefill_multi_ms", ())),
     ] + [f"not measured (past the time budget): {', '.join(m['skipped'])}"] * bool(m.get("skipped")))

@@ -84,7 +84,7 @@ def ensure_forward_times(scheduler, who: str, cache: CalibrationCache | None = N
         measure_s=round(m["seconds"], 2), decode_ms_long=m["decode_ms_long"],
         decode_context_long=m["decode_context_long"], decode_timing="pipelined",
         decode_ms_alone=m["decode_ms_alone"], decode_ms_eager=m["decode_ms_eager"],
-        decode_eager_context=m["decode_eager_context"],
+        decode_eager_context=m["decode_eager_context"], prefill_multi_ms=tuple(m.get("prefill_multi_ms", ())),
     )
     if tp0:
         path = cache.put(key, cal)

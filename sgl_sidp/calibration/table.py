@@ -42,6 +42,9 @@ DECODE_CONTEXTS = (256, 2048)
 #: TP2 decode step of 512 rows took 48-77 ms eagerly where the graphs' 256 took 21 ms
 EAGER_BATCHES = (256, 512)
 PREFILL_TOKENS = (16, 128, 512, 2048, 4096, 8192)
+#: (requests, prompt tokens each) of the prefills of several fresh prompts in one forward (`Calibration.prefill_multi_ms`):
+#: chunks of SGLang's default 8,192 tokens as a burst of short prompts fills them
+PREFILL_MULTI = ((2, 4096), (4, 2048), (8, 1024))
 
 #: what a start-up calibration's `source` says before the points its time budget skipped
 #: (`startup.ensure_forward_times` writes it, `plan.calibrate.serve_calibrations` reports it)
@@ -90,6 +93,10 @@ class Calibration:
             as (new tokens, prefix tokens, ms) rows: what attention over cached tokens costs
             (`plan.calibrate.record_prefix_prefills`; `plan.steps.ShardClock.prefix_factor`). Empty for tables
             measured before this field existed.
+        prefill_multi_ms: prefills of several fresh prompts in one forward, as (requests, tokens each, ms) rows
+            (`PREFILL_MULTI`, `measure.time_prefill`): they set apart what grows with each prompt's square (causal
+            attention) from what grows with the tokens (`plan.steps.ShardClock.prefill_fit`), which one-request
+            prefills cannot. Empty for tables measured before this field existed.
         host_ms_per_request: what SGLang's scheduler spends on the host per running request per decode step
             outside the forward (ms: its batch preparation and the processing of each step's results), from a
             served eager step against the timed eager forward (`plan.calibrate.record_serving_step`). The overlap
@@ -117,6 +124,7 @@ class Calibration:
     decode_eager_context: int = 0
     prefill_prefix_ms: tuple[tuple[int, int, float], ...] = ()
     host_ms_per_request: float | None = None
+    prefill_multi_ms: tuple[tuple[int, int, float], ...] = ()
 
     # ------------------------------------------------------------------ files
     @classmethod
@@ -147,6 +155,7 @@ class Calibration:
             decode_eager_context=int(d.get("decode_eager_context", 0)),
             prefill_prefix_ms=tuple((int(n), int(p), float(ms)) for n, p, ms in d.get("prefill_prefix_ms", ())),
             host_ms_per_request=_opt_float(d.get("host_ms_per_request")),
+            prefill_multi_ms=tuple((int(k), int(n), float(ms)) for k, n, ms in d.get("prefill_multi_ms", ())),
         )
 
     @classmethod

@@ -128,6 +128,8 @@ def extrapolate_layers(near: Calibration, far: Calibration, near_layers: int, fa
         decode_ms_eager=line(near.decode_ms_eager, far.decode_ms_eager),
         prefill_prefix_ms=tuple((n, p, ms) for (n, p), ms in line(*({(n, p): ms for n, p, ms in c.prefill_prefix_ms}
                                                                     for c in (near, far))).items()),
+        prefill_multi_ms=tuple((k, n, ms) for (k, n), ms in line(*({(k, n): ms for k, n, ms in c.prefill_multi_ms}
+                                                                   for c in (near, far))).items()),
         decode_context={b: c for b, c in far.decode_context.items() if b in near.decode_ms},
         measure_s=near.measure_s + far.measure_s,
         source=f"extrapolated linearly in the layer count to {layers} layers from servers of {near_layers} and "

@@ -268,20 +268,23 @@ class ShardClock:
 
     @functools.cached_property
     def prefill_fit(self) -> tuple[float, float, float]:
-        """(c ms, a ms per token, b ms per token^2) of one fresh request of T tokens taking c + a T + b T^2: the
-        linear layers and the causal attention, least squares with no term below 0 (`nonnegative_fit`; clipping an
-        unconstrained fit's negative b instead left Llama-3.1-70B's TP4 shard on H100 a line 12 % too steep) over
-        the measured one-request prefills of at least
-        `PREFILL_FIT_FROM` tokens where three are (below it a prefill costs about the same whatever its size:
-        `prefill_floor`), else over all (the attention is what makes a batch of short prompts faster than one long
-        prompt of the same tokens)."""
+        """(c ms, a ms per token, b ms per token^2) of a prefill forward of fresh prompts of n_i tokens taking
+        c + a sum(n_i) + b sum(n_i^2): the linear layers and the causal attention, least squares with no term below 0
+        (`nonnegative_fit`; clipping an unconstrained fit's negative b instead left Llama-3.1-70B's TP4 shard on H100 a
+        line 12 % too steep) over the measured one-request prefills of at least `PREFILL_FIT_FROM` tokens where three
+        are (below it a prefill costs about the same whatever its size: `prefill_floor`), else over all, and the
+        prefills of several prompts in one forward (`Calibration.prefill_multi_ms`) where measured. One-request points
+        alone cannot tell the attention's per-token work from the linear layers', so they put it all in b: a chunk of
+        two 4,096-token prompts of Qwen3-32B's TP1 shard on H100 came out at 946 ms, where SiDP's profile took 1,011
+        (the attention's part 178 against 234 ms); the several-prompt points set the two apart."""
         import numpy as np
 
         sizes = sorted(self.cal.prefill_ms)
         big = [t for t in sizes if t >= PREFILL_FIT_FROM]
-        xs = np.array(big if len(big) >= 3 else sizes, dtype=float)
-        ys = np.array([self.cal.prefill_ms[int(x)] for x in xs])
-        return nonnegative_fit(np.stack([np.ones_like(xs), xs, xs ** 2], 1), ys)
+        rows = [(1.0, float(t), float(t) ** 2, self.cal.prefill_ms[t]) for t in (big if len(big) >= 3 else sizes)]
+        rows += [(1.0, float(k * n), float(k * n * n), ms) for k, n, ms in self.cal.prefill_multi_ms]
+        x = np.array([r[:3] for r in rows], dtype=float)
+        return nonnegative_fit(x, np.array([r[3] for r in rows], dtype=float))
 
     @functools.cached_property
     def prefill_floor(self) -> float:

@@ -380,7 +380,7 @@ class ZeroDPRuntime:
         from sgl_sidp.calibration.startup import calibration_key, record_copy_rates
 
         runner = scheduler.tp_worker.model_runner
-        bs_list, _, _ = feasible_points(scheduler, batches=(COPY_PROBE_BATCH, 32, 8, 1))
+        bs_list, _, _, _ = feasible_points(scheduler, batches=(COPY_PROBE_BATCH, 32, 8, 1))
         if not bs_list:
             return
         src = self._probe_src.view(-1)
