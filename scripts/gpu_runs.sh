@@ -26,6 +26,9 @@
 #   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
 #                (Calibration.prefill_multi_ms); expected: the TP1 shard's 2 x 4,096 chunk near 1,000 ms (fit of before:
 #                946), so q32_sidp512's SiDP and DP2 bursts (+5.7 %, +4.4 %) within 3 % once re-validated with it
+#   cal_q30      the same for Qwen3-30B-A3B: its TP1 fit puts 141 of an 8,192-token prefill's 239 ms in the square
+#                term, so a 4 x 2,048 chunk is priced at 134 ms; expected: q30_mooncake's MoE bursts (TP2 +16.5 %,
+#                DP2 +14.1 %) within 10 % once re-validated
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
 #                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; SP2 x TP2 1.27x at threshold 2,048;
@@ -87,11 +90,12 @@ for RUN in "$@"; do
         --config-args "shift_sp2_tp1_th1025=--chunked-prefill-size 16384 --max-prefill-tokens 16384 --mem-fraction-static $MF" \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
-    cal_q32)
-      mkdir -p "$OUT/cal_q32_$TAG"
-      SIDP_CALIBRATION_DIR="$OUT/cal_q32_$TAG" timeout -s TERM $((L - 15)) python3 -m sgl_sidp.plan calibrate \
-        --model-path .gpu/models/Qwen3-32B --gpus 2 > "$OUT/cal_q32_$TAG/calibrate.log" 2>&1
-      tail -5 "$OUT/cal_q32_$TAG/calibrate.log" ;;
+    cal_q32|cal_q30)
+      case $RUN in cal_q32) M=Qwen3-32B;; *) M=Qwen3-30B-A3B;; esac
+      mkdir -p "$OUT/${RUN}_$TAG"
+      SIDP_CALIBRATION_DIR="$OUT/${RUN}_$TAG" timeout -s TERM $((L - 15)) python3 -m sgl_sidp.plan calibrate \
+        --model-path ".gpu/models/$M" --gpus 2 > "$OUT/${RUN}_$TAG/calibrate.log" 2>&1
+      tail -5 "$OUT/${RUN}_$TAG/calibrate.log" ;;
     q32_shift4)
       compare_run "q32_shift_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,shift_sp2_tp2,tp2_dp2,shift_sp4_tp1 \
         --burst 64+2048+32 --trace "$AZURE" --rates 2 \
