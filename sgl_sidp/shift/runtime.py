@@ -359,21 +359,21 @@ class ShiftRuntime:
 
             from sgl_sidp.calibration.measure import time_dummy_prefill
 
-            tp_group, eager = get_tp_group(), {}
+            tp_group, timings = get_tp_group(), {}  # (tokens, configuration) -> QueuedTiming
 
             def gpu_ms(tokens: int) -> float:
                 timing = time_dummy_prefill(graph_runner, tokens, align=tp_group.barrier)
-                eager[(tokens, self.force)] = timing
+                timings[(tokens, self.force)] = timing
                 return timing.gpu_ms
 
             self.calibrate(graph_runner.model_runner, gpu_ms, graph_runner.max_num_tokens,
                            "dummy prefill bodies queued behind a GPU sleep, TP ranks aligned, before the prefill graphs")
-            behind = sorted({tokens for (tokens, _), t in eager.items() if not t.ahead})
             if _tp_rank() == 0:
+                sizes = sorted({n for n, _ in timings})
                 logger.info("sgl-sidp shift TP0: the same prefills timed from the host (launches included), ms (shift, "
-                            "base) by tokens: %s", ", ".join(f"{n}: {eager[(n, 'shift')].eager_ms:.1f}, "
-                                                             f"{eager[(n, 'base')].eager_ms:.1f}"
-                                                             for n in sorted({n for n, _ in eager})))
+                            "base) by tokens: %s", ", ".join(f"{n}: {timings[(n, 'shift')].eager_ms:.1f}, "
+                                                             f"{timings[(n, 'base')].eager_ms:.1f}" for n in sizes))
+                behind = sorted({n for (n, _), t in timings.items() if not t.ahead})
                 if behind:
                     logger.warning("sgl-sidp shift TP0: at %s tokens the host was still launching when the GPU sleep "
                                    "ended, so those times include host gaps", behind)
