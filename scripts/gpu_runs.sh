@@ -23,6 +23,10 @@
 #                apart, the same buckets); burst 64 x (2,048, 32) and the Azure window at 3x (1 s / 8 ms). Expected from
 #                the profiles (119 against 111 ms per 8,192 tokens): burst 0.90x -> about 0.96x DP2; not predicted by
 #                the planner (it does not model a chunk flag)
+#   q8_shift_rates  the same window at 1.5x and 2x (TP2, Shift, DP2; no burst): goodput where the load is lighter than
+#                3x, whose 1 s / 8 ms goodput counts only 31-47 of 781 requests. Predicted on 2 x H100 at the
+#                threshold the server calibrates there (1,024, measured twice): 1.5x: 8 ms Shift 1.21x TP2 (2.51 against
+#                2.06 req/s), 10 ms 1.09x DP2, 15 ms 0.99x DP2; 2x: 8 ms 1.15x TP2, 10 ms 1.15x TP2, 15 ms 0.91x DP2
 #   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
 #                (Calibration.prefill_multi_ms); expected: the TP1 shard's 2 x 4,096 chunk near 1,000 ms (fit of before:
 #                946), so q32_sidp512's SiDP and DP2 bursts (+5.7 %, +4.4 %) within 3 % once re-validated with it
@@ -83,6 +87,9 @@ for RUN in "$@"; do
       compare_run "q8_shift_th_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q8_shift_rates)
+      compare_run "q8_shift_rates_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs shift_sp2_tp1,tp2,dp2 \
+        --trace "$AZURE" --rates 1.5,2 --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q8_shift_chunk2x)
       case $TAG in h100) MF=0.828;; *) MF=0.902;; esac
       compare_run "q8_shift_chunk2x_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel \
