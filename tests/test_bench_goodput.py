@@ -134,3 +134,23 @@ def test_predict_lists_every_configuration_under_each_objective_against_the_best
         with pytest.raises(SystemExit):
             goodput.main(argv)
         assert why in capsys.readouterr().err
+
+
+def test_predict_names_a_shift_server_at_the_threshold_it_ran(monkeypatch):
+    """A Shift server that calibrated its own threshold is predicted at it (`compare_report.ran_as`), as
+    `bench.validate` predicts it, and its goodput is reported under the folder's configuration name."""
+    from types import SimpleNamespace as NS
+
+    rows = [NS(name="tp2", predicted=True, goodput_by_slo={"1000/8": 0.7}),
+            NS(name="shift_sp2_tp1_th1024", predicted=True, goodput_by_slo={"1000/8": 1.2}),
+            NS(name="shift_sp2_tp1", predicted=True, goodput_by_slo={"1000/8": 1.3})]
+    asked = []
+    monkeypatch.setattr("sgl_sidp.plan.planner.plan_requests",
+                        lambda *a, **k: asked.append(k["names"]) or {"configurations": rows})
+    monkeypatch.setattr("sgl_sidp.bench.traces.sim_requests", lambda args, trace_dir: [])
+    results = {"tp2": {"config": "tp2", "technique": "vanilla", "gpu_count": 2},
+               "shift_sp2_tp1": {"config": "shift_sp2_tp1", "technique": "shift", "gpu_count": 2,
+                                 "shift_threshold": 1024}}
+    got = goodput.predict("M", "H100", "--x", ["shift_sp2_tp1", "tp2"], [SLO(1000, 8)], None, results)
+    assert asked == [["shift_sp2_tp1_th1024", "tp2"]]
+    assert got == [{"shift_sp2_tp1": 1.2, "tp2": 0.7}]

@@ -84,7 +84,7 @@ def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str
         settings = replay_settings(folder)
     lines = ["| replay | TTFT / TPOT objectives | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
     for key, by in sorted(found.items()):
-        predicted = (predict(model_path, gpu, settings[key][0], list(by), slos, trace_dir, results)
+        predicted = (predict(model_path, gpu, settings[key][0], list(by), slos, trace_dir, results, folder)
                      if settings and key in settings else [{} for _ in slos])
         for slo, pred in zip(slos, predicted):
             got = {c: goodput(rows, d, slo) for c, (rows, d) in by.items()}
@@ -96,17 +96,21 @@ def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str
 
 
 def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slos: list[SLO], trace_dir: Path | None,
-            results: dict[str, dict]) -> list[dict[str, float]]:
+            results: dict[str, dict], folder: Path | None = None) -> list[dict[str, float]]:
     """Per objective of `slos`, in order: {configuration: the planner's goodput (req/s)} for the replay compare sent
     with `replay_args`, on as many GPUs as the configurations used, from one simulation of each configuration
-    (`plan_requests`' `more_slos`); none for one run with flags the planner does not model (its `config_args`, as
-    `bench.validate` leaves them out)."""
+    (`plan_requests`' `more_slos`), each predicted as its server ran (`compare_report.ran_as`: a Shift server at the
+    threshold it calibrated, read from its result or its log under `folder`, as `bench.validate` predicts it);
+    none for one run with flags the planner does not model (its `config_args`, as `bench.validate` leaves them out)."""
+    from sgl_sidp.bench.compare_report import ran_as
+
     names = [c for c in names if not results.get(c, {}).get("config_args")]
     if not names:
         return [{} for _ in slos]
     n = max(int(results.get(c, {}).get("gpu_count") or 0) for c in names) or 2
-    rows = [r for r in replay_rows(model_path, gpu, n, replay_args, slos, trace_dir, names) if r.name in names]
-    return [{r.name: r.goodput_by_slo[slo_key(slo)] for r in rows} for slo in slos]
+    ran = {c: ran_as(results[c], folder) if c in results else c for c in names}
+    rows = {r.name: r for r in replay_rows(model_path, gpu, n, replay_args, slos, trace_dir, list(ran.values()))}
+    return [{c: rows[ran[c]].goodput_by_slo[slo_key(slo)] for c in names if ran[c] in rows} for slo in slos]
 
 
 def replay_rows(model_path: str, gpu: str, n_gpus: int, replay_args: str, slos: list[SLO], trace_dir: Path | None,
