@@ -27,6 +27,11 @@
 #                3x, whose 1 s / 8 ms goodput counts only 31-47 of 781 requests. Predicted on 2 x H100 at the
 #                threshold the server calibrates there (1,024, measured twice): 1.5x: 8 ms Shift 1.21x TP2 (2.51 against
 #                2.06 req/s), 10 ms 1.09x DP2, 15 ms 0.99x DP2; 2x: 8 ms 1.15x TP2, 10 ms 1.15x TP2, 15 ms 0.91x DP2
+#   q8_shift_profile2k  Shift and TP2 at chunk 2,048 (each prefill forward 2,048 tokens: Shift's base configuration,
+#                above its 1,024 threshold), 96 x (2,048, 8) profiled (3 prefill, 3 decode forwards): is the base
+#                forward host-bound in the server? GPU-timed at start-up: base 28.6, TP2 30.4 ms. The planner serves
+#                Shift's replay TTFTs 24-80 ms early (TP2's 0-26 ms): expected, if the cause is the host, a base span
+#                well over its busy time (>= 1.3x) where TP2's is not
 #   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
 #                (Calibration.prefill_multi_ms); expected: the TP1 shard's 2 x 4,096 chunk near 1,000 ms (fit of before:
 #                946), so q32_sidp512's SiDP and DP2 bursts (+5.7 %, +4.4 %) within 3 % once re-validated with it
@@ -90,6 +95,10 @@ for RUN in "$@"; do
     q8_shift_rates)
       compare_run "q8_shift_rates_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs shift_sp2_tp1,tp2,dp2 \
         --trace "$AZURE" --rates 1.5,2 --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q8_shift_profile2k)
+      compare_run "q8_shift_profile2k_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs shift_sp2_tp1,tp2 \
+        --config-args "shift_sp2_tp1=--chunked-prefill-size 2048" --config-args "tp2=--chunked-prefill-size 2048" \
+        --profile 96+2048+8 --profile-steps 3 ;;
     q8_shift_chunk2x)
       case $TAG in h100) MF=0.828;; *) MF=0.902;; esac
       compare_run "q8_shift_chunk2x_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel \
