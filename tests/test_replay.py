@@ -413,3 +413,17 @@ def test_cli_help_runs_as_module():
     )
     for flag in ("--trace-format", "--compress-gaps-s", "--max-context-len", "--slo-tpot-ms", "--token-id-range"):
         assert flag in res.stdout
+
+
+def test_plots_are_written_as_small_palette_pngs(tmp_path):
+    """`report.save_png`: the committed plots are palette PNGs of at most `PNG_COLORS` colours (a device call carries
+    the whole tree), the picture kept."""
+    from PIL import Image
+
+    from sgl_sidp.bench import report
+
+    rows = [{"success": True, "target_send_s": i * 0.1, "ttft_ms": 50.0 + i, "tpot_ms": 8.0 + i % 3, "e2e_ms": 300.0 + i}
+            for i in range(200)]
+    path = report.plot_requests(tmp_path / "p.png", rows, "t")
+    im = Image.open(path)
+    assert im.mode == "P" and len(im.getcolors()) <= report.PNG_COLORS and im.size == (1200, 960)

@@ -145,10 +145,26 @@ def plot_requests(path: Path, rows: Sequence[dict], title: str = "") -> Path:
     axes[-1].set_xlabel("arrival time in the replay (s)")
     failed = len(rows) - len(ok)
     axes[0].set_title(f"{title}  ({len(ok)} ok, {failed} failed)" if title else f"{len(ok)} ok, {failed} failed")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
     return path
+
+
+PNG_COLORS = 64  # a palette this size keeps these plots' lines and markers, at about a third of the RGBA file
+
+
+def save_png(fig, path: Path, dpi: int) -> None:
+    """Write matplotlib figure `fig` to `path` as a palette PNG of `PNG_COLORS` colours (Pillow, matplotlib's own
+    dependency): the committed results carry dozens of these plots, and a device call carries the whole tree."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    buf.seek(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.open(buf).convert("RGB").quantize(colors=PNG_COLORS).save(path, optimize=True)
 
 
 def plot_configs(path: Path, metrics: dict[str, dict[str, float]], title: str = "") -> Path | None:
@@ -178,7 +194,6 @@ def plot_configs(path: Path, metrics: dict[str, dict[str, float]], title: str = 
         ax.margins(x=0.25)
     if title:
         fig.suptitle(title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     plt.close(fig)
     return path
