@@ -32,6 +32,10 @@
 #                forward host-bound in the server? GPU-timed at start-up: base 28.6, TP2 30.4 ms. The planner serves
 #                Shift's replay TTFTs 24-80 ms early (TP2's 0-26 ms): expected, if the cause is the host, a base span
 #                well over its busy time (>= 1.3x) where TP2's is not
+#   q8_par_check  does --parallel bias a ratio? Shift and DP2 on the 64 x (2,048, 32) burst side by side at the same
+#                moment (GPUs 0,1 and 2,3), then each alone on GPUs 0,1, one after the other. In every --parallel run
+#                of three configurations the third ran alone (DP2 in the Shift runs: Shift 0.87-0.89x DP2). Expected
+#                if the pairs do not disturb each other: the same Shift / DP2 ratio both ways within 2 %
 #   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
 #                (Calibration.prefill_multi_ms); expected: the TP1 shard's 2 x 4,096 chunk near 1,000 ms (fit of before:
 #                946), so q32_sidp512's SiDP and DP2 bursts (+5.7 %, +4.4 %) within 3 % once re-validated with it
@@ -99,6 +103,10 @@ for RUN in "$@"; do
       compare_run "q8_shift_profile2k_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs shift_sp2_tp1,tp2 \
         --config-args "shift_sp2_tp1=--chunked-prefill-size 2048" --config-args "tp2=--chunked-prefill-size 2048" \
         --profile 96+2048+8 --profile-steps 3 ;;
+    q8_par_check)
+      compare_run "q8_par_check_beside_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs shift_sp2_tp1,dp2 \
+        --burst 64+2048+32
+      compare_run "q8_par_check_alone_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 --burst 64+2048+32 ;;
     q8_shift_chunk2x)
       case $TAG in h100) MF=0.828;; *) MF=0.902;; esac
       compare_run "q8_shift_chunk2x_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel \
