@@ -35,8 +35,10 @@ def test_goodput_under_each_objective_beside_the_best_vanilla(tmp_path):
     assert goodput.goodput(*rows["shift_sp2_tp1"], SLO(1000, 6)) == pytest.approx(0.2)  # a one-token answer: TPOT 0
     table = goodput.table(tmp_path, [SLO(1000, 10), SLO(2000, 50)])
     assert table[0] == "| replay | TTFT / TPOT objectives | dp2 | shift_sp2_tp1 | tp2 |"
-    assert table[2] == "| azure@2x | 1000 / 10 ms | 0.1 (1.00x) | 0.3 (3.00x) | 0.1 (1.00x) |"
-    assert table[3] == "| azure@2x | 2000 / 50 ms | 0.3 (1.00x) | 0.3 (1.00x) | 0.2 (0.67x) |"
+    assert table[2] == ("| azure@2x | 1000 / 10 ms | 0.1 (1.00x) [1 of 4] | 0.3 (3.00x) [3 of 3] | 0.1 (1.00x) "
+                        "[1 of 2] |")
+    assert table[3] == ("| azure@2x | 2000 / 50 ms | 0.3 (1.00x) [3 of 4] | 0.3 (1.00x) [3 of 3] | 0.2 (0.67x) "
+                        "[2 of 2] |")
 
 
 def test_bad_input_gets_one_line(tmp_path, capsys):

@@ -5,8 +5,9 @@ replay `bench.compare` ran kept each request's TTFT and TPOT, so any objective c
 
 For each replay (`traces/<configuration>/<trace>_<rate>x/`: `bench.report.REQUESTS_CSV` and the replay's
 `summary.json`) and each objective (TTFT ms / TPOT ms), every configuration's goodput in requests per second with its
-ratio to the best vanilla configuration of the same replay (`compare_report.cell`). Goodput counts what
-`bench.metrics.compute_metrics` counts: completed requests meeting every objective (`SLO.met_by`, TPOT 0 for a
+ratio to the best vanilla configuration of the same replay (`compare_report.cell`) and, in brackets, how many of
+the replay's requests met the objective (a ratio of a few dozen requests is a ratio of small counts). Goodput counts
+what `bench.metrics.compute_metrics` counts: completed requests meeting every objective (`SLO.met_by`, TPOT 0 for a
 one-token answer), over the replay's duration. With `--model-path`, the planner's prediction for the same requests,
 window and objectives stands beside each number, labelled pred. (`bench.validate.replay_settings`, `plan_requests`).
 
@@ -60,12 +61,16 @@ def replays(folder: Path) -> dict[str, dict[str, tuple[list[dict], float]]]:
     return out
 
 
-def goodput(rows: list[dict], duration_s: float, slo: SLO) -> float:
-    """Requests per second that completed and met `slo` (`SLO.met_by` on each row's ttft_ms, tpot_ms, e2e_ms; an empty
-    TPOT, a one-token answer, counts as 0)."""
-    good = sum(slo.met_by(float(r["ttft_ms"]) / 1000, float(r["tpot_ms"] or 0) / 1000, float(r["e2e_ms"]) / 1000)
+def met(rows: list[dict], slo: SLO) -> int:
+    """Requests that completed and met `slo` (`SLO.met_by` on each row's ttft_ms, tpot_ms, e2e_ms; an empty TPOT, a
+    one-token answer, counts as 0)."""
+    return sum(slo.met_by(float(r["ttft_ms"]) / 1000, float(r["tpot_ms"] or 0) / 1000, float(r["e2e_ms"]) / 1000)
                for r in rows if r["success"] == "True")
-    return good / duration_s
+
+
+def goodput(rows: list[dict], duration_s: float, slo: SLO) -> float:
+    """Requests per second that completed and met `slo` (`met`) over the replay's `duration_s`."""
+    return met(rows, slo) / duration_s
 
 
 def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str = "H100",
@@ -90,7 +95,8 @@ def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str
             got = {c: goodput(rows, d, slo) for c, (rows, d) in by.items()}
             group = {c: {**results.get(c, {}), "_goodput": g} for c, g in got.items()}
             best = best_vanilla(group, lambda r: r.get("_goodput"), True)
-            cells = [cell(got.get(c), best, pred.get(c)) if c in got else "-" for c in names]
+            cells = [f"{cell(got[c], best, pred.get(c))} [{met(by[c][0], slo)} of {len(by[c][0])}]" if c in got else "-"
+                     for c in names]
             lines.append(f"| {key} | {slo.ttft_ms:g} / {slo.tpot_ms:g} ms | " + " | ".join(cells) + " |")
     return lines
 
