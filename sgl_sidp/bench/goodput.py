@@ -92,10 +92,11 @@ def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str
         predicted = (predict(model_path, gpu, settings[key][0], list(by), slos, trace_dir, results, folder)
                      if settings and key in settings else [{} for _ in slos])
         for slo, pred in zip(slos, predicted):
-            got = {c: goodput(rows, d, slo) for c, (rows, d) in by.items()}
+            count = {c: met(rows, slo) for c, (rows, _) in by.items()}
+            got = {c: count[c] / d for c, (_, d) in by.items()}  # `goodput`
             group = {c: {**results.get(c, {}), "_goodput": g} for c, g in got.items()}
             best = best_vanilla(group, lambda r: r.get("_goodput"), True)
-            cells = [f"{cell(got[c], best, pred.get(c))} [{met(by[c][0], slo)} of {len(by[c][0])}]" if c in got else "-"
+            cells = [f"{cell(got[c], best, pred.get(c))} [{count[c]} of {len(by[c][0])}]" if c in got else "-"
                      for c in names]
             lines.append(f"| {key} | {slo.ttft_ms:g} / {slo.tpot_ms:g} ms | " + " | ".join(cells) + " |")
     return lines
