@@ -5,7 +5,8 @@
 # Usage (GPU host, repo root; carry .whl, .gpu/models, .gpu/traces and .gpu/prev):
 #   SIDP_COMMIT=COMMIT TOTAL=570 OUT=/some/dir bash scripts/gpu_runs.sh RUN [RUN...]   (COMMIT written out: no .git there)
 # TOTAL: seconds this call may take in all (default 570). Folder names end in the GPUs a configuration spans and their kind
-# (h100, h200); the 2-GPU runs need a 4-GPU host (two configurations at once, --parallel).
+# (h100, h200); the 2-GPU runs need a 4-GPU host (two configurations at once, --parallel), except q30_ep, which runs
+its configurations one after the other on a 2-GPU host.
 # Runs (the objective each replay counts goodput under is fixed here, before the run):
 #   exact4       Shift's base forced (th1) with and without --shift-exact, SP4 and SP2 x TP2, four dense families
 #   q30_mooncake ZeroDP on the Mooncake conversation trace's first 60 s (Qwen3-30B-A3B, 2 + 2 GPUs at once; 2 s / 100 ms;
@@ -73,6 +74,8 @@ case "$GPU" in *H100*) TAG=h100;; *H200*) TAG=h200;; *) TAG=other;; esac
 echo "GPU: $GPU x $NG, commit $SIDP_COMMIT"
 X="--attention-backend triton --sampling-backend pytorch"
 AZURE=.gpu/traces/AzureLLMInferenceTrace_code.csv
+# two 2-GPU configurations at once on a 4-GPU host, one after the other on GPUs 0,1 of a 2-GPU host (runs that use it)
+if [ "$NG" -ge 4 ]; then PAIRS="--gpus 0,1,2,3 --parallel"; else PAIRS="--gpus 0,1"; fi
 resume() { [ -d ".gpu/prev/$1" ] && { mkdir -p "$OUT/$1"; cp -r ".gpu/prev/$1/." "$OUT/$1/"; chmod -R u+w "$OUT/$1"; }; true; }
 compare_run() {  # compare_run NAME MODEL COMPARE_ARGS...: bench.compare into $OUT/NAME, stopped before the call's end
   local name=$1 model=$2 L; shift 2; resume "$name"; L=$(left)
@@ -114,10 +117,8 @@ for RUN in "$@"; do
         --burst 64+2048+32
       compare_run "q8_par_check_alone_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 --burst 64+2048+32 ;;
     q30_ep)
-      compare_run "q30_ep_2gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --parallel --configs dp2_attn_ep,dp2_attn \
-        --burst 256+2048+256
-      compare_run "q30_ep_prefill_2gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --parallel --configs dp2_attn_ep,dp2_attn \
-        --burst 64+8192+16 ;;
+      compare_run "q30_ep_2gpu_$TAG" Qwen3-30B-A3B $PAIRS --configs dp2_attn_ep,dp2_attn --burst 256+2048+256
+      compare_run "q30_ep_prefill_2gpu_$TAG" Qwen3-30B-A3B $PAIRS --configs dp2_attn_ep,dp2_attn --burst 64+8192+16 ;;
     q8_shift_chunk2x)
       case $TAG in h100) MF=0.828;; *) MF=0.902;; esac
       compare_run "q8_shift_chunk2x_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel \
