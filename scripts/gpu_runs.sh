@@ -43,6 +43,14 @@ its configurations one after the other on a 2-GPU host.
 #                the prefill-heavy 64 x (8,192, 16). Not predicted (the planner has no EP shard yet); expected from
 #                the FLOPs (the same per GPU: half the experts whole instead of every expert's half) within 10 % of
 #                DP attention; a clear win would make it the baseline ZeroDP's MoE ratios must be taken against
+#   q8_shift_blocks  Shift's base layer without its two layout copies (the QKV GEMM one per shift shard into the
+#                all-to-all's send layout, the O GEMM one per received block), beside DP2 (one after the other on a
+#                2-GPU host), Qwen3-8B: the burst 64 x (2,048, 32) and a profile of 64 x (2,048, 8). Expected from the
+#                profile of before (q8_shift_2gpu_h100: per 8,192-token prefill 119 ms, "other" kernels 11.6 ms against
+#                TP2's 7.2): "other" down by 2-4 ms, the prefill 2-3 % faster, the burst 0.87-0.90x DP2 -> 0.90-0.93x
+#                on H100 (0.93x before on H200)
+#   exact2_shift  the forced base configuration with and without --shift-exact against TP2 on Qwen3 and Llama
+#                distinct-weight checkpoints, 2 GPUs: --shift-exact bit-identical to TP2 as before the change above
 #   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
 #                (Calibration.prefill_multi_ms); expected: the TP1 shard's 2 x 4,096 chunk near 1,000 ms (fit of before:
 #                946), so q32_sidp512's SiDP and DP2 bursts (+5.7 %, +4.4 %) within 3 % once re-validated with it
@@ -126,6 +134,14 @@ for RUN in "$@"; do
         --config-args "shift_sp2_tp1_th1025=--chunked-prefill-size 16384 --max-prefill-tokens 16384 --mem-fraction-static $MF" \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q8_shift_blocks)
+      compare_run "q8_shift_blocks_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,dp2 --burst 64+2048+32 \
+        --profile 64+2048+8 --profile-steps 3 ;;
+    exact2_shift)
+      OUT=$OUT timeout -s TERM $((L - 10)) bash scripts/gpu_compare_families.sh "exact_2gpu_shift_$TAG" "qwen3 llama" \
+        --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \
+        --extra-args "$X --max-total-tokens 65536 --cuda-graph-max-bs 8" --deadline-s $((L - 70)) --step-grace-s 30 \
+        --ready-timeout-s 200 --no-predict ;;
     cal_q32|cal_q30)
       case $RUN in cal_q32) M=Qwen3-32B;; *) M=Qwen3-30B-A3B;; esac
       mkdir -p "$OUT/${RUN}_$TAG"

@@ -365,8 +365,8 @@ def test_cache_keeps_a_feature_measurement_per_key(tmp_path):
 @pytest.mark.parametrize("p,sp,llama", [(2, 2, False), (2, 2, True), (4, 4, False), (4, 2, False), (4, 2, True)])
 def test_shift_exact_base_rounds_as_tp_does_in_bf16(p, sp, llama):
     """bf16, all-reduces adding in rank order as SGLang's custom all-reduce does: with `--shift-exact` the base
-    configuration's logits and KV equal the TP forward's to the bit; without it (one GEMM over the whole K, rounded
-    once) they do not."""
+    configuration's logits and KV equal the TP forward's to the bit; without it (o_proj's block partials added
+    unrounded, the MLP's down one GEMM over the whole K, rounded once) they do not."""
     exact = spawn(_rank, p, sp, 9, llama, True, torch.bfloat16)
     for rank, (err, kv_err, views, base, replay_err) in exact.items():
         assert base and views and err == kv_err == replay_err == 0.0, (rank, err, kv_err, replay_err)

@@ -8,8 +8,8 @@ import torch.distributed as dist
 
 from sgl_sidp.shift.heads import (HeadLayoutError, base_q_heads, check_layout, gathered_order, kv_heads_of,
                                   shift_group_order, shift_q_heads, shift_rank)
-from sgl_sidp.shift.ulysses import (TorchComm, act_per_shard, gather_tokens, heads_all_to_all, local_tokens, pad_to_sp,
-                                    tokens_all_to_all)
+from sgl_sidp.shift.ulysses import (TorchComm, act_per_shard, column_blocks, gather_tokens, heads_all_to_all, local_tokens,
+                                    pad_to_sp, row_blocks_gemm, tokens_all_to_all)
 from sgl_sidp.shift.views import COLUMN, ROW, gather_base, shard_view, shares_storage
 from tests.gloo_procs import spawn
 
@@ -131,9 +131,9 @@ def _layer_rank(rank, world, sp, n_tokens, n_heads, n_kv, inter):
     views_ok = all(torch.equal(shard_view(base[n], dim, sp, s), sh[n]) and shares_storage(shard_view(base[n], dim, sp, s), base[n])
                    for n, dim in (("qkv", COLUMN), ("gu", COLUMN), ("o", ROW), ("down", ROW)))
     xl = local_tokens(x, sp, s)
-    qkv = heads_all_to_all(xl @ base["qkv"].T, sp, n_tokens, comm)
+    qkv = heads_all_to_all(column_blocks(xl, base["qkv"], None, sp), n_tokens, comm)
     bq, bk, bv = qkv.split([nq, nkv, nkv], dim=-1)
-    ob = tokens_all_to_all(attention(bq, bk, bv, *heads), sp, comm) @ base["o"].T
+    ob = row_blocks_gemm(tokens_all_to_all(attention(bq, bk, bv, *heads), sp, comm), base["o"])
     if tb > 1:
         dist.all_reduce(ob, group=tb_groups[s])
     h1b = xl + ob
@@ -167,6 +167,20 @@ def test_local_tokens_pad_and_act_per_shard_matches_each_shard():
     gu = torch.randn(3, 2 * 2 * 5, dtype=torch.float64)
     want = torch.cat([silu_mul(part) for part in gu.chunk(2, dim=1)], dim=1)
     assert torch.equal(act_per_shard(silu_mul, gu, 2), want)
+
+
+def test_block_gemms_are_the_base_gemms_in_the_all_to_alls_layouts():
+    """`column_blocks` is the base GEMM's output cut into SP column blocks (bias included), stacked: the layout the
+    heads' all-to-all sends; `row_blocks_gemm` on SP blocks of columns is the base GEMM on them side by side."""
+    g = torch.Generator().manual_seed(5)
+    x, w, b = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((5, 6), (3 * 4, 6), (3 * 4,)))
+    blocks = column_blocks(x, w, b, 3)
+    assert blocks.shape == (3, 5, 4)
+    assert torch.allclose(blocks, (x @ w.T + b).view(5, 3, 4).transpose(0, 1), rtol=0, atol=1e-12)
+    assert torch.allclose(column_blocks(x, w, None, 1)[0], x @ w.T, rtol=0, atol=1e-12)
+    wo = torch.randn(7, 3 * 4, generator=g, dtype=torch.float64)
+    side_by_side = blocks.transpose(0, 1).reshape(5, 3 * 4)
+    assert torch.allclose(row_blocks_gemm(blocks, wo), side_by_side @ wo.T, rtol=0, atol=1e-12)
 
 
 def _logits_rank(rank, world, sp, tp, vocab):

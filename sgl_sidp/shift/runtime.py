@@ -17,11 +17,12 @@ forward's token count (`ShiftRuntime.base_for`), through these hooks (each liste
 - AROUND `VocabParallelEmbedding.forward` (the model's `embed_tokens`), the first op of every forward, eager or being
   captured: decide base or shift from the token count, then in base keep this SP rank's slice of the embedded tokens
   (`ulysses.local_tokens`; SGLang's TP = P lookup and all-reduce run for all tokens).
-- base only, AROUND `QKVParallelLinear.forward` (qkv_proj): the base QKV GEMM and one all-to-all
-  (`ulysses.heads_all_to_all`): SGLang's q/k norm, RoPE, `RadixAttention` and KV-cache writes then run on the whole
+- base only, AROUND `QKVParallelLinear.forward` (qkv_proj): the base QKV GEMM, one per shift shard into the
+  all-to-all's send layout (`ulysses.column_blocks`), and one all-to-all (`ulysses.heads_all_to_all`): SGLang's q/k norm, RoPE, `RadixAttention` and KV-cache writes then run on the whole
   batch for this GPU's heads, exactly as in the shift configuration.
 - base only, AROUND `RowParallelLinear.forward` (o_proj): one all-to-all back (`ulysses.tokens_all_to_all`) and the
-  base O GEMM (Llama, whose o_proj reduces itself: then over the TP_b group).
+  base O GEMM, one per received block (`ulysses.row_blocks_gemm`) (Llama, whose o_proj reduces itself: then over
+  the TP_b group).
 - base only, AROUND `communication_op.attention_tensor_model_parallel_all_reduce` (SGLang's post-attention TP
   all-reduce in `LayerCommunicator.prepare_mlp`): over the TP_b group, or nothing when TP_b = 1 (the SP ranks hold
   different tokens: an all-reduce over all P GPUs would mix them).
@@ -277,7 +278,7 @@ class ShiftRuntime:
         if not (self.base and self.roles.get(id(module)) == "qkv"):
             return original(module, x, *args, **kwargs)
         w, b = self.weights[id(module)]
-        return ulysses.heads_all_to_all(self.column_gemm(x, w, b), self.sp, self.n_tokens, self.sp_comm), None
+        return ulysses.heads_all_to_all(ulysses.column_blocks(x, w, b, self.sp), self.n_tokens, self.sp_comm), None
 
     def around_row_linear(self, original: Callable, module, x, *args, **kwargs):
         """AROUND `RowParallelLinear.forward`: base o_proj: this rank's tokens with the SP group's heads, base O GEMM.
@@ -286,10 +287,10 @@ class ShiftRuntime:
         if not (self.base and self.roles.get(id(module)) == "o"):
             return original(module, x, *args, **kwargs)
         w, _ = self.weights[id(module)]
-        x = ulysses.tokens_all_to_all(x, self.sp, self.sp_comm)
+        blocks = ulysses.tokens_all_to_all(x, self.sp, self.sp_comm)
         if self.settings.exact:  # summed over every TP rank here: the all-reduce that follows has nothing to add
-            return self.row_gemm_exact(x, w), None
-        out = F.linear(x, w)
+            return self.row_gemm_exact(blocks, w), None
+        out = ulysses.row_blocks_gemm(blocks, w)
         if getattr(module, "reduce_results", False) and self.tb_comm is not None:
             out = self.tb_comm.all_reduce(out)
         return out, None
@@ -309,12 +310,13 @@ class ShiftRuntime:
         bs = b.chunk(self.sp) if b is not None else [None] * self.sp
         return torch.cat([F.linear(x, ws, bi) for ws, bi in zip(w.chunk(self.sp), bs)], dim=-1)
 
-    def row_gemm_exact(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """`--shift-exact`'s row-parallel layer: x [N, SP * k] by the base weight w [H, SP * k] as the P TP ranks
-        compute it: one partial GEMM per shift shard (rounded to x's dtype, as each rank's output is), the TP_b
-        group's partials all-gathered, all P added in TP-rank order (g = t * SP + s) by `ulysses.sum_in_rank_order`.
+    def row_gemm_exact(self, xs, w: torch.Tensor) -> torch.Tensor:
+        """`--shift-exact`'s row-parallel layer: the SP inputs xs (each [N, k]: `tokens_all_to_all`'s blocks, or
+        the column blocks of one [N, SP * k] input) by the base weight w [H, SP * k] as the P TP ranks compute it:
+        one partial GEMM per shift shard (rounded to x's dtype, as each rank's output is), the TP_b group's partials
+        all-gathered, all P added in TP-rank order (g = t * SP + s) by `ulysses.sum_in_rank_order`.
         Returns [N, H], the sum over every GPU (no all-reduce follows)."""
-        parts = torch.stack([F.linear(xs, ws) for xs, ws in zip(x.chunk(self.sp, -1), w.chunk(self.sp, -1))])
+        parts = torch.stack([F.linear(x, ws) for x, ws in zip(xs, w.chunk(self.sp, -1))])
         if self.tb_comm is not None:
             gathered = parts.new_empty((self.tp_b * parts.numel(),))
             self.tb_comm.all_gather_into_tensor(gathered, parts.reshape(-1))
@@ -328,7 +330,7 @@ class ShiftRuntime:
             return original(mlp, x, *args, **kwargs)
         h = ulysses.act_per_shard(mlp.act_fn, self.column_gemm(x, self.weights[id(mlp.gate_up_proj)][0], None), self.sp)
         if self.settings.exact:
-            return self.row_gemm_exact(h, self.weights[id(mlp.down_proj)][0])
+            return self.row_gemm_exact(h.chunk(self.sp, -1), self.weights[id(mlp.down_proj)][0])
         out = F.linear(h, self.weights[id(mlp.down_proj)][0])
         return self.tb_comm.all_reduce(out) if self.tb_comm is not None else out
 

@@ -8,14 +8,16 @@ GPU g is SP rank g % SP of the SP group {t * SP + s : s} with t = g // SP, and h
 layer: the SP shift shards of its SP group concatenated in SP-rank order (`views.gather_base`), the *shard-major*
 layout. That layout makes the base configuration's data movement plain reshapes:
 
-- the fused QKV GEMM on the base weight gives each token [SP, c] blocks, block s being exactly what shift rank
-  t * SP + s's QKV GEMM gives for it (its query heads, its KV heads, replicated as SGLang replicates them when
-  P exceeds the KV heads); one all-to-all (`heads_all_to_all`) hands every SP rank its block for all tokens, i.e. the
+- the QKV GEMM on the base weight, one GEMM per shift shard (`column_blocks`), writes [SP, n, c] blocks, block s
+  being exactly what shift rank t * SP + s's QKV GEMM gives for this rank's n tokens (its query heads, its KV heads,
+  replicated as SGLang replicates them when P exceeds the KV heads), already in the all-to-all's send layout;
+  one all-to-all (`heads_all_to_all`) hands every SP rank its block for all tokens, i.e. the
   shift configuration's QKV output, so SGLang's attention runs unchanged on the whole batch and writes the same KV
   heads in the same cache slots as in the shift configuration (KV invariance by construction: the head order
   `tp * SP + sp` of `heads.shift_rank` is the group layout itself);
-- one all-to-all back (`tokens_all_to_all`) gives each rank its tokens with every head of its SP group, in the order
-  of the base O weight's columns;
+- one all-to-all back (`tokens_all_to_all`) gives each rank its tokens with every head of its SP group as SP
+  blocks, block s multiplying the base O weight's s-th column block (`row_blocks_gemm`, one GEMM per block: no
+  copy into one [n, SP * c] matrix);
 - gate|up on the base weight gives per token SP blocks [gate_s | up_s]: viewed as SP rows of one token, SGLang's
   SiluAndMul runs on it as it is (`act_per_shard`), in the order of the base down weight's columns.
 
@@ -70,25 +72,38 @@ def local_tokens(x: torch.Tensor, sp: int, sp_rank: int) -> torch.Tensor:
     return out
 
 
-def heads_all_to_all(qkv: torch.Tensor, sp: int, n_tokens: int, comm) -> torch.Tensor:
+def column_blocks(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, sp: int) -> torch.Tensor:
+    """A column-parallel base GEMM written block by block: x [n, K] by the base weight w [SP * c, K] (shard-major)
+    and bias b [SP * c] or None -> [SP, n, c], block s = x @ w_s.T (+ b_s), the GEMM shift rank s runs on its own
+    shard. The blocks are the layout `heads_all_to_all` sends (block s to SP rank s), so no transposing copy of
+    [n, SP * c] precedes the all-to-all (each block's GEMM writes it in place)."""
+    n, c = x.shape[0], w.shape[0] // sp
+    out = x.new_empty(sp, n, c)
+    for s, w_s in enumerate(w.chunk(sp)):
+        if b is None:
+            torch.mm(x, w_s.t(), out=out[s])
+        else:
+            torch.addmm(b[s * c:(s + 1) * c], x, w_s.t(), out=out[s])
+    return out
+
+
+def heads_all_to_all(blocks: torch.Tensor, n_tokens: int, comm) -> torch.Tensor:
     """This SP rank's heads for every token, from every rank's tokens with all of the SP group's heads.
 
     Args:
-        qkv: [n, sp * c], this rank's n = pad_to_sp(N) / sp tokens times the base QKV weight (shard-major: block s
-            of c columns is SP rank s's shift QKV output).
-        sp: SP ranks; n_tokens: N, the real tokens of the batch (padding rows are dropped).
+        blocks: [SP, n, c], this rank's n = pad_to_sp(N) / SP tokens by the base QKV weight, block s being SP rank
+            s's shift QKV output (`column_blocks`).
+        n_tokens: N, the real tokens of the batch (padding rows are dropped).
         comm: see the module doc.
 
     Returns:
         [N, c]: what this rank's shift-configuration QKV GEMM gives for the whole batch, tokens in batch order.
     """
+    sp, n, c = blocks.shape
     if sp == 1:
-        return qkv[:n_tokens]
-    n, width = qkv.shape
-    c = width // sp
-    send = qkv.view(n, sp, c).transpose(0, 1).contiguous()  # [sp, n, c]: block s goes to SP rank s
-    recv = torch.empty_like(send)
-    comm.all_to_all_single(recv.view(-1), send.view(-1))
+        return blocks[0, :n_tokens]
+    recv = torch.empty_like(blocks)
+    comm.all_to_all_single(recv.view(-1), blocks.view(-1))
     return recv.view(sp * n, c)[:n_tokens]  # rank 0's tokens first: batch order
 
 
@@ -99,19 +114,33 @@ def tokens_all_to_all(o: torch.Tensor, sp: int, comm) -> torch.Tensor:
         o: [N, c], this rank's heads for every real token of the batch (flattened heads).
 
     Returns:
-        [n, sp * c], n = pad_to_sp(N) / sp: this rank's tokens with the SP group's heads in SP-rank order (the base O
-        weight's column order). Padding rows are zeros.
+        [SP, n, c], n = pad_to_sp(N) / SP: this rank's tokens, block s with SP rank s's heads (block s multiplies
+        the base O weight's columns s * c to (s + 1) * c: `row_blocks_gemm`). Padding rows are zeros.
     """
-    if sp == 1:
-        return o
     n_tokens, c = o.shape
+    if sp == 1:
+        return o.unsqueeze(0)
     n_pad = pad_to_sp(n_tokens, sp)
     if n_pad != n_tokens:
         o = torch.cat([o, o.new_zeros(n_pad - n_tokens, c)])
     send = o.contiguous().view(sp, n_pad // sp, c)  # block s: SP rank s's tokens
     recv = torch.empty_like(send)
     comm.all_to_all_single(recv.view(-1), send.view(-1))
-    return recv.transpose(0, 1).reshape(n_pad // sp, sp * c)
+    return recv
+
+
+def row_blocks_gemm(blocks: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A row-parallel base GEMM on `tokens_all_to_all`'s blocks: the sum over s of blocks[s] [n, k] by w_s, the
+    columns s * k to (s + 1) * k of the base weight w [H, SP * k] -> [n, H]; one GEMM per block, each added onto the
+    last (`addmm_`), instead of copying the blocks into [n, SP * k] for one GEMM. Rounding: the first product is
+    rounded to the blocks' dtype and each next one added to it in fp32 and rounded again, where one GEMM rounds once
+    and TP = P rounds each rank's partial before its all-reduce adds them (`--shift-exact` does that:
+    `ShiftRuntime.row_gemm_exact`)."""
+    sp, _, k = blocks.shape
+    out = torch.mm(blocks[0], w[:, :k].t())
+    for s in range(1, sp):
+        out.addmm_(blocks[s], w[:, s * k:(s + 1) * k].t())
+    return out
 
 
 def gather_tokens(x: torch.Tensor, sp: int, n_tokens: int, comm) -> torch.Tensor:
