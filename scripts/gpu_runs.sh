@@ -6,7 +6,7 @@
 #   SIDP_COMMIT=COMMIT TOTAL=570 OUT=/some/dir bash scripts/gpu_runs.sh RUN [RUN...]   (COMMIT written out: no .git there)
 # TOTAL: seconds this call may take in all (default 570). Folder names end in the GPUs a configuration spans and their kind
 # (h100, h200); the 2-GPU runs need a 4-GPU host (two configurations at once, --parallel), except q30_ep, which runs
-its configurations one after the other on a 2-GPU host.
+# its configurations one after the other on a 2-GPU host.
 # Runs (the objective each replay counts goodput under is fixed here, before the run):
 #   exact4       Shift's base forced (th1) with and without --shift-exact, SP4 and SP2 x TP2, four dense families
 #   q30_mooncake ZeroDP on the Mooncake conversation trace's first 60 s (Qwen3-30B-A3B, 2 + 2 GPUs at once; 2 s / 100 ms;
