@@ -49,6 +49,9 @@
 #                profile of before (q8_shift_2gpu_h100: per 8,192-token prefill 119 ms, "other" kernels 11.6 ms against
 #                TP2's 7.2): "other" down by 2-4 ms, the prefill 2-3 % faster, the burst 0.87-0.90x DP2 -> 0.90-0.93x
 #                on H100 (0.93x before on H200)
+#   q8_shift_blocks3x  q8_shift_th (the burst and the Azure window at 3x, 1 s / 8 ms) with the copy-free base layer,
+#                one after the other on a 2-GPU host (Shift, TP2, DP2). Expected: the burst 0.92-0.95x DP2 (0.94x in
+#                q8_shift_blocks), goodput at 8 ms 1.3-1.6x TP2 (1.51x and 1.48x measured before), 15 ms about 1.0x DP2
 #   exact2_shift  the forced base configuration with and without --shift-exact against TP2 on Qwen3 and Llama
 #                distinct-weight checkpoints, 2 GPUs: --shift-exact bit-identical to TP2 as before the change above
 #   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
@@ -137,6 +140,10 @@ for RUN in "$@"; do
     q8_shift_blocks)
       compare_run "q8_shift_blocks_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,dp2 --burst 64+2048+32 \
         --profile 64+2048+8 --profile-steps 3 ;;
+    q8_shift_blocks3x)
+      compare_run "q8_shift_blocks3x_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2,dp2 \
+        --burst 64+2048+32 --trace "$AZURE" --rates 3 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     exact2_shift)
       OUT=$OUT timeout -s TERM $((L - 10)) bash scripts/gpu_compare_families.sh "exact_2gpu_shift_$TAG" "qwen3 llama" \
         --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \
