@@ -522,3 +522,21 @@ def test_shift_named_with_a_threshold_runs_at_it_and_is_simulated_apart():
                         ("shift_sp2_tp1_th1", "shift_sp2_tp1_th100000", "shift_sp2_tp1"))
     assert len({tuple(th1), tuple(th_inf), tuple(own)}) == 3
     assert rows["shift_sp2_tp1_exact"].not_predicted == "the planner does not model option 'exact' of shift"
+
+
+def test_dp_attention_with_ep_is_priced_as_dp_attention_on_moe_and_refused_on_dense():
+    """`dpN_attn_ep` (--ep-size N): the same FLOPs and weight bytes per GPU as the FFN split N ways, so the same
+    prediction as `dpN_attn` on an MoE model (measured 0.91x and 1.05x of it on 2 x H200); a dense model has no
+    experts to place, so the planner names that instead of a number."""
+    from sgl_sidp.plan.planner import plan
+
+    models = Path(__file__).resolve().parents[2] / "shared" / "models"
+    if not (models / "Qwen3-30B-A3B" / "config.json").is_file():
+        pytest.skip(f"{models} missing (../shared/models)")
+    r = plan(str(models / "Qwen3-30B-A3B"), 2, "H200", "offline:64:2048:32", names=["dp2_attn_ep"])
+    rows = {x.name: x for x in r["configurations"]}
+    assert rows["dp2_attn_ep"].not_predicted is None
+    assert rows["dp2_attn_ep"].total_tok_s == rows["dp2_attn"].total_tok_s > 0
+    dense = plan(str(models / "Qwen3-8B"), 2, "H200", "offline:64:2048:32", names=["dp2_attn_ep"])
+    assert {x.name: x for x in dense["configurations"]}["dp2_attn_ep"].not_predicted == \
+        "expert parallelism needs an MoE model"

@@ -30,6 +30,11 @@ class DPAttention(Technique):
     patterns = (r"dp(?P<dp>\d+)_attn",)
     form = "dpN_attn[_ep]"
     options = {"ep": "expert parallelism over the DP ranks' GPUs (--ep-size N)"}
+    #: EP is priced as the FFN split N ways (the same per GPU: E/N whole experts instead of every expert's 1/N, the
+    #: same FLOPs and weight bytes, inside the same gather and reduce-scatter of SGLang's `moe_a2a_backend='none'`);
+    #: measured on 2 x H200, Qwen3-30B-A3B, EP ran 0.91x DP attention's throughput on 256 x (2,048, 256) and 1.05x
+    #: on 64 x (8,192, 16) (benchmarks/results/multi_gpu/q30_ep_*), which this price does not see
+    modeled_options = frozenset({"ep"})
     vanilla = True
 
     def node_configurations(self, shapes, n_gpus):
@@ -43,6 +48,10 @@ class DPAttention(Technique):
     FAILS_IN_SGLANG = {"LlamaForCausalLM"}
 
     def known_failure(self, c, hf):
+        from sgl_sidp.model_info import EXPERT_KEYS
+
+        if "ep" in c.options and not any(int(hf.get(k) or 0) > 1 for k in EXPERT_KEYS):
+            return "expert parallelism needs an MoE model"
         arch = (hf.get("architectures") or [""])[0]
         if arch in self.FAILS_IN_SGLANG:
             return (f"SGLang 0.5.17 does not start DP attention on {arch} (triton attention): set_kv_buffer fails "
