@@ -5,8 +5,8 @@
 # Usage (GPU host, repo root; carry .whl, .gpu/models, .gpu/traces and .gpu/prev):
 #   SIDP_COMMIT=COMMIT TOTAL=570 OUT=/some/dir bash scripts/gpu_runs.sh RUN [RUN...]   (COMMIT written out: no .git there)
 # TOTAL: seconds this call may take in all (default 570). Folder names end in the GPUs a configuration spans and their kind
-# (h100, h200); the 2-GPU runs need a 4-GPU host (two configurations at once, --parallel), except q30_ep, which runs
-# its configurations one after the other on a 2-GPU host.
+# (h100, h200); the 2-GPU runs need a 4-GPU host (two configurations at once, --parallel), except those written with
+# $PAIRS, which run their configurations one after the other on a 2-GPU host.
 # Runs (the objective each replay counts goodput under is fixed here, before the run):
 #   exact4       Shift's base forced (th1) with and without --shift-exact, SP4 and SP2 x TP2, four dense families
 #   q30_mooncake ZeroDP on the Mooncake conversation trace's first 60 s (Qwen3-30B-A3B, 2 + 2 GPUs at once; 2 s / 100 ms;
@@ -52,6 +52,14 @@
 #   q8_shift_blocks3x  q8_shift_th (the burst and the Azure window at 3x, 1 s / 8 ms) with the copy-free base layer,
 #                one after the other on a 2-GPU host (Shift, TP2, DP2). Expected: the burst 0.92-0.95x DP2 (0.94x in
 #                q8_shift_blocks), goodput at 8 ms 1.3-1.6x TP2 (1.51x and 1.48x measured before), 15 ms about 1.0x DP2
+#   q8_shift_busy  where Shift's replay time goes that the planner does not see: the Azure window at 2x (TP2 and
+#                Shift, 1 s / 8 ms), each server with SGLang's per-forward device timer
+#                (SGLANG_ENABLE_METRICS_DEVICE_TIMER=1: GPU seconds by forward category, counted over each replay),
+#                `bench.validate --per-request` setting them beside the simulation's. The planner's Shift first tokens
+#                are 30-80 ms early at 1.5x-2x (median; TP2's 0-10 ms), more so the longer the queue, though its
+#                forwards are priced 5 % over the profiled ones. Expected, if the forwards run slower in the replay
+#                than in bursts: Shift's measured prefill GPU time >= 1.1x the simulated while TP2's is within 5 %;
+#                if not, the time is outside the forwards (host, scheduling)
 #   exact2_shift  the forced base configuration with and without --shift-exact against TP2 on Qwen3 and Llama
 #                distinct-weight checkpoints, 2 GPUs: --shift-exact bit-identical to TP2 as before the change above
 #   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
@@ -143,6 +151,10 @@ for RUN in "$@"; do
     q8_shift_blocks3x)
       compare_run "q8_shift_blocks3x_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2,dp2 \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q8_shift_busy)
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_shift_busy_2gpu_$TAG" Qwen3-8B $PAIRS \
+        --configs shift_sp2_tp1,tp2 --trace "$AZURE" --rates 2 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     exact2_shift)
       OUT=$OUT timeout -s TERM $((L - 10)) bash scripts/gpu_compare_families.sh "exact_2gpu_shift_$TAG" "qwen3 llama" \

@@ -212,6 +212,14 @@ def test_per_request_lines_set_each_measured_request_beside_its_simulated_one(tm
     assert lines[-1] == "| 0 | 0.00 | 4,808 | 0.80 | 0.40 | 1.00 | 0.90 |"
     with pytest.raises(ValueError, match="2 requests measured, 1 simulated"):
         validate.schedule_lines(got, ((0.4, 0.9),))
+    trace = {"per_rank": {"0": {"busy_s_by": {"extend": 1.5, "decode": 2.0}}, "1": {"busy_s_by": {"extend": 0.5}}}}
+    busy = validate.busy_pair(trace, [{"extend": 1.0, "decode": 1.0}, {"extend": 0.25, "decode": 0.5}])
+    assert busy == ({"extend": 2.0, "decode": 2.0}, {"extend": 1.25, "decode": 1.5})
+    assert validate.busy_pair({"per_rank": {"0": {"busy_s_by": {}}}}, [{"extend": 1.0}]) is None  # no device timer
+    assert validate.busy_pair(trace, None) is None  # replicas in lockstep: not simulated apart
+    lines = validate.schedule_lines(got, ((0.4, 0.9), (0.6, 1.1)), first=1, busy=busy)
+    assert lines[7:9] == ["| GPU time of the prefill forwards, all replicas (s) | 2.00 | 1.25 |",
+                          "| GPU time of the decode forwards, all replicas (s) | 2.00 | 1.50 |"]
 
 
 @pytest.mark.skipif(not QWEN3_8B.is_dir(), reason="needs ../shared/models/Qwen3-8B")
@@ -228,6 +236,14 @@ def test_plan_requests_keeps_each_requests_simulated_times_when_asked():
     assert tp2.schedule[0][0] < tp2.schedule[1][0]  # the first request is prefilled first
     plain = plan_requests(str(QWEN3_8B), 2, "H200", "two", reqs, names=["tp2"])["configurations"]
     assert all(r.schedule is None for r in plain)
+    # the forwards' time, apart from the wait for the second request: it arrives 5 s later, after an idle spell
+    late = [SimRequest(0.0, 2048, 8), SimRequest(5.0, 512, 4)]
+    row = next(r for r in plan_requests(str(QWEN3_8B), 2, "H200", "late", late, names=["tp2"],
+                                        keep_schedule=True)["configurations"] if r.name == "tp2")
+    (busy,) = row.busy_s
+    prefills = sum(row.prefill_ms[str(t)] for t in (2048, 512)) / 1e3  # the two prompts' forwards (ms, rounded)
+    assert busy["extend"] == pytest.approx(prefills, rel=1e-3) and 0 < busy["decode"] < 0.5
+    assert busy["extend"] + busy["decode"] < 1.0 < 5.0 < row.schedule[1][1]
 
 
 def test_a_shift_server_is_predicted_at_the_threshold_it_ran(tmp_path):

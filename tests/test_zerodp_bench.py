@@ -87,6 +87,7 @@ def test_prometheus_counters_per_rank_and_deltas():
     ranks = per_rank_from_deltas(deltas)
     assert ranks[1]["decode_tokens"] == 1000.0 and ranks[1]["retracted"] == 3.0
     assert ranks[0]["busy_s"] == pytest.approx(2.5) and ranks[0]["decode_tokens"] == 0.0
+    assert ranks[0]["busy_s_by"] == {"decode": pytest.approx(2.5)} and ranks[1]["busy_s_by"] == {}
 
 
 def test_the_streams_chunks_carry_the_dp_rank():

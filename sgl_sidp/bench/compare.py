@@ -477,22 +477,31 @@ class Measurement:
 
     def run_burst(self) -> None:
         """`--burst S+IN+OUT`: every request at once (the server's router spreads them over its DP ranks)."""
-        from sgl_sidp.bench.batches import metrics_text, prompts, run_batch
+        from sgl_sidp.bench.batches import prompts, run_batch
         from sgl_sidp.bench.metrics import compute_metrics
-        from sgl_sidp.bench.server_stats import counter_deltas, per_rank_from_deltas, rank_counter_snapshot
 
         s, i, o = triple(self.a.burst)
-        before = rank_counter_snapshot(metrics_text(self.srv.base_url))
-        outs, seconds = run_batch(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 7)])
-        after = rank_counter_snapshot(metrics_text(self.srv.base_url))
-        deltas = counter_deltas(before, after)
+        (outs, seconds), counted = self.counted(
+            lambda: run_batch(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 7)]))
         m = compute_metrics(outs, seconds)
         self.res["burst"] = {
             "spec": self.a.burst, "seconds": seconds, "failed": m["failed"], "total_tok_s": m["total_throughput"],
             "output_tok_s": m["output_throughput"], "ttft_ms_p50": m["median_ttft_ms"], "ttft_ms_p99": m["p99_ttft_ms"],
-            "tpot_ms_p50": m["median_tpot_ms"], "tpot_ms_p99": m["p99_tpot_ms"],
-            "per_rank": {str(r): v for r, v in per_rank_from_deltas(deltas).items()},
-            "overlay": {k: v for k, v in deltas.items() if k.startswith("sglang:sidp_") and v}}
+            "tpot_ms_p50": m["median_tpot_ms"], "tpot_ms_p99": m["p99_tpot_ms"], **counted}
+
+    def counted(self, body: Callable[[], object]) -> tuple[object, dict]:
+        """`body()`'s result and what the server counted while it ran (`server_stats.RANK_COUNTERS`' deltas):
+        {"per_rank": {DP rank: tokens by mode, GPU-busy seconds (all and by forward category, where the server
+        runs SGLang's device timer, SGLANG_ENABLE_METRICS_DEVICE_TIMER=1), retractions}, "overlay": the overlay's
+        own counters}."""
+        from sgl_sidp.bench.batches import metrics_text
+        from sgl_sidp.bench.server_stats import counter_deltas, per_rank_from_deltas, rank_counter_snapshot
+
+        before = rank_counter_snapshot(metrics_text(self.srv.base_url))
+        out = body()
+        deltas = counter_deltas(before, rank_counter_snapshot(metrics_text(self.srv.base_url)))
+        return out, {"per_rank": {str(r): v for r, v in per_rank_from_deltas(deltas).items()},
+                     "overlay": {k: v for k, v in deltas.items() if k.startswith("sglang:sidp_") and v}}
 
     def run_profile(self) -> None:
         """`--profile S+IN+OUT`: the burst's prefill and decode forwards traced by SGLang's profiler, by kernel
@@ -540,8 +549,8 @@ class Measurement:
         args += [f"--slo-ttft-ms={a.slo_ttft_ms}"] if a.slo_ttft_ms else []
         args += [f"--slo-tpot-ms={a.slo_tpot_ms}"] if a.slo_tpot_ms else []
         folder = self.job.result.parent / "traces" / self.job.name / key.replace("@", "_")
-        summary = replay(key, shlex.join(args), self.srv.base_url, folder, self.job.name)
-        self.res.setdefault("traces", {})[key] = {"rate": rate, **{k: summary.get(k) for k in TRACE_KEYS}}
+        summary, counted = self.counted(lambda: replay(key, shlex.join(args), self.srv.base_url, folder, self.job.name))
+        self.res.setdefault("traces", {})[key] = {"rate": rate, **{k: summary.get(k) for k in TRACE_KEYS}, **counted}
         gzip_in_place(folder / "requests.jsonl")  # what bench.validate reads; requests.csv stays for bench.goodput
 
     def run_step(self, name: str, body: Callable[[], None]) -> None:

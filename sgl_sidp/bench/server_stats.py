@@ -152,9 +152,10 @@ def per_rank_from_deltas(deltas: Mapping[str, Mapping[str, float]]) -> dict[int,
     """Condense :func:`counter_deltas` per DP rank.
 
     Returns:
-        ``{dp_rank: {"decode_tokens", "prefill_compute_tokens", "prefill_cache_tokens", "busy_s", "retracted"}}``:
-        tokens computed in decode iterations (= output tokens after each request's first), prompt tokens computed
-        and served from the prefix cache, GPU-busy seconds over all forward categories, retracted requests.
+        ``{dp_rank: {"decode_tokens", "prefill_compute_tokens", "prefill_cache_tokens", "busy_s", "busy_s_by",
+        "retracted"}}``: tokens computed in decode iterations (= output tokens after each request's first), prompt
+        tokens computed and served from the prefix cache, GPU-busy seconds over all forward categories and by
+        category (SGLang's: "decode", "extend", ...; {} where the server ran no device timer), retracted requests.
     """
     out: dict[int, dict[str, float]] = {}
 
@@ -162,7 +163,7 @@ def per_rank_from_deltas(deltas: Mapping[str, Mapping[str, float]]) -> dict[int,
         row = out.setdefault(
             rank,
             {"decode_tokens": 0.0, "prefill_compute_tokens": 0.0, "prefill_cache_tokens": 0.0, "busy_s": 0.0,
-             "retracted": 0.0},
+             "busy_s_by": {}, "retracted": 0.0},
         )
         row[key] += v
 
@@ -171,7 +172,10 @@ def per_rank_from_deltas(deltas: Mapping[str, Mapping[str, float]]) -> dict[int,
         if mode in ("decode", "prefill_compute", "prefill_cache"):
             bump(int(rank), "decode_tokens" if mode == "decode" else f"{mode}_tokens", v)
     for key, v in (deltas.get("sglang:forward_execution_seconds_total") or {}).items():
-        bump(int(key.split("/", 1)[0]), "busy_s", v)
+        rank, category = key.split("/", 1)
+        bump(int(rank), "busy_s", v)
+        by = out[int(rank)]["busy_s_by"]
+        by[category] = by.get(category, 0.0) + v
     for key, v in (deltas.get("sglang:num_retracted_requests_total") or {}).items():
         bump(int(key.split("/", 1)[0]), "retracted", v)
     for row in out.values():  # counts are whole numbers (Prometheus keeps floats)

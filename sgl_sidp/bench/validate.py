@@ -172,7 +172,8 @@ def measured_requests(folder: Path, config: str, key: str) -> list[dict] | None:
     return None
 
 
-def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ...], first: int = 12) -> list[str]:
+def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ...], first: int = 12,
+                   busy: tuple[dict[str, float], dict[str, float]] | None = None) -> list[str]:
     """Markdown: one replay of one configuration, measured against simulated.
 
     Args:
@@ -180,6 +181,8 @@ def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ..
         schedule: `PlanRow.schedule` of the same requests, same order ((first token, last token) s from the first
             arrival, no request overhead).
         first: how many requests to list one by one.
+        busy: (measured, simulated) seconds of forwards by SGLang's category ("extend", "decode"), summed over the
+            DP replicas, where the server ran SGLang's device timer; None: no such rows.
 
     Raises:
         ValueError: the two hold different numbers of requests.
@@ -204,6 +207,9 @@ def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ..
         f"| TTFT p50 (ms) | {med([r['ttft_ms'] / 1e3 for r in measured]):,.0f} | {med(sim_ttft):,.0f} |",
         f"| decode window p50, first to last token (ms) | {med([b - a for a, b in zip(first_tok, last_tok)]):,.0f} "
         f"| {med([end - start for start, end in schedule]):,.0f} |",
+        *([f"| GPU time of the {what} forwards, all replicas (s) | {busy[0].get(cat, 0.0):.2f} | "
+           f"{busy[1].get(cat, 0.0):.2f} |" for cat, what in (("extend", "prefill"), ("decode", "decode"))]
+          if busy else []),
         "", "| request | sent (s) | prompt tokens | first token, measured | simulated | last token, measured | simulated |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -233,8 +239,25 @@ def per_request(folder: Path, measured: dict[str, dict], model_path: str, gpu: s
             if reqs is None or row is None or row.schedule is None:
                 out.append("not compared: " + ("no requests.jsonl kept" if reqs is None else "not predicted"))
                 continue
-            out += schedule_lines(reqs, row.schedule, first)
+            out += schedule_lines(reqs, row.schedule, first, busy_pair(measured[name]["traces"][key], row.busy_s))
     return out
+
+
+def busy_pair(trace: dict, simulated: list[dict[str, float]] | None) -> tuple[dict, dict] | None:
+    """(measured, simulated) GPU seconds by forward category of one replay, each summed over the DP replicas: the
+    measured from the replay's `per_rank` counters (`compare`, where the server ran SGLang's device timer), the
+    simulated from `PlanRow.busy_s`; None where either is missing."""
+    measured: dict[str, float] = {}
+    for rank in (trace.get("per_rank") or {}).values():
+        for cat, sec in (rank.get("busy_s_by") or {}).items():
+            measured[cat] = measured.get(cat, 0.0) + sec
+    if not measured or not simulated:
+        return None
+    sim: dict[str, float] = {}
+    for rep in simulated:
+        for cat, sec in rep.items():
+            sim[cat] = sim.get(cat, 0.0) + sec
+    return measured, sim
 
 
 def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:

@@ -101,6 +101,8 @@ class PlanRow:
             same simulated requests under those objectives; None without.
         schedule: with `plan_requests`' `keep_schedule`, each request's (first token, last token) in seconds from
             the first arrival, without the request overhead, in the order of the requests given; None without.
+        busy_s: with `keep_schedule`, per DP replica the seconds its forwards ran, {"extend": prefills, "decode":
+            decode steps} (`sim.ReplicaSim.busy_s`); None without, and for replicas in lockstep.
     """
 
     name: str
@@ -135,6 +137,7 @@ class PlanRow:
     request_goodput: float | None = None
     goodput_by_slo: dict[str, float] | None = None
     schedule: tuple[tuple[float, float], ...] | None = None
+    busy_s: list[dict[str, float]] | None = None
 
     @property
     def predicted(self) -> bool:
@@ -371,6 +374,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                 simulated[twin].update(goodput(reqs, SLO(ttft_ms=slo[0] - overhead, tpot_ms=slo[1])))
             if keep_schedule:
                 simulated[twin]["schedule"] = tuple((r.first_token_s, r.finish_s) for r in reqs)
+                if not lockstep:
+                    simulated[twin]["busy_s"] = [rep.busy_s() for rep in replicas]
             if more_slos:
                 simulated[twin]["goodput_by_slo"] = {
                     slo_key(t, p): goodput(reqs, SLO(ttft_ms=t - overhead, tpot_ms=p))["request_goodput"]

@@ -281,6 +281,9 @@ class ReplicaSim:
         #: entry (its tokens spread evenly over it), for `deliver`; else None
         self.tokens_log: list[tuple[float, float, int]] | None = [] if log_tokens else None
         self.clock = 0.0
+        #: seconds of prefill forwards run, and of waiting idle for an arrival: the rest of `clock` is decode steps
+        #: (`busy_s`)
+        self.prefill_s = self.idle_s = 0.0
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.chunked: SimRequest | None = None
         self.cache = RadixBlocks()
@@ -432,7 +435,9 @@ class ReplicaSim:
 
         (The replica's KV count is kept in a local through the loop, and the join written out, not a method of its
         own: this runs for some 150,000 batches a planning run.)"""
-        clock = self.clock = self.clock + self.times.prefill_ms([(t, r.prefilled) for r, t in batch]) / 1e3
+        ms = self.times.prefill_ms([(t, r.prefilled) for r, t in batch])
+        clock = self.clock = self.clock + ms / 1e3
+        self.prefill_s += ms / 1e3
         self._prefills += 1
         chunked, self.chunked = self.chunked, None
         kv, cache, waiting, running = self.limits.kv_tokens, self.cache, self.waiting, self._running
@@ -621,6 +626,7 @@ class ReplicaSim:
             self.advance(a - decide)
         if not (self.waiting or self._running or self.chunked):  # idle: taken at `a`, or as the last forward ends
             if self.clock < a:
+                self.idle_s += a - self.clock
                 self.clock = a
             self.decided_s = self.clock
         elif self.decided_s < a:  # the iteration at `clock` was chosen before `a`
@@ -669,6 +675,7 @@ class ReplicaSim:
         req, chunk, kv, cache = self.chunked, self.limits.chunked_prefill, self.limits.kv_tokens, self.cache
         prefill_ms = self.times.prefill_ms
         clock, used, ran = self.clock, self.used, 0
+        start = clock
         while clock < until_s and req.input_len - req.prefilled > chunk:
             clock += prefill_ms([(chunk, req.prefilled)]) / 1e3
             used += chunk  # take `chunk` tokens (the takes' evictions as one, below: see KV above)
@@ -678,8 +685,15 @@ class ReplicaSim:
         short = used - self.used - (kv - self.used - cache.size * BLOCK_TOKENS)
         if ran and short > 0:
             cache.evict(short)
+        self.prefill_s += clock - start
         self.clock, self.used = clock, used
         self._prefills += ran
+
+    def busy_s(self) -> dict[str, float]:
+        """Seconds of forwards run so far, {"extend": prefills, "decode": decode steps} (SGLang's categories of
+        `sglang:forward_execution_seconds_total`), for a replica not in lockstep (in `simulate_lockstep` a replica's
+        clock also waits for the others)."""
+        return {"extend": self.prefill_s, "decode": self.clock - self.prefill_s - self.idle_s}
 
     def _decodes(self, until_s: float) -> None:
         """`advance`'s iterations from the next one while they are decode steps and no request may be admitted (none
