@@ -1,0 +1,157 @@
+"""How fast one GPU runs a dense decoder layer's four linear GEMMs in the shapes each configuration gives them.
+
+A prefill forward of T tokens on P GPUs gives every GPU, per decoder layer, the GEMMs of
+- DP (one replica's whole weights): T rows by each whole weight;
+- TP = P: T rows by each weight's 1/P (QKV and gate|up split along N, O and down along K);
+- Shift's base configuration (SP = P, `sgl_sidp.shift.ulysses`): T / P rows by each whole weight, QKV as one GEMM per
+  shift shard (`column_blocks`) and O as one GEMM per received block added onto the last (`row_blocks_gemm`).
+All three do the same FLOPs per token on P GPUs; this times what each shape costs, so a profile's GEMM column (e.g.
+Shift's and TP2's 75.5 ms against DP2's 131 ms per 8,192-token forward on 2 x H100, `benchmarks/results/multi_gpu/
+q8_shift_blocks_2gpu_h100`) can be split into FLOPs and shape.
+
+    python -m sgl_sidp.bench.gemm --model-path DIR [--tokens 4096,8192,16384] [--gpus 2]
+
+Times with CUDA events over `--iters` repetitions after `--warmup` (the GEMMs only: no norms, no attention, no
+communication); on a machine without CUDA it runs on the CPU in float32 (a check of the shapes, not a timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+CONFIGURATIONS = ("dp", "tp", "sp")
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """A dense decoder layer's linear shapes: hidden size H, QKV output width (query and KV heads x head dim), the
+    attention output width, and the MLP's intermediate size I (gate|up is 2I wide)."""
+
+    hidden: int
+    qkv: int
+    attn_out: int
+    inter: int
+
+    @classmethod
+    def of(cls, cfg: dict) -> "LayerShape":
+        """From a Hugging Face config.json (`num_attention_heads`, `num_key_value_heads`, `head_dim` or hidden /
+        heads, `intermediate_size`).
+
+        Raises:
+            ValueError: an MoE config (its experts are not one dense MLP).
+        """
+        from sgl_sidp.model_info import EXPERT_KEYS
+
+        if any(int(cfg.get(k) or 0) > 1 for k in EXPERT_KEYS):
+            raise ValueError("bench.gemm: an MoE model; its experts are not one dense MLP")
+        h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+        d = int(cfg.get("head_dim") or h // heads)
+        kv = int(cfg.get("num_key_value_heads") or heads)
+        return cls(h, (heads + 2 * kv) * d, heads * d, int(cfg["intermediate_size"]))
+
+    def flops(self, tokens: int) -> float:
+        """FLOPs of the four GEMMs of one layer over `tokens` rows with whole weights."""
+        return 2.0 * tokens * self.hidden * (self.qkv + self.attn_out + 3 * self.inter)
+
+
+def layer_gemms(shape: LayerShape, config: str, tokens: int, p: int, dtype, device) -> list:
+    """The GEMMs one GPU runs for one layer of a `tokens`-token forward in `config` ("dp", "tp" or "sp") over `p`
+    GPUs, as zero-argument callables on preallocated tensors (bf16/fp16 on CUDA)."""
+    h, i = shape.hidden, shape.inter
+    rows = tokens // p if config == "sp" else tokens
+    col = p if config == "tp" else 1  # the 1/P of N (QKV, gate|up) or K (O, down) a TP rank holds
+    t = lambda *s: torch.randn(*s, dtype=dtype, device=device)  # noqa: E731
+    x, w_qkv, w_gu = t(rows, h), t(shape.qkv // col, h), t(2 * i // col, h)
+    w_o, w_down = t(h, shape.attn_out // col), t(h, i // col)
+    a, g = t(rows, shape.attn_out // col), t(rows, i // col)
+    if config != "sp" or p == 1:
+        return [lambda: torch.mm(x, w_qkv.t()), lambda: torch.mm(a, w_o.t()), lambda: torch.mm(x, w_gu.t()),
+                lambda: torch.mm(g, w_down.t())]
+    from sgl_sidp.shift.ulysses import column_blocks, row_blocks_gemm
+
+    blocks = t(p, rows, shape.attn_out // p)
+    return [lambda: column_blocks(x, w_qkv, None, p), lambda: row_blocks_gemm(blocks, w_o),
+            lambda: torch.mm(x, w_gu.t()), lambda: torch.mm(g, w_down.t())]
+
+
+def time_ms(fns: list, warmup: int, iters: int, cuda: bool) -> float:
+    """Milliseconds per round of `fns` (each called once a round), the mean over `iters` rounds after `warmup`."""
+    for _ in range(warmup):
+        for f in fns:
+            f()
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(iters):
+            for f in fns:
+                f()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / iters
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        for f in fns:
+            f()
+    return (time.perf_counter() - t0) * 1e3 / iters
+
+
+def measure(shape: LayerShape, tokens_list, p: int, warmup: int = 3, iters: int = 20) -> list[dict]:
+    """One row per (forward tokens, configuration): ms per layer on one GPU, per-GPU TFLOP/s, and GPU-ms per
+    1,000 tokens of the forward (the P GPUs' time for DP is one GPU's: each replica runs its own forward)."""
+    cuda = torch.cuda.is_available()
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    out = []
+    for tokens in tokens_list:
+        for config in CONFIGURATIONS:
+            ms = time_ms(layer_gemms(shape, config, tokens, p, dtype, device), warmup, iters, cuda)
+            gpus = 1 if config == "dp" else p
+            out.append({"tokens": tokens, "config": config, "ms_per_layer": ms,
+                        "tflops_per_gpu": shape.flops(tokens) / gpus / (ms / 1e3) / 1e12,
+                        "gpu_ms_per_1k_tokens": ms * gpus / tokens * 1e3})
+    return out
+
+
+def table(rows: list[dict], p: int) -> str:
+    """Markdown of `measure`'s rows, each against DP's GPU-ms per token at the same forward size."""
+    lines = [f"| forward tokens | configuration | ms per layer (one GPU) | TFLOP/s per GPU | GPU-ms per 1,000 tokens, "
+             f"vs DP |", "|---:|---|---:|---:|---:|"]
+    names = {"dp": "DP (whole weights)", "tp": f"TP{p}", "sp": f"Shift base SP{p}"}
+    for r in rows:
+        dp = next(x for x in rows if x["tokens"] == r["tokens"] and x["config"] == "dp")
+        lines.append(f"| {r['tokens']:,} | {names[r['config']]} | {r['ms_per_layer']:.3f} | {r['tflops_per_gpu']:.0f} | "
+                     f"{r['gpu_ms_per_1k_tokens']:.3f} ({r['gpu_ms_per_1k_tokens'] / dp['gpu_ms_per_1k_tokens']:.2f}x) |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.gemm", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-path", required=True, help="a folder with the model's config.json")
+    ap.add_argument("--tokens", default="2048,4096,8192,16384", help="forward sizes, tokens (comma-separated)")
+    ap.add_argument("--gpus", type=int, default=2, help="P, the GPUs TP and Shift's SP split over")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    a = ap.parse_args(argv)
+    try:
+        cfg = json.loads((Path(a.model_path) / "config.json").read_text())
+        shape = LayerShape.of(cfg)
+        tokens = [int(t) for t in a.tokens.split(",")]
+        if a.gpus < 1 or any(t < a.gpus or t % a.gpus for t in tokens):
+            raise ValueError(f"--tokens must be multiples of --gpus {a.gpus}")
+    except (OSError, KeyError, ValueError) as e:
+        print(f"bench.gemm: error: {e}")
+        return 2
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (float32: shapes only, not a timing)"
+    print(f"{Path(a.model_path).name}, one layer's GEMMs on {gpu}, P = {a.gpus}\n")
+    print(table(measure(shape, tokens, a.gpus, a.warmup, a.iters), a.gpus))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
