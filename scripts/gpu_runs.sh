@@ -60,6 +60,11 @@
 #                forwards are priced 5 % over the profiled ones. Expected, if the forwards run slower in the replay
 #                than in bursts: Shift's measured prefill GPU time >= 1.1x the simulated while TP2's is within 5 %;
 #                if not, the time is outside the forwards (host, scheduling)
+#   a2a_shift    `bench.a2a` on 2 GPUs, Qwen3-8B and Qwen3-32B: Shift's two all-to-alls per layer by NCCL against copies
+#                into the peer's symmetric memory (copy engines) and a barrier. Expected from the interconnect table
+#                (peer copy 382 GB/s, NCCL all-to-all 259 GB/s bus) and the profile (8.0 ms of all-to-alls per
+#                8,192-token Qwen3-8B forward: 0.22 ms a layer for 42 MB to the peer): the copies <= 0.6x NCCL's time
+#                at 8,192 tokens; worth building into Shift's base layer only then
 #   exact2_shift  the forced base configuration with and without --shift-exact against TP2 on Qwen3 and Llama
 #                distinct-weight checkpoints, 2 GPUs: --shift-exact bit-identical to TP2 as before the change above
 #   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
@@ -156,6 +161,12 @@ for RUN in "$@"; do
       SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_shift_busy_2gpu_$TAG" Qwen3-8B $PAIRS \
         --configs shift_sp2_tp1,tp2 --trace "$AZURE" --rates 2 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    a2a_shift)
+      mkdir -p "$OUT/a2a_shift_2gpu_$TAG"
+      for M in Qwen3-8B Qwen3-32B; do
+        timeout -s TERM 150 python3 -m sgl_sidp.bench.a2a --model-path ".gpu/models/$M" --tokens 2048,4096,8192,16384 \
+          --gpus 2 2>&1 | tee -a "$OUT/a2a_shift_2gpu_$TAG/a2a.md"; echo >> "$OUT/a2a_shift_2gpu_$TAG/a2a.md"
+      done ;;
     exact2_shift)
       OUT=$OUT timeout -s TERM $((L - 10)) bash scripts/gpu_compare_families.sh "exact_2gpu_shift_$TAG" "qwen3 llama" \
         --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \

@@ -1,0 +1,205 @@
+"""How long Shift's two all-to-alls per decoder layer take on P GPUs of one node: NCCL against copies into the
+peers' memory.
+
+Shift's base configuration (`sgl_sidp.shift.ulysses`) exchanges per layer [P, n, c] blocks of n = T / P tokens: the
+QKV blocks (c = the shift shard's QKV width) and the attention output back (c = its heads' width); block q goes to
+GPU q. The server sends them with NCCL (SGLang's pynccl `all_to_all_single`), whose kernels move the data on the
+SMs, the block a GPU keeps for itself included. The other way timed here: every GPU writes each block straight into
+its owner's receive buffer with the copy engines (`copy_` into the peer's buffer of a torch symmetric-memory
+allocation, `torch.distributed._symmetric_memory`: a device-to-device `cudaMemcpyAsync` over NVLink), then a barrier
+on the symmetric memory's signal pads; its own block is left out (the GEMM can write it in place). On 2 x H100 the
+peer copy ran 382 GB/s (`plan measure-comm`) against NCCL's all-to-all at 259 GB/s bus bandwidth, and the profiled
+all-to-alls cost 8.0 ms of a 115 ms Qwen3-8B prefill forward of 8,192 tokens (`benchmarks/results/multi_gpu/
+q8_shift_blocks_2gpu_h100`).
+
+    python -m sgl_sidp.bench.a2a --model-path DIR [--tokens 2048,8192] [--gpus 2]
+
+Each method's exchange is checked against the blocks sent before it is timed (CUDA events, `--iters` rounds of one
+layer's two exchanges after `--warmup`). Without CUDA it runs NCCL's part on gloo over CPU processes (a check of the
+exchange, not a timing) and says that the copies need GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+METHODS = ("nccl", "copy")
+
+
+def block_widths(cfg: dict, p: int) -> tuple[int, int]:
+    """(QKV block width, attention-output block width) per token of a shift shard, from a dense config.json; KV heads
+    fewer than P are replicated as SGLang replicates them.
+
+    Raises:
+        ValueError: the query heads do not split over P.
+    """
+    h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    d, kv = int(cfg.get("head_dim") or h // heads), int(cfg.get("num_key_value_heads") or heads)
+    if heads % p:
+        raise ValueError(f"{heads} attention heads do not split over {p} GPUs")
+    return (heads // p + 2 * max(1, kv // p)) * d, heads // p * d
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _exchange_nccl(sends, recvs):
+    for send, recv in zip(sends, recvs):
+        dist.all_to_all_single(recv.view(-1), send.view(-1))
+
+
+def _exchange_copy(sends, peers, rank, handle):
+    """Each block but this GPU's own into its owner's buffer (`peers[q][i]`: GPU q's receive buffer i, mapped
+    here), then one barrier: every GPU's blocks have landed when it returns."""
+    for i, send in enumerate(sends):
+        for q, peer in enumerate(peers):
+            if q != rank:
+                peer[i][rank].copy_(send[q])
+    handle.barrier(channel=0)
+
+
+def _rank(rank: int, p: int, port: int, shapes, warmup: int, iters: int, out: dict) -> None:
+    cuda = torch.cuda.is_available()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=p)
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    try:
+        for tokens, widths in shapes:
+            n = tokens // p
+            sends = [torch.randn(p, n, c, dtype=dtype, device=device) + rank for c in widths]
+            rows = {}
+            for method in METHODS:
+                if method == "copy" and not cuda:
+                    rows[method] = None
+                    continue
+                if method == "nccl":
+                    recvs = [torch.empty_like(s) for s in sends]
+                    run = lambda: _exchange_nccl(sends, recvs)  # noqa: E731
+                else:
+                    import torch.distributed._symmetric_memory as symm
+
+                    sizes = [s.numel() for s in sends]
+                    buf = symm.empty(sum(sizes), dtype=dtype, device=device)
+                    handle = symm.rendezvous(buf, dist.group.WORLD)
+                    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+                    peers = [[handle.get_buffer(q, tuple(s.shape), dtype, off) for s, off in zip(sends, offsets)]
+                             for q in range(p)]
+                    recvs = peers[rank]
+                    for recv, send in zip(recvs, sends):
+                        recv[rank].copy_(send[rank])  # its own block, as the GEMM would have written it
+                    run = lambda: _exchange_copy(sends, peers, rank, handle)  # noqa: E731
+                run()
+                # every block q of recv came from GPU q's send[rank] (sends are randn + sender's rank)
+                gathered = [torch.empty_like(s) for s in sends for _ in range(p)]
+                for i, s in enumerate(sends):
+                    dist.all_gather(gathered[i * p:(i + 1) * p], s)
+                ok = all(torch.equal(recvs[i][q], gathered[i * p + q][rank]) for i in range(len(sends)) for q in range(p))
+                rows[method] = {"ok": ok, "ms": _time(run, warmup, iters, cuda) if ok else None}
+            out_row = {"tokens": tokens, "widths": list(widths), "peer_bytes": sum(
+                (p - 1) * n * c * sends[0].element_size() for c in widths), **{m: rows[m] for m in METHODS}}
+            if rank == 0:
+                out[tokens] = out_row
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _time(run, warmup: int, iters: int, cuda: bool) -> float:
+    import time
+
+    for _ in range(warmup):
+        run()
+    if not cuda:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            run()
+        return (time.perf_counter() - t0) * 1e3 / iters
+    torch.cuda.synchronize()
+    dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def _spawned(rank, p, port, shapes, warmup, iters, queue):
+    out: dict = {}
+    _rank(rank, p, port, shapes, warmup, iters, out)
+    if rank == 0:
+        queue.put(out)
+
+
+def measure(cfg: dict, tokens_list, p: int, warmup: int = 3, iters: int = 20) -> list[dict]:
+    """One row per forward size: each method's check ("ok") and ms per layer (its two exchanges), None where it did
+    not run, and the bytes each GPU sends to its peers per layer."""
+    import torch.multiprocessing as mp
+
+    widths = block_widths(cfg, p)
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.start_processes(_spawned, args=(p, _free_port(), [(t, widths) for t in tokens_list], warmup, iters, queue),
+                       nprocs=p, start_method="spawn")
+    got = queue.get()
+    return [got[t] for t in tokens_list]
+
+
+def table(rows: list[dict], layers: int) -> str:
+    """Markdown of `measure`'s rows: ms per layer and per forward of `layers` layers, GB/s to the peers."""
+    lines = ["| forward tokens | method | exchange checked | ms per layer (2 all-to-alls) | ms per forward | GB/s to "
+             "the peers, per GPU |", "|---:|---|---|---:|---:|---:|"]
+    for r in rows:
+        for m in METHODS:
+            v = r[m]
+            if v is None:
+                lines.append(f"| {r['tokens']:,} | {m} | not run (needs CUDA) | - | - | - |")
+                continue
+            ms = v["ms"]
+            lines.append(f"| {r['tokens']:,} | {m} | {'yes' if v['ok'] else 'WRONG'} | "
+                         + ("- | - | - |" if ms is None else
+                            f"{ms:.3f} | {ms * layers:.2f} | {r['peer_bytes'] / ms / 1e6:.0f} |"))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.a2a", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-path", required=True, help="a folder with the model's config.json (dense)")
+    ap.add_argument("--tokens", default="2048,4096,8192", help="forward sizes, tokens (comma-separated)")
+    ap.add_argument("--gpus", type=int, default=2, help="P, the GPUs of the SP group")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    a = ap.parse_args(argv)
+    try:
+        cfg = json.loads((Path(a.model_path) / "config.json").read_text())
+        block_widths(cfg, a.gpus)
+        tokens = [int(t) for t in a.tokens.split(",")]
+        if a.gpus < 2 or any(t < a.gpus or t % a.gpus for t in tokens):
+            raise ValueError(f"--gpus must be 2 or more and --tokens multiples of it (--gpus {a.gpus})")
+        if torch.cuda.is_available() and torch.cuda.device_count() < a.gpus:
+            raise ValueError(f"--gpus {a.gpus}: this host has {torch.cuda.device_count()} GPUs")
+    except (OSError, KeyError, ValueError) as e:
+        print(f"bench.a2a: error: {e}")
+        return 2
+    gpu = (f"{a.gpus} x {torch.cuda.get_device_name()}" if torch.cuda.is_available()
+           else f"{a.gpus} CPU processes on gloo (a check, not a timing)")
+    print(f"{Path(a.model_path).name}: Shift's two all-to-alls per layer on {gpu}\n")
+    print(table(measure(cfg, tokens, a.gpus, a.warmup, a.iters), int(cfg["num_hidden_layers"])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
