@@ -196,5 +196,6 @@ for RUN in "$@"; do
     *) echo "unknown run $RUN (--help lists them)" ;;
   esac
 done
+find "$OUT" -name latency_vs_arrival.png -delete  # not kept in benchmarks/results/multi_gpu (README there)
 for d in "$OUT"/*/; do [ -d "$d" ] && tar czf "${d%/}.tgz" -C "$OUT" "$(basename "$d")"; done
 echo "=== done $(date -u +%T), $(left) s of $TOTAL left"
