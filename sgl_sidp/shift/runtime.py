@@ -18,7 +18,8 @@ forward's token count (`ShiftRuntime.base_for`), through these hooks (each liste
   captured: decide base or shift from the token count, then in base keep this SP rank's slice of the embedded tokens
   (`ulysses.local_tokens`; SGLang's TP = P lookup and all-reduce run for all tokens).
 - base only, AROUND `QKVParallelLinear.forward` (qkv_proj): the base QKV GEMM, one per shift shard into the
-  all-to-all's send layout (`ulysses.column_blocks`), and one all-to-all (`ulysses.heads_all_to_all`): SGLang's q/k norm, RoPE, `RadixAttention` and KV-cache writes then run on the whole
+  all-to-all's send layout (`ulysses.column_blocks`), and one all-to-all (`ulysses.heads_all_to_all`): SGLang's q/k
+  norm, RoPE, `RadixAttention` and KV-cache writes then run on the whole
   batch for this GPU's heads, exactly as in the shift configuration.
 - base only, AROUND `RowParallelLinear.forward` (o_proj): one all-to-all back (`ulysses.tokens_all_to_all`) and the
   base O GEMM, one per received block (`ulysses.row_blocks_gemm`) (Llama, whose o_proj reduces itself: then over
