@@ -91,8 +91,12 @@ def _rank(rank: int, p: int, port: int, shapes, warmup: int, iters: int, out: di
                     import torch.distributed._symmetric_memory as symm
 
                     sizes = [s.numel() for s in sends]
-                    buf = symm.empty(sum(sizes), dtype=dtype, device=device)
-                    handle = symm.rendezvous(buf, dist.group.WORLD)
+                    try:
+                        buf = symm.empty(sum(sizes), dtype=dtype, device=device)
+                        handle = symm.rendezvous(buf, dist.group.WORLD)
+                    except Exception as e:  # noqa: BLE001 - a host without P2P symmetric memory: say so, time NCCL
+                        rows[method] = {"ok": False, "ms": None, "error": f"{type(e).__name__}: {str(e)[:160]}"}
+                        continue
                     offsets = [sum(sizes[:i]) for i in range(len(sizes))]
                     peers = [[handle.get_buffer(q, tuple(s.shape), dtype, off) for s, off in zip(sends, offsets)]
                              for q in range(p)]
@@ -169,6 +173,9 @@ def table(rows: list[dict], layers: int) -> str:
                 lines.append(f"| {r['tokens']:,} | {m} | not run (needs CUDA) | - | - | - |")
                 continue
             ms = v["ms"]
+            if v.get("error"):
+                lines.append(f"| {r['tokens']:,} | {m} | not run: {v['error']} | - | - | - |")
+                continue
             lines.append(f"| {r['tokens']:,} | {m} | {'yes' if v['ok'] else 'WRONG'} | "
                          + ("- | - | - |" if ms is None else
                             f"{ms:.3f} | {ms * layers:.2f} | {r['peer_bytes'] / ms / 1e6:.0f} |"))
