@@ -40,11 +40,13 @@ def block_widths(cfg: dict, p: int) -> tuple[int, int]:
     Raises:
         ValueError: the query heads do not split over P.
     """
+    from sgl_sidp.shift.heads import qkv_width
+
     h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     d, kv = int(cfg.get("head_dim") or h // heads), int(cfg.get("num_key_value_heads") or heads)
     if heads % p:
         raise ValueError(f"{heads} attention heads do not split over {p} GPUs")
-    return (heads // p + 2 * max(1, kv // p)) * d, heads // p * d
+    return qkv_width(heads, kv, d, p), heads // p * d
 
 
 def _free_port() -> int:
