@@ -3,11 +3,11 @@ peers' memory.
 
 Shift's base configuration (`sgl_sidp.shift.ulysses`) exchanges per layer [P, n, c] blocks of n = T / P tokens: the
 QKV blocks (c = the shift shard's QKV width) and the attention output back (c = its heads' width); block q goes to
-GPU q. The server sends them with NCCL (SGLang's pynccl `all_to_all_single`), whose kernels move the data on the
-SMs, the block a GPU keeps for itself included. The other way timed here: every GPU writes each block straight into
-its owner's receive buffer with the copy engines (`copy_` into the peer's buffer of a torch symmetric-memory
-allocation, `torch.distributed._symmetric_memory`: a device-to-device `cudaMemcpyAsync` over NVLink), then a barrier
-on the symmetric memory's signal pads; its own block is left out (the GEMM can write it in place). On 2 x H100 the
+GPU q. The server sends them with NCCL by default (SGLang's pynccl `all_to_all_single`), whose kernels move the
+data on the SMs, the block a GPU keeps for itself included. The other way timed here is `--shift-all-to-all copy`'s
+(`sgl_sidp.peer.exchange.SymmetricExchange`, the same code): every GPU writes each block straight into its owner's
+receive buffer of a torch symmetric-memory allocation (a device-to-device `cudaMemcpyAsync`, over NVLink to a peer,
+by the copy engines), then a barrier on the symmetric memory's signal pads. On 2 x H100 the
 peer copy ran 382 GB/s (`plan measure-comm`) against NCCL's all-to-all at 259 GB/s bus bandwidth, and the profiled
 all-to-alls cost 8.0 ms of a 115 ms Qwen3-8B prefill forward of 8,192 tokens (`benchmarks/results/multi_gpu/
 q8_shift_blocks_2gpu_h100`).
@@ -60,16 +60,6 @@ def _exchange_nccl(sends, recvs):
         dist.all_to_all_single(recv.view(-1), send.view(-1))
 
 
-def _exchange_copy(sends, peers, rank, handle):
-    """Each block but this GPU's own into its owner's buffer (`peers[q][i]`: GPU q's receive buffer i, mapped
-    here), then one barrier: every GPU's blocks have landed when it returns."""
-    for i, send in enumerate(sends):
-        for q, peer in enumerate(peers):
-            if q != rank:
-                peer[i][rank].copy_(send[q])
-    handle.barrier(channel=0)
-
-
 def _rank(rank: int, p: int, port: int, shapes, warmup: int, iters: int, out: dict) -> None:
     cuda = torch.cuda.is_available()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -90,22 +80,17 @@ def _rank(rank: int, p: int, port: int, shapes, warmup: int, iters: int, out: di
                     recvs = [torch.empty_like(s) for s in sends]
                     run = lambda: _exchange_nccl(sends, recvs)  # noqa: E731
                 else:
-                    import torch.distributed._symmetric_memory as symm
+                    from sgl_sidp.peer.exchange import ExchangeError, SymmetricExchange
 
-                    sizes = [s.numel() for s in sends]
                     try:
-                        buf = symm.empty(sum(sizes), dtype=dtype, device=device)
-                        handle = symm.rendezvous(buf, dist.group.WORLD)
-                    except Exception as e:  # noqa: BLE001 - a host without P2P symmetric memory: say so, time NCCL
-                        rows[method] = {"ok": False, "ms": None, "error": f"{type(e).__name__}: {str(e)[:160]}"}
+                        ex = SymmetricExchange(dist.group.WORLD, rank, p, max(s.numel() for s in sends), dtype, device)
+                    except ExchangeError as e:  # a host without P2P symmetric memory: say so, time NCCL
+                        rows[method] = {"ok": False, "ms": None, "error": str(e)[:200]}
                         continue
-                    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
-                    peers = [[handle.get_buffer(q, tuple(s.shape), dtype, off) for s, off in zip(sends, offsets)]
-                             for q in range(p)]
-                    recvs = peers[rank]
-                    for recv, send in zip(recvs, sends):
-                        recv[rank].copy_(send[rank])  # its own block, as the GEMM would have written it
-                    run = lambda: _exchange_copy(sends, peers, rank, handle)  # noqa: E731
+                    recvs = [None] * len(sends)
+
+                    def run(ex=ex, recvs=recvs):  # the server's path: slot 0 the QKV blocks, slot 1 the output
+                        recvs[:] = [ex.exchange(s, i % 2) for i, s in enumerate(sends)]
                 run()
                 # every block q of recv came from GPU q's send[rank] (sends are randn + sender's rank)
                 gathered = [torch.empty_like(s) for s in sends for _ in range(p)]
