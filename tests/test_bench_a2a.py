@@ -20,7 +20,7 @@ def test_the_exchange_is_checked_and_timed_on_gloo(tmp_path, capsys):
     assert a2a.main(["--model-path", str(tmp_path), "--tokens", "8", "--iters", "1", "--warmup", "0"]) == 0
     out = capsys.readouterr().out
     assert "| 8 | nccl | yes |" in out and "| 8 | copy | not run (needs CUDA) |" in out
-    assert a2a.main(["--model-path", str(tmp_path), "--gpus", "3"]) == 2
+    assert a2a.main(["--model-path", str(tmp_path), "--gpus", "3", "--tokens", "6"]) == 2
     assert capsys.readouterr().out.strip() == "bench.a2a: error: 4 attention heads do not split over 3 GPUs"
     assert a2a.main(["--model-path", str(tmp_path), "--tokens", "9"]) == 2
     assert "--tokens multiples of it" in capsys.readouterr().out

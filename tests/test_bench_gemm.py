@@ -30,7 +30,7 @@ def test_cli_prints_the_table_and_refuses_what_it_cannot_time(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| 16 | Shift base SP2 |" in out and "| 8 | DP (whole weights) |" in out and "(1.00x) |" in out
     assert gemm.main(["--model-path", str(tmp_path), "--tokens", "7"]) == 2
-    assert capsys.readouterr().out.strip() == "bench.gemm: error: --tokens must be multiples of --gpus 2"
+    assert capsys.readouterr().out.strip() == "bench.gemm: error: --gpus must be 1 or more and --tokens multiples of it (--gpus 2)"
     (tmp_path / "config.json").write_text(json.dumps({**TINY, "num_experts": 8}))
     assert gemm.main(["--model-path", str(tmp_path)]) == 2
     assert "an MoE model" in capsys.readouterr().out

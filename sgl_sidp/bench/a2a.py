@@ -21,8 +21,6 @@ exchange, not a timing) and says that the copies need GPUs.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import socket
 from pathlib import Path
@@ -108,24 +106,15 @@ def _rank(rank: int, p: int, port: int, shapes, warmup: int, iters: int, out: di
 
 
 def _time(run, warmup: int, iters: int, cuda: bool) -> float:
-    import time
+    """ms per `run()` (`bench.gemm.time_ms`), the GPUs of the group lined up by a barrier after the warmup."""
+    from sgl_sidp.bench.gemm import time_ms
 
     for _ in range(warmup):
         run()
-    if not cuda:
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            run()
-        return (time.perf_counter() - t0) * 1e3 / iters
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     dist.barrier()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        run()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
+    return time_ms([run], 0, iters, cuda)
 
 
 def _spawned(rank, p, port, shapes, warmup, iters, queue):
@@ -170,19 +159,12 @@ def table(rows: list[dict], layers: int) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.a2a", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model-path", required=True, help="a folder with the model's config.json (dense)")
-    ap.add_argument("--tokens", default="2048,4096,8192", help="forward sizes, tokens (comma-separated)")
-    ap.add_argument("--gpus", type=int, default=2, help="P, the GPUs of the SP group")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=20)
-    a = ap.parse_args(argv)
+    from sgl_sidp.bench.gemm import layer_case, layer_cli
+
+    a = layer_cli("python -m sgl_sidp.bench.a2a", __doc__, "2048,4096,8192", "P, the GPUs of the SP group").parse_args(argv)
     try:
-        cfg = json.loads((Path(a.model_path) / "config.json").read_text())
+        cfg, tokens = layer_case(a, 2)
         block_widths(cfg, a.gpus)
-        tokens = [int(t) for t in a.tokens.split(",")]
-        if a.gpus < 2 or any(t < a.gpus or t % a.gpus for t in tokens):
-            raise ValueError(f"--gpus must be 2 or more and --tokens multiples of it (--gpus {a.gpus})")
         if torch.cuda.is_available() and torch.cuda.device_count() < a.gpus:
             raise ValueError(f"--gpus {a.gpus}: this host has {torch.cuda.device_count()} GPUs")
     except (OSError, KeyError, ValueError) as e:

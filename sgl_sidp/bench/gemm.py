@@ -81,24 +81,22 @@ def layer_gemms(shape: LayerShape, config: str, tokens: int, p: int, dtype, devi
 
 
 def time_ms(fns: list, warmup: int, iters: int, cuda: bool) -> float:
-    """Milliseconds per round of `fns` (each called once a round), the mean over `iters` rounds after `warmup`."""
-    for _ in range(warmup):
+    """Milliseconds per round of `fns` (each called once a round), the mean over `iters` rounds after `warmup`: on
+    the GPU by CUDA events with the rounds back to back (`calibration.measure.pipelined_ms`), else by the host's
+    clock."""
+    def one_round():
         for f in fns:
             f()
+
     if cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(iters):
-            for f in fns:
-                f()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / iters
+        from sgl_sidp.calibration.measure import pipelined_ms
+
+        return pipelined_ms(one_round, iters, rounds=1, warmup=warmup)
+    for _ in range(warmup):
+        one_round()
     t0 = time.perf_counter()
     for _ in range(iters):
-        for f in fns:
-            f()
+        one_round()
     return (time.perf_counter() - t0) * 1e3 / iters
 
 
@@ -130,20 +128,37 @@ def table(rows: list[dict], p: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.gemm", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model-path", required=True, help="a folder with the model's config.json")
-    ap.add_argument("--tokens", default="2048,4096,8192,16384", help="forward sizes, tokens (comma-separated)")
-    ap.add_argument("--gpus", type=int, default=2, help="P, the GPUs TP and Shift's SP split over")
+def layer_cli(prog: str, doc: str, tokens: str, gpus_help: str) -> argparse.ArgumentParser:
+    """The flags of the one-layer benches (`bench.gemm`, `bench.a2a`): --model-path, --tokens, --gpus, --warmup,
+    --iters."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    ap.add_argument("--model-path", required=True, help="a folder with the model's config.json (dense)")
+    ap.add_argument("--tokens", default=tokens, help="forward sizes, tokens (comma-separated)")
+    ap.add_argument("--gpus", type=int, default=2, help=gpus_help)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def layer_case(a: argparse.Namespace, min_gpus: int) -> tuple[dict, list[int]]:
+    """(config.json, forward sizes) of `layer_cli`'s arguments.
+
+    Raises:
+        OSError, KeyError, ValueError: no readable config; --gpus under `min_gpus`, or sizes not multiples of it.
+    """
+    cfg = json.loads((Path(a.model_path) / "config.json").read_text())
+    tokens = [int(t) for t in a.tokens.split(",")]
+    if a.gpus < min_gpus or any(t < a.gpus or t % a.gpus for t in tokens):
+        raise ValueError(f"--gpus must be {min_gpus} or more and --tokens multiples of it (--gpus {a.gpus})")
+    return cfg, tokens
+
+
+def main(argv=None) -> int:
+    a = layer_cli("python -m sgl_sidp.bench.gemm", __doc__, "2048,4096,8192,16384",
+                  "P, the GPUs TP and Shift's SP split over").parse_args(argv)
     try:
-        cfg = json.loads((Path(a.model_path) / "config.json").read_text())
+        cfg, tokens = layer_case(a, 1)
         shape = LayerShape.of(cfg)
-        tokens = [int(t) for t in a.tokens.split(",")]
-        if a.gpus < 1 or any(t < a.gpus or t % a.gpus for t in tokens):
-            raise ValueError(f"--tokens must be multiples of --gpus {a.gpus}")
     except (OSError, KeyError, ValueError) as e:
         print(f"bench.gemm: error: {e}")
         return 2
