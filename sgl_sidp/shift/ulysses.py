@@ -21,10 +21,11 @@ layout. That layout makes the base configuration's data movement plain reshapes:
 - gate|up on the base weight gives per token SP blocks [gate_s | up_s]: viewed as SP rows of one token, SGLang's
   SiluAndMul runs on it as it is (`act_per_shard`), in the order of the base down weight's columns.
 
-With SP = 1 every function is the identity and never calls `comm`. Every function takes a `comm` with `all_to_all_single(output, input)` and `all_gather_into_tensor(output, input)`
-(torch's semantics: equal splits along dim 0, SP-rank order; the all-to-alls pass flat tensors, as
-SGLang's pynccl `all_to_all_single` needs): `TorchComm` over a `torch.distributed` group (gloo in
-the CPU tests), or SGLang's `GroupCoordinator` of the SP group on GPU.
+With SP = 1 every function is the identity and never calls `comm`. Every function takes a `comm` with
+`all_to_all_single(output, input)` and `all_gather_into_tensor(output, input)` (torch's semantics: equal splits along
+dim 0, SP-rank order; the all-to-alls pass flat tensors, as SGLang's pynccl `all_to_all_single` needs): `TorchComm`
+over a `torch.distributed` group (gloo in the CPU tests), or SGLang's `GroupCoordinator` of the SP group on GPU. A
+comm that also has `exchange(send, slot)` carries the all-to-alls itself (`exchange` below; Shift's `CopyComm`).
 """
 
 from __future__ import annotations
