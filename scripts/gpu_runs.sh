@@ -35,8 +35,12 @@
 #                well over its busy time (>= 1.3x) where TP2's is not
 #   q8_par_check  does --parallel bias a ratio? Shift and DP2 on the 64 x (2,048, 32) burst side by side at the same
 #                moment (GPUs 0,1 and 2,3), then each alone on GPUs 0,1, one after the other. In every --parallel run
-#                of three configurations the third ran alone (DP2 in the Shift runs: Shift 0.87-0.89x DP2). Expected
-#                if the pairs do not disturb each other: the same Shift / DP2 ratio both ways within 2 %
+#                of three configurations the third ran alone (DP2 in the Shift runs: Shift 0.87-0.89x DP2, and
+#                0.93-0.95x in three runs each alone). Against the planner, the bursts run beside another on 4 x
+#                H100 hosts came out a median 4.0 % under their predictions, those run alone 2.7 % (60 pairs); the
+#                short Qwen3-8B bursts 5-12 % beside another, 1.6-5.3 % alone. Since then each --parallel burst's
+#                client runs in a process of its own (the two had shared one Python process). Expected if that was
+#                the cause, or the pairs never disturbed each other: the same Shift / DP2 ratio both ways within 2 %
 #   q30_ep       vanilla DP attention with expert parallelism (`dp2_attn_ep`: --enable-dp-attention --ep-size 2),
 #                never measured yet (it was left by a deadline), beside DP attention without EP, on the decode-heavy
 #                burst 256 x (2,048, 256) where DP attention was the best vanilla configuration (q30_2gpu_h100) and

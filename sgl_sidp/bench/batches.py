@@ -42,6 +42,17 @@ def run_batch(base_url: str, bodies: list[tuple[list[int], int, int | None]]):
     return asyncio.run(_send(base_url, bodies))
 
 
+def run_batch_apart(base_url: str, bodies: list[tuple[list[int], int, int | None]]):
+    """`run_batch` in a spawned process of its own: bursts sent to several servers at once (`compare --parallel`)
+    then share no interpreter (each its own GIL and event loop, as each replay runs in a process of its own,
+    `replay`). The process starts before the first request is sent, outside the seconds `run_batch` returns."""
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(run_batch, base_url, bodies).result()
+
+
 def replay(name: str, replay_args: str, base_url: str, out_dir: Path, tag: str) -> dict:
     """One `python -m sgl_sidp.replay REPLAY_ARGS` against `base_url` as a child process (its own event loop and CPU),
     writing under `out_dir`; returns its summary.json.

@@ -476,13 +476,15 @@ class Measurement:
                              "ranks": ranks}
 
     def run_burst(self) -> None:
-        """`--burst S+IN+OUT`: every request at once (the server's router spreads them over its DP ranks)."""
-        from sgl_sidp.bench.batches import prompts, run_batch
+        """`--burst S+IN+OUT`: every request at once (the server's router spreads them over its DP ranks); with
+        `--parallel` from a client process of its own (`batches.run_batch_apart`)."""
+        from sgl_sidp.bench.batches import prompts, run_batch, run_batch_apart
         from sgl_sidp.bench.metrics import compute_metrics
 
         s, i, o = triple(self.a.burst)
-        (outs, seconds), counted = self.counted(
-            lambda: run_batch(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 7)]))
+        bodies = [(ids, o, None) for ids in prompts(s, i, 7)]
+        send = run_batch_apart if self.a.parallel else run_batch  # beside another burst: a client process apart
+        (outs, seconds), counted = self.counted(lambda: send(self.srv.base_url, bodies))
         m = compute_metrics(outs, seconds)
         self.res["burst"] = {
             "spec": self.a.burst, "seconds": seconds, "failed": m["failed"], "total_tok_s": m["total_throughput"],
