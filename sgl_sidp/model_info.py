@@ -32,12 +32,18 @@ def read_hf_config(model_path: str) -> dict | None:
     return cfg.get("text_config", cfg)
 
 
+def has_experts(hf_config: Mapping) -> bool:
+    """Whether a config (its `text_config` for multimodal wrappers) gives routed experts (`EXPERT_KEYS` > 1)."""
+    cfg = hf_config.get("text_config", hf_config)
+    return any(int(cfg.get(k) or 0) > 1 for k in EXPERT_KEYS)
+
+
 def model_is_moe(model_path: str) -> bool | None:
     """Whether the config at `model_path` describes an MoE model; None when it cannot be read locally."""
     cfg = read_hf_config(model_path)
     if cfg is None:
         return None
-    if any(int(cfg.get(k) or 0) > 1 for k in EXPERT_KEYS):
+    if has_experts(cfg):
         return True
     return any("moe" in a.lower() for a in cfg.get("architectures", []))
 
@@ -53,7 +59,7 @@ def moe_layer_ids(hf_config: Mapping) -> list[int] | None:
       (`is_layer_sparse = True`; SGLang 0.5.17 ignores `mlp_only_layers` and `decoder_sparse_step`).
     """
     cfg = hf_config.get("text_config", hf_config)
-    if not any(int(cfg.get(k) or 0) > 1 for k in EXPERT_KEYS):
+    if not has_experts(cfg):
         return None
     n = int(cfg.get("num_hidden_layers") or 0)
     first_dense = int(cfg.get("first_k_dense_replace") or 0)

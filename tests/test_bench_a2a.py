@@ -5,14 +5,15 @@ import json
 from sgl_sidp.bench import a2a
 
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
-        "num_hidden_layers": 3}
+        "num_hidden_layers": 3, "vocab_size": 128}
 
 
 def test_block_widths_are_a_shift_shards_qkv_and_heads():
     assert a2a.block_widths(TINY, 2) == ((2 + 2 * 1) * 16, 2 * 16)
     assert a2a.block_widths(TINY, 4) == ((1 + 2 * 1) * 16, 16)  # 2 KV heads on 4 GPUs: replicated, one each
-    assert a2a.block_widths({"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-                             "head_dim": 128}, 2) == (3072, 2048)  # Qwen3-8B
+    qwen3_8b = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                "num_hidden_layers": 36, "vocab_size": 151936}
+    assert a2a.block_widths(qwen3_8b, 2) == (3072, 2048)
 
 
 def test_the_exchange_is_checked_and_timed_on_gloo(tmp_path, capsys):

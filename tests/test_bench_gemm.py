@@ -6,7 +6,8 @@ import pytest
 
 from sgl_sidp.bench import gemm
 
-TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96}
+TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+        "num_hidden_layers": 3, "vocab_size": 128}
 
 
 def test_every_configuration_does_the_same_flops_per_token_in_its_own_shapes():

@@ -38,13 +38,12 @@ def block_widths(cfg: dict, p: int) -> tuple[int, int]:
     Raises:
         ValueError: the query heads do not split over P.
     """
-    from sgl_sidp.shift.heads import qkv_width
+    from sgl_sidp.calibration.memory import ModelShapes
 
-    h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-    d, kv = int(cfg.get("head_dim") or h // heads), int(cfg.get("num_key_value_heads") or heads)
-    if heads % p:
-        raise ValueError(f"{heads} attention heads do not split over {p} GPUs")
-    return qkv_width(heads, kv, d, p), heads // p * d
+    s = ModelShapes.of(cfg)
+    if s.heads % p:
+        raise ValueError(f"{s.heads} attention heads do not split over {p} GPUs")
+    return s.qkv_width(p), s.heads // p * s.head_dim
 
 
 def _free_port() -> int:

@@ -40,20 +40,17 @@ class LayerShape:
 
     @classmethod
     def of(cls, cfg: dict) -> "LayerShape":
-        """From a Hugging Face config.json (`num_attention_heads`, `num_key_value_heads`, `head_dim` or hidden /
-        heads, `intermediate_size`).
+        """From a Hugging Face config.json, as the planner reads it (`calibration.memory.ModelShapes`).
 
         Raises:
             ValueError: an MoE config (its experts are not one dense MLP).
         """
-        from sgl_sidp.model_info import EXPERT_KEYS
+        from sgl_sidp.calibration.memory import ModelShapes
 
-        if any(int(cfg.get(k) or 0) > 1 for k in EXPERT_KEYS):
+        s = ModelShapes.of(cfg)
+        if s.experts > 1:
             raise ValueError("bench.gemm: an MoE model; its experts are not one dense MLP")
-        h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-        d = int(cfg.get("head_dim") or h // heads)
-        kv = int(cfg.get("num_key_value_heads") or heads)
-        return cls(h, (heads + 2 * kv) * d, heads * d, int(cfg["intermediate_size"]))
+        return cls(s.hidden, s.qkv_width(1), s.heads * s.head_dim, s.intermediate)
 
     def flops(self, tokens: int) -> float:
         """FLOPs of the four GEMMs of one layer over `tokens` rows with whole weights."""

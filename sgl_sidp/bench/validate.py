@@ -247,17 +247,17 @@ def busy_pair(trace: dict, simulated: list[dict[str, float]] | None) -> tuple[di
     """(measured, simulated) GPU seconds by forward category of one replay, each summed over the DP replicas: the
     measured from the replay's `per_rank` counters (`compare`, where the server ran SGLang's device timer), the
     simulated from `PlanRow.busy_s`; None where either is missing."""
-    measured: dict[str, float] = {}
-    for rank in (trace.get("per_rank") or {}).values():
-        for cat, sec in (rank.get("busy_s_by") or {}).items():
-            measured[cat] = measured.get(cat, 0.0) + sec
+    def summed(by_replica) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for by in by_replica:
+            for cat, sec in by.items():
+                out[cat] = out.get(cat, 0.0) + sec
+        return out
+
+    measured = summed(rank.get("busy_s_by") or {} for rank in (trace.get("per_rank") or {}).values())
     if not measured or not simulated:
         return None
-    sim: dict[str, float] = {}
-    for rep in simulated:
-        for cat, sec in rep.items():
-            sim[cat] = sim.get(cat, 0.0) + sec
-    return measured, sim
+    return measured, summed(simulated)
 
 
 def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:

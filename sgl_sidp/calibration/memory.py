@@ -85,6 +85,12 @@ class ModelShapes:
         """KV heads on one GPU of attention TP `tp`, replicated where TP exceeds them (`ModelConfig.get_num_kv_heads`)."""
         return max(1, self.kv_heads // tp)
 
+    def qkv_width(self, tp: int) -> int:
+        """Columns of one GPU's QKV projection at attention TP `tp`: its query heads and the KV heads it stores
+        (`kv_heads_per_gpu`), times the head dim (e.g. the width of one block of Shift's first all-to-all,
+        `shift.ulysses.heads_all_to_all`)."""
+        return (self.heads // tp + 2 * self.kv_heads_per_gpu(tp)) * self.head_dim
+
     def attention_params(self, tp: int) -> int:
         """Attention parameters of one layer on one GPU of attention TP `tp` (QKV and O; MLA's projections)."""
         h = self.hidden

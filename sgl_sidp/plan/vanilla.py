@@ -48,9 +48,9 @@ class DPAttention(Technique):
     FAILS_IN_SGLANG = {"LlamaForCausalLM"}
 
     def known_failure(self, c, hf):
-        from sgl_sidp.model_info import EXPERT_KEYS
+        from sgl_sidp.model_info import has_experts
 
-        if "ep" in c.options and not any(int(hf.get(k) or 0) > 1 for k in EXPERT_KEYS):
+        if "ep" in c.options and not has_experts(hf):
             return "expert parallelism needs an MoE model"
         arch = (hf.get("architectures") or [""])[0]
         if arch in self.FAILS_IN_SGLANG:

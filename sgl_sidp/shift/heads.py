@@ -39,13 +39,6 @@ def check_layout(sp: int, tp: int, n_heads: int, n_kv_heads: int) -> None:
         raise HeadLayoutError(f"{n_kv_heads} KV heads neither split over nor replicate evenly onto {p} GPUs")
 
 
-def qkv_width(n_heads: int, n_kv_heads: int, head_dim: int, p: int) -> int:
-    """Columns of one shift rank's QKV output among `p` (TP = P): its query heads and the KV heads it stores (one,
-    replicated, where P exceeds the KV heads), times the head dim; the width of one block of Shift's first
-    all-to-all (`ulysses.heads_all_to_all`)."""
-    return (n_heads // p + 2 * max(1, n_kv_heads // p)) * head_dim
-
-
 def shift_rank(sp_rank: int, tp_rank: int, sp: int) -> int:
     """The rank in the shift (TP = P) group of the GPU that is (sp_rank, tp_rank) in the base configuration."""
     return tp_rank * sp + sp_rank

@@ -254,15 +254,12 @@ class ShiftRuntime:
         Raises:
             ShiftError: symmetric memory cannot be set up over the SP group's GPUs.
         """
+        from sgl_sidp.calibration.memory import ModelShapes
         from sgl_sidp.peer.exchange import ExchangeError, SymmetricExchange
-        from sgl_sidp.shift.heads import qkv_width
 
-        sa, hf = runner.server_args, runner.model_config.hf_text_config
+        sa = runner.server_args
         tokens = int(sa.chunked_prefill_size) if (sa.chunked_prefill_size or 0) > 0 else int(sa.max_prefill_tokens)
-        heads = int(hf.num_attention_heads)
-        kv = int(getattr(hf, "num_key_value_heads", None) or heads)
-        head_dim = int(getattr(hf, "head_dim", None) or hf.hidden_size // heads)
-        elems = sp * -(-tokens // sp) * qkv_width(heads, kv, head_dim, p)
+        elems = sp * -(-tokens // sp) * ModelShapes.of(runner.model_config.hf_config.to_dict()).qkv_width(p)
         try:
             exchange = SymmetricExchange(sp_comm.device_group, sp_comm.rank_in_group, sp, elems,
                                          runner.model_config.dtype, torch.device("cuda", torch.cuda.current_device()))
@@ -338,8 +335,7 @@ class ShiftRuntime:
         shards) -> [N, SP * n]; with `--shift-exact`, one GEMM per shift shard, as each TP rank computes its own."""
         if not self.settings.exact or self.sp == 1:
             return F.linear(x, w, b)
-        bs = b.chunk(self.sp) if b is not None else [None] * self.sp
-        return torch.cat([F.linear(x, ws, bi) for ws, bi in zip(w.chunk(self.sp), bs)], dim=-1)
+        return torch.cat(tuple(ulysses.column_blocks(x, w, b, self.sp)), dim=-1)
 
     def row_gemm_exact(self, xs, w: torch.Tensor) -> torch.Tensor:
         """`--shift-exact`'s row-parallel layer: the SP inputs xs (each [N, k]: `tokens_all_to_all`'s blocks, or
