@@ -68,7 +68,7 @@
 #                into the peer's symmetric memory (copy engines) and a barrier. Expected from the interconnect table
 #                (peer copy 382 GB/s, NCCL all-to-all 259 GB/s bus) and the profile (8.0 ms of all-to-alls per
 #                8,192-token Qwen3-8B forward: 0.22 ms a layer for 42 MB to the peer): the copies <= 0.6x NCCL's time
-#                at 8,192 tokens; worth building into Shift's base layer only then
+#                at 8,192 tokens; worth building into Shift's base layer only then (a 4-GPU host: Qwen3-32B at SP4 too)
 #   q8_shift_copy  `--shift-all-to-all copy` in a server (only worth it if a2a_shift found the copies <= 0.6x
 #                NCCL's time): exactness first (the forced base with and without --shift-exact against TP2, Qwen3 and
 #                Llama checkpoints: --shift-exact bit-identical, the default as with NCCL), then Shift with copies,
@@ -176,7 +176,9 @@ for RUN in "$@"; do
       for M in Qwen3-8B Qwen3-32B; do
         timeout -s TERM 150 python3 -m sgl_sidp.bench.a2a --model-path ".gpu/models/$M" --tokens 2048,4096,8192,16384 \
           --gpus 2 2>&1 | tee -a "$OUT/a2a_shift_2gpu_$TAG/a2a.md"; echo >> "$OUT/a2a_shift_2gpu_$TAG/a2a.md"
-      done ;;
+      done
+      [ "$NG" -ge 4 ] && timeout -s TERM 150 python3 -m sgl_sidp.bench.a2a --model-path .gpu/models/Qwen3-32B \
+        --tokens 2048,4096,8192,16384 --gpus 4 2>&1 | tee -a "$OUT/a2a_shift_2gpu_$TAG/a2a.md" ;;
     q8_shift_copy)
       OUT=$OUT timeout -s TERM 240 bash scripts/gpu_compare_families.sh "exact_2gpu_shift_copy_$TAG" "qwen3 llama" \
         --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \
