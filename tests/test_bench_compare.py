@@ -263,6 +263,40 @@ def test_sigterm_stops_the_servers_and_keeps_what_was_measured(tmp_path):
     assert not left, f"fake servers still running: {left}"
 
 
+def test_sigterm_while_a_server_comes_up_stops_it_without_a_traceback(tmp_path, monkeypatch):
+    """q32_shift_1.5x_4gpu_h100: `timeout` stopped compare (its SIGTERM handler stops every live server) while a
+    third server came up, and the starting thread then met its server gone (an AttributeError traceback)."""
+    import threading
+
+    from sgl_sidp.bench import server
+
+    dense = model(tmp_path, "dense", DENSE)
+    a = compare.parse_args(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst", "8+16+4"))
+    a.live, a.stopping = set(), threading.Event()
+    jobs, _ = compare.plan_jobs([dense], ["tp2"], 2, False, tmp_path / "out")
+    m = compare.Measurement(jobs[0], a, ["0", "1"], 30000)
+
+    class Stopped:  # the handler stops the server while wait_ready waits: wait_ready then raises
+        def __init__(self, *args, **kw):
+            self.command = ["fake"]
+
+        def start(self):
+            pass
+
+        def wait_ready(self, timeout_s):
+            a.stopping.set()
+            for live in list(a.live):
+                live.stop()
+            raise RuntimeError("the server exited")
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(server, "ServerProcess", Stopped)
+    monkeypatch.setattr(compare, "busy_gpus", lambda gpus: [])
+    assert m.start() is False and m.srv is None and not a.live
+
+
 def test_report_needs_the_results_folder_alone(tmp_path, capsys):
     assert compare.main(["--report", "--out-dir", str(tmp_path / "none")]) == 2
     assert "--out-dir" in capsys.readouterr().err

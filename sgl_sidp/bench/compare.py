@@ -419,6 +419,8 @@ class Measurement:
                     raise RuntimeError("the server never logged 'The server is fired up'")
                 time.sleep(0.5)
         except Exception as e:  # noqa: BLE001 - a server that does not come up is a result of the run
+            if self.srv is None:  # stopped by SIGTERM while it came up (`main`): nothing to record
+                return False
             text = self.srv.log_text()
             refused = launch_problem(text)
             if refused:
