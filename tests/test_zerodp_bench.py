@@ -90,6 +90,17 @@ def test_prometheus_counters_per_rank_and_deltas():
     assert ranks[0]["busy_s_by"] == {"decode": pytest.approx(2.5)} and ranks[1]["busy_s_by"] == {}
 
 
+def test_gpu_seconds_are_the_replicas_not_the_sum_of_its_tp_ranks():
+    """q8_shift_busy_2gpu_h100: SGLang's device timer runs in every TP rank's scheduler, and the sum over TP2's two
+    GPUs came out twice the planner's simulated forwards (56 against 28 s)."""
+    text = METRICS + (
+        'sglang:forward_execution_seconds_total{category="decode",dp_rank="0",model_name="m",tp_rank="1"} 2.5\n'
+        'sglang:realtime_tokens_total{dp_rank="0",mode="decode",model_name="m",tp_rank="1"} 7.0\n')
+    assert counters_by_rank(text, "sglang:forward_execution_seconds_total", "category") == {
+        (0, "decode"): 2.0, (0, "prefill"): 0.5}
+    assert counters_by_rank(text, "sglang:realtime_tokens_total", "mode")[(0, "decode")] == 107.0  # summed
+
+
 def test_the_streams_chunks_carry_the_dp_rank():
     parse = CHUNK_PARSERS["sglang"]
     assert parse({"meta_info": {"dp_rank": 1, "completion_tokens": 2}}, 0).dp_rank == 1

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 #: Scheduler counters read before and after a workload: (sample name, label that splits it besides dp_rank).
 RANK_COUNTERS = (
     ("sglang:realtime_tokens_total", "mode"),
-    ("sglang:forward_execution_seconds_total", "category"),
+    ("sglang:forward_execution_seconds_total", "category"),  # from every TP rank: the mean is the replica's (below)
     ("sglang:num_retracted_requests_total", None),
     ("sglang:sidp_shift_forwards_total", "config"),  # Shift: forwards and tokens by configuration (base, shift)
     ("sglang:sidp_shift_tokens_total", "config"),
@@ -108,6 +108,11 @@ def merge_capacity(sources: Mapping[str, Mapping[int, int]], order: Iterable[str
     return out
 
 
+#: counters every TP rank of a replica reports for itself (SGLang's device timer runs in each scheduler, where the
+#: token counters come from the first TP rank alone): a replica's value is their mean over its TP ranks
+PER_TP_RANK = ("sglang:forward_execution_seconds_total",)
+
+
 def counters_by_rank(metrics_text: str, name: str, split: str | None = None) -> dict[tuple[int, str], float]:
     """Sum a Prometheus counter's samples per ``(dp_rank, <split label>)``.
 
@@ -118,16 +123,20 @@ def counters_by_rank(metrics_text: str, name: str, split: str | None = None) -> 
 
     Returns:
         ``{(dp_rank, label value): value}``; samples without ``dp_rank`` count as rank 0 (a server without DP).
-        Samples of other labels (tp_rank, model_name...) are summed.
+        Samples of other labels (model_name...) are summed; so are those of several ``tp_rank`` values, except for
+        the counters in :data:`PER_TP_RANK`, whose value is the mean over the TP ranks that reported it (GPU
+        seconds of the replica, not of its GPUs together).
     """
-    out: dict[tuple[int, str], float] = {}
+    by_tp: dict[tuple[int, str], dict[str, float]] = {}
     for family in text_string_to_metric_families(metrics_text):
         for s in family.samples:
             if s.name != name:
                 continue
             key = (int(s.labels.get("dp_rank", 0) or 0), s.labels.get(split, "") if split else "")
-            out[key] = out.get(key, 0.0) + float(s.value)
-    return out
+            tp = s.labels.get("tp_rank", "0") if name in PER_TP_RANK else "0"
+            ranks = by_tp.setdefault(key, {})
+            ranks[tp] = ranks.get(tp, 0.0) + float(s.value)
+    return {key: sum(v.values()) / len(v) for key, v in by_tp.items()}
 
 
 def rank_counter_snapshot(metrics_text: str) -> dict[str, dict[str, float]]:
