@@ -69,12 +69,6 @@
 #                (peer copy 382 GB/s, NCCL all-to-all 259 GB/s bus) and the profile (8.0 ms of all-to-alls per
 #                8,192-token Qwen3-8B forward: 0.22 ms a layer for 42 MB to the peer): the copies <= 0.6x NCCL's time
 #                at 8,192 tokens; worth building into Shift's base layer only then (a 4-GPU host: Qwen3-32B at SP4 too)
-#   q8_shift_copy  `--shift-all-to-all copy` in a server (only worth it if a2a_shift found the copies <= 0.6x
-#                NCCL's time): exactness first (the forced base with and without --shift-exact against TP2, Qwen3 and
-#                Llama checkpoints: --shift-exact bit-identical, the default as with NCCL), then Shift with copies,
-#                Shift with NCCL (_th1024 / _th1025: names apart, the same buckets) and DP2 on the burst
-#                64 x (2,048, 32), one after the other. Expected from a2a_shift:
-#                the all-to-alls' 8.0 ms per 8,192-token forward about halved, the burst 0.93-0.95x -> 0.96-0.98x DP2
 #   exact2_shift  the forced base configuration with and without --shift-exact against TP2 on Qwen3 and Llama
 #                distinct-weight checkpoints, 2 GPUs: --shift-exact bit-identical to TP2 as before the change above
 #   cal_q32      plan calibrate of Qwen3-32B's shards for 2 GPUs, now with prefills of several prompts in one forward
@@ -179,14 +173,6 @@ for RUN in "$@"; do
       done
       [ "$NG" -ge 4 ] && timeout -s TERM 150 python3 -m sgl_sidp.bench.a2a --model-path .gpu/models/Qwen3-32B \
         --tokens 2048,4096,8192,16384 --gpus 4 2>&1 | tee -a "$OUT/a2a_shift_2gpu_$TAG/a2a.md" ;;
-    q8_shift_copy)
-      OUT=$OUT timeout -s TERM 240 bash scripts/gpu_compare_families.sh "exact_2gpu_shift_copy_$TAG" "qwen3 llama" \
-        --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \
-        --config-args "shift_sp2_tp1_th1_exact=--shift-all-to-all copy" --config-args "shift_sp2_tp1_th1=--shift-all-to-all copy" \
-        --extra-args "$X --max-total-tokens 65536 --cuda-graph-max-bs 8" --deadline-s 180 --step-grace-s 30 \
-        --ready-timeout-s 200 --no-predict
-      compare_run "q8_shift_copy_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1_th1024,shift_sp2_tp1_th1025,dp2 \
-        --config-args "shift_sp2_tp1_th1024=--shift-all-to-all copy" --burst 64+2048+32 ;;
     exact2_shift)
       OUT=$OUT timeout -s TERM $((L - 10)) bash scripts/gpu_compare_families.sh "exact_2gpu_shift_$TAG" "qwen3 llama" \
         --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \

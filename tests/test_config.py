@@ -182,7 +182,7 @@ def test_flag_names_one_prefix_each_and_every_old_spelling_maps_to_one():
     flags = [a.option_strings[0] for a in SidpConfig.add_cli_args(p)._group_actions]
     assert all(f.split("-")[2] in {"overlay", *FEATURES} and f.count("sidp") <= 1 for f in flags), flags
     newer = {"--overlay-start-after", "--shift-exact", "--overlay-plan-slo-ttft-ms", "--overlay-plan-slo-tpot-ms",
-             "--sidp-b-th-measure", "--shift-all-to-all"}
+             "--sidp-b-th-measure"}
     # (added after the rename: no old spelling)
     assert sorted(RENAMED.values()) == sorted(set(flags) - newer) and not set(RENAMED) & set(flags)
     argv = ["--sidp-sidp-force", "cas", "--dp-size", "2", "--sidp-mode=sidp", "--sidp-service", "was"]
@@ -197,7 +197,7 @@ def test_enumerated_flags_show_their_choices():
     group = SidpConfig.add_cli_args(p)
     assert {a.option_strings[0]: a.choices for a in group._group_actions if a.choices} == {
         "--overlay-mode": ["off", "zerodp", "sidp", "shift", "auto"], "--sidp-service": ["was", "cas", "auto"],
-        "--sidp-fetch-order": ["shifted", "forward"], "--shift-all-to-all": ["nccl", "copy"]}
+        "--sidp-fetch-order": ["shifted", "forward"]}
     assert "--sidp-service {was,cas,auto}" in p.format_help()
     with pytest.raises(SidpConfigError, match=r"^--sidp-service: Input should be 'was', 'cas' or 'auto'$"):
         SidpConfig.from_mapping({"sidp": {"service": "fast"}})  # $SIDP_CONFIG is checked the same way
@@ -507,7 +507,6 @@ ACCEPTED = {
     "--sidp-owner-timeout-s": ["1e-3", "1e6"],
     "--shift-sp": ["0", "8"],
     "--shift-threshold": ["0", "1048576"],
-    "--shift-all-to-all": ["nccl", "copy"],
 }
 
 

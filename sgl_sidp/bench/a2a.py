@@ -4,13 +4,15 @@ peers' memory.
 Shift's base configuration (`sgl_sidp.shift.ulysses`) exchanges per layer [P, n, c] blocks of n = T / P tokens: the
 QKV blocks (c = the shift shard's QKV width) and the attention output back (c = its heads' width); block q goes to
 GPU q. The server sends them with NCCL by default (SGLang's pynccl `all_to_all_single`), whose kernels move the
-data on the SMs, the block a GPU keeps for itself included. The other way timed here is `--shift-all-to-all copy`'s
-(`sgl_sidp.peer.exchange.SymmetricExchange`, the same code): every GPU writes each block straight into its owner's
+data on the SMs, the block a GPU keeps for itself included. The other way timed here is
+`sgl_sidp.peer.exchange.SymmetricExchange`'s: every GPU writes each block straight into its owner's
 receive buffer of a torch symmetric-memory allocation (a device-to-device `cudaMemcpyAsync`, over NVLink to a peer,
 by the copy engines), then a barrier on the symmetric memory's signal pads. On 2 x H100 the
 peer copy ran 382 GB/s (`plan measure-comm`) against NCCL's all-to-all at 259 GB/s bus bandwidth, and the profiled
 all-to-alls cost 8.0 ms of a 115 ms Qwen3-8B prefill forward of 8,192 tokens (`benchmarks/results/multi_gpu/
-q8_shift_blocks_2gpu_h100`).
+q8_shift_blocks_2gpu_h100`). Measured on 2 and 4 x H100 (`a2a_shift_2gpu_h100`): the copies took 0.88-0.94x NCCL's
+time at SP2 and 8,192-16,384 tokens, 1.1-1.6x at SP4, so the server keeps NCCL (a server path by copies was built
+and removed again; it is in git history at d214cf4).
 
     python -m sgl_sidp.bench.a2a --model-path DIR [--tokens 2048,8192] [--gpus 2]
 

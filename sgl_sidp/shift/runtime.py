@@ -10,8 +10,6 @@ forward's token count (`ShiftRuntime.base_for`), through these hooks (each liste
   graphs outside SGLang's `graph_capture`, as SGLang does for its PD-multiplexing groups). GPU g = TP rank g is SP
   rank g % SP: the shift group is SGLang's TP group in its own order, so the head order `tp * SP + sp` of
   `heads.shift_rank` holds with no permutation.
-  With `--shift-all-to-all copy` the SP group's all-to-alls go by copies into the peers' memory instead
-  (`CopyComm` over `sgl_sidp.peer.exchange.SymmetricExchange`, its buffer allocated here, before the weights).
 - AFTER `ModelRunner.load_model`: per decoder layer, the base weights of `qkv_proj`, `o_proj`, `gate_up_proj` and
   `down_proj` gathered over the SP group from the TP = P shards, one tensor at a time (`views.rebase`); each
   shard parameter then points into its base weight, so the shift configuration adds nothing, and the old shard's
@@ -242,33 +240,8 @@ class ShiftRuntime:
 
         sp_comm = groups([[t * sp + s for s in range(sp)] for t in range(p // sp)], "sidp_shift_sp")
         tb_comm = groups([[t * sp + s for t in range(p // sp)] for s in range(sp)], "sidp_shift_tpb") if sp < p else None
-        if self.settings.all_to_all == "copy" and sp > 1:
-            sp_comm = CopyComm(sp_comm, self.copy_exchange(runner, sp_comm, p, sp))
         self.configure(p, sp, tp_rank, sp_comm, tb_comm)
         return result
-
-    def copy_exchange(self, runner, sp_comm, p: int, sp: int):
-        """`--shift-all-to-all copy`: the SP group's `peer.exchange.SymmetricExchange`, sized for the QKV blocks
-        of a chunked prefill (SGLang's `--chunked-prefill-size`, else `--max-prefill-tokens`).
-
-        Raises:
-            ShiftError: symmetric memory cannot be set up over the SP group's GPUs.
-        """
-        from sgl_sidp.calibration.memory import ModelShapes
-        from sgl_sidp.peer.exchange import ExchangeError, SymmetricExchange
-
-        sa = runner.server_args
-        tokens = int(sa.chunked_prefill_size) if (sa.chunked_prefill_size or 0) > 0 else int(sa.max_prefill_tokens)
-        elems = sp * -(-tokens // sp) * ModelShapes.of(runner.model_config.hf_config.to_dict()).qkv_width(p)
-        try:
-            exchange = SymmetricExchange(sp_comm.device_group, sp_comm.rank_in_group, sp, elems,
-                                         runner.model_config.dtype, torch.device("cuda", torch.cuda.current_device()))
-        except ExchangeError as e:
-            raise ShiftError(f"--shift-all-to-all copy: {e}; --shift-all-to-all nccl needs none") from None
-        logger.info("sgl-sidp shift TP%d: all-to-alls by copies into the SP peers' memory (torch symmetric memory, "
-                    "%.0f MB on this GPU for forwards of up to %d tokens; larger ones by NCCL)", _tp_rank(),
-                    exchange.nbytes / 1e6, tokens)
-        return exchange
 
     def on_load_model(self, result, runner, *args, **kwargs):
         """AFTER `ModelRunner.load_model`: base weights and views (`adopt`), before SGLang sizes the KV cache."""
@@ -489,33 +462,6 @@ class ShiftRuntime:
             if verdict:
                 logger.warning("sgl-sidp shift TP0: %s", verdict)
 
-
-
-class CopyComm:
-    """The SP group's comm for `--shift-all-to-all copy`: the all-to-alls of `ulysses` by `exchange` (copies into
-    the SP peers' memory, `sgl_sidp.peer.exchange.SymmetricExchange`), every other collective the group's own.
-
-    Args:
-        comm: the SP group (SGLang's `GroupCoordinator`; `ulysses.TorchComm` in the CPU tests).
-        exchange: a `SymmetricExchange` over the same GPUs.
-    """
-
-    def __init__(self, comm, exchange):
-        self.comm, self.copies = comm, exchange
-        self.too_large = 0  # exchanges beyond the buffer, left to the group's all_to_all_single
-
-    def exchange(self, send: torch.Tensor, slot: int) -> torch.Tensor | None:
-        """`ulysses.exchange`'s copy path: the received blocks, or None (then NCCL) for blocks beyond the buffer."""
-        recv = self.copies.exchange(send, slot)
-        if recv is None:
-            if not self.too_large:
-                logger.info("sgl-sidp shift: a forward's blocks (%s) exceed the copy buffer; such all-to-alls run by "
-                            "NCCL", tuple(send.shape))
-            self.too_large += 1
-        return recv
-
-    def __getattr__(self, name):
-        return getattr(self.comm, name)
 
 
 def base_never_pays(points: dict[int, tuple[float, float]], sp: int, tp_b: int) -> str | None:

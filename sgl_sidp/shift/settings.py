@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -26,14 +24,6 @@ class ShiftSettings(BaseModel):
         "it runs the base configuration (Ulysses SP); at or below it the shift configuration (TP = P). 0: from "
         "start-up calibration (SGLang's dummy prefill bodies timed in both configurations before any CUDA graph is "
         "captured, so every graph is captured with it; cached on disk for the next start).",
-    )
-    all_to_all: Literal["nccl", "copy"] = Field(
-        "nccl",
-        description="How the base configuration's two all-to-alls per layer move their blocks. nccl: SGLang's pynccl "
-        "all_to_all_single (kernels on the SMs). copy: each GPU copies its blocks into its SP peers' memory with the "
-        "copy engines (torch symmetric memory), then a barrier; a receive buffer of twice the QKV blocks of a "
-        "chunked prefill per GPU, forwards beyond it by NCCL. copy is not yet measured in a server "
-        "(`python -m sgl_sidp.bench.a2a` times the two exchanges alone).",
     )
     exact: bool = Field(
         False,

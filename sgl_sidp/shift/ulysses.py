@@ -24,8 +24,7 @@ layout. That layout makes the base configuration's data movement plain reshapes:
 With SP = 1 every function is the identity and never calls `comm`. Every function takes a `comm` with
 `all_to_all_single(output, input)` and `all_gather_into_tensor(output, input)` (torch's semantics: equal splits along
 dim 0, SP-rank order; the all-to-alls pass flat tensors, as SGLang's pynccl `all_to_all_single` needs): `TorchComm`
-over a `torch.distributed` group (gloo in the CPU tests), or SGLang's `GroupCoordinator` of the SP group on GPU. A
-comm that also has `exchange(send, slot)` carries the all-to-alls itself (`exchange` below; Shift's `CopyComm`).
+over a `torch.distributed` group (gloo in the CPU tests), or SGLang's `GroupCoordinator` of the SP group on GPU.
 """
 
 from __future__ import annotations
@@ -103,7 +102,9 @@ def heads_all_to_all(blocks: torch.Tensor, n_tokens: int, comm) -> torch.Tensor:
     sp, n, c = blocks.shape
     if sp == 1:
         return blocks[0, :n_tokens]
-    return exchange(comm, blocks, 0).view(sp * n, c)[:n_tokens]  # rank 0's tokens first: batch order
+    recv = torch.empty_like(blocks)
+    comm.all_to_all_single(recv.view(-1), blocks.view(-1))
+    return recv.view(sp * n, c)[:n_tokens]  # rank 0's tokens first: batch order
 
 
 def tokens_all_to_all(o: torch.Tensor, sp: int, comm) -> torch.Tensor:
@@ -122,21 +123,11 @@ def tokens_all_to_all(o: torch.Tensor, sp: int, comm) -> torch.Tensor:
     n_pad = pad_to_sp(n_tokens, sp)
     if n_pad != n_tokens:
         o = torch.cat([o, o.new_zeros(n_pad - n_tokens, c)])
-    return exchange(comm, o.contiguous().view(sp, n_pad // sp, c), 1)  # block s: SP rank s's tokens
-
-
-def exchange(comm, send: torch.Tensor, slot: int) -> torch.Tensor:
-    """The all-to-all of `send` [SP, n, c] (block s to SP rank s) -> [SP, n, c] (block s from SP rank s): by
-    `comm.exchange(send, slot)` where the comm has one (copies into the SP peers' memory, `sgl_sidp.peer.exchange`;
-    the result is a view of its receive slot, valid until that slot's next exchange; None for blocks larger than
-    its buffer), else by `comm.all_to_all_single` into a new tensor. Slot 0 carries the QKV blocks, slot 1 the
-    attention output."""
-    by_copy = getattr(comm, "exchange", None)
-    recv = by_copy(send, slot) if by_copy is not None else None
-    if recv is None:
-        recv = torch.empty_like(send)
-        comm.all_to_all_single(recv.view(-1), send.view(-1))
+    send = o.contiguous().view(sp, n_pad // sp, c)  # block s: SP rank s's tokens
+    recv = torch.empty_like(send)
+    comm.all_to_all_single(recv.view(-1), send.view(-1))
     return recv
+
 
 
 def row_blocks_gemm(blocks: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
