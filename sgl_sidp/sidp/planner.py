@@ -13,10 +13,11 @@ from sgl_sidp.sidp.settings import ring_slots
 
 
 #: GiB a SiDP rank holds before SGLang sizes its KV pool beyond its weights and WaS slots, by DP size: measured on
-#: H100 (SGLang's KV pool against the planner's weights: Qwen3-32B DP2 1,318 tokens a rank fewer, Llama-3.1-70B DP4
-#: 1,685; benchmarks/results/multi_gpu/q32_prefill_2gpu_h100, l70_prefill_4gpu_h100), not attributed further (the
+#: H100 (SGLang's KV pool against the planner's weights: Qwen3-32B DP2 106,798 tokens a rank, Llama-3.1-70B DP4
+#: 27,775; benchmarks/results/multi_gpu/q32_sidp512_2gpu_h100, l70_sidp512_4gpu_h100), not attributed further (the
 #: ranks' NCCL group for CaS and the lockstep is created before the pool). Larger DP sizes take the DP4 figure.
-RANK_RESERVE_GIB = {2: 0.32, 4: 0.51}
+#: Before a915a46 (placeholders carved out of freed blocks) it was 0.32 and 0.51 GiB.
+RANK_RESERVE_GIB = {2: 0.03, 4: 0.08}
 
 
 class SiDPTechnique(Technique):
