@@ -85,6 +85,11 @@
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
 #   l70_sidp512  the same burst on Llama-3.1-70B, 4 GPUs (predicted on 4 x H100: SiDP DP4 auto 1.17x TP4)
+#   q30_zerodp4  ZeroDP with one source and three sinks on 4 GPUs (Qwen3-30B-A3B, default policy) against TP2 x DP2,
+#                DP attention and TP4, one after the other, on the decode-heavy burst 256 x (2,048 in, 256 out) (two calls;
+#                the second resumes). Predicted on 4 x H100: TP2 x DP2 best (68,495 tok/s), TP4 0.92x, DP attention 0.90x,
+#                DP4 0.57x; ZeroDP's policy offloads nothing there, so the launcher declines with one line and starts
+#                vanilla DP4 (expected about 0.57x the best, and the line in its log)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -197,6 +202,9 @@ for RUN in "$@"; do
         --burst 512+2048+16 ;;
     l70_sidp512)
       compare_run "l70_sidp512_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs sidp_dp4_auto,tp4 --burst 512+2048+16 ;;
+    q30_zerodp4)
+      compare_run "q30_zerodp4_4gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --configs zerodp_dp4,tp2_dp2,dp4_attn,tp4 \
+        --burst 256+2048+256 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
