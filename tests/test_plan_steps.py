@@ -407,6 +407,33 @@ def test_a_winner_within_the_planners_error_of_the_next_is_called_a_near_tie():
     assert clear["winner"] == "dp2" and "near tie" not in clear["reason"] and NEAR_TIE == 0.05
 
 
+def test_a_lockstep_bursts_two_schedules_are_predicted_and_a_reversal_is_named():
+    """Llama-3.1-70B SiDP DP4 auto, 512 x (2,048 in, 16 out) on 4 x H100: the burst's first request alone puts one
+    replica an iteration ahead for the whole burst (12,213 tok/s predicted), where the server's ranks started in
+    phase and ran 14,555 (`l70_sidp512_4gpu_h100`); the in-phase schedule is predicted beside it, and the reason
+    names the reversal of the order it allows (here with the winner, SiDP at DP2 x TP2, and with TP4)."""
+    from sgl_sidp.plan.planner import phase_note, plan
+
+    llama = Path(__file__).resolve().parents[2] / "shared" / "models" / "Llama-3.1-70B"
+    if not (llama / "config.json").is_file():
+        pytest.skip(f"{llama} missing (../shared/models)")
+    r = plan(str(llama), 4, "H100", "offline:512:2048:16", names=["sidp_dp4_auto", "tp4"])
+    rows = {row.name: row for row in r["configurations"]}
+    sidp, tp4 = rows["sidp_dp4_auto"], rows["tp4"]
+    assert sidp.in_phase_tok_s > tp4.total_tok_s > sidp.total_tok_s and tp4.in_phase_tok_s is None
+    assert phase_note(tp4, [sidp]) == ("; sidp_dp4_auto may serve it better: sidp_dp4_auto's replicas step together, "
+                                       "and its burst runs 12,213-15,172 tokens/s by whether they start it in phase")
+    assert r["winner"] == "sidp_dp2_tp2_auto" and "sidp_dp4_auto may serve it better" in r["reason"]
+    row = lambda name, tok, alt=None: PlanRow(name=name, technique="sidp", variant="", dp=2, tp=1, sp=1,  # noqa: E731
+                                              mem_fraction_static=0.8, weights_gb_per_gpu=1.0, kv_tokens_total=1,
+                                              total_tok_s=tok, in_phase_tok_s=alt)
+    assert phase_note(row("a", 100.0), [row("b", 90.0, 99.0)]) == ""  # the faster schedule stays behind
+    assert "b may serve it better" in phase_note(row("a", 100.0), [row("b", 90.0, 101.0)])
+    assert "a's replicas" in phase_note(row("a", 100.0, 80.0), [row("b", 90.0)])  # the winner's slower schedule
+    assert "in_phase_tok_s" not in plan(str(llama), 4, "H100", "latency:2048:4",
+                                        names=["sidp_dp4_auto"])["configurations"][0].as_dict()
+
+
 def test_the_prefill_fit_keeps_every_term_at_least_zero_by_refitting():
     """Llama-3.1-70B's TP4 shard on H100 measured 120.7, 271.8 and 562.0 ms at 2,048, 4,096 and 8,192 tokens: the
     least-squares quadratic through them has a negative attention term. Clipping it at 0 and keeping the other two
