@@ -99,6 +99,9 @@ def test_gpu_seconds_are_the_replicas_not_the_sum_of_its_tp_ranks():
     assert counters_by_rank(text, "sglang:forward_execution_seconds_total", "category") == {
         (0, "decode"): 2.0, (0, "prefill"): 0.5}
     assert counters_by_rank(text, "sglang:realtime_tokens_total", "mode")[(0, "decode")] == 107.0  # summed
+    shift = ('sglang:sidp_shift_forwards_total{config="base",dp_rank="0",tp_rank="0"} 68.0\n'
+             'sglang:sidp_shift_forwards_total{config="base",dp_rank="0",tp_rank="1"} 68.0\n')
+    assert counters_by_rank(shift, "sglang:sidp_shift_forwards_total", "config") == {(0, "base"): 68.0}  # every GPU
 
 
 def test_the_streams_chunks_carry_the_dp_rank():

@@ -108,9 +108,11 @@ def merge_capacity(sources: Mapping[str, Mapping[int, int]], order: Iterable[str
     return out
 
 
-#: counters every TP rank of a replica reports for itself (SGLang's device timer runs in each scheduler, where the
-#: token counters come from the first TP rank alone): a replica's value is their mean over its TP ranks
-PER_TP_RANK = ("sglang:forward_execution_seconds_total",)
+#: counters every TP rank of a replica reports for itself (SGLang's device timer runs in each scheduler, and Shift's
+#: runtime counts its forwards on every GPU, where SGLang's token counters come from the first TP rank alone): a
+#: replica's value is their mean over its TP ranks
+PER_TP_RANK = ("sglang:forward_execution_seconds_total", "sglang:sidp_shift_forwards_total",
+               "sglang:sidp_shift_tokens_total")
 
 
 def counters_by_rank(metrics_text: str, name: str, split: str | None = None) -> dict[tuple[int, str], float]:
