@@ -3,6 +3,7 @@ report) against stand-in servers (`tests/fake_sglang.py`, loopback only)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 from pathlib import Path
@@ -132,6 +133,10 @@ def test_timed_rounds_run_side_by_side_and_give_ratios_to_the_best_vanilla(tmp_p
     assert {n: r["gpus"] for n, r in res.items()} == {"tp2": "0,1", "dp2": "2,3", "sidp_dp2_cas": "0,1", "tp4": "0,1,2,3"}
     assert res["dp2"]["calibration_dir"].endswith("dense/calibration/dp2")  # servers at once: a cache each
     b = res["dp2"]["burst"]
+    with gzip.open(tmp_path / "out" / "dense" / "bursts" / "dp2.jsonl.gz", "rt") as f:  # each request's times
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == 8 and min(r["send_ms"] for r in rows) == 0.0 and all(r["success"] for r in rows)
+    assert {r["dp_rank"] for r in rows} == {0, 1} and all(r["e2e_ms"] >= r["ttft_ms"] > 0 for r in rows)
     assert b["spec"] == "8+16+4" and b["failed"] == 0 and b["total_tok_s"] > 0
     assert sum(v["decode_tokens"] for v in b["per_rank"].values()) == 8 * 3
     t = res["sidp_dp2_cas"]["traces"]["az@2x"]

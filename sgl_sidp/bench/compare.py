@@ -492,6 +492,7 @@ class Measurement:
             "spec": self.a.burst, "seconds": seconds, "failed": m["failed"], "total_tok_s": m["total_throughput"],
             "output_tok_s": m["output_throughput"], "ttft_ms_p50": m["median_ttft_ms"], "ttft_ms_p99": m["p99_ttft_ms"],
             "tpot_ms_p50": m["median_tpot_ms"], "tpot_ms_p99": m["p99_tpot_ms"], **counted}
+        write_burst_requests(self.job.result.parent / "bursts" / f"{self.job.name}.jsonl", outs)
 
     def counted(self, body: Callable[[], object]) -> tuple[object, dict]:
         """`body()`'s result and what the server counted while it ran (`server_stats.RANK_COUNTERS`' deltas):
@@ -579,6 +580,22 @@ class Measurement:
             self.srv.stop()
             gzip_in_place(self.job.log)
         self.srv = None
+
+
+def write_burst_requests(path: Path, outs) -> None:
+    """One JSON line per request of a burst, in the order sent, gzipped (`path` + ".gz"): "send_ms" from the first
+    request's send, "ttft_ms" and "e2e_ms" from its own (ms), "output_len", "dp_rank" (None where the server did not
+    say), "success". What the burst's aggregate numbers hide: when each request's first token came, so that the
+    planner's schedule of the burst can be held against it request by request (its requests arrive at once but the
+    first, `plan.planner.BURST_REST_S`)."""
+    t0 = min((o.start_time for o in outs), default=0.0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for o in outs:
+            f.write(json.dumps({"send_ms": round((o.start_time - t0) * 1e3, 3), "ttft_ms": round(o.ttft * 1e3, 3),
+                                "e2e_ms": round(o.latency * 1e3, 3), "output_len": o.output_len,
+                                "dp_rank": o.dp_rank, "success": o.success}) + "\n")
+    gzip_in_place(path)
 
 
 def pending(job: Job, a: argparse.Namespace) -> bool:
