@@ -269,3 +269,33 @@ def test_a_shift_server_is_predicted_at_the_threshold_it_ran(tmp_path):
     (folder / "shift_sp2_tp1.json").write_text(json.dumps({**base, "config": "shift_sp2_tp1", "shift_threshold": 1024}))
     measured = MOD["load"](folder)[2]
     assert list(measured) == ["shift_sp2_tp1_th1024"] and measured["shift_sp2_tp1_th1024"]["config"] == "shift_sp2_tp1"
+
+
+def test_burst_lines_set_the_quantiles_of_first_and_last_tokens_side_by_side():
+    """`burst_lines`: a burst's requests as compare keeps them (`bursts/<configuration>.jsonl.gz`) against the
+    simulated schedule, by quantile (the server's router and the simulation give the requests replicas in different
+    orders), and how long the client took to send them."""
+    rows = [{"send_ms": 0.0, "ttft_ms": 100.0, "e2e_ms": 300.0}, {"send_ms": 20.0, "ttft_ms": 480.0, "e2e_ms": 780.0}]
+    lines = validate.burst_lines(rows, ((0.1, 0.3), (0.3, 0.6)))
+    assert lines[0].startswith("| quantile of the requests | first token, measured (s)")
+    assert lines[4] == "| 50% | 0.30 | 0.20 | 0.55 | 0.45 |" and lines[-2] == "| 100% | 0.50 | 0.30 | 0.80 | 0.60 |"
+    assert lines[-1] == "\nThe client sent them within 20 ms (the simulation: at once, the first alone)."
+    with pytest.raises(ValueError, match="2 requests measured, 1 simulated"):
+        validate.burst_lines(rows, ((0.1, 0.3),))
+
+
+@pytest.mark.skipif(not QWEN3_8B.is_dir(), reason="needs ../shared/models/Qwen3-8B")
+def test_per_request_reads_the_bursts_compare_kept(tmp_path):
+    """`burst_requests` finds each configuration's kept burst and predicts the same burst's schedule; a configuration
+    without a kept burst (runs before 2026-11-28) has no section."""
+    import gzip
+
+    (tmp_path / "bursts").mkdir()
+    with gzip.open(tmp_path / "bursts" / "tp2.jsonl.gz", "wt") as f:
+        f.write("".join(json.dumps({"send_ms": float(i), "ttft_ms": 50.0 * (i + 1), "e2e_ms": 400.0 + 50 * i}) + "\n"
+                        for i in range(4)))
+    measured = {"tp2": {"config": "tp2", "burst": {"shape": (4, 512, 8)}},
+                "dp2": {"config": "dp2", "burst": {"shape": (4, 512, 8)}}}
+    lines = validate.burst_requests(tmp_path, measured, str(QWEN3_8B), "H100", 2)
+    assert lines[1] == "### tp2, burst 4 x (512 in, 8 out)" and sum(ln.startswith("| 50% |") for ln in lines) == 1
+    assert validate.burst_requests(tmp_path, {"dp2": measured["dp2"]}, str(QWEN3_8B), "H100", 2) == []

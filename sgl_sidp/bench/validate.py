@@ -21,6 +21,7 @@ OUT/<model>/traces/) against the planner's simulation of the same requests (`sch
 prefill and the last request end, the first request's TTFT, the TTFT and decode-window medians, then the first N
 requests' first and last tokens. A miss in the medians whose totals agree is then seen to come from where in the
 schedule (`benchmarks/results/plan_multi_gpu/h200/validate.md`: the first prefill after the replay's cache flush).
+Bursts whose requests compare kept (`OUT/<model>/bursts/`) follow, as quantiles of their first and last tokens.
 
 With `--forwards`: the forwards of TP-N servers (`--overlay-calibrate` cache entries of the whole model served at
 `--tp N` on N GPUs, `scripts/gpu_calibrate_model.sh OUT MODEL --tp N`) next to the planner's `tpN` decode steps and
@@ -243,6 +244,66 @@ def per_request(folder: Path, measured: dict[str, dict], model_path: str, gpu: s
     return out
 
 
+#: the quantiles `burst_lines` sets side by side
+BURST_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+def burst_lines(measured: list[dict], schedule: tuple[tuple[float, float], ...]) -> list[str]:
+    """Markdown: one burst of one configuration, measured against simulated: the quantiles of the requests' first
+    and last tokens (s from the first request's send; the simulation's from its first arrival). Quantiles, not
+    request by request: the server's router and the simulation's round robin give the requests their replicas in
+    different orders.
+
+    Args:
+        measured: `compare.write_burst_requests`' rows (`send_ms`, `ttft_ms`, `e2e_ms` ms).
+        schedule: `PlanRow.schedule` of the same burst.
+
+    Raises:
+        ValueError: the two hold different numbers of requests.
+    """
+    import numpy as np
+
+    if len(measured) != len(schedule):
+        raise ValueError(f"{len(measured)} requests measured, {len(schedule)} simulated: not the same burst")
+    first = np.array([(r["send_ms"] + r["ttft_ms"]) / 1e3 for r in measured])
+    last = np.array([(r["send_ms"] + r["e2e_ms"]) / 1e3 for r in measured])
+    sim_first, sim_last = np.array([f for f, _ in schedule]), np.array([e for _, e in schedule])
+    out = ["| quantile of the requests | first token, measured (s) | simulated | last token, measured (s) | simulated |",
+           "|---:|---:|---:|---:|---:|"]
+    for q in BURST_QUANTILES:
+        out.append(f"| {q:.0%} | {np.quantile(first, q):.2f} | {np.quantile(sim_first, q):.2f} | "
+                   f"{np.quantile(last, q):.2f} | {np.quantile(sim_last, q):.2f} |")
+    sends = sorted(r["send_ms"] for r in measured)
+    out.append(f"\nThe client sent them within {sends[-1]:.0f} ms (the simulation: at once, the first alone).")
+    return out
+
+
+def burst_requests(folder: Path, measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[str]:
+    """`burst_lines` of every burst whose requests compare kept in `folder` (OUT/<model>/bursts/), each configuration
+    under a heading; "" where none was kept."""
+    import gzip
+
+    from sgl_sidp.plan.planner import plan_requests, workload
+
+    out, by_spec = [], {}
+    for name, m in measured.items():
+        path = folder / "bursts" / f"{m.get('config', name)}.jsonl.gz"
+        if m.get("burst") and path.is_file():
+            by_spec.setdefault("offline:%d:%d:%d" % m["burst"]["shape"], []).append((name, path))
+    for spec, named in sorted(by_spec.items()):
+        rows = {r.name: r for r in plan_requests(model_path, n, gpu, spec, workload(spec), names=[k for k, _ in named],
+                                                 keep_schedule=True)["configurations"]}
+        for name, path in named:
+            with gzip.open(path, "rt") as f:
+                reqs = [json.loads(line) for line in f]
+            s_, in_, out_ = spec.split(":")[1:]
+            out += ["", f"### {name}, burst {s_} x ({in_} in, {out_} out)", ""]
+            row = rows.get(name)
+            out += (burst_lines(reqs, row.schedule) if row is not None and row.schedule is not None
+                    else ["not compared: not predicted"])
+    return out
+
+
 def busy_pair(trace: dict, simulated: list[dict[str, float]] | None) -> tuple[dict, dict] | None:
     """(measured, simulated) GPU seconds by forward category of one replay, each summed over the DP replicas: the
     measured from the replay's `per_rank` counters (`compare`, where the server ran SGLang's device timer), the
@@ -410,7 +471,8 @@ def main(argv: list[str] | None = None) -> None:
         if a.per_request < 0:
             ap.error(f"--per-request {a.per_request}: how many requests to list, 0 or more")
         for n, measured in sorted(groups.items()):
-            print("\n".join(per_request(a.dir, measured, a.model_path, a.gpu, n, a.trace_dir, a.per_request)))
+            print("\n".join(per_request(a.dir, measured, a.model_path, a.gpu, n, a.trace_dir, a.per_request)
+                            + burst_requests(a.dir, measured, a.model_path, a.gpu, n)))
         return
     profiled = profile_rows(a.dir, a.model_path, a.gpu, what_if)  # every GPU count's: each row names its configuration
     for n, measured in sorted(groups.items()):
