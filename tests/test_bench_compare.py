@@ -142,8 +142,10 @@ def test_timed_rounds_run_side_by_side_and_give_ratios_to_the_best_vanilla(tmp_p
     t = res["sidp_dp2_cas"]["traces"]["az@2x"]
     assert t["completed"] == 3 and t["request_goodput"] > 0 and "az@4x" in res["sidp_dp2_cas"]["traces"]
     assert sum(v["decode_tokens"] for v in t["per_rank"].values()) == 3 * 2  # counted while the replay ran
-    kept = out / "dense" / "traces" / "sidp_dp2_cas" / "az_2x"  # per-request files: the csv, and the jsonl gzipped
-    assert (kept / "requests.csv").is_file() and not (kept / "requests.jsonl").exists()
+    kept = out / "dense" / "traces" / "sidp_dp2_cas" / "az_2x"  # per-request file: the jsonl gzipped, no csv
+    assert (kept / "requests.jsonl.gz").is_file() and not (kept / "requests.csv").exists()
+    from sgl_sidp.bench.goodput import replays
+    assert len(replays(out / "dense")["az@2x"]["sidp_dp2_cas"][0]) == 3
     from sgl_sidp.bench.validate import measured_requests
     assert [r["id"] for r in measured_requests(out / "dense", "sidp_dp2_cas", "az@2x")] == [0, 1, 2]
     md = (out / "compare.md").read_text()

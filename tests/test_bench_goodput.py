@@ -26,6 +26,22 @@ def write_replay(folder, config, technique, rows, duration_s=10.0, key="azure_2x
                         "output_len_received": 11 if tpot != "" else 1})
 
 
+def test_the_gzipped_jsonl_compare_keeps_counts_as_the_csv(tmp_path):
+    """compare keeps a replay's requests as `requests.jsonl.gz` alone (the CSV held the same rows uncompressed)."""
+    import gzip
+
+    write_replay(tmp_path, "tp2", "vanilla", [(300, 6, True), (2000, 6, True), (100, 5, False)])
+    d = tmp_path / "traces" / "tp2" / "azure_2x"
+    csv_rows = goodput.replays(tmp_path)["azure@2x"]["tp2"]
+    with gzip.open(d / "requests.jsonl.gz", "wt") as f:
+        for i, (ttft, tpot, ok) in enumerate([(300, 6, True), (2000, 6, True), (100, 5, False)]):
+            f.write(json.dumps({"id": i, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": ttft + 60, "success": ok}) + "\n")
+    (d / "requests.csv").unlink()
+    json_rows = goodput.replays(tmp_path)["azure@2x"]["tp2"]
+    for slo in (SLO(1000, 10), SLO(5000, 10), SLO(1000, 5)):
+        assert goodput.goodput(*json_rows, slo) == goodput.goodput(*csv_rows, slo)
+
+
 def test_goodput_under_each_objective_beside_the_best_vanilla(tmp_path):
     write_replay(tmp_path, "dp2", "vanilla", [(500, 9, True), (800, 12, True), (1500, 5, True), (100, 5, False)])
     write_replay(tmp_path, "tp2", "vanilla", [(300, 6, True), (2000, 6, True)])
@@ -48,7 +64,8 @@ def test_bad_input_gets_one_line(tmp_path, capsys):
             goodput.parse_slo(bad)
     with pytest.raises(SystemExit):
         goodput.main([str(tmp_path), "--slo", "1000/10"])
-    assert "no trace replay with its per-request file (requests.csv) under traces/" in capsys.readouterr().err
+    assert "no trace replay with its per-request file (requests.csv or requests.jsonl.gz) under traces/" in \
+        capsys.readouterr().err
 
 
 def test_a_replayed_trace_not_there_is_one_line_before_any_prediction(tmp_path, capsys):

@@ -556,7 +556,8 @@ class Measurement:
         folder = self.job.result.parent / "traces" / self.job.name / key.replace("@", "_")
         summary, counted = self.counted(lambda: replay(key, shlex.join(args), self.srv.base_url, folder, self.job.name))
         self.res.setdefault("traces", {})[key] = {"rate": rate, **{k: summary.get(k) for k in TRACE_KEYS}, **counted}
-        gzip_in_place(folder / "requests.jsonl")  # what bench.validate reads; requests.csv stays for bench.goodput
+        gzip_in_place(folder / "requests.jsonl")  # what bench.validate and bench.goodput read
+        (folder / "requests.csv").unlink(missing_ok=True)  # the same rows, uncompressed
 
     def run_step(self, name: str, body: Callable[[], None]) -> None:
         """Run one step; an exception is recorded as the step's error (the server's state with it)."""

@@ -3,7 +3,7 @@ replay `bench.compare` ran kept each request's TTFT and TPOT, so any objective c
 
     python -m sgl_sidp.bench.goodput OUT/<model> --slo 1000/10 --slo 1000/50 [--model-path DIR --gpu H100]
 
-For each replay (`traces/<configuration>/<trace>_<rate>x/`: `bench.report.REQUESTS_CSV` and the replay's
+For each replay (`traces/<configuration>/<trace>_<rate>x/`: its requests, `request_rows`, and the replay's
 `summary.json`) and each objective (TTFT ms / TPOT ms), every configuration's goodput in requests per second with its
 ratio to the best vanilla configuration of the same replay (`compare_report.cell`) and, in brackets, how many of
 the replay's requests met the objective (a ratio of a few dozen requests is a ratio of small counts). Goodput counts
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sgl_sidp.bench.compare_report import best_vanilla, cell
 from sgl_sidp.bench.metrics import SLO
-from sgl_sidp.bench.report import REQUESTS_CSV
+from sgl_sidp.bench.report import REQUESTS_CSV, REQUESTS_JSONL
 
 
 def parse_slo(text: str) -> SLO:
@@ -50,22 +50,36 @@ def replays(folder: Path) -> dict[str, dict[str, tuple[list[dict], float]]]:
     the replay's duration in s)}} of every replay under `folder` (OUT/<model>) that kept its per-request file."""
     out: dict[str, dict[str, tuple[list[dict], float]]] = {}
     for summary in sorted(folder.glob("traces/*/*/summary.json")):
-        rows_file = summary.parent / REQUESTS_CSV
-        if not rows_file.is_file():
+        rows = request_rows(summary.parent)
+        if rows is None:
             continue
         config, stem_rate = summary.parent.parent.name, summary.parent.name
         stem, _, rate = stem_rate.rpartition("_")
-        with rows_file.open() as f:
-            rows = list(csv.DictReader(f))
         out.setdefault(f"{stem}@{rate}", {})[config] = (rows, float(json.loads(summary.read_text())["duration"]))
     return out
+
+
+def request_rows(folder: Path) -> list[dict] | None:
+    """A replay's requests from its folder: `REQUESTS_CSV` where the replay left it, else `REQUESTS_JSONL` gzipped
+    as compare keeps it (the same fields; compare drops the CSV, 2.4 MB of the committed results); None without
+    either."""
+    import gzip
+
+    if (folder / REQUESTS_CSV).is_file():
+        with (folder / REQUESTS_CSV).open() as f:
+            return list(csv.DictReader(f))
+    gz = folder / (REQUESTS_JSONL + ".gz")
+    if gz.is_file():
+        with gzip.open(gz, "rt") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    return None
 
 
 def met(rows: list[dict], slo: SLO) -> int:
     """Requests that completed and met `slo` (`SLO.met_by` on each row's ttft_ms, tpot_ms, e2e_ms; an empty TPOT, a
     one-token answer, counts as 0)."""
     return sum(slo.met_by(float(r["ttft_ms"]) / 1000, float(r["tpot_ms"] or 0) / 1000, float(r["e2e_ms"]) / 1000)
-               for r in rows if r["success"] == "True")
+               for r in rows if str(r["success"]) == "True")  # "True" in the CSV, true in the JSONL
 
 
 def goodput(rows: list[dict], duration_s: float, slo: SLO) -> float:
@@ -210,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(missing)
     lines = table(a.dir, a.slo, a.model_path, a.gpu, a.trace_dir)
     if not lines:
-        ap.error(f"{a.dir}: no trace replay with its per-request file ({REQUESTS_CSV}) under traces/")
+        ap.error(f"{a.dir}: no trace replay with its per-request file ({REQUESTS_CSV} or {REQUESTS_JSONL}.gz) under "
+                 "traces/")
     print("\n".join(lines))
 
 
