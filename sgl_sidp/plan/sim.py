@@ -922,7 +922,10 @@ def simulate_lockstep(requests: Sequence[SimRequest], replicas: Sequence[Replica
     send the first request alone and the rest 1 us later (`planner.BURST_REST_S`), as the GPUs' logs show them
     arriving: one rank's first prefill holds that one request while another waits for it, as measured on 2 x H100
     (Qwen3-32B, SiDP auto, 128 x (4,096 in, 16 out): DP1's first prefill one request alone), which took SiDP's
-    burst from 11.3 % over the measured throughput to 3.9 % (Llama-3.1-70B on 4 x H100: 8.3 % to 5.5 %)."""
+    burst from 11.3 % over the measured throughput to 3.9 % (Llama-3.1-70B on 4 x H100: 8.3 % to 5.5 %). Replicas
+    that start one iteration apart stay so for the whole burst here; a server's may start in phase (Llama-3.1-70B,
+    SiDP DP4, 512 x (2,048 in, 16 out): every rank's first prefill held two requests), so the planner simulates a
+    lockstep burst both ways (`planner.PlanRow.in_phase_tok_s`)."""
     pending = collections.deque(sorted(requests, key=lambda r: r.arrival_s))
     clock, sent = 0.0, 0
     while True:
