@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sgl_sidp.bench.compare_report import best_vanilla, cell
 from sgl_sidp.bench.metrics import SLO
-from sgl_sidp.bench.report import REQUESTS_CSV, REQUESTS_JSONL
+from sgl_sidp.bench.report import REQUESTS_CSV, REQUESTS_JSONL, read_jsonl
 
 
 def parse_slo(text: str) -> SLO:
@@ -60,19 +60,13 @@ def replays(folder: Path) -> dict[str, dict[str, tuple[list[dict], float]]]:
 
 
 def request_rows(folder: Path) -> list[dict] | None:
-    """A replay's requests from its folder: `REQUESTS_CSV` where the replay left it, else `REQUESTS_JSONL` gzipped
-    as compare keeps it (the same fields; compare drops the CSV, 2.4 MB of the committed results); None without
+    """A replay's requests from its folder: `REQUESTS_CSV` where the replay left it, else `REQUESTS_JSONL` (gzipped
+    as compare keeps it: the same fields; compare drops the CSV, 2.4 MB of the committed results); None without
     either."""
-    import gzip
-
     if (folder / REQUESTS_CSV).is_file():
         with (folder / REQUESTS_CSV).open() as f:
             return list(csv.DictReader(f))
-    gz = folder / (REQUESTS_JSONL + ".gz")
-    if gz.is_file():
-        with gzip.open(gz, "rt") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    return None
+    return read_jsonl(folder / REQUESTS_JSONL)
 
 
 def met(rows: list[dict], slo: SLO) -> int:

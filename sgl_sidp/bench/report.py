@@ -51,6 +51,18 @@ def write_request_files(out_dir: Path, rows: Sequence[dict]) -> tuple[Path, Path
     return jsonl, csv_path
 
 
+def read_jsonl(path: Path) -> list[dict] | None:
+    """The rows of a JSONL file at `path`, or of its gzipped copy `path` + ".gz" (as `bench.compare` keeps them), in
+    file order; None where neither is there."""
+    import gzip
+
+    for p, opener in ((path, open), (path.with_name(path.name + ".gz"), gzip.open)):
+        if p.is_file():
+            with opener(p, "rt") as f:
+                return [json.loads(line) for line in f if line.strip()]
+    return None
+
+
 def write_summary(out_dir: Path, summary: dict) -> Path:
     """Write ``summary.json`` (indented, keys in insertion order) and return its path."""
     out_dir.mkdir(parents=True, exist_ok=True)

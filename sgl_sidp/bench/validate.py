@@ -163,14 +163,10 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
 def measured_requests(folder: Path, config: str, key: str) -> list[dict] | None:
     """The replay `key`'s requests as `bench.compare` kept them for `config` (OUT/<model>/traces/<config>/<key with _
     for @>/requests.jsonl, or .gz as committed), in the replay's order; None where there is no such file."""
-    import gzip
+    from sgl_sidp.bench.report import REQUESTS_JSONL, read_jsonl
 
-    path = folder / "traces" / config / key.replace("@", "_") / "requests.jsonl"
-    for p, opener in ((path, open), (path.with_name(path.name + ".gz"), gzip.open)):
-        if p.is_file():
-            with opener(p, "rt") as f:
-                return sorted((json.loads(line) for line in f if line.strip()), key=lambda r: r["id"])
-    return None
+    rows = read_jsonl(folder / "traces" / config / key.replace("@", "_") / REQUESTS_JSONL)
+    return None if rows is None else sorted(rows, key=lambda r: r["id"])
 
 
 def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ...], first: int = 12,
@@ -281,21 +277,18 @@ def burst_lines(measured: list[dict], schedule: tuple[tuple[float, float], ...])
 def burst_requests(folder: Path, measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[str]:
     """`burst_lines` of every burst whose requests compare kept in `folder` (OUT/<model>/bursts/), each configuration
     under a heading; "" where none was kept."""
-    import gzip
-
+    from sgl_sidp.bench.report import read_jsonl
     from sgl_sidp.plan.planner import plan_requests, workload
 
     out, by_spec = [], {}
     for name, m in measured.items():
-        path = folder / "bursts" / f"{m.get('config', name)}.jsonl.gz"
-        if m.get("burst") and path.is_file():
-            by_spec.setdefault("offline:%d:%d:%d" % m["burst"]["shape"], []).append((name, path))
+        reqs = read_jsonl(folder / "bursts" / f"{m.get('config', name)}.jsonl") if m.get("burst") else None
+        if reqs is not None:
+            by_spec.setdefault("offline:%d:%d:%d" % m["burst"]["shape"], []).append((name, reqs))
     for spec, named in sorted(by_spec.items()):
         rows = {r.name: r for r in plan_requests(model_path, n, gpu, spec, workload(spec), names=[k for k, _ in named],
                                                  keep_schedule=True)["configurations"]}
-        for name, path in named:
-            with gzip.open(path, "rt") as f:
-                reqs = [json.loads(line) for line in f]
+        for name, reqs in named:
             s_, in_, out_ = spec.split(":")[1:]
             out += ["", f"### {name}, burst {s_} x ({in_} in, {out_} out)", ""]
             row = rows.get(name)
