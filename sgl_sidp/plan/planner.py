@@ -384,8 +384,11 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         twin = (c.technique, c.dp, c.tp, c.sp, model.steps_variant(), repr(sorted(row["decisions"].items())),
                 lockstep, tuple(sorted(kv.items())))
         if twin not in simulated:
-            replicas = [ReplicaSim(replica_limits(c, r.kv_tokens), r.times, log_tokens=bool(stream))
+            def fresh_replicas(log_tokens: bool = False) -> list[ReplicaSim]:
+                return [ReplicaSim(replica_limits(c, r.kv_tokens), r.times, log_tokens=log_tokens)
                         for r in model.replicas(kv)]
+
+            replicas = fresh_replicas(bool(stream))
             route = route_of(c)  # private blocks assume round robin: none precomputed for another routing
             reqs = [SimRequest(r.arrival_s, r.input_len, r.output_len, r.hash_ids,
                                private_blocks=k if route is None else 0)
@@ -393,9 +396,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             simulate(reqs, replicas, route, lockstep=lockstep)
             in_phase = None
             if lockstep and objective == "throughput" and any(r.arrival_s == BURST_REST_S for r in requests):
-                again = [ReplicaSim(replica_limits(c, r.kv_tokens), r.times) for r in model.replicas(kv)]
                 at_once = [SimRequest(0.0, r.input_len, r.output_len, r.hash_ids) for r in requests]
-                in_phase = summarize(simulate(at_once, again, route, lockstep=True))["total_tok_s"]
+                in_phase = summarize(simulate(at_once, fresh_replicas(), route, lockstep=True))["total_tok_s"]
             if stream:  # the replicas' tokens reach the clients through one tokenizer manager
                 deliver(reqs, [rep.tokens_log for rep in replicas], stream)
             simulated[twin] = summarize(reqs) | ({"in_phase_tok_s": in_phase} if in_phase else {})
