@@ -269,14 +269,14 @@ def burst_lines(measured: list[dict], schedule: tuple[tuple[float, float], ...])
     for q in BURST_QUANTILES:
         out.append(f"| {q:.0%} | {np.quantile(first, q):.2f} | {np.quantile(sim_first, q):.2f} | "
                    f"{np.quantile(last, q):.2f} | {np.quantile(sim_last, q):.2f} |")
-    sends = sorted(r["send_ms"] for r in measured)
-    out.append(f"\nThe client sent them within {sends[-1]:.0f} ms (the simulation: at once, the first alone).")
+    out.append(f"\nThe client sent them within {max(r['send_ms'] for r in measured):.0f} ms (the simulation: at once, "
+               "the first alone).")
     return out
 
 
 def burst_requests(folder: Path, measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[str]:
     """`burst_lines` of every burst whose requests compare kept in `folder` (OUT/<model>/bursts/), each configuration
-    under a heading; "" where none was kept."""
+    under a heading; [] where none was kept."""
     from sgl_sidp.bench.report import read_jsonl
     from sgl_sidp.plan.planner import plan_requests, workload
 

@@ -463,7 +463,6 @@ class ShiftRuntime:
                 logger.warning("sgl-sidp shift TP0: %s", verdict)
 
 
-
 def base_never_pays(points: dict[int, tuple[float, float]], sp: int, tp_b: int) -> str | None:
     """The line a Shift server logs when its calibration puts no forward in the base configuration: the base
     configuration was slower than TP = SP x TP_b at the largest prefill measured, so every forward runs as vanilla

@@ -129,7 +129,6 @@ def tokens_all_to_all(o: torch.Tensor, sp: int, comm) -> torch.Tensor:
     return recv
 
 
-
 def row_blocks_gemm(blocks: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """A row-parallel base GEMM on `tokens_all_to_all`'s blocks: the sum over s of blocks[s] [n, k] by w_s, the
     columns s * k to (s + 1) * k of the base weight w [H, SP * k] -> [n, H]; one GEMM per block, each added onto the
