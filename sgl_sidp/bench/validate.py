@@ -481,18 +481,25 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             digits = 2 if unit == "req/s" else 1
             print(f"| {name} | {what} | {unit} | {pred:,.{digits}f} | {meas:,.{digits}f} | {error_text(pred, meas)} |")
-        rankings: dict[str, list[tuple]] = {}  # title -> (configuration, predicted, measured), in the table's order
-        for name, what, unit, pred, meas in table:
-            title = ("Burst throughput" if what.endswith("total throughput") else
-                     what.split(": goodput")[0] + " goodput" if unit == "req/s" else None)
-            if title and pred is not None:
-                rankings.setdefault(title, []).append((name, pred, meas))
-        for title, got in rankings.items():
+        for title, got in rankings(table).items():
             fmt = "{:,.0f}" if title == "Burst throughput" else "{:.2f}"
             print(f"\n{title} ranking, measured: "
                   + " > ".join(f"{n} ({fmt.format(m)})" for n, _, m in sorted(got, key=lambda x: -x[2])))
             print(f"{title} ranking, predicted: "
                   + " > ".join(f"{n} ({fmt.format(p)})" for n, p, _ in sorted(got, key=lambda x: -x[1])))
+
+
+def rankings(table: list[tuple]) -> dict[str, list[tuple[str, float, float]]]:
+    """{title: [(configuration, predicted, measured)]} of a `rows` + `trace_rows` table, in its order: the burst's
+    total throughput ("Burst throughput") and each replay's goodput ("<trace key> goodput"), each configuration that
+    has a prediction."""
+    out: dict[str, list[tuple]] = {}
+    for name, what, unit, pred, meas in table:
+        title = ("Burst throughput" if what.endswith("total throughput") else
+                 what.split(": goodput")[0] + " goodput" if unit == "req/s" else None)
+        if title and pred is not None:
+            out.setdefault(title, []).append((name, pred, meas))
+    return out
 
 
 def error_text(pred: float, meas: float) -> str:

@@ -1,0 +1,47 @@
+"""`bench.goals`: issue 36's goals counted over committed runs (`checks` on a validate table; the whole command on a
+committed run when the shared model configs are here)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sgl_sidp.bench import goals
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+RUN = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "multi_gpu" / "q8_par_check_alone_2gpu_h100"
+
+
+def test_each_number_is_held_against_its_own_goal_and_the_winner_against_the_measured_first():
+    table = [("dp2", "KV tokens, all ranks", "tokens", 101.0, 100.0),  # +1 %: within 2 %
+             ("tp2", "KV tokens, all ranks", "tokens", 103.0, 100.0),  # +3 %: a miss
+             ("dp2", "burst of 8 x (2048 in, 32 out): total throughput", "tok/s", 109.0, 100.0),
+             ("tp2", "burst of 8 x (2048 in, 32 out): total throughput", "tok/s", 100.0, 120.0),  # -16.7 %
+             ("dp2", "burst of 8 x (2048 in, 32 out): TTFT p50", "ms", 114.0, 100.0),
+             ("dp2", "A@2x: goodput (TTFT 1000 ms, TPOT 8 ms)", "req/s", 0.0, 0.0),  # both 0: right
+             ("tp2", "A@2x: goodput (TTFT 1000 ms, TPOT 8 ms)", "req/s", 0.5, 0.0),  # measured 0: a miss
+             ("dp2", "A@2x: TTFT p50", "ms", 80.0, 100.0),  # -20 %
+             ("tp2", "not predicted: run with flags the planner does not model", "", None, None)]
+    got = {(c.configuration, c.number): c for c in goals.checks("2 x H100", "run/M", table)}
+    assert [got["dp2", "KV tokens"].ok, got["tp2", "KV tokens"].ok] == [True, False]
+    assert got["dp2", "burst throughput"].ok and not got["tp2", "burst throughput"].ok
+    assert got["dp2", "burst TTFT / TPOT p50"].ok and not got["dp2", "replay TTFT / TPOT p50"].ok
+    assert got["dp2", "replay goodput"].ok and not got["tp2", "replay goodput"].ok
+    # the burst: DP2 predicted first (109 > 100), TP2 measured first (120 > 100); the replay: both 0 -> TP2 predicted
+    winners = [c for c in got.values() if c.number == "winner"]
+    assert {(c.configuration, c.ok) for c in winners} == {("dp2", False), ("tp2", False)}
+    lines = goals.table(list(got.values()), misses=1)
+    assert "| 2 x H100 | KV tokens | 2% | 1 of 2 | `run` tp2 +3.0% |" in lines
+    assert "| 2 x H100 | burst throughput | 10% | 1 of 2 | `run` tp2 -16.7% |" in lines
+
+
+def test_the_command_counts_a_committed_run_and_lists_what_it_skips(tmp_path, capsys):
+    if not (SHARED / "models" / "Qwen3-8B" / "config.json").is_file():
+        pytest.skip("../shared/models missing")
+    shutil.copytree(RUN, tmp_path / "run")
+    (tmp_path / "other" / "NoSuchModel").mkdir(parents=True)
+    (tmp_path / "other" / "NoSuchModel" / "config.json").write_text("{}")
+    assert goals.main([str(tmp_path), "--models-dir", str(SHARED / "models")]) == 0
+    out = capsys.readouterr().out
+    assert "| 2 x H100 | burst throughput | 10% | 2 of 2 |" in out and "| 2 x H100 | winner |" in out
+    assert f"- other/NoSuchModel: no {SHARED / 'models' / 'NoSuchModel'}/config.json" in out
