@@ -78,11 +78,18 @@ class ShiftTechnique(Technique):
         return {"shift_threshold": self.threshold}
 
     def _ulysses_ms(self, model, tokens: float) -> float:
-        """Ulysses' two all-to-alls per layer over SP: QKV of `tokens` in, the attention output back (ms)."""
+        """Ulysses' two all-to-alls per layer over SP in a forward of `tokens` (ms): QKV in, the attention output back.
+
+        Each SP rank's buffer (what `measure-comm` times per rank) holds its `tokens` / SP tokens with the SP blocks
+        of a shift shard's columns (`shift.ulysses.heads_all_to_all`), i.e. `tokens` x one shift shard's QKV width
+        (`ModelShapes.qkv_width` at P = SP x TP, KV heads replicated as SGLang replicates them), and on the way back
+        `tokens` x its heads' output width: the buffers `bench.a2a` times (`bench.a2a.block_widths`). Until the
+        commit that says so this took `tokens` x the base shard's width, SP times the bytes: Qwen3-32B's SP4 base
+        forward of 8,192 tokens was predicted 50 ms of all-to-alls where `bench.a2a` measured 15.5 ms on 4 x H100."""
         s, c = model.shapes, model.config
-        qkv = s.head_dim * (s.heads + 2 * s.kv_heads) // c.tp
-        return (model._collective_ms("all_to_all", c.sp, tokens, 1, qkv)
-                + model._collective_ms("all_to_all", c.sp, tokens, 1, s.heads * s.head_dim // c.tp))
+        p = c.sp * c.tp
+        return (model._collective_ms("all_to_all", c.sp, tokens, 1, s.qkv_width(p))
+                + model._collective_ms("all_to_all", c.sp, tokens, 1, s.heads // p * s.head_dim))
 
     def _shift_terms(self, model, size: float, base: bool) -> tuple:
         """`terms` of the shift configuration (the TP-P shard and its all-reduces), or with `base` of the base
