@@ -80,7 +80,9 @@
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
 #                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; SP2 x TP2 1.27x at threshold 2,048;
-#                on 4 x H100 SP2 x TP2 1.11x)
+#                on 4 x H100 SP2 x TP2 1.11x). Ran on 4 x H200 (q32_shift_1.5x_4gpu_h200): SP4 1.82x TP4. With the
+#                all-to-alls priced on the buffers they send (0fae1bd), predicted on 4 x H100: SP4 1.28x TP4, SP2 x TP2
+#                1.31x; the H100 folder's SP4, TP2 x DP2 and DP4 resume from .gpu/prev
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
