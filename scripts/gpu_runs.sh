@@ -83,6 +83,7 @@
 #                on 4 x H100 SP2 x TP2 1.11x). Ran on 4 x H200 (q32_shift_1.5x_4gpu_h200): SP4 1.82x TP4. With the
 #                all-to-alls priced on the buffers they send (0fae1bd), predicted on 4 x H100: SP4 1.28x TP4, SP2 x TP2
 #                1.31x; the H100 folder's SP4, TP2 x DP2 and DP4 resume from .gpu/prev
+#   q32_shift4_15x_sp4  only its SP4, into the same folder (a short call: SP4 first where the budget is small)
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -198,6 +199,10 @@ for RUN in "$@"; do
     q32_shift4_15x)
       compare_run "q32_shift_1.5x_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 \
         --configs shift_sp2_tp2,tp4,tp2_dp2,dp4,shift_sp4_tp1 --burst 64+2048+32 --trace "$AZURE" --rates 1.5 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
+    q32_shift4_15x_sp4)
+      compare_run "q32_shift_1.5x_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 \
+        --configs shift_sp4_tp1 --burst 64+2048+32 --trace "$AZURE" --rates 1.5 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
     q32_sidp512)
       compare_run "q32_sidp512_2gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --parallel --configs tp2,sidp_dp2_auto,dp2,sidp_dp2_was \
