@@ -488,3 +488,20 @@ def test_the_threshold_a_shift_server_ran_at_is_read_from_its_log():
     assert server_stats.shift_threshold_logged(line.format("inf")) == float("inf")
     assert server_stats.shift_threshold_logged(line.format(512).replace("TP0", "TP1")) is None  # TP0's alone
     assert server_stats.shift_threshold_logged("The server is fired up") is None
+
+
+def test_burst_twice_runs_the_shapes_once_before_and_keeps_both(tmp_path, fake, capsys):
+    """`--burst-twice`: the burst's shapes once before the measured burst, on prompts of their own, its numbers and
+    requests kept apart ("burst_first", `bursts/<name>.first.jsonl.gz`); without `--burst` it is refused first."""
+    dense = model(tmp_path, "dense", DENSE)
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst-twice",
+                             "--exact")) == 2
+    assert "--burst-twice: give --burst too" in capsys.readouterr().err and fake == []
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst", "4+16+3",
+                             "--burst-twice")) == 0
+    res = json.loads((tmp_path / "out" / "dense" / "tp2.json").read_text())
+    assert res["burst_first"]["failed"] == 0 and res["burst_first"]["total_tok_s"] > 0
+    assert res["burst"]["spec"] == "4+16+3" and res["burst"]["failed"] == 0
+    for name in ("tp2.first.jsonl.gz", "tp2.jsonl.gz"):
+        with gzip.open(tmp_path / "out" / "dense" / "bursts" / name, "rt") as f:
+            assert len([json.loads(line) for line in f]) == 4

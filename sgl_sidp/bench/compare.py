@@ -20,7 +20,8 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   the report compares them with the vanilla reference's (`exact.reference_name`: DP modes against TP of one replica,
   Shift against TP of its size), which runs too when it is missing.
 * `--burst S+IN+OUT`: S random prompts of IN tokens, OUT forced output tokens, all at once: throughput, TTFT and TPOT
-  p50/p99, and the requests each DP rank decoded (SGLang's Prometheus counters).
+  p50/p99, and the requests each DP rank decoded (SGLang's Prometheus counters). `--burst-twice`: the same shapes once
+  before it, kept apart (whether a burst's first forward pays a one-time cost).
 * `--alone N+IN+OUT`: N random prompts of IN tokens, OUT forced output tokens, each sent after the last finished:
   TTFT and TPOT p50 of a server with nothing else to do (the low-load latency).
 * `--trace FILE --rates R,...`: `python -m sgl_sidp.replay` of the trace at each arrival-rate factor R (`--time-scale
@@ -479,13 +480,22 @@ class Measurement:
 
     def run_burst(self) -> None:
         """`--burst S+IN+OUT`: every request at once (the server's router spreads them over its DP ranks); with
-        `--parallel` from a client process of its own (`batches.run_batch_apart`)."""
+        `--parallel` from a client process of its own (`batches.run_batch_apart`). With `--burst-twice` the same
+        shapes run once before, on prompts of their own, kept apart ("burst_first", `bursts/<name>.first.jsonl.gz`):
+        whether a burst's first forward pays a one-time cost that the rehearsal of `warm_up` leaves (on 4 x H200 each
+        TP group's first request of 2,048 tokens came 0.2-0.4 s late, DP4's single GPUs' 0.09 s)."""
         from sgl_sidp.bench.batches import prompts, run_batch, run_batch_apart
         from sgl_sidp.bench.metrics import compute_metrics
 
         s, i, o = triple(self.a.burst)
-        bodies = [(ids, o, None) for ids in prompts(s, i, 7)]
         send = run_batch_apart if self.a.parallel else run_batch  # beside another burst: a client process apart
+        if self.a.burst_twice:  # the same shapes once before, prompts of their own: no cache hits
+            first, first_s = send(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 5)])
+            m = compute_metrics(first, first_s)
+            self.res["burst_first"] = {"seconds": first_s, "failed": m["failed"], "total_tok_s": m["total_throughput"],
+                                       "ttft_ms_p50": m["median_ttft_ms"], "tpot_ms_p50": m["median_tpot_ms"]}
+            write_burst_requests(self.job.result.parent / "bursts" / f"{self.job.name}.first.jsonl", first)
+        bodies = [(ids, o, None) for ids in prompts(s, i, 7)]
         (outs, seconds), counted = self.counted(lambda: send(self.srv.base_url, bodies))
         m = compute_metrics(outs, seconds)
         self.res["burst"] = {
@@ -804,6 +814,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--alone", default=None, metavar="N+IN+OUT",
                    help="N requests of IN prompt and OUT output tokens, one after the other (low-load TTFT, TPOT)")
     p.add_argument("--burst", default=None, metavar="S+IN+OUT", help="S requests of IN prompt and OUT output tokens at once")
+    p.add_argument("--burst-twice", action="store_true",
+                   help="run the burst once before the measured one, on prompts of its own, and keep both")
     p.add_argument("--profile", default=None, metavar="S+IN+OUT",
                    help="S requests at once, their prefill and decode forwards traced by SGLang's profiler")
     p.add_argument("--profile-steps", type=int, default=3,
@@ -859,6 +871,8 @@ def check(a: argparse.Namespace) -> list[str]:
         if flag == "--profile" and out is not None and out < a.profile_steps + 2:
             problems.append(f"--profile {spec}: OUT must be at least --profile-steps + 2 (the decode forwards "
                             "traced, then one that stops the trace)")
+    if a.burst_twice and not a.burst:
+        problems.append("--burst-twice: give --burst too (the burst to run twice)")
     if a.profile and a.profile_steps < 1:
         problems.append(f"--profile-steps {a.profile_steps}: must be at least 1")
     if any(r <= 0 for r in a.rates):
