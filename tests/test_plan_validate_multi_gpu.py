@@ -210,6 +210,12 @@ def test_per_request_lines_set_each_measured_request_beside_its_simulated_one(tm
     assert lines[5] == "| TTFT p50 (ms) | 500 | 250 |"
     assert lines[6] == "| decode window p50, first to last token (ms) | 350 | 500 |"
     assert lines[-1] == "| 0 | 0.00 | 4,808 | 0.80 | 0.40 | 1.00 | 0.90 |"
+    assert lines[8:11] == ["| arrived (s) | requests | first token, measured - simulated (s, p50) | decode window, "
+                           "measured (s, p50) | simulated |", "|---|---:|---:|---:|---:|",
+                           "| 0-10 | 2 | +0.25 | 0.35 | 0.50 |"]  # late 0.4 and 0.1; windows 0.2, 0.5 / 0.5, 0.5
+    assert validate.schedule_lines(got, ((0.4, 0.9), (0.6, 1.1)), first=0)[-1] == "| 0-10 | 2 | +0.25 | 0.35 | 0.50 |"
+    assert validate.window_lines([0.0, 12.0], [1.0, 13.0], [2.0, 15.0], ((0.5, 1.5), (12.5, 13.0)))[2:] == [
+        "| 0-10 | 1 | +0.50 | 1.00 | 1.00 |", "| 10-20 | 1 | +0.50 | 2.00 | 0.50 |"]
     with pytest.raises(ValueError, match="2 requests measured, 1 simulated"):
         validate.schedule_lines(got, ((0.4, 0.9),))
     trace = {"per_rank": {"0": {"busy_s_by": {"extend": 1.5, "decode": 2.0}}, "1": {"busy_s_by": {"extend": 0.5}}}}

@@ -18,8 +18,8 @@ each replay's goodput (one table per GPU count measured). Where compare profiled
 
 With `--per-request [N]`: each replay request by request instead of the table, measured (`requests.jsonl` in
 OUT/<model>/traces/) against the planner's simulation of the same requests (`schedule_lines`): when the last prompt's
-prefill and the last request end, the first request's TTFT, the TTFT and decode-window medians, then the first N
-requests' first and last tokens. A miss in the medians whose totals agree is then seen to come from where in the
+prefill and the last request end, the first request's TTFT, the TTFT and decode-window medians, the same by 10-s
+arrival window (`window_lines`: where in the replay a miss sits), then the first N requests' first and last tokens. A miss in the medians whose totals agree is then seen to come from where in the
 schedule (`benchmarks/results/plan_multi_gpu/h200/validate.md`: the first prefill after the replay's cache flush).
 Bursts whose requests compare kept (`OUT/<model>/bursts/`) follow, as quantiles of their first and last tokens.
 
@@ -207,11 +207,36 @@ def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ..
         *([f"| GPU time of the {what} forwards, all replicas (s) | {busy[0].get(cat, 0.0):.2f} | "
            f"{busy[1].get(cat, 0.0):.2f} |" for cat, what in (("extend", "prefill"), ("decode", "decode"))]
           if busy else []),
-        "", "| request | sent (s) | prompt tokens | first token, measured | simulated | last token, measured | simulated |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "", *window_lines(arrivals, first_tok, last_tok, schedule),
     ]
+    if first > 0:
+        lines += ["", "| request | sent (s) | prompt tokens | first token, measured | simulated | last token, measured "
+                  "| simulated |", "|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['id']} | {r['actual_send_s']:.2f} | {r['input_len']:,} | {ft:.2f} | {start:.2f} | {lt:.2f} | {end:.2f} |"
               for r, ft, lt, (start, end) in list(zip(measured, first_tok, last_tok, schedule))[:first]]
+    return lines
+
+
+def window_lines(arrivals: list[float], first_tok: list[float], last_tok: list[float],
+                 schedule: tuple[tuple[float, float], ...], width_s: float = 10.0) -> list[str]:
+    """Markdown: the requests by arrival window of `width_s` seconds, where a replay's miss sits in time: per window,
+    the requests, their median prompt (measured first token - simulated, s) and median decode window (first to last
+    token) measured and simulated (s). All lists in the replay's order; times in s from its start. On
+    `q8_shift_busy_2gpu_h100` Shift's median decode windows run 0.7 s and 2.1 s over the simulation's for the
+    requests that arrive 20-30 and 30-40 s in, the window's densest, and within 0.1 s elsewhere (TP2's within 0.2 s
+    everywhere)."""
+    import statistics
+
+    by: dict[int, list[int]] = {}
+    for i, a in enumerate(arrivals):
+        by.setdefault(int(a // width_s), []).append(i)
+    lines = ["| arrived (s) | requests | first token, measured - simulated (s, p50) | decode window, measured (s, p50) "
+             "| simulated |", "|---|---:|---:|---:|---:|"]
+    for w, idx in sorted(by.items()):
+        late = statistics.median(first_tok[i] - schedule[i][0] for i in idx)
+        meas = statistics.median(last_tok[i] - first_tok[i] for i in idx)
+        sim = statistics.median(schedule[i][1] - schedule[i][0] for i in idx)
+        lines.append(f"| {w * width_s:g}-{(w + 1) * width_s:g} | {len(idx)} | {late:+.2f} | {meas:.2f} | {sim:.2f} |")
     return lines
 
 
