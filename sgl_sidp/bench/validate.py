@@ -19,8 +19,9 @@ each replay's goodput (one table per GPU count measured). Where compare profiled
 With `--per-request [N]`: each replay request by request instead of the table, measured (`requests.jsonl` in
 OUT/<model>/traces/) against the planner's simulation of the same requests (`schedule_lines`): when the last prompt's
 prefill and the last request end, the first request's TTFT, the TTFT and decode-window medians, the same by 10-s
-arrival window (`window_lines`: where in the replay a miss sits), then the first N requests' first and last tokens. A miss in the medians whose totals agree is then seen to come from where in the
-schedule (`benchmarks/results/plan_multi_gpu/h200/validate.md`: the first prefill after the replay's cache flush).
+arrival window (`window_lines`: where in the replay a miss sits), then the first N requests' first and last tokens. A
+miss in the medians whose totals agree is then seen to come from where in the schedule
+(`benchmarks/results/plan_multi_gpu/h200/validate.md`: the first prefill after the replay's cache flush).
 Bursts whose requests compare kept (`OUT/<model>/bursts/`) follow, as quantiles of their first and last tokens.
 
 With `--forwards`: the forwards of TP-N servers (`--overlay-calibrate` cache entries of the whole model served at
@@ -220,8 +221,8 @@ def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ..
 def window_lines(arrivals: list[float], first_tok: list[float], last_tok: list[float],
                  schedule: tuple[tuple[float, float], ...], width_s: float = 10.0) -> list[str]:
     """Markdown: the requests by arrival window of `width_s` seconds, where a replay's miss sits in time: per window,
-    the requests, their median prompt (measured first token - simulated, s) and median decode window (first to last
-    token) measured and simulated (s). All lists in the replay's order; times in s from its start. On
+    the requests, how late their first tokens come (measured - simulated, median, s) and their median decode window
+    (first to last token) measured and simulated (s). All lists in the replay's order; times in s from its start. On
     `q8_shift_busy_2gpu_h100` Shift's median decode windows run 0.7 s and 2.1 s over the simulation's for the
     requests that arrive 20-30 and 30-40 s in, the window's densest, and within 0.1 s elsewhere (TP2's within 0.2 s
     everywhere)."""

@@ -83,9 +83,9 @@ class ShiftTechnique(Technique):
         Each SP rank's buffer (what `measure-comm` times per rank) holds its `tokens` / SP tokens with the SP blocks
         of a shift shard's columns (`shift.ulysses.heads_all_to_all`), i.e. `tokens` x one shift shard's QKV width
         (`ModelShapes.qkv_width` at P = SP x TP, KV heads replicated as SGLang replicates them), and on the way back
-        `tokens` x its heads' output width: the buffers `bench.a2a` times (`bench.a2a.block_widths`). Until the
-        commit that says so this took `tokens` x the base shard's width, SP times the bytes: Qwen3-32B's SP4 base
-        forward of 8,192 tokens was predicted 50 ms of all-to-alls where `bench.a2a` measured 15.5 ms on 4 x H100."""
+        `tokens` x its heads' output width: the buffers `bench.a2a` times (`bench.a2a.block_widths`). Qwen3-32B's SP4
+        forward of 8,192 tokens: 14.3 ms predicted, 15.5 ms measured by `bench.a2a` on 4 x H100 (the base shard's
+        width, SP times these bytes, gave 50.6 ms: benchmarks/results/plan_multi_gpu/shift_all_to_all.md)."""
         s, c = model.shapes, model.config
         p = c.sp * c.tp
         return (model._collective_ms("all_to_all", c.sp, tokens, 1, s.qkv_width(p))
