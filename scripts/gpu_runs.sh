@@ -88,9 +88,10 @@
 #                each TP group's first request of a burst came 0.2-0.4 s later than simulated, DP4's 0.09 s. Expected:
 #                if a one-time cost, the second burst's first request within 0.1 s of the simulation's and its TTFT
 #                p50 within 5 % (then the rehearsal should be the whole burst); if not, the same offset twice (then
-#                the planner must price a burst's start: likely the scheduler taking in the burst's requests before
-#                its first batch, as DP4's ranks, 16 requests each, start 0.09 s late and TP4, all 64, 0.34 s; every
-#                later batch of TP4 keeps the same lag, so the GPU starts late, not only the first token)
+#                the planner must price a burst's start. TP4's later batches keep a 0.24-0.34 s lag, so its GPU
+#                starts late, not only its first token. One candidate: the scheduler taking in the burst's requests
+#                before its first batch (DP4's ranks, 16 requests each, 0.09 s late; TP4, all 64, 0.34 s); TP2 x DP2,
+#                32 a rank, was 0.4 s late, which that alone does not explain)
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
