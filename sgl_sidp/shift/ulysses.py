@@ -102,9 +102,7 @@ def heads_all_to_all(blocks: torch.Tensor, n_tokens: int, comm) -> torch.Tensor:
     sp, n, c = blocks.shape
     if sp == 1:
         return blocks[0, :n_tokens]
-    recv = torch.empty_like(blocks)
-    comm.all_to_all_single(recv.view(-1), blocks.view(-1))
-    return recv.view(sp * n, c)[:n_tokens]  # rank 0's tokens first: batch order
+    return blocks_all_to_all(blocks, comm).view(sp * n, c)[:n_tokens]  # rank 0's tokens first: batch order
 
 
 def tokens_all_to_all(o: torch.Tensor, sp: int, comm) -> torch.Tensor:
@@ -123,7 +121,12 @@ def tokens_all_to_all(o: torch.Tensor, sp: int, comm) -> torch.Tensor:
     n_pad = pad_to_sp(n_tokens, sp)
     if n_pad != n_tokens:
         o = torch.cat([o, o.new_zeros(n_pad - n_tokens, c)])
-    send = o.contiguous().view(sp, n_pad // sp, c)  # block s: SP rank s's tokens
+    return blocks_all_to_all(o.contiguous().view(sp, n_pad // sp, c), comm)  # block s: SP rank s's tokens
+
+
+def blocks_all_to_all(send: torch.Tensor, comm) -> torch.Tensor:
+    """The all-to-all of both directions: `send` [SP, n, c], block s to SP rank s -> a new [SP, n, c], block s from
+    SP rank s (`comm.all_to_all_single` on the flat tensors)."""
     recv = torch.empty_like(send)
     comm.all_to_all_single(recv.view(-1), send.view(-1))
     return recv
