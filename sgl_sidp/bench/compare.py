@@ -489,20 +489,21 @@ class Measurement:
 
         s, i, o = triple(self.a.burst)
         send = run_batch_apart if self.a.parallel else run_batch  # beside another burst: a client process apart
+        def numbers(outs, seconds) -> dict:
+            m = compute_metrics(outs, seconds)
+            return {"seconds": seconds, "failed": m["failed"], "total_tok_s": m["total_throughput"],
+                    "output_tok_s": m["output_throughput"], "ttft_ms_p50": m["median_ttft_ms"],
+                    "ttft_ms_p99": m["p99_ttft_ms"], "tpot_ms_p50": m["median_tpot_ms"], "tpot_ms_p99": m["p99_tpot_ms"]}
+
+        bursts = self.job.result.parent / "bursts"
         if self.a.burst_twice:  # the same shapes once before, prompts of their own: no cache hits
             first, first_s = send(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 5)])
-            m = compute_metrics(first, first_s)
-            self.res["burst_first"] = {"seconds": first_s, "failed": m["failed"], "total_tok_s": m["total_throughput"],
-                                       "ttft_ms_p50": m["median_ttft_ms"], "tpot_ms_p50": m["median_tpot_ms"]}
-            write_burst_requests(self.job.result.parent / "bursts" / f"{self.job.name}.first.jsonl", first)
+            self.res["burst_first"] = numbers(first, first_s)
+            write_burst_requests(bursts / f"{self.job.name}.first.jsonl", first)
         bodies = [(ids, o, None) for ids in prompts(s, i, 7)]
         (outs, seconds), counted = self.counted(lambda: send(self.srv.base_url, bodies))
-        m = compute_metrics(outs, seconds)
-        self.res["burst"] = {
-            "spec": self.a.burst, "seconds": seconds, "failed": m["failed"], "total_tok_s": m["total_throughput"],
-            "output_tok_s": m["output_throughput"], "ttft_ms_p50": m["median_ttft_ms"], "ttft_ms_p99": m["p99_ttft_ms"],
-            "tpot_ms_p50": m["median_tpot_ms"], "tpot_ms_p99": m["p99_tpot_ms"], **counted}
-        write_burst_requests(self.job.result.parent / "bursts" / f"{self.job.name}.jsonl", outs)
+        self.res["burst"] = {"spec": self.a.burst, **numbers(outs, seconds), **counted}
+        write_burst_requests(bursts / f"{self.job.name}.jsonl", outs)
 
     def counted(self, body: Callable[[], object]) -> tuple[object, dict]:
         """`body()`'s result and what the server counted while it ran (`server_stats.RANK_COUNTERS`' deltas):
