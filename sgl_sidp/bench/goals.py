@@ -4,7 +4,7 @@ node, with the largest misses named.
     python -m sgl_sidp.bench.goals benchmarks/results/multi_gpu --models-dir ../shared/models --trace-dir ../shared/traces
 
 Every `OUT/<model>/` folder under the results folder (`bench.compare`'s) whose model is in `--models-dir` is predicted
-as `bench.validate` predicts it (`validate.rows` and `validate.trace_rows`: the planner of this checkout, which never
+as `bench.validate` predicts it (`validate.run_rows`: the planner of this checkout, which never
 saw the run) on the GPU kind its results name. Each number is held against issue 36's goal for it (`GOALS`), and the
 predicted winner of each burst and replay (`validate.rankings`) against the measured one. Prints one markdown table:
 a row per (node, number), the count within the goal, and the `--misses` largest misses. Folders skipped (a model or
@@ -101,9 +101,7 @@ def run_checks(root: Path, models_dir: Path, trace_dir: Path | None) -> tuple[li
             skipped.append(f"{run}: {why}")
             continue
         for n, measured in sorted(groups.items()):
-            table = validate.rows(measured, str(model), kind, n)
-            table += validate.trace_rows(measured, validate.replay_settings(folder), str(model), kind, n, trace_dir)
-            out += checks(f"{n} x {kind}", run, table)
+            out += checks(f"{n} x {kind}", run, validate.run_rows(folder, measured, str(model), kind, n, trace_dir))
     return out, skipped
 
 

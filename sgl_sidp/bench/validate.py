@@ -498,8 +498,7 @@ def main(argv: list[str] | None = None) -> None:
         if len(groups) > 1:
             print(f"\n## {n} GPU{'s' if n > 1 else ''}\n")
         print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")
-        table = rows(measured, a.model_path, a.gpu, n, what_if)
-        table += trace_rows(measured, replay_settings(a.dir), a.model_path, a.gpu, n, a.trace_dir)
+        table = run_rows(a.dir, measured, a.model_path, a.gpu, n, a.trace_dir, what_if)
         table += [row for row in profiled if row[0] in measured]
         for name, what, unit, pred, meas in table:
             if pred is None:
@@ -513,6 +512,14 @@ def main(argv: list[str] | None = None) -> None:
                   + " > ".join(f"{n} ({fmt.format(m)})" for n, _, m in sorted(got, key=lambda x: -x[2])))
             print(f"{title} ranking, predicted: "
                   + " > ".join(f"{n} ({fmt.format(p)})" for n, p, _ in sorted(got, key=lambda x: -x[1])))
+
+
+def run_rows(folder: Path, measured: dict[str, dict], model_path: str, gpu: str, n: int,
+             trace_dir: Path | None = None, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
+    """`rows` and `trace_rows` of the results in `folder` (OUT/<model>) measured on `n` GPUs: every burst, KV and
+    replay number predicted beside its measurement (the profiled forwards apart, `profile_rows`)."""
+    return (rows(measured, model_path, gpu, n, what_if)
+            + trace_rows(measured, replay_settings(folder), model_path, gpu, n, trace_dir))
 
 
 def rankings(table: list[tuple]) -> dict[str, list[tuple[str, float, float]]]:
