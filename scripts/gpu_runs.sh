@@ -92,6 +92,12 @@
 #                starts late, not only its first token. One candidate: the scheduler taking in the burst's requests
 #                before its first batch (DP4's ranks, 16 requests each, 0.09 s late; TP4, all 64, 0.34 s); TP2 x DP2,
 #                32 a rank, was 0.4 s late, which that alone does not explain)
+#   burst_intake burst_twice again with SGLang's per-request time stats (--enable-request-time-stats-logging: each
+#                request's scheduler entry, queue and forward times in the server log; `bench.intake` reads them). On
+#                4 x H200 (burst_twice_4gpu_h200) the late start came back in the second burst: TP4's first token at
+#                0.30 s (0.42 s in the first burst; simulated 0.08 s), DP4's second batch 0.25 s late both times. Expected,
+#                if the scheduler takes the burst in slower than the client sends it: the 64 entry times spread over
+#                >= 0.2 s on TP4, and TP4's first request's forward entry within a few ms of its queue entry
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -214,6 +220,9 @@ for RUN in "$@"; do
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
     burst_twice)
       compare_run "burst_twice_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,dp4 --burst 64+2048+32 --burst-twice ;;
+    burst_intake)
+      compare_run "burst_intake_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,dp4 --burst 64+2048+32 --burst-twice \
+        --extra-args "$X --enable-request-time-stats-logging" ;;
     q32_sidp512)
       compare_run "q32_sidp512_2gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --parallel --configs tp2,sidp_dp2_auto,dp2,sidp_dp2_was \
         --burst 512+2048+16 ;;
