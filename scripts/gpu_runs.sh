@@ -98,6 +98,13 @@
 #                0.30 s (0.42 s in the first burst; simulated 0.08 s), DP4's second batch 0.25 s late both times. Expected,
 #                if the scheduler takes the burst in slower than the client sends it: the 64 entry times spread over
 #                >= 0.2 s on TP4, and TP4's first request's forward entry within a few ms of its queue entry
+#   burst_profile  where TP4's late burst start goes: TP4 and DP4 profiled from the burst's first forward
+#                (--profile 64+2048+32 --profile-at-start, 4 prefill forwards one by one on every GPU) with the per-request
+#                time stats. burst_intake_4gpu_h200 showed TP4 took the burst's first request in at 0 ms and the next
+#                four at 61 ms, whose forward started then, but the one after only at 276 ms: the first forward, one
+#                2,048-token request (76 ms simulated), ended ~270 ms in if a launch returns when the forward before it
+#                ends, as it does on DP4's ranks (whose first forwards, one request each, ran on time). Expected: TP4's
+#                first forward spans ~270 ms on its GPUs; if its all-reduces hold most of it, a TP rank started late
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -223,6 +230,9 @@ for RUN in "$@"; do
     burst_intake)
       compare_run "burst_intake_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,dp4 --burst 64+2048+32 --burst-twice \
         --extra-args "$X --enable-request-time-stats-logging" ;;
+    burst_profile)
+      compare_run "burst_profile_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,dp4 --profile 64+2048+32 \
+        --profile-at-start --profile-steps 4 --extra-args "$X --enable-request-time-stats-logging" ;;
     q32_sidp512)
       compare_run "q32_sidp512_2gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --parallel --configs tp2,sidp_dp2_auto,dp2,sidp_dp2_was \
         --burst 512+2048+16 ;;

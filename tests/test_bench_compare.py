@@ -505,3 +505,20 @@ def test_burst_twice_runs_the_shapes_once_before_and_keeps_both(tmp_path, fake, 
     for name in ("tp2.first.jsonl.gz", "tp2.jsonl.gz"):
         with gzip.open(tmp_path / "out" / "dense" / "bursts" / name, "rt") as f:
             assert len([json.loads(line) for line in f]) == 4
+
+
+def test_the_prefill_forwards_one_by_one_are_aligned_across_gpus():
+    """--profile-at-start on TP2: rank 1's trace starts 50 ms after rank 0's, so its forwards are shown 50 ms later."""
+    fw = lambda *f: [{"start_ms": s, "span_ms": sp, "busy_ms": b, "comm_ms": c} for s, sp, b, c in f]  # noqa: E731
+    stage = lambda first_us, forwards: {"span_ms": 1.0, "busy_ms": 1.0, "by_class_ms": {}, "top": [],  # noqa: E731
+                                        "first_us": first_us, "forwards": forwards}
+    prof = {"spec": "64+2048+32", "steps": 3, "chunked_prefill_size": 8192, "at_start": True,
+            "ranks": {"TP-0": {"prefill": stage(1e6, fw((0, 270, 80, 190), (300, 280, 275, 20)))},
+                      "TP-1": {"prefill": stage(1e6 + 5e4, fw((0, 220, 80, 140), (250, 280, 275, 20)))}}}
+    lines = profile_table({"tp2": {"profile": prof}})
+    assert "| tp2 | TP-0 | 0+270 (80, 190) | 300+280 (275, 20) |" in lines
+    assert "| tp2 | TP-1 | 50+220 (80, 140) | 300+280 (275, 20) |" in lines
+    assert "| configuration | GPU | forward 1 | forward 2 |" in lines
+    # a profile summarised without its forwards counted (older results) has no such table
+    del prof["ranks"]["TP-0"]["prefill"]["forwards"], prof["ranks"]["TP-1"]["prefill"]["forwards"]
+    assert not any("forward 1" in ln for ln in profile_table({"tp2": {"profile": prof}}))

@@ -82,3 +82,23 @@ def test_forwards_are_counted_from_the_attention_kernels_when_a_stage_ended_earl
     odd = profile.summarize_trace({"traceEvents": events[:10]}, steps=3, layers=3)
     assert odd["steps"] == 3 and not odd["counted"]
     assert profile.forwards_in({"nvjet": (1.0, 6)}, 3) is None  # no attention kernel
+
+
+def test_each_forward_splits_the_trace_at_the_idle_gap_before_the_first_layers_attention():
+    def forward(t0, comm_us):  # a 2-layer forward: embedding, then per layer QKV GEMM, attention, all-reduce, MLP GEMM
+        out, t = [kernel("embedding_kernel", t0, 5)], t0 + 5
+        for _ in range(2):
+            for name, dur in (("nvjet_qkv", 20), ("_fwd_kernel", 10), ("ncclDevKernel_AllReduce", comm_us),
+                              ("nvjet_mlp", 30)):
+                out.append(kernel(name, t, dur))
+                t += dur
+        return out
+    # the first forward's all-reduces wait 200 us each for a late peer; the next starts after a 300 us idle gap, the
+    # third right after the second (back to back, no gap to tell: its embedding and first GEMM count to the second)
+    events = forward(0, 200) + forward(1130, 5) + forward(1265, 5)
+    s = profile.summarize_trace({"traceEvents": events}, steps=3, layers=2)
+    assert [f["start_ms"] for f in s["forwards"]] == [0.0, 1.13, 1.29]
+    assert s["forwards"][0] == {"start_ms": 0.0, "span_ms": 0.525, "busy_ms": 0.525, "comm_ms": 0.4}
+    assert s["forwards"][1]["comm_ms"] == 0.01 and s["forwards"][1]["span_ms"] == 0.16  # 0.135 + the next 0.025
+    # without a count of the forwards there is no split
+    assert "forwards" not in profile.summarize_trace({"traceEvents": events}, steps=3)

@@ -30,6 +30,8 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   profiler traces the next `--profile-steps` prefill forwards and as many decode forwards on every GPU, summarised
   per forward by kernel class (`sgl_sidp.bench.profile`: GEMM, attention, communication, ...). Pick S x IN large
   enough that the prefill forwards traced are full chunks (SGLang's `chunked_prefill_size`, recorded beside).
+  `--profile-at-start` traces from the burst's first forward instead, each GPU's prefill forwards also one by one:
+  where a burst's late start goes.
 
 Resumable: a step already in the JSON is not run again, and a configuration with every step done (or refused) is
 not started, so the next call of a 10-minute device lease goes on where the last stopped (`--deadline-s` starts no
@@ -531,13 +533,18 @@ class Measurement:
         info = http_json(self.srv.base_url + "/server_info", timeout_s=30)
         bodies = [(ids, o, None) for ids in prompts(s, i, 13)]
         sender = threading.Thread(target=run_batch, args=(self.srv.base_url, bodies))
-        sender.start()
-        time.sleep(1.0)  # past the first, partly filled, prefill forwards
-        profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name)
+        if self.a.profile_at_start:  # from the burst's first forward (one request alone) on
+            profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name)
+            sender.start()
+        else:
+            sender.start()
+            time.sleep(1.0)  # past the first, partly filled, prefill forwards
+            profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name)
         sender.join()
         found = profile.wait_for_traces(folder, expected=2 * len(self.gpus))
         layers = read_model_config(self.job.model).get("num_hidden_layers")
         self.res["profile"] = {"spec": self.a.profile, "steps": self.a.profile_steps, "traces": found,
+                               "at_start": self.a.profile_at_start,
                                "chunked_prefill_size": info.get("chunked_prefill_size"),
                                "ranks": profile.summarize_dir(folder, self.a.profile_steps, layers=layers)}
 
@@ -821,6 +828,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="S requests at once, their prefill and decode forwards traced by SGLang's profiler")
     p.add_argument("--profile-steps", type=int, default=3,
                    help="forwards of each stage --profile traces (default: %(default)s)")
+    p.add_argument("--profile-at-start", action="store_true",
+                   help="trace --profile's forwards from the burst's first (one request alone) instead of 1 s in")
     p.add_argument("--trace", type=Path, action="append", default=[], help="a trace to replay (repeatable)")
     p.add_argument("--rates", default="1", help="arrival-rate factors of each trace replay (default: %(default)s)")
     p.add_argument("--trace-args", default="", help="more `python -m sgl_sidp.replay` flags (e.g. \"--duration-s 120\")")

@@ -363,7 +363,31 @@ def profile_table(group: dict[str, dict]) -> list[str]:
             lines.append(f"| {name} | {rank} | {stage} | {fmt(sm['span_ms'])} | {fmt(sm['busy_ms'])} | "
                          + " | ".join(fmt(sm["by_class_ms"].get(c)) for c in classes)
                          + f" | {top[0][:60] + ' (' + fmt(top[1]) + ')' if top else '-'} |")
-    return lines + [""]
+    return lines + [""] + forwards_table(with_prof)
+
+
+def forwards_table(with_prof: dict[str, dict]) -> list[str]:
+    """Markdown lines: every GPU's traced prefill forwards one by one (`profile.each_forward`), each "start+span
+    (busy, comm)" in ms, the starts from the configuration's earliest traced kernel on any GPU (one host's clock);
+    [] where no trace counted its forwards. `--profile-at-start` makes the first the burst's first forward."""
+    rows = []
+    for name, prof in with_prof.items():
+        ranks = {r: st["prefill"] for r, st in sorted(prof["ranks"].items()) if (st.get("prefill") or {}).get("forwards")}
+        if not ranks:
+            continue
+        t0 = min(sm["first_us"] for sm in ranks.values())
+        for rank, sm in ranks.items():
+            off = (sm["first_us"] - t0) / 1e3
+            rows.append(f"| {name} | {rank} | " + " | ".join(
+                f"{fmt(off + f['start_ms'])}+{fmt(f['span_ms'])} ({fmt(f['busy_ms'])}, {fmt(f['comm_ms'])})"
+                for f in sm["forwards"]) + " |")
+    if not rows:
+        return []
+    n = max(row.count("|") for row in rows) - 3
+    return (["Prefill forwards one by one, every GPU: start+span ms (busy, communication ms); starts from the "
+             "configuration's first traced kernel", "",
+             "| configuration | GPU | " + " | ".join(f"forward {k + 1}" for k in range(n)) + " |",
+             "|---|---|" + "---|" * n] + rows + [""])
 
 
 def replica_leaders(ranks) -> list[str]:

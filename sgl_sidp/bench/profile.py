@@ -86,7 +86,8 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
 
     Returns:
         `{"steps", "counted", "kernels", "span_ms", "busy_ms", "by_class_ms": {class: ms}, "top": [[name, ms,
-        calls], ...]}`, times in ms per forward (`steps` = the divisor used; `counted`: whether it was counted from
+        calls], ...]}`, and where `layers` counted the forwards `"first_us"` (the first GPU event's timestamp, us)
+        and `"forwards"` (`each_forward`); times in ms per forward (`steps` = the divisor used; `counted`: whether it was counted from
         the trace): span = first GPU event's start to the last one's end (idle gaps included), busy = the union of
         GPU events (overlapping streams counted once), a class = the sum of its events' durations (overlap counted
         twice, so classes may add up to more than busy).
@@ -115,10 +116,45 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
     counted = forwards_in(by_name, layers) if layers else None
     steps = counted or steps
     per = 1e3 * steps
-    return {"steps": steps, "counted": counted is not None, "kernels": len(events),
-            "span_ms": round((end - start) / per, 3), "busy_ms": round(busy / per, 3),
-            "by_class_ms": {c: round(v / per, 3) for c, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
-            "top": [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in heaviest]}
+    out = {"steps": steps, "counted": counted is not None, "kernels": len(events),
+           "span_ms": round((end - start) / per, 3), "busy_ms": round(busy / per, 3),
+           "by_class_ms": {c: round(v / per, 3) for c, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
+           "top": [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in heaviest]}
+    if counted:  # one by one, from the trace's first GPU event (first_us: its own clock, the host's across ranks)
+        out["first_us"], out["forwards"] = start, each_forward(events, by_name, counted)
+    return out
+
+
+def each_forward(events: list[Mapping], by_name: Mapping[str, tuple[float, int]], n: int) -> list[dict]:
+    """The trace's `n` forwards one by one (`forwards_in` counted them): `{"start_ms"` (from the trace's first GPU
+    event), `"span_ms"`, `"busy_ms"`, `"comm_ms"}` each. Forward k starts after the longest idle gap between forward
+    k-1's last and forward k's first call of the most-called attention kernel (its layers' attention), so the
+    embedding, norms and GEMMs before the first layer's attention count to their own forward (forwards back to
+    back, with no gap, are cut right before that attention kernel). Why per forward: a
+    burst's first forward (one request alone) can run apart from the rest (`compare --profile-at-start`); with
+    NCCL, a rank that waits for a late peer shows it as communication time."""
+    ev = sorted(events, key=lambda e: float(e["ts"]))
+    attn = max((name for name, _ in by_name.items() if kernel_class(name) == "attention"), key=lambda k: by_name[k][1])
+    marks = [i for i, e in enumerate(ev) if e.get("name", "")[:100] == attn and e["cat"] == "kernel"]
+    per = len(marks) // n
+    cuts = [0]
+    for k in range(1, n):
+        lo, hi = marks[k * per - 1], marks[k * per]
+        best, done = (float("-inf"), lo + 1), float("-inf")
+        for j in range(lo, hi):  # done: when everything up to event j has ended
+            done = max(done, float(ev[j]["ts"]) + float(ev[j]["dur"]))
+            best = max(best, (float(ev[j + 1]["ts"]) - done, j + 1))
+        cuts.append(best[1])
+    cuts.append(len(ev))
+    t0, out = float(ev[0]["ts"]), []
+    for a, b in zip(cuts, cuts[1:]):
+        part = ev[a:b]
+        iv = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in part]
+        comm = sum(float(e["dur"]) for e in part if kernel_class(e.get("name", ""), e["cat"]) == "comm")
+        out.append({"start_ms": round((iv[0][0] - t0) / 1e3, 3),
+                    "span_ms": round((max(e for _, e in iv) - iv[0][0]) / 1e3, 3),
+                    "busy_ms": round(_union_us(iv) / 1e3, 3), "comm_ms": round(comm / 1e3, 3)})
+    return out
 
 
 def trace_key(path: Path) -> tuple[str, str] | None:
