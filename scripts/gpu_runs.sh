@@ -104,7 +104,8 @@
 #                four at 61 ms, whose forward started then, but the one after only at 276 ms: the first forward, one
 #                2,048-token request (76 ms simulated), ended ~270 ms in if a launch returns when the forward before it
 #                ends, as it does on DP4's ranks (whose first forwards, one request each, ran on time). Expected: TP4's
-#                first forward spans ~270 ms on its GPUs; if its all-reduces hold most of it, a TP rank started late
+#                first forward spans ~270 ms on its GPUs; if its all-reduces hold most of it, a TP rank started late;
+#                the host's long CUDA calls (traced with it) show where the scheduler's thread waited for the GPU
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)

@@ -519,6 +519,8 @@ def test_the_prefill_forwards_one_by_one_are_aligned_across_gpus():
     assert "| tp2 | TP-0 | 0+270 (80, 190) | 300+280 (275, 20) |" in lines
     assert "| tp2 | TP-1 | 50+220 (80, 140) | 300+280 (275, 20) |" in lines
     assert "| configuration | GPU | forward 1 | forward 2 |" in lines
+    prof["ranks"]["TP-0"]["prefill"]["host_waits"] = [[59.0, 210.5, "cudaStreamSynchronize"]]
+    assert "| tp2 | TP-0 | 59+210 cudaStreamSynchronize |" in profile_table({"tp2": {"profile": prof}})
     # a profile summarised without its forwards counted (older results) has no such table
     del prof["ranks"]["TP-0"]["prefill"]["forwards"], prof["ranks"]["TP-1"]["prefill"]["forwards"]
     assert not any("forward 1" in ln for ln in profile_table({"tp2": {"profile": prof}}))

@@ -102,3 +102,13 @@ def test_each_forward_splits_the_trace_at_the_idle_gap_before_the_first_layers_a
     assert s["forwards"][1]["comm_ms"] == 0.01 and s["forwards"][1]["span_ms"] == 0.16  # 0.135 + the next 0.025
     # without a count of the forwards there is no split
     assert "forwards" not in profile.summarize_trace({"traceEvents": events}, steps=3)
+
+
+def test_the_hosts_long_cuda_calls_are_listed_where_the_cpu_was_traced():
+    events = [kernel("_fwd_kernel", 1000, 50), kernel("nvjet", 1050, 50),
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 990, "dur": 8},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 1100, "dur": 2500},
+              {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "ts": 800, "dur": 1500}]
+    s = profile.summarize_trace({"traceEvents": events}, steps=1)
+    assert s["host_waits"] == [[-0.2, 1.5, "cuLaunchKernel"], [0.1, 2.5, "cudaStreamSynchronize"]]
+    assert "host_waits" not in profile.summarize_trace({"traceEvents": events[:2]}, steps=1)  # GPU activity only

@@ -30,8 +30,8 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   profiler traces the next `--profile-steps` prefill forwards and as many decode forwards on every GPU, summarised
   per forward by kernel class (`sgl_sidp.bench.profile`: GEMM, attention, communication, ...). Pick S x IN large
   enough that the prefill forwards traced are full chunks (SGLang's `chunked_prefill_size`, recorded beside).
-  `--profile-at-start` traces from the burst's first forward instead, each GPU's prefill forwards also one by one:
-  where a burst's late start goes.
+  `--profile-at-start` traces from the burst's first forward instead, each GPU's prefill forwards also one by one,
+  and the host's CUDA calls over 1 ms (its waits for the GPU): where a burst's late start goes.
 
 Resumable: a step already in the JSON is not run again, and a configuration with every step done (or refused) is
 not started, so the next call of a 10-minute device lease goes on where the last stopped (`--deadline-s` starts no
@@ -533,8 +533,8 @@ class Measurement:
         info = http_json(self.srv.base_url + "/server_info", timeout_s=30)
         bodies = [(ids, o, None) for ids in prompts(s, i, 13)]
         sender = threading.Thread(target=run_batch, args=(self.srv.base_url, bodies))
-        if self.a.profile_at_start:  # from the burst's first forward (one request alone) on
-            profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name)
+        if self.a.profile_at_start:  # from the burst's first forward (one request alone) on, the host's CUDA calls too
+            profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name, host=True)
             sender.start()
         else:
             sender.start()
@@ -829,7 +829,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile-steps", type=int, default=3,
                    help="forwards of each stage --profile traces (default: %(default)s)")
     p.add_argument("--profile-at-start", action="store_true",
-                   help="trace --profile's forwards from the burst's first (one request alone) instead of 1 s in")
+                   help="trace --profile's forwards from the burst's first (one request alone) instead of 1 s in, "
+                   "and the host's CUDA calls (its waits for the GPU)")
     p.add_argument("--trace", type=Path, action="append", default=[], help="a trace to replay (repeatable)")
     p.add_argument("--rates", default="1", help="arrival-rate factors of each trace replay (default: %(default)s)")
     p.add_argument("--trace-args", default="", help="more `python -m sgl_sidp.replay` flags (e.g. \"--duration-s 120\")")

@@ -384,10 +384,20 @@ def forwards_table(with_prof: dict[str, dict]) -> list[str]:
     if not rows:
         return []
     n = max(row.count("|") for row in rows) - 3
-    return (["Prefill forwards one by one, every GPU: start+span ms (busy, communication ms); starts from the "
-             "configuration's first traced kernel", "",
-             "| configuration | GPU | " + " | ".join(f"forward {k + 1}" for k in range(n)) + " |",
-             "|---|---|" + "---|" * n] + rows + [""])
+    out = (["Prefill forwards one by one, every GPU: start+span ms (busy, communication ms); starts from the "
+            "configuration's first traced kernel", "",
+            "| configuration | GPU | " + " | ".join(f"forward {k + 1}" for k in range(n)) + " |",
+            "|---|---|" + "---|" * n] + rows + [""])
+    waits = [(name, rank, sm["host_waits"]) for name, prof in with_prof.items()
+             for rank in replica_leaders(prof["ranks"])
+             if (sm := prof["ranks"][rank].get("prefill") or {}).get("host_waits") is not None]
+    if waits:
+        out += ["Host CUDA calls of 1 ms or more while the prefill forwards were traced, each replica's first GPU: "
+                "start+ms (from that GPU's first kernel) and the call", "", "| configuration | GPU | calls |",
+                "|---|---|---|"]
+        out += [f"| {name} | {rank} | " + ("; ".join(f"{fmt(t)}+{fmt(d)} {call}" for t, d, call in w) or "none")
+                + " |" for name, rank, w in waits] + [""]
+    return out
 
 
 def replica_leaders(ranks) -> list[str]:

@@ -36,6 +36,10 @@ KERNEL_CLASSES: tuple[tuple[str, str], ...] = (
 _CLASS_RES = [(name, re.compile(rx, re.I)) for name, rx in KERNEL_CLASSES]
 #: Chrome-trace categories of GPU work (torch profiler / Kineto).
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+#: Chrome-trace categories of the host's CUDA calls (recorded with the "CPU" activity)
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
+#: a host CUDA call at least this long (ms) is listed in `host_waits`: where the scheduler's thread stood waiting
+HOST_WAIT_MS = 1.0
 STAGES = {"EXTEND": "prefill", "DECODE": "decode"}
 
 
@@ -87,7 +91,8 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
     Returns:
         `{"steps", "counted", "kernels", "span_ms", "busy_ms", "by_class_ms": {class: ms}, "top": [[name, ms,
         calls], ...]}`, and where `layers` counted the forwards `"first_us"` (the first GPU event's timestamp, us)
-        and `"forwards"` (`each_forward`); times in ms per forward (`steps` = the divisor used; `counted`: whether it was counted from
+        and `"forwards"` (`each_forward`), and where the host was traced `"host_waits"` (`host_waits`); times in ms
+        per forward (`steps` = the divisor used; `counted`: whether it was counted from
         the trace): span = first GPU event's start to the last one's end (idle gaps included), busy = the union of
         GPU events (overlapping streams counted once), a class = the sum of its events' durations (overlap counted
         twice, so classes may add up to more than busy).
@@ -122,7 +127,24 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
            "top": [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in heaviest]}
     if counted:  # one by one, from the trace's first GPU event (first_us: its own clock, the host's across ranks)
         out["first_us"], out["forwards"] = start, each_forward(events, by_name, counted)
+    waits = host_waits(trace, start)
+    if waits is not None:
+        out["host_waits"] = waits
     return out
+
+
+def host_waits(trace: Mapping, t0_us: float, top: int = 24) -> list[list] | None:
+    """The host's CUDA calls of at least `HOST_WAIT_MS` in a trace recorded with the "CPU" activity: `[[start ms
+    (from `t0_us`, the first GPU event), ms, name], ...]`, the `top` longest in time order; None where the trace has
+    no host CUDA call (recorded without "CPU"). A kernel launch that blocks (a full launch queue) or a
+    synchronisation shows here: the scheduler's thread waiting for the GPU instead of preparing the next batch."""
+    calls = [e for e in trace.get("traceEvents", [])
+             if e.get("ph") == "X" and e.get("cat") in RUNTIME_CATEGORIES and "dur" in e and "ts" in e]
+    if not calls:
+        return None
+    long = sorted((e for e in calls if float(e["dur"]) >= HOST_WAIT_MS * 1e3), key=lambda e: -float(e["dur"]))[:top]
+    return [[round((float(e["ts"]) - t0_us) / 1e3, 3), round(float(e["dur"]) / 1e3, 3), e.get("name", "")[:60]]
+            for e in sorted(long, key=lambda e: float(e["ts"]))]
 
 
 def each_forward(events: list[Mapping], by_name: Mapping[str, tuple[float, int]], n: int) -> list[dict]:
@@ -183,15 +205,17 @@ def summarize_dir(folder: Path, steps: int, remove: bool = True,
     return out
 
 
-def start(base_url: str, folder: Path, steps: int, profile_id: str) -> None:
+def start(base_url: str, folder: Path, steps: int, profile_id: str, host: bool = False) -> None:
     """Ask the server to trace its next `steps` prefill and `steps` decode forwards (GPU activity only, no stacks
-    or shapes: small traces, little overhead) into `folder` (a path on the server's host).
+    or shapes: small traces, little overhead; `host`: the CPU activity too, for `host_waits`) into `folder` (a path
+    on the server's host).
 
     Raises:
         urllib.error.URLError / HTTPError: the server refused (e.g. a profile already running).
     """
     folder.mkdir(parents=True, exist_ok=True)
-    body = {"output_dir": str(folder.resolve()), "num_steps": steps, "activities": ["GPU"], "profile_by_stage": True,
+    body = {"output_dir": str(folder.resolve()), "num_steps": steps, "activities": ["CPU", "GPU"] if host else ["GPU"],
+            "profile_by_stage": True,
             "with_stack": False, "record_shapes": False, "profile_id": profile_id}
     req = urllib.request.Request(base_url + "/start_profile", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
