@@ -440,7 +440,8 @@ def test_a_declining_mode_is_recorded_as_the_vanilla_configuration_it_started():
 
 def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
     """Before a burst, two requests per DP rank of its prompt length (at most 4 output tokens, prompts of their own)
-    go through the router, so Triton's first compiles of its chunk shapes fall outside the measured burst."""
+    go through the router, then one per rank a token shorter, so Triton's first compiles of its chunk shapes fall
+    outside the measured burst."""
     from types import SimpleNamespace
 
     from sgl_sidp.bench import batches
@@ -453,7 +454,8 @@ def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
     runner.srv, runner.ranks = SimpleNamespace(base_url="http://x"), 2
     runner.a = SimpleNamespace(burst="64+8192+32", profile=None)
     runner.warm_up()
-    assert sent[-1] == ("router", [(8192, 4, None)] * 4) and len(sent) == 5
+    # then one a rank a token shorter (a size that does not divide by 16: Triton compiles that class apart)
+    assert sent[-2:] == [("router", [(8192, 4, None)] * 4), ("router", [(8191, 4, None)] * 2)] and len(sent) == 6
     assert batches.prompts(4, 8192, 3)[0] != batches.prompts(64, 8192, 7)[0]  # not the burst's: no radix-cache hits
     runner.a, sent[:] = SimpleNamespace(burst=None, profile=None), []
     runner.warm_up()

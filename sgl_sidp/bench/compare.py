@@ -451,7 +451,13 @@ class Measurement:
         first chunks (a full chunk, a chunk over a cached prefix, one DP attention rank prefilling while another
         decodes) would otherwise carry one-time costs: on 2 x H200, DP attention's 16 x (8,192 in, 1 out) right after
         the short requests logged 24K prefill tokens/s a rank and stalled about 1.5 s at its end, where the profiled
-        burst of the same shapes after it logged 28-32K (`q30_dpattn_profile_2gpu_h200`)."""
+        burst of the same shapes after it logged 28-32K (`q30_dpattn_profile_2gpu_h200`). Then one request per DP rank
+        a token shorter: Triton also specialises an integer argument on whether it divides by 16, and a burst whose
+        random prompts share a first token with an earlier one (a 1-token cache hit) ends with forwards of 2,047 or
+        6,143 tokens. DP attention runs such a forward eagerly (outside the prefill CUDA graphs: "cuda graph: False" in
+        its log), and the first one stalled every rank 1.25 s near the end of a 256-request burst on 4 x H200
+        (`q30_zerodp4_4gpu_h200`, `dp4_attn`: a first compile, as far as the log tells; TP's odd forwards ran in
+        the graphs without a stall)."""
         from sgl_sidp.bench.batches import prompts, run_batch
 
         for rank in range(self.ranks):
@@ -464,10 +470,14 @@ class Measurement:
         spec = self.a.burst or self.a.profile
         if spec:
             s, i, o = triple(spec)
-            try:
-                run_batch(self.srv.base_url, [(ids, min(o, 4), None) for ids in prompts(min(s, 2 * self.ranks), i, 3)])
-            except Exception:  # noqa: BLE001 - as above
-                pass
+            rehearsals = [prompts(min(s, 2 * self.ranks), i, 3)]
+            if i > 1:  # one a rank a token shorter: a forward of another size class (below)
+                rehearsals.append(prompts(self.ranks, i - 1, 5))
+            for batch in rehearsals:
+                try:
+                    run_batch(self.srv.base_url, [(ids, min(o, 4), None) for ids in batch])
+                except Exception:  # noqa: BLE001 - as above
+                    pass
 
     def run_exact(self) -> None:
         """Every prompt of `exact.PROMPTS`, alone, on each DP rank: the greedy answers."""
