@@ -106,8 +106,7 @@ def intake_lines(burst: list[RequestTimes]) -> list[str]:
 def folder_lines(folder: Path) -> list[str]:
     """`intake_lines` of every burst of every configuration in a `bench.compare` model folder (OUT/<model>: each
     configuration's JSON with its "burst" or else "profile" spec, its server log in logs/<configuration>.log.gz); a
-    configuration
-    whose log has no `ReqTimeStats` line says so."""
+    configuration whose log has no `ReqTimeStats` line says so."""
     out = []
     for res_path in sorted(folder.glob("*.json")):
         res = json.loads(res_path.read_text()) if res_path.name != "config.json" else None

@@ -90,12 +90,12 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
 
     Returns:
         `{"steps", "counted", "kernels", "span_ms", "busy_ms", "by_class_ms": {class: ms}, "top": [[name, ms,
-        calls], ...]}`, and where `layers` counted the forwards `"first_us"` (the first GPU event's timestamp, us)
-        and `"forwards"` (`each_forward`), and where the host was traced `"host_waits"` (`host_waits`); times in ms
-        per forward (`steps` = the divisor used; `counted`: whether it was counted from
+        calls], ...]}`, times in ms per forward (`steps` = the divisor used; `counted`: whether it was counted from
         the trace): span = first GPU event's start to the last one's end (idle gaps included), busy = the union of
         GPU events (overlapping streams counted once), a class = the sum of its events' durations (overlap counted
-        twice, so classes may add up to more than busy).
+        twice, so classes may add up to more than busy). Where `layers` counted the forwards, also `"first_us"` (the
+        first GPU event's timestamp, us) and `"forwards"` (`each_forward`); where the host was traced,
+        `"host_waits"` (`host_waits`).
 
     Raises:
         ValueError: `steps` < 1, or the trace has no GPU event (a profile that saw no forward).
@@ -152,9 +152,9 @@ def each_forward(events: list[Mapping], by_name: Mapping[str, tuple[float, int]]
     event), `"span_ms"`, `"busy_ms"`, `"comm_ms"}` each. Forward k starts after the longest idle gap between forward
     k-1's last and forward k's first call of the most-called attention kernel (its layers' attention), so the
     embedding, norms and GEMMs before the first layer's attention count to their own forward (forwards back to
-    back, with no gap, are cut right before that attention kernel). Why per forward: a
-    burst's first forward (one request alone) can run apart from the rest (`compare --profile-at-start`); with
-    NCCL, a rank that waits for a late peer shows it as communication time."""
+    back, with no gap, are cut right before that attention kernel). Why per forward: a burst's first forward (one
+    request alone) can run apart from the rest (`compare --profile-at-start`); with NCCL, a rank that waits for a
+    late peer shows it as communication time."""
     ev = sorted(events, key=lambda e: float(e["ts"]))
     attn = max((name for name, _ in by_name.items() if kernel_class(name) == "attention"), key=lambda k: by_name[k][1])
     marks = [i for i, e in enumerate(ev) if e.get("name", "")[:100] == attn and e["cat"] == "kernel"]
