@@ -106,6 +106,11 @@
 #                ends, as it does on DP4's ranks (whose first forwards, one request each, ran on time). Expected: TP4's
 #                first forward spans ~270 ms on its GPUs; if its all-reduces hold most of it, a TP rank started late;
 #                the host's long CUDA calls (traced with it) show where the scheduler's thread waited for the GPU
+#   q30_dpattn4  DP attention alone on q30_zerodp4's burst, with the rehearsal of a prompt a token shorter (8422f99):
+#                in q30_zerodp4_4gpu_h200 every rank stalled 1.25 s before its last prefill, the first eager forward of
+#                2,046-2,048 tokens a rank (57,899 tok/s; predicted 67,159). Expected: no such stall in the log (no
+#                prefill line at under 10,000 input tokens/s in the burst) and about 66,000 tok/s, within 5 % of the
+#                prediction
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -234,6 +239,8 @@ for RUN in "$@"; do
     burst_profile)
       compare_run "burst_profile_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,dp4 --profile 64+2048+32 \
         --profile-at-start --profile-steps 4 --extra-args "$X --enable-request-time-stats-logging" ;;
+    q30_dpattn4)
+      compare_run "q30_dpattn4_4gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --configs dp4_attn --burst 256+2048+256 ;;
     q32_sidp512)
       compare_run "q32_sidp512_2gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --parallel --configs tp2,sidp_dp2_auto,dp2,sidp_dp2_was \
         --burst 512+2048+16 ;;
