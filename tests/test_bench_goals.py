@@ -45,3 +45,10 @@ def test_the_command_counts_a_committed_run_and_lists_what_it_skips(tmp_path, ca
     out = capsys.readouterr().out
     assert "| 2 x H100 | burst throughput | 10% | 2 of 2 |" in out and "| 2 x H100 | winner |" in out
     assert f"- other/NoSuchModel: no {SHARED / 'models' / 'NoSuchModel'}/config.json" in out
+
+
+def test_a_gpu_name_maps_to_the_planners_kind():
+    from sgl_sidp.plan.steps import gpu_key
+
+    assert gpu_key("NVIDIA H100 80GB HBM3") == "H100" and gpu_key("NVIDIA H200") == gpu_key("H200") == "H200"
+    assert gpu_key("NVIDIA A100-SXM4-80GB") is None and gpu_key(None) is None

@@ -184,8 +184,7 @@ def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str 
         return {}, ""
     from sgl_sidp.plan.configs import configuration_named
     from sgl_sidp.plan.planner import PlanError, plan
-    from sgl_sidp.plan.comm import gpu_kind
-    from sgl_sidp.plan.steps import GPUS
+    from sgl_sidp.plan.steps import GPUS, gpu_key
 
     def on_these_gpus(name: str) -> bool:
         try:
@@ -193,7 +192,7 @@ def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str 
         except ValueError:  # "auto"
             return False
 
-    kind = next((k for k in GPUS if gpu_kind(k) == gpu_kind(gpu_name)), None)
+    kind = gpu_key(gpu_name)
     if kind is None:
         return {}, f"no prediction: the planner knows {', '.join(GPUS)}, not {gpu_name}"
     ran = {n: (ran or {}).get(n, n) for n in names}

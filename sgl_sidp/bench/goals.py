@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_sidp.bench import validate
-from sgl_sidp.plan.steps import GPUS
+from sgl_sidp.plan.steps import gpu_key
 
 #: (number, goal as a fraction of the measured value), in the order printed: issue 36's goals
 GOALS = (("burst throughput", 0.10), ("burst TTFT / TPOT p50", 0.15), ("TTFT of one prompt", 0.15),
@@ -75,11 +75,12 @@ def checks(node: str, run: str, table: list[tuple]) -> list[Check]:
 
 
 def gpu_kind(folder: Path) -> str | None:
-    """The `GPUS` key of the GPU the results in `folder` ran on (their "gpu_name"), or None."""
+    """The planner's GPU kind (`steps.gpu_key`) of the GPU the results in `folder` ran on (their "gpu_name"), or
+    None."""
     for p in sorted(folder.glob("*.json")):
         name = json.loads(p.read_text()).get("gpu_name") if p.name != "config.json" else None
         if name:
-            return next((k for k, v in GPUS.items() if v["name"] == name), None)
+            return gpu_key(name)
     return None
 
 

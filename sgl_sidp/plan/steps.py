@@ -67,6 +67,14 @@ GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 
         "H100": {"name": "NVIDIA H100 80GB HBM3", "mib": 81_559, "free_before_load_gib": 78.50,
                  "source": "SGLang's 'Load weight begin. avail mem' at TP1, benchmarks/results/families/ (DeepSeek-V2 run)"}}
 
+
+
+def gpu_key(gpu_name: str | None) -> str | None:
+    """The `GPUS` key of a GPU named as NVML or a table names it ("NVIDIA H100 80GB HBM3", "H100" -> "H100"), matched
+    by kind (`comm.gpu_kind`); None for no name or a kind the planner does not know."""
+    return next((k for k in GPUS if gpu_name and gpu_kind(k) == gpu_kind(gpu_name)), None)
+
+
 #: GiB a replica's TP group of 2 or 4 GPUs takes before the model loads (NCCL communicators, SGLang's custom all-reduce
 #: buffers), by GPU kind: TP1's 'avail mem' less the group's, from the servers of benchmarks/results/multi_gpu/ (one
 #: server per GPU set; H100: TP2 and DP attention 2 77.58-77.59, TP4 77.36-77.41; H200: TP2 138.21, TP4 137.99).

@@ -31,13 +31,12 @@ def planned(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
 
     Never raises: what the planner cannot predict is the reason.
     """
-    from sgl_sidp.plan.comm import gpu_kind
     from sgl_sidp.plan.planner import PlanError, plan
-    from sgl_sidp.plan.steps import GPUS
+    from sgl_sidp.plan.steps import GPUS, gpu_key
     from sgl_sidp.plan.technique import technique_named
 
     name = technique_named(mode).launched_name(dp, tp_size, settings)
-    kind = next((k for k in GPUS if gpu_name and gpu_kind(k) == gpu_kind(gpu_name)), None)
+    kind = gpu_key(gpu_name)
     if name is None:
         return None, None, "the planner has no configuration of this layout"
     if kind is None:
@@ -93,7 +92,7 @@ def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
     """
     from sgl_sidp.plan.configs import configuration_named
     from sgl_sidp.plan.planner import rank
-    from sgl_sidp.plan.steps import GPUS
+    from sgl_sidp.plan.steps import gpu_key
     from sgl_sidp.plan.technique import technique_named
 
     n = dp * tp_size
@@ -102,7 +101,7 @@ def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
     no = f"{head}: no prediction against vanilla SGLang on {n} GPU{'s' if n > 1 else ''}: "
     if result is None:
         return no + why, False
-    kind = next((k for k, v in GPUS.items() if v["name"] == result["gpu"]), result["gpu"])
+    kind = gpu_key(result["gpu"]) or result["gpu"]
     ours, why = _predicted_row(result, name)
     ranked = rank(result["configurations"], result["objective"])
     best = next((r for r in ranked if technique_named(r.technique).vanilla), None)
