@@ -369,11 +369,12 @@ def forwards_table(with_prof: dict[str, dict]) -> list[str]:
     """Markdown lines: every GPU's traced prefill forwards one by one (`profile.each_forward`), each "start+span
     (busy, comm)" in ms, the starts from the configuration's earliest traced kernel on any GPU (one host's clock);
     [] where no trace counted its forwards. `--profile-at-start` makes the first the burst's first forward."""
-    rows = []
+    rows, n = [], 0
     for name, prof in with_prof.items():
         ranks = {r: st["prefill"] for r, st in sorted(prof["ranks"].items()) if (st.get("prefill") or {}).get("forwards")}
         if not ranks:
             continue
+        n = max([n] + [len(sm["forwards"]) for sm in ranks.values()])
         t0 = min(sm["first_us"] for sm in ranks.values())
         for rank, sm in ranks.items():
             off = (sm["first_us"] - t0) / 1e3
@@ -382,7 +383,6 @@ def forwards_table(with_prof: dict[str, dict]) -> list[str]:
                 for f in sm["forwards"]) + " |")
     if not rows:
         return []
-    n = max(row.count("|") for row in rows) - 3
     out = (["Prefill forwards one by one, every GPU: start+span ms (busy, communication ms); starts from the "
             "configuration's first traced kernel", "",
             "| configuration | GPU | " + " | ".join(f"forward {k + 1}" for k in range(n)) + " |",

@@ -107,6 +107,8 @@ def folder_lines(folder: Path) -> list[str]:
     """`intake_lines` of every burst of every configuration in a `bench.compare` model folder (OUT/<model>: each
     configuration's JSON with its "burst" or else "profile" spec, its server log in logs/<configuration>.log.gz); a
     configuration whose log has no `ReqTimeStats` line says so."""
+    from sgl_sidp.bench.compare import triple
+
     out = []
     for res_path in sorted(folder.glob("*.json")):
         res = json.loads(res_path.read_text()) if res_path.name != "config.json" else None
@@ -114,9 +116,12 @@ def folder_lines(folder: Path) -> list[str]:
         if not spec:
             continue
         name = res.get("config", res_path.stem)
-        s, i, o = (int(x) for x in spec.split("+"))
+        s, i, o = triple(spec)
         log = folder / "logs" / f"{name}.log.gz"
-        text = gzip.open(log, "rt", errors="replace").read() if log.is_file() else ""
+        text = ""
+        if log.is_file():
+            with gzip.open(log, "rt", errors="replace") as f:
+                text = f.read()
         found = bursts(request_times(text), s, i, o)
         out += ["", f"### {name}, burst {s} x ({i} in, {o} out)", ""]
         if not found:
