@@ -111,6 +111,14 @@
 #                2,046-2,048 tokens a rank (57,899 tok/s; predicted 67,159). Expected: no such stall in the log (no
 #                prefill line at under 10,000 input tokens/s in the burst) and about 66,000 tok/s, within 5 % of the
 #                prediction
+#   overlap_off  is TP4's late first token SGLang's overlap of two prefill batches? The Qwen3-32B burst 64 x (2,048, 32) on
+#                TP4 as SGLang starts it, then TP4 and TP2 x DP2 with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1 (SGLang's
+#                switch that processes a prefill batch's result before launching the next prefill). burst_profile_4gpu_h200
+#                showed TP4's GPUs busy from the first kernel (forward 1: 78 ms, one request; then 8,192-token forwards of
+#                ~275 ms back to back) while the host's launch of forward 2 returned only at ~358 ms, 9 ms before that
+#                forward ended; the overlap loop processes forward 1's result (its first token) only after that launch.
+#                Expected: with the switch, TP4's first token at ~0.1 s (0.30-0.42 s measured before; 0.08 s simulated) and
+#                its TTFT p50 within 3 % of the simulation's 2,382 ms (-6.2 % before), throughput within 2 % of the default
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -241,6 +249,10 @@ for RUN in "$@"; do
         --profile-at-start --profile-steps 4 --extra-args "$X --enable-request-time-stats-logging" ;;
     q30_dpattn4)
       compare_run "q30_dpattn4_4gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --configs dp4_attn --burst 256+2048+256 ;;
+    overlap_off)
+      compare_run "overlap_on_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4 --burst 64+2048+32
+      ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
+        compare_run "overlap_off_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,tp2_dp2 --burst 64+2048+32 ) ;;
     q32_sidp512)
       compare_run "q32_sidp512_2gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --parallel --configs tp2,sidp_dp2_auto,dp2,sidp_dp2_was \
         --burst 512+2048+16 ;;
