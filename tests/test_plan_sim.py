@@ -149,6 +149,10 @@ CTX_TIMES = StepTimes(decode_ms=lambda b, ctx: 4.0 + 0.03 * b + 2.5e-5 * b * ctx
 #: the same with SGLang's choice of the next iteration 1 ms after an iteration starts (every step here takes longer)
 DECIDE_TIMES = StepTimes(decode_ms=CTX_TIMES.decode_ms, prefill_ms=CTX_TIMES.prefill_ms, decide_ms=1.0)
 
+#: the same with a back-to-back prefill's first tokens released 0.7 of the way through the next (`release_share`)
+RELEASE_TIMES = StepTimes(decode_ms=CTX_TIMES.decode_ms, prefill_ms=CTX_TIMES.prefill_ms, decide_ms=1.0,
+                          release_share=0.7)
+
 
 def _workload(kind: str, seed: int, n: int) -> list[tuple]:
     """(arrival s, prompt, output, hash_ids) rows: bursts at t = 0 (`burst1`: the first alone, the rest 1 us later,
@@ -204,9 +208,15 @@ def _outcome(requests, replicas):
     ("burst1", 12, 120, 2, dict(kv_tokens=30_000, chunked_prefill=2048, max_prefill_tokens=4096), None),
     ("poisson", 13, 200, 3, dict(kv_tokens=40_000, chunked_prefill=512), None),
     ("prefix", 14, 150, 2, dict(kv_tokens=40_000, max_running=16), _least_loaded),
+    # and a prefill's first tokens released into the next prefill (`StepTimes.release_share`)
+    ("burst", 15, 120, 1, dict(kv_tokens=60_000), None),  # retracts
+    ("burst1", 16, 120, 2, dict(kv_tokens=30_000, chunked_prefill=2048, max_prefill_tokens=4096), None),
+    ("poisson", 17, 200, 3, dict(kv_tokens=40_000, chunked_prefill=512), None),
+    ("prefix", 18, 200, 2, dict(kv_tokens=20_000, chunked_prefill=2048), None),
+    ("long", 19, 40, 2, dict(kv_tokens=60_000, chunked_prefill=512, max_running=4), None),  # chunks alone
 ])
 def test_the_schedule_is_the_first_implementations_float_for_float(kind, seed, n, dp, limits, route):
-    times = DECIDE_TIMES if seed >= 12 else CTX_TIMES
+    times = RELEASE_TIMES if seed >= 15 else DECIDE_TIMES if seed >= 12 else CTX_TIMES
     rows = _workload(kind, seed, n)
     ref_reqs = [SimRequest(*r) for r in rows]
     ref_reps = [ReferenceReplicaSim(ReplicaLimits(**limits), times) for _ in range(dp)]
@@ -376,7 +386,7 @@ def test_tokens_reach_the_clients_no_faster_than_the_tokenizer_manager_streams_t
         deliver([], [], 0.0)
 
 
-@pytest.mark.parametrize("times", [CTX_TIMES, "planner"])
+@pytest.mark.parametrize("times", [CTX_TIMES, RELEASE_TIMES, "planner"])
 def test_the_tokens_log_holds_every_sampled_token_once(times):
     """`ReplicaSim(log_tokens=True)`: every first token at its prefill's end and every decode step's tokens within
     its run, once each (no retraction here, so the log's tokens are the outputs), and the schedule unchanged."""
@@ -519,3 +529,24 @@ def test_a_burst_after_a_lone_first_prompt_joins_the_next_iteration_chosen_once_
         out[name] = sorted({r.finish_s for r in reqs})
     assert len(out["once launched"]) == 3  # three cycles of four requests that finish together
     assert len(out["at the start"]) > 3
+
+
+def test_a_prefills_first_tokens_leave_into_the_next_prefill_and_on_time_before_a_decode_step():
+    """`StepTimes.release_share`: SGLang's overlap scheduler processes a prefill's results once it has launched the
+    next batch, so with a prefill next they leave 0.7 of the way through it; the last prefill's leave as it ends (a
+    decode step comes next); a one-token output finishes with its first token; the schedule is unchanged."""
+    times = StepTimes(decode_ms=lambda b, ctx: 10.0, prefill_ms=lambda parts: 0.1 * sum(n for n, _ in parts),
+                      release_share=0.7)
+    plain = StepTimes(decode_ms=times.decode_ms, prefill_ms=times.prefill_ms)
+    rows = [(0.0, 1000, 4), (0.0, 1000, 1), (0.0, 1000, 4)]  # one prompt a batch (max_prefill_tokens 1,000)
+    runs = {}
+    for name, t in (("release", times), ("plain", plain)):
+        reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(100_000, max_prefill_tokens=1000), t)]
+        simulate(reqs, reps)
+        runs[name] = reqs, reps
+    (late, reps), (plain_reqs, plain_reps) = runs["release"], runs["plain"]
+    assert [r.first_token_s for r in plain_reqs] == pytest.approx([0.1, 0.2, 0.3])
+    assert [r.first_token_s for r in late] == pytest.approx([0.17, 0.27, 0.3])  # 0.7 x 100 ms into the next
+    assert late[1].finish_s == late[1].first_token_s  # its only token
+    assert [r.finish_s for r in late[::2]] == [r.finish_s for r in plain_reqs[::2]]
+    assert reps[0].clock == plain_reps[0].clock

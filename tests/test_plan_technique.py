@@ -4,9 +4,11 @@ own folder, named by its `Feature.planner` (issue 36 item 6)."""
 import ast
 from pathlib import Path
 
+import pytest
+
 from sgl_sidp.features import FEATURES
 from sgl_sidp.plan.configs import configuration_named
-from sgl_sidp.plan.technique import Technique, techniques
+from sgl_sidp.plan.technique import PREFILL_RELEASE_SHARE, Technique, techniques
 
 PACKAGE = Path(__file__).resolve().parents[1] / "sgl_sidp"
 
@@ -39,3 +41,14 @@ def test_a_configuration_asks_its_technique():
     for name in ("tp2", "dp4_attn_ep", "zerodp_dp2_all", "sidp_dp2_auto_bth64", "shift_sp2_tp1_th1_exact"):
         c = configuration_named(name)
         assert c.kind is techniques()[c.technique]
+
+
+
+@pytest.mark.parametrize("name, released", [("tp2", True), ("tp2_dp2", True), ("shift_sp2_tp1", True),
+                                            ("shift_sp2_tp2", True), ("sidp_dp2_tp2_was", True), ("dp2", False),
+                                            ("sidp_dp2_was", False), ("zerodp_dp2", False), ("dp2_attn", False),
+                                            ("sidp_dp2_tp2_auto", False)])
+def test_a_replica_of_several_gpus_releases_a_prefills_first_tokens_into_the_next(name, released):
+    """`Technique.release_share`: measured on a TP4 replica; 0 on one GPU a replica (measured) and in lockstep."""
+    c = configuration_named(name)
+    assert c.kind.release_share(c) == (PREFILL_RELEASE_SHARE if released else 0.0)

@@ -21,7 +21,10 @@ What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.manag
   finished request's blocks stay cached, evicted least recently used when their tokens are needed;
 - the overlap scheduler's look-ahead: the batch that runs after a forward is chosen when that forward starts
   (`Scheduler.event_loop_overlap`), so a request that arrives while a forward runs waits for the iteration after
-  the next one, and one that finds the replica idle is taken at once (`ReplicaSim.arrive`).
+  the next one, and one that finds the replica idle is taken at once (`ReplicaSim.arrive`);
+- the same loop's late release of a prefill's first tokens: it processes a batch's results once it has launched the
+  next, so where a prefill follows a prefill, the first tokens of the one before leave `StepTimes.release_share` of
+  the way through it (`ReplicaSim._release`).
 
 What it leaves out: the overlap scheduler's CPU time (an iteration lasts its forward; the step times may fold the
 host's share in), its look-ahead for what is not an arrival (here a batch is chosen knowing which requests the
@@ -149,17 +152,25 @@ class StepTimes:
     `decode_ms(batch, mean context)` alone.
 
     `decide_ms`: the host time from an iteration's start to the choice of the next (`ReplicaSim.arrive`); 0: at its
-    start."""
+    start.
+
+    `release_share`: where a prefill forward follows another back to back, the share of it (0 to 1) that passes
+    before the first tokens the one before sampled reach the tokenizer manager. SGLang's overlap scheduler processes
+    a batch's results only once it has launched the next batch (`Scheduler.event_loop_overlap`: `run_batch`, then
+    `pop_and_process` of the last), and a prefill's launch returns only when the GPU has run part of it. 0: every
+    first token leaves as its forward ends (one GPU a replica; see `technique.PREFILL_RELEASE_SHARE`)."""
 
     def __init__(self, decode_ms: Callable[[int, float], float],
                  prefill_ms: Callable[[Sequence[tuple[int, int]]], float],
                  decode_run: Callable[[int, float], tuple[float, int]] | None = None, longest_row: bool = False,
-                 decide_ms: float = 0.0):
+                 decide_ms: float = 0.0, release_share: float = 0.0):
         self.decode_ms, self.prefill_ms, self.decode_run = decode_ms, prefill_ms, decode_run
         self.longest_row = longest_row
         #: ms from an iteration's start to SGLang's choice of the next (its overlap scheduler chooses the next batch
         #: once it has prepared and launched this one): a request that arrives in between still joins the next
         self.decide_ms = decide_ms
+        #: the share of a back-to-back prefill forward run before the last prefill's first tokens are released
+        self.release_share = release_share
 
 
 class RadixBlocks:
@@ -307,6 +318,9 @@ class ReplicaSim:
         self._longest: list[tuple[int, int]] = []  # heap of (-(context - decode steps run), join number) (`_top`)
         self.decided_s = -math.inf  # when SGLang's scheduler chose the iteration that starts at `clock` (`arrive`)
         self._decide_s = times.decide_ms / 1e3  # from an iteration's start to the choice of the next (`StepTimes`)
+        #: the requests whose first token the last prefill sampled, the clock at its end and its `tokens_log` entry's
+        #: index: released into the next forward where that is a prefill right after it (`_release`)
+        self._unreleased: tuple[list[SimRequest], float, int] = ([], -math.inf, -1)
         # (batch, total context, longest context) -> (ms, steps): the decode step's time and for how many steps it
         # stays the same (`StepTimes.longest_row`)
         self._decode_run = self._step_run(times.decode_run or self._decode_one, times.longest_row)
@@ -436,12 +450,15 @@ class ReplicaSim:
         (The replica's KV count is kept in a local through the loop, and the join written out, not a method of its
         own: this runs for some 150,000 batches a planning run.)"""
         ms = self.times.prefill_ms([(t, r.prefilled) for r, t in batch])
+        share = self.times.release_share
+        if share and self._unreleased[1] == self.clock:
+            self._release(self.clock + share * ms / 1e3)
         clock = self.clock = self.clock + ms / 1e3
         self.prefill_s += ms / 1e3
         self._prefills += 1
         chunked, self.chunked = self.chunked, None
         kv, cache, waiting, running = self.limits.kv_tokens, self.cache, self.waiting, self._running
-        steps, used, first_tokens = self._steps, self.used, 0
+        steps, used, first_tokens, unreleased = self._steps, self.used, 0, []
         # the free tokens, and the tokens taken since, whose evictions are made as one (see KV above)
         free, taken = kv - used - cache.size * BLOCK_TOKENS, 0
         for req, take in batch:
@@ -456,7 +473,10 @@ class ReplicaSim:
                 continue
             req.decoded = 1  # the prefill forward samples the first token
             first_tokens += 1
-            req.first_token_s = req.first_token_s or clock
+            if not req.first_token_s:
+                req.first_token_s = clock
+                if share:
+                    unreleased.append(req)
             if req.output_len <= 1:
                 if taken > free:  # the takes' evictions, before its blocks go in
                     cache.evict(taken - free)
@@ -483,6 +503,20 @@ class ReplicaSim:
         self.used = used
         if first_tokens and self.tokens_log is not None:
             self.tokens_log.append((clock, clock, first_tokens))
+        if share:
+            self._unreleased = (unreleased, clock, len(self.tokens_log) - 1 if self.tokens_log and first_tokens else -1)
+
+    def _release(self, at_s: float) -> None:
+        """Move the first token of each request the last prefill sampled (`_unreleased`) to `at_s` (s), the finish
+        of one whose only token it was, and their `tokens_log` entry (`StepTimes.release_share`)."""
+        reqs, _, entry = self._unreleased
+        for req in reqs:
+            if req.finish_s == req.first_token_s:
+                req.finish_s = at_s
+            req.first_token_s = at_s
+        if entry >= 0:
+            self.tokens_log[entry] = (at_s, at_s, self.tokens_log[entry][2])
+        self._unreleased = ([], -math.inf, -1)
 
     @staticmethod
     def _step_run(run: Callable[[int, float], tuple[float, int]], longest_row: bool):
@@ -673,11 +707,14 @@ class ReplicaSim:
         long prompt (half the prefills of a planning run on the Mooncake trace) instead of a round of `advance`,
         `step`, `_prefill_batch` and `_prefill` for each."""
         req, chunk, kv, cache = self.chunked, self.limits.chunked_prefill, self.limits.kv_tokens, self.cache
-        prefill_ms = self.times.prefill_ms
+        prefill_ms, share = self.times.prefill_ms, self.times.release_share
         clock, used, ran = self.clock, self.used, 0
         start = clock
         while clock < until_s and req.input_len - req.prefilled > chunk:
-            clock += prefill_ms([(chunk, req.prefilled)]) / 1e3
+            ms = prefill_ms([(chunk, req.prefilled)])
+            if share and self._unreleased[1] == clock:  # the first chunk, right after a prefill
+                self._release(clock + share * ms / 1e3)
+            clock += ms / 1e3
             used += chunk  # take `chunk` tokens (the takes' evictions as one, below: see KV above)
             req.held += chunk
             req.prefilled += chunk

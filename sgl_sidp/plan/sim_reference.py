@@ -20,6 +20,9 @@ it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.managers.s
 - the overlap scheduler's look-ahead (`Scheduler.event_loop_overlap`): the batch that runs after a forward is chosen
   once that forward is launched (`StepTimes.decide_ms` after its start), so a request arriving later during the
   forward misses the next iteration, unless the replica would otherwise have nothing to run;
+- the release of a prefill's first tokens: SGLang's overlap scheduler processes a batch's results once it has
+  launched the next batch, so where a prefill follows a prefill back to back, the first tokens of the one before
+  leave `StepTimes.release_share` of the way through it (`_release`); before a decode step, as their forward ends;
 - DP replicas: each replica has its own queue, KV cache and clock; a request goes to one replica at its arrival,
   round robin (SGLang's default) or by a `route` function reading the replicas' state.
 
@@ -99,6 +102,7 @@ class ReferenceReplicaSim:
         self.ratio = INIT_NEW_TOKEN_RATIO
         self.iterations = collections.Counter()
         self.last_start = self.last_end = -math.inf  # the last prefill or decode iteration (not a rejection)
+        self.unreleased = []  # the requests whose first token the last iteration, a prefill, sampled
 
     def step(self) -> bool:
         """Run one iteration (or reject one request), advancing `clock`; False if there was nothing to run."""
@@ -121,8 +125,12 @@ class ReferenceReplicaSim:
             self.waiting.popleft().rejected = True  # it does not fit an empty replica: SGLang refuses it
             return True
         if batch:
+            ms = self.times.prefill_ms([(t, r.prefilled) for r, t in batch])
+            if self.unreleased and self.last_end == self.clock:  # a prefill right after a prefill
+                self._release(self.clock + self.times.release_share * ms / 1e3)
+            self.unreleased = []
             self.last_start = self.clock
-            self.clock += self.times.prefill_ms([(t, r.prefilled) for r, t in batch]) / 1e3
+            self.clock += ms / 1e3
             self.last_end = self.clock
             self.iterations["prefill"] += 1
             self.chunked = None
@@ -136,9 +144,13 @@ class ReferenceReplicaSim:
                     self.chunked = req
                     continue
                 req.decoded = 1
-                req.first_token_s = req.first_token_s or self.clock
+                if not req.first_token_s:
+                    req.first_token_s = self.clock
+                    if self.times.release_share:
+                        self.unreleased.append(req)
                 self._finish_or_run(req)
             return True
+        self.unreleased = []  # a decode step's launch returns at once: they left as their forward ended
         if not self.running:
             return False
         while self._free() + self.cache.tokens < len(self.running) and len(self.running) > 1:
@@ -184,6 +196,14 @@ class ReferenceReplicaSim:
             if req.prefilled + take < req.input_len:
                 break
         return batch
+
+    def _release(self, at_s):
+        """Move the first token of each request in `unreleased` to `at_s` (s), and the finish of one whose only
+        token it was."""
+        for req in self.unreleased:
+            if req.finish_s == req.first_token_s:
+                req.finish_s = at_s
+            req.first_token_s = at_s
 
     def _finish_or_run(self, req):
         if req.decoded >= req.output_len:

@@ -732,7 +732,8 @@ class StepModel:
         least its longest row's (`sim.StepTimes.longest_row`)."""
         # the simulation's calls go straight to the closures over the memos (`_decode_runner`, `_prefill_runner`)
         return StepTimes(lambda b, ctx: self.decode_ms(b, ctx, role), self._prefill_runner(role),
-                         self._decode_runner(role), longest_row=True, decide_ms=self.decide_ms)
+                         self._decode_runner(role), longest_row=True, decide_ms=self.decide_ms,
+                         release_share=self.kind.release_share(self.config))
 
     def replicas(self, kv: Mapping[str, int]) -> list[Replica]:
         """The simulation's replicas: `kv` is `Configuration.kv_tokens` (by role) of this configuration."""

@@ -27,6 +27,15 @@ from typing import Callable
 #: a term of `Technique.terms` that a forward lacks: nothing to add (see `Technique.terms`)
 NO_TERMS = (0.0, 0.0, -math.inf)
 
+#: On a replica of several GPUs, the share of a prefill forward that runs before SGLang's overlap scheduler has
+#: processed the prefill right before it (`sim.StepTimes.release_share`): its launch of the next batch returns late.
+#: Measured on 4 x H200, Qwen3-32B TP4, 64 x (2,048 in, 32 out): as SGLang starts it (`overlap_on_4gpu_h200`) each
+#: batch's first tokens left 197-201 ms later at the burst's start than with SGLang's
+#: SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1 (`overlap_off_4gpu_h200`), of forwards of 276-278 ms: 0.72. On one
+#: GPU a replica (DP4's ranks, `burst_profile_4gpu_h200`) the launch of the next prefill returned before the one
+#: before it ended: 0 there.
+PREFILL_RELEASE_SHARE = 0.7
+
 
 class Technique:
     """One way of running a model on N GPUs, as the planner sees it. Subclasses set the class attributes and override
@@ -181,6 +190,12 @@ class Technique:
     def route(self, c) -> Callable | None:
         """How the DP controller sends each request to a replica (`planner.route_of`); None: round robin."""
         return None
+
+    def release_share(self, c) -> float:
+        """The share of a back-to-back prefill forward that runs before the one before it has its results processed
+        (`sim.StepTimes.release_share`). Default: `PREFILL_RELEASE_SHARE` on a replica of several GPUs, 0 on one GPU
+        and where the replicas step in lockstep (not measured)."""
+        return PREFILL_RELEASE_SHARE if self.server_tp(c) > 1 and not self.lockstep(c) else 0.0
 
     def lockstep(self, c) -> bool:
         """Whether configuration `c`'s DP replicas run each scheduler iteration together (`sim.simulate_lockstep`);
