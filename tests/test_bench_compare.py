@@ -117,7 +117,8 @@ def test_exact_runs_references_packs_servers_and_resumes(tmp_path, fake):
     assert compare.main(argv) == 0 and fake == ["tp2"]
 
 
-def test_timed_rounds_run_side_by_side_and_give_ratios_to_the_best_vanilla(tmp_path, fake):
+def test_timed_rounds_run_side_by_side_and_give_ratios_to_the_best_vanilla(tmp_path, fake, monkeypatch):
+    monkeypatch.setenv("SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP", "1")  # recorded with the run (`validate.unmodelled`)
     dense = model(tmp_path, "dense", DENSE)
     trace = tmp_path / "az.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -156,7 +157,9 @@ def test_timed_rounds_run_side_by_side_and_give_ratios_to_the_best_vanilla(tmp_p
     assert sidp["best_vanilla"] in ("tp2", "dp2") and sidp["ratio"] == pytest.approx(
         sidp["value"] / sidp["best_vanilla_value"])
     assert (out / "compare.png").stat().st_size > 0
-    assert "python -m sgl_sidp.bench.compare" in (out / "commands.txt").read_text()
+    assert "SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1 python -m sgl_sidp.bench.compare" in (
+        out / "commands.txt").read_text()
+    assert all(r["sglang_env"]["SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP"] == "1" for r in res.values())
 
 
 def test_deadline_leaves_jobs_for_the_next_call(tmp_path, fake):

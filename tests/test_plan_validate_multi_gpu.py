@@ -305,3 +305,16 @@ def test_per_request_reads_the_bursts_compare_kept(tmp_path):
     lines = validate.burst_requests(tmp_path, measured, str(QWEN3_8B), "H100", 2)
     assert lines[1] == "### tp2, burst 4 x (512 in, 8 out)" and sum(ln.startswith("| 50% |") for ln in lines) == 1
     assert validate.burst_requests(tmp_path, {"dp2": measured["dp2"]}, str(QWEN3_8B), "H100", 2) == []
+
+
+def test_a_server_started_with_a_switch_the_planner_does_not_model_is_left_out_and_named(tmp_path):
+    """`validate.unmodelled`: `bench.compare` records the SGLANG_* variables a server saw ("sglang_env"); one started
+    with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1 is not predicted, and `unmodelled_results` names it."""
+    folder = as_compare(tmp_path / "Qwen3-8B")
+    r = json.loads((folder / "tp2.json").read_text())
+    (folder / "tp2.json").write_text(json.dumps(r | {"sglang_env": {"SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP": "1"}}))
+    (folder / "dp2.json").write_text(json.dumps(json.loads((folder / "dp2.json").read_text())
+                                                | {"sglang_env": {"SGLANG_IS_FLASHINFER_AVAILABLE": "false"}}))
+    assert sorted(MOD["load"](folder)[2]) == ["dp2", "dp2_attn", "shift_sp2_tp1", "shift_sp2_tp1_th1"]
+    assert MOD["unmodelled_results"](folder) == [
+        "tp2: started with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1, which the planner does not model"]

@@ -404,6 +404,8 @@ class Measurement:
                          "gpu_count": len(self.gpus), "gpus": ",".join(self.gpus), "gpu_name": gpu_name(self.gpus[0]),
                          "commit": git_commit(), "command": shlex.join(self.srv.command),
                          "calibration_dir": env["SIDP_CALIBRATION_DIR"],
+                         # SGLang's switches the server saw (inherited or compare's own): `validate.unmodelled`
+                         "sglang_env": {k: v for k, v in sorted((os.environ | env).items()) if k.startswith("SGLANG_")},
                          "config_args": self.a.config_args.get(self.job.name) or None,
                          "started": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         busy = busy_gpus(self.gpus) if self.a.servers_per_gpu == 1 else []  # packed servers share GPUs on purpose
@@ -946,8 +948,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rc = 0
     if not a.report:
         with open(a.out_dir / "commands.txt", "a") as f:
+            inherited = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("SGLANG_")]
             f.write(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} commit {git_commit()}: "
-                    f"{shlex.join(['python', '-m', 'sgl_sidp.bench.compare', *argv])}\n")
+                    f"{shlex.join([*inherited, 'python', '-m', 'sgl_sidp.bench.compare', *argv])}\n")
         for m in a.model_path:
             folder = a.out_dir / model_label(m)
             folder.mkdir(parents=True, exist_ok=True)
