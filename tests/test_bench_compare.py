@@ -529,3 +529,15 @@ def test_the_prefill_forwards_one_by_one_are_aligned_across_gpus():
     # a profile summarised without its forwards counted (older results) has no such table
     del prof["ranks"]["TP-0"]["prefill"]["forwards"], prof["ranks"]["TP-1"]["prefill"]["forwards"]
     assert not any("forward 1" in ln for ln in profile_table({"tp2": {"profile": prof}}))
+
+
+def test_a_server_started_with_a_switch_the_planner_does_not_model_gets_no_prediction(tmp_path):
+    """`compare_report.render`: overlap_off_4gpu_h200's servers ran with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
+    (their "sglang_env"); overlap_on's did not, so it is predicted beside its measurement."""
+    from sgl_sidp.bench.compare_report import render
+
+    runs = Path(__file__).resolve().parents[1] / "benchmarks/results/multi_gpu"
+    off, _, _ = render(runs / "overlap_off_4gpu_h200")
+    on, _, _ = render(runs / "overlap_on_4gpu_h200")
+    assert "); pred." not in off and "Planner: tp4: started with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1" in off
+    assert "| tp4 | 27,227 (1.00x); pred." in on

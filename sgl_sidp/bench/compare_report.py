@@ -24,6 +24,11 @@ from typing import Callable, Sequence
 
 from sgl_sidp.bench import exact
 
+#: SGLang's environment switches whose effect the planner does not model: a configuration whose server started with
+#: one (`bench.compare` records them as "sglang_env") is left out of the predictions (`unmodelled`: `validate.load`
+#: and this report's predictions)
+UNMODELLED_ENV = ("SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP",)
+
 #: (key, label, higher is better, read from a result)
 FACTS: list[tuple[str, str, bool, Callable[[dict], float | None]]] = [
     ("kv_tokens", "KV tokens (all ranks)", True, lambda r: sum((r.get("kv_tokens") or {}).values()) or None),
@@ -172,6 +177,14 @@ def ran_as(r: dict, folder: Path | None = None) -> str:
     return name if th is None or float(th) == float("inf") else f"{name}_th{int(float(th))}"  # "inf": JSON's word
 
 
+def unmodelled(result: dict) -> str | None:
+    """Why `bench.compare`'s result of one configuration is not predicted: the switches of `UNMODELLED_ENV` its
+    server started with (its "sglang_env"), as one phrase; None when there are none."""
+    env = result.get("sglang_env") or {}
+    found = [f"{k}={env[k]}" for k in UNMODELLED_ENV if k in env]
+    return f"started with {', '.join(found)}, which the planner does not model" if found else None
+
+
 def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None,
                 names: Sequence[str] = (), ran: dict[str, str] | None = None) -> tuple[dict, str]:
     """The planner's rows ({configuration: `PlanRow`}) for the burst of a group, and a note naming each of the group's
@@ -248,6 +261,10 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                            if predict else ({}, ""))
         ex = exactness(group, results[model])
         lines += [f"## {model} on {count} x {gpu}", ""]
+        switched = {n: why for n, why in ((n, unmodelled(r)) for n, r in group.items()) if why}
+        if pred and switched:  # a server started with a switch the planner does not model: no prediction
+            pred = {n: row for n, row in pred.items() if n not in switched}
+            pred_note = "; ".join([pred_note] * bool(pred_note) + [f"{n}: {why}" for n, why in switched.items()])
         if pred_note:
             lines += [f"Planner: {pred_note}", ""]
         lines += ["| configuration | commit | start-up s | KV tokens per rank | KV tokens (all ranks) | exactness |",
@@ -331,6 +348,8 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
             row["flags"] = r["config_args"]
         if r.get("declined_to"):
             row["declined_to"] = r["declined_to"]
+        if unmodelled(r):
+            row["sglang_env"] = r["sglang_env"]
     return "\n".join(lines), summary, plot
 
 

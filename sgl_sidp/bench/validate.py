@@ -36,15 +36,12 @@ import json
 import shlex
 from pathlib import Path
 
+from sgl_sidp.bench.compare_report import unmodelled
 from sgl_sidp.plan.planner import plan
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf, add_what_if_args, what_if_from_args
 
 #: shift_compare.py configuration -> the planner's configuration name, by GPU count
 NAMES = {"tp": "tp{n}", "dp": "dp{n}", "dp_attn": "dp{n}_attn", "shift": "shift_sp{n}_tp1"}
-
-#: SGLang's environment switches whose effect the planner does not model: a configuration whose server started with
-#: one (`bench.compare` records them as "sglang_env") is left out of the predictions (`unmodelled`)
-UNMODELLED_ENV = ("SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP",)
 
 
 def burst_shape(run: dict) -> tuple[int, int, int]:
@@ -136,14 +133,6 @@ def load(folder: Path) -> dict[int, dict[str, dict]]:
     results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"]
     return compare_measured([r for r in results if isinstance(r, dict) and r.get("config") and not unmodelled(r)],
                             folder)
-
-
-def unmodelled(result: dict) -> str | None:
-    """Why `bench.compare`'s result of one configuration is not predicted: the switches of `UNMODELLED_ENV` its
-    server started with (its "sglang_env"), as one phrase; None when there are none."""
-    env = result.get("sglang_env") or {}
-    found = [f"{k}={env[k]}" for k in UNMODELLED_ENV if k in env]
-    return f"started with {', '.join(found)}, which the planner does not model" if found else None
 
 
 def unmodelled_results(folder: Path) -> list[str]:
