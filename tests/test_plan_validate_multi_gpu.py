@@ -318,3 +318,12 @@ def test_a_server_started_with_a_switch_the_planner_does_not_model_is_left_out_a
     assert sorted(MOD["load"](folder)[2]) == ["dp2", "dp2_attn", "shift_sp2_tp1", "shift_sp2_tp1_th1"]
     assert MOD["unmodelled_results"](folder) == [
         "tp2: started with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1, which the planner does not model"]
+
+
+def test_a_burst_traced_from_its_start_is_measured_without_its_lone_first_forward():
+    """`traced_span_ms`: `--profile-at-start` traces the burst's first prompt alone first (burst_profile_4gpu_h200:
+    TP4's forwards of 78, 283, 276 and 273 ms); the prefill row is the mean of the forwards after it."""
+    stage = {"span_ms": 227.9, "forwards": [{"span_ms": 77.7}, {"span_ms": 283.0}, {"span_ms": 276.0},
+                                            {"span_ms": 273.0}]}
+    assert MOD["traced_span_ms"](stage, skip_first=True) == pytest.approx(277.333, abs=1e-3)
+    assert MOD["traced_span_ms"](stage) == 227.9 and MOD["traced_span_ms"]({"span_ms": 5.0}, True) == 5.0

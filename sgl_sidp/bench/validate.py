@@ -353,11 +353,22 @@ def busy_pair(trace: dict, simulated: list[dict[str, float]] | None) -> tuple[di
     return measured, summed(simulated)
 
 
+def traced_span_ms(stage: dict, skip_first: bool = False) -> float:
+    """A GPU's ms per traced forward of one stage (`profile` of `compare --profile`: first to last kernel). With
+    `skip_first` (a burst traced from its start, `--profile-at-start`), the mean of its forwards after the first
+    (`forwards`), which held the burst's first prompt alone (SGLang takes it in before the rest); the stage's mean
+    where the trace does not give its forwards one by one."""
+    forwards = stage.get("forwards") or []
+    if skip_first and len(forwards) > 1:
+        return sum(f["span_ms"] for f in forwards[1:]) / (len(forwards) - 1)
+    return stage["span_ms"]
+
+
 def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
     """(configuration, what, unit, predicted, measured) of every forward `compare --profile S+IN+OUT` traced in
     `folder` (OUT/<model>): the planner's step (`planner.step_model`) next to the slowest of the DP replicas' first
-    GPUs' profiled ms per forward (first to last kernel; a replica whose traced forwards held fewer prompts, as a
-    first one alone, is faster). A prefill forward holds the prompts of IN tokens that
+    GPUs' profiled ms per forward (first to last kernel, `traced_span_ms`; a replica whose traced forwards held
+    fewer prompts, as a first one alone, is faster). A prefill forward holds the prompts of IN tokens that
     SGLang's chunk takes at once from a replica's share of the S requests; prompts longer than the chunk are traced
     chunk by chunk, each after the prompt's earlier chunks in the KV, so the row is the mean of the traced forwards
     (`profile.steps` of them) in that order; a decode step, that share at IN tokens of
@@ -389,8 +400,9 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
         k = max(1, min(share, chunk // inp)) if inp <= chunk else 1
         leaders = replica_leaders(prof["ranks"])
 
-        prefill, decode = (max((prof["ranks"][g][stage]["span_ms"] for g in leaders
-                                if prof["ranks"][g].get(stage, {}).get("counted")), default=None)
+        at_start = str(prof.get("at_start")).lower() == "true"
+        prefill, decode = (max((traced_span_ms(prof["ranks"][g][stage], at_start and stage == "prefill")
+                                for g in leaders if prof["ranks"][g].get(stage, {}).get("counted")), default=None)
                            for stage in ("prefill", "decode"))
         if prefill is not None:
             if inp <= chunk:
