@@ -327,3 +327,11 @@ def test_a_burst_traced_from_its_start_is_measured_without_its_lone_first_forwar
                                             {"span_ms": 273.0}]}
     assert MOD["traced_span_ms"](stage, skip_first=True) == pytest.approx(277.333, abs=1e-3)
     assert MOD["traced_span_ms"](stage) == 227.9 and MOD["traced_span_ms"]({"span_ms": 5.0}, True) == 5.0
+
+
+def test_a_folder_whose_every_server_ran_with_such_a_switch_says_so_in_one_line(capsys):
+    runs = ROOT / "benchmarks/results/multi_gpu/overlap_off_4gpu_h200/Qwen3-32B"
+    with pytest.raises(SystemExit):
+        validate.main([str(runs), "--model-path", str(ROOT.parent / "shared/models/Qwen3-32B"), "--gpu", "H200"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "nothing to predict: tp2_dp2: started with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1" in err

@@ -505,6 +505,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.dir is None:
         ap.error("give DIR (bench.compare's or shift_compare.py's results) or --forwards")
     groups = load(a.dir)
+    if not groups and unmodelled_results(a.dir):
+        ap.error(f"{a.dir}: nothing to predict: " + "; ".join(unmodelled_results(a.dir)))
     if not groups:
         ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there "
                  "(bench.compare's are in OUT/<model>/)")
