@@ -45,6 +45,11 @@ def test_the_command_counts_a_committed_run_and_lists_what_it_skips(tmp_path, ca
     out = capsys.readouterr().out
     assert "| 2 x H100 | burst throughput | 10% | 2 of 2 |" in out and "| 2 x H100 | winner |" in out
     assert f"- other/NoSuchModel: no {SHARED / 'models' / 'NoSuchModel'}/config.json" in out
+    shutil.copytree(RUN.parent / "overlap_off_4gpu_h200", tmp_path / "off")  # every server with an unmodelled switch
+    assert goals.main([str(tmp_path), "--models-dir", str(SHARED / "models")]) == 0
+    out = capsys.readouterr().out
+    assert ("- off/Qwen3-32B tp4: started with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1, which the planner does "
+            "not model") in out and "off/Qwen3-32B: no bench.compare results" not in out
 
 
 def test_a_gpu_name_maps_to_the_planners_kind():

@@ -96,8 +96,9 @@ def run_checks(root: Path, models_dir: Path, trace_dir: Path | None) -> tuple[li
                "no GPU kind the planner knows in its results" if kind is None else
                validate.missing_trace(folder, trace_dir))
         groups = validate.load(folder) if why is None else {}
-        skipped += [f"{run} {line}" for line in (validate.unmodelled_results(folder) if why is None else [])]
-        if why is None and not groups:
+        switched = [f"{run} {line}" for line in (validate.unmodelled_results(folder) if why is None else [])]
+        skipped += switched
+        if why is None and not groups and not switched:
             why = "no bench.compare results"
         if why:
             skipped.append(f"{run}: {why}")
