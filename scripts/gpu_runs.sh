@@ -124,6 +124,9 @@
 #                The planner's release share (0.7, measured on TP4's 8,192-token forwards) over-predicts Qwen3-8B TP2's
 #                replay TTFT p50 at 2x (+15-18 %). Expected, if the share is smaller on small forwards: each batch's
 #                first tokens later with the overlap by well under 0.7 of a forward at 2,048 tokens
+#   q8_overlap1  the same pair on one GPU (Qwen3-8B TP1, SGLang's chunk): the planner releases a one-GPU replica's first
+#                tokens as its forward ends (share 0), from DP4's profile (the next launch returned 253 ms before the
+#                forward before it ended). Expected: each batch's first tokens within 10 ms with and without the overlap
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -266,6 +269,10 @@ for RUN in "$@"; do
           compare_run "q8_overlap_off_ch${CH}_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 \
             --extra-args "$X --chunked-prefill-size $CH" )
       done ;;
+    q8_overlap1)
+      compare_run "q8_overlap_on_${NG}gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 64+2048+32
+      ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
+        compare_run "q8_overlap_off_${NG}gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 64+2048+32 ) ;;
     q32_sidp512)
       compare_run "q32_sidp512_2gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --parallel --configs tp2,sidp_dp2_auto,dp2,sidp_dp2_was \
         --burst 512+2048+16 ;;
