@@ -119,7 +119,7 @@
 #                forward ended; the overlap loop processes forward 1's result (its first token) only after that launch.
 #                Expected: with the switch, TP4's first token at ~0.1 s (0.30-0.42 s measured before; 0.08 s simulated) and
 #                its TTFT p50 within 3 % of the simulation's 2,382 ms (-6.2 % before), throughput within 2 % of the default
-#   q8_overlap   the overlap_off pair on Qwen3-8B TP2 at SGLang's chunk of 2,048 tokens (a forward of one 2,048-token
+#   q8_overlap   the overlap_off pair on Qwen3-8B TP2 at SGLang's chunk (CHUNK) of 2,048 tokens (a forward of one 2,048-token
 #                prompt, ~25-30 ms, the size of an Azure replay's prefills), then at the default 8,192 if time is left.
 #                The planner's release share (0.7, measured on TP4's 8,192-token forwards) over-predicts Qwen3-8B TP2's
 #                replay TTFT p50 at 2x (+15-18 %). Expected, if the share is smaller on small forwards: each batch's
@@ -262,12 +262,12 @@ for RUN in "$@"; do
       ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
         compare_run "overlap_off_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,tp2_dp2 --burst 64+2048+32 ) ;;
     q8_overlap)
-      for CH in 2048 8192; do
-        compare_run "q8_overlap_on_ch${CH}_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 \
-          --extra-args "$X --chunked-prefill-size $CH"
+      for CHUNK in 2048 8192; do
+        compare_run "q8_overlap_on_ch${CHUNK}_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 \
+          --extra-args "$X --chunked-prefill-size $CHUNK"
         ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
-          compare_run "q8_overlap_off_ch${CH}_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 \
-            --extra-args "$X --chunked-prefill-size $CH" )
+          compare_run "q8_overlap_off_ch${CHUNK}_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 \
+            --extra-args "$X --chunked-prefill-size $CHUNK" )
       done ;;
     q8_overlap1)
       compare_run "q8_overlap_on_${NG}gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 64+2048+32
