@@ -130,20 +130,18 @@ def load(folder: Path) -> dict[int, dict[str, dict]]:
     old = [p for p in sorted(folder.glob("*.json")) if p.stem in NAMES]
     if old:
         return old_measured(old)
+    return compare_measured([r for r in compare_results(folder) if not unmodelled(r)], folder)
+
+
+def compare_results(folder: Path) -> list[dict]:
+    """`bench.compare`'s result of each configuration in `folder` (OUT/<model>: the JSON files with a "config")."""
     results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"]
-    return compare_measured([r for r in results if isinstance(r, dict) and r.get("config") and not unmodelled(r)],
-                            folder)
+    return [r for r in results if isinstance(r, dict) and r.get("config")]
 
 
 def unmodelled_results(folder: Path) -> list[str]:
     """"<configuration>: <why>" for each of `folder`'s results that `load` leaves out (`unmodelled`)."""
-    out = []
-    for p in sorted(folder.glob("*.json")):
-        r = json.loads(p.read_text()) if p.name != "config.json" else None
-        why = unmodelled(r) if isinstance(r, dict) else None
-        if why:
-            out.append(f"{r.get('config', p.stem)}: {why}")
-    return out
+    return [f"{r['config']}: {why}" for r in compare_results(folder) if (why := unmodelled(r))]
 
 
 def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: str, n: int,
@@ -505,8 +503,9 @@ def main(argv: list[str] | None = None) -> None:
     if a.dir is None:
         ap.error("give DIR (bench.compare's or shift_compare.py's results) or --forwards")
     groups = load(a.dir)
-    if not groups and unmodelled_results(a.dir):
-        ap.error(f"{a.dir}: nothing to predict: " + "; ".join(unmodelled_results(a.dir)))
+    switched = [] if groups else unmodelled_results(a.dir)
+    if switched:
+        ap.error(f"{a.dir}: nothing to predict: " + "; ".join(switched))
     if not groups:
         ap.error(f"{a.dir}: no results of bench.compare or shift_compare.py there "
                  "(bench.compare's are in OUT/<model>/)")
