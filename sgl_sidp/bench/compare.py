@@ -335,6 +335,12 @@ def busy_gpus(gpus: Sequence[str], wait_s: float = BUSY_WAIT_S,
         time.sleep(1.0)
 
 
+def sglang_switches(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The SGLANG_* variables a server started from here sees: this process's environment with `env` (compare's own
+    additions) over it, sorted by name."""
+    return {k: v for k, v in sorted((os.environ | (env or {})).items()) if k.startswith("SGLANG_")}
+
+
 class Measurement:
     """One job's server on its GPUs and the steps run against it; its result file is rewritten after each step.
 
@@ -404,8 +410,7 @@ class Measurement:
                          "gpu_count": len(self.gpus), "gpus": ",".join(self.gpus), "gpu_name": gpu_name(self.gpus[0]),
                          "commit": git_commit(), "command": shlex.join(self.srv.command),
                          "calibration_dir": env["SIDP_CALIBRATION_DIR"],
-                         # SGLang's switches the server saw (inherited or compare's own): `validate.unmodelled`
-                         "sglang_env": {k: v for k, v in sorted((os.environ | env).items()) if k.startswith("SGLANG_")},
+                         "sglang_env": sglang_switches(env),  # `compare_report.unmodelled` reads them
                          "config_args": self.a.config_args.get(self.job.name) or None,
                          "started": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         busy = busy_gpus(self.gpus) if self.a.servers_per_gpu == 1 else []  # packed servers share GPUs on purpose
@@ -948,7 +953,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rc = 0
     if not a.report:
         with open(a.out_dir / "commands.txt", "a") as f:
-            inherited = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("SGLANG_")]
+            inherited = [f"{k}={v}" for k, v in sglang_switches().items()]
             f.write(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} commit {git_commit()}: "
                     f"{shlex.join([*inherited, 'python', '-m', 'sgl_sidp.bench.compare', *argv])}\n")
         for m in a.model_path:
