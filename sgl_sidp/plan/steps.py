@@ -68,7 +68,6 @@ GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 
                  "source": "SGLang's 'Load weight begin. avail mem' at TP1, benchmarks/results/families/ (DeepSeek-V2 run)"}}
 
 
-
 def gpu_key(gpu_name: str | None) -> str | None:
     """The `GPUS` key of a GPU named as NVML or a table names it ("NVIDIA H100 80GB HBM3", "H100" -> "H100"), matched
     by kind (`comm.gpu_kind`); None for no name or a kind the planner does not know."""
