@@ -127,6 +127,13 @@
 #   q8_overlap1  the same pair on one GPU (Qwen3-8B TP1, SGLang's chunk): the planner releases a one-GPU replica's first
 #                tokens as its forward ends (share 0), from DP4's profile (the next launch returned 253 ms before the
 #                forward before it ended). Expected: each batch's first tokens within 10 ms with and without the overlap
+#   release_lead whether a prefill's first tokens wait a share of the next prefill or all of it but a lead:
+#                Qwen3-8B TP2 at SGLang's chunk of 4,096 tokens, then Qwen3-32B TP2 at its default 8,192, each on the
+#                burst 64 x (2,048 in, 32 out). q8_overlap_on_ch8192_2gpu_h200's last prefill (a decode launch after it)
+#                left 60 ms after the one before, of ~120 ms forwards, and at chunks of 2,048 (~32 ms forwards) on
+#                time: the planner now releases them max(0, forward - 70 ms) into the next forward. Expected: at 4,096
+#                (~60 ms forwards) the last gap about one forward (on time); on Qwen3-32B TP2 (~500 ms forwards) the
+#                last gap ~70 ms where a share of 0.72 would give ~140 ms
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -269,6 +276,10 @@ for RUN in "$@"; do
           compare_run "q8_overlap_off_ch${CHUNK}_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 \
             --extra-args "$X --chunked-prefill-size $CHUNK" )
       done ;;
+    release_lead)
+      compare_run "q8_release_ch4096_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 \
+        --extra-args "$X --chunked-prefill-size 4096"
+      compare_run "q32_release_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1 --configs tp2 --burst 64+2048+32 ;;
     q8_overlap1)
       compare_run "q8_overlap_on_${NG}gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 64+2048+32
       ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
