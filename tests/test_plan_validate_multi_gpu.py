@@ -320,6 +320,21 @@ def test_a_server_started_with_a_switch_the_planner_does_not_model_is_left_out_a
         "tp2: started with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1, which the planner does not model"]
 
 
+def test_a_server_started_with_a_flag_the_planner_does_not_model_is_left_out_and_named(tmp_path):
+    """`compare_report.unmodelled`: a shared server flag of `UNMODELLED_FLAGS` at other than the planner's value (a
+    chunk of 2,048 tokens; `--enable-mixed-chunk`, which has none) leaves the server out; SGLang's default chunk
+    written out (8,192) does not."""
+    folder = as_compare(tmp_path / "Qwen3-8B")
+    for name, extra in (("tp2", " --chunked-prefill-size 2048 --tp-size 2"), ("dp2", " --enable-mixed-chunk"),
+                        ("dp2_attn", " --chunked-prefill-size=8192")):
+        r = json.loads((folder / f"{name}.json").read_text())
+        (folder / f"{name}.json").write_text(json.dumps(r | {"command": "python -m sglang.launch_server" + extra}))
+    assert sorted(MOD["load"](folder)[2]) == ["dp2_attn", "shift_sp2_tp1", "shift_sp2_tp1_th1"]
+    assert MOD["unmodelled_results"](folder) == [
+        "dp2: started with --enable-mixed-chunk, which the planner does not model",
+        "tp2: started with --chunked-prefill-size 2048, which the planner does not model"]
+
+
 def test_a_burst_traced_from_its_start_is_measured_without_its_lone_first_forward():
     """`traced_span_ms`: `--profile-at-start` traces the burst's first prompt alone first (burst_profile_4gpu_h200:
     TP4's forwards of 78, 283, 276 and 273 ms); the prefill row is the mean of the forwards after it."""
