@@ -149,9 +149,11 @@ CTX_TIMES = StepTimes(decode_ms=lambda b, ctx: 4.0 + 0.03 * b + 2.5e-5 * b * ctx
 #: the same with SGLang's choice of the next iteration 1 ms after an iteration starts (every step here takes longer)
 DECIDE_TIMES = StepTimes(decode_ms=CTX_TIMES.decode_ms, prefill_ms=CTX_TIMES.prefill_ms, decide_ms=1.0)
 
-#: the same with a back-to-back prefill's first tokens released 0.7 of the way through the next (`release_share`)
+#: the same with a back-to-back prefill's first tokens released 0.7 of the way through the next where it takes over
+#: 40 ms (`release_share`, `release_min_ms`): late into forwards of 2,048-token chunks (~124 ms here), at once after
+#: shorter ones (512 tokens: ~32 ms)
 RELEASE_TIMES = StepTimes(decode_ms=CTX_TIMES.decode_ms, prefill_ms=CTX_TIMES.prefill_ms, decide_ms=1.0,
-                          release_share=0.7)
+                          release_share=0.7, release_min_ms=40.0)
 
 
 def _workload(kind: str, seed: int, n: int) -> list[tuple]:
@@ -534,19 +536,21 @@ def test_a_burst_after_a_lone_first_prompt_joins_the_next_iteration_chosen_once_
 def test_a_prefills_first_tokens_leave_into_the_next_prefill_and_on_time_before_a_decode_step():
     """`StepTimes.release_share`: SGLang's overlap scheduler processes a prefill's results once it has launched the
     next batch, so with a prefill next they leave 0.7 of the way through it; the last prefill's leave as it ends (a
-    decode step comes next); a one-token output finishes with its first token; the schedule is unchanged."""
-    times = StepTimes(decode_ms=lambda b, ctx: 10.0, prefill_ms=lambda parts: 0.1 * sum(n for n, _ in parts),
-                      release_share=0.7)
-    plain = StepTimes(decode_ms=times.decode_ms, prefill_ms=times.prefill_ms)
+    decode step comes next); a one-token output finishes with its first token; a next forward no longer than
+    `release_min_ms` releases them on time; the schedule is unchanged."""
+    plain = StepTimes(decode_ms=lambda b, ctx: 10.0, prefill_ms=lambda parts: 0.1 * sum(n for n, _ in parts))
     rows = [(0.0, 1000, 4), (0.0, 1000, 1), (0.0, 1000, 4)]  # one prompt a batch (max_prefill_tokens 1,000)
     runs = {}
-    for name, t in (("release", times), ("plain", plain)):
+    for name, share, min_ms in (("release", 0.7, 99.0), ("short", 0.7, 100.0), ("plain", 0.0, 0.0)):
+        t = StepTimes(decode_ms=plain.decode_ms, prefill_ms=plain.prefill_ms, release_share=share,
+                      release_min_ms=min_ms)
         reqs, reps = [SimRequest(*r) for r in rows], [ReplicaSim(ReplicaLimits(100_000, max_prefill_tokens=1000), t)]
         simulate(reqs, reps)
         runs[name] = reqs, reps
     (late, reps), (plain_reqs, plain_reps) = runs["release"], runs["plain"]
     assert [r.first_token_s for r in plain_reqs] == pytest.approx([0.1, 0.2, 0.3])
     assert [r.first_token_s for r in late] == pytest.approx([0.17, 0.27, 0.3])  # 0.7 x 100 ms into the next
+    assert [r.first_token_s for r in runs["short"][0]] == pytest.approx([0.1, 0.2, 0.3])
     assert late[1].finish_s == late[1].first_token_s  # its only token
     assert [r.finish_s for r in late[::2]] == [r.finish_s for r in plain_reqs[::2]]
     assert reps[0].clock == plain_reps[0].clock

@@ -24,7 +24,7 @@ What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.manag
   the next one, and one that finds the replica idle is taken at once (`ReplicaSim.arrive`);
 - the same loop's late release of a prefill's first tokens: it processes a batch's results once it has launched the
   next, so where a prefill follows a prefill, the first tokens of the one before leave `StepTimes.release_share` of
-  the way through it (`ReplicaSim._release`).
+  the way through it where it takes longer than `StepTimes.release_min_ms` (`ReplicaSim._release`).
 
 What it leaves out: the overlap scheduler's CPU time (an iteration lasts its forward; the step times may fold the
 host's share in), its look-ahead for what is not an arrival (here a batch is chosen knowing which requests the
@@ -154,23 +154,27 @@ class StepTimes:
     `decide_ms`: the host time from an iteration's start to the choice of the next (`ReplicaSim.arrive`); 0: at its
     start.
 
-    `release_share`: where a prefill forward follows another back to back, the share of it (0 to 1) that passes
-    before the first tokens the one before sampled reach the tokenizer manager. SGLang's overlap scheduler processes
-    a batch's results only once it has launched the next batch (`Scheduler.event_loop_overlap`: `run_batch`, then
-    `pop_and_process` of the last), and a prefill's launch returns only when the GPU has run part of it. 0: every
-    first token leaves as its forward ends (one GPU a replica; see `technique.PREFILL_RELEASE_SHARE`)."""
+    `release_share`: where a prefill forward of more than `release_min_ms` follows another back to back, the share of
+    it (0 to 1) that passes before the first tokens the one before sampled reach the tokenizer manager. SGLang's
+    overlap scheduler processes a batch's results only once it has launched the next batch
+    (`Scheduler.event_loop_overlap`: `run_batch`, then `pop_and_process` of the last), and on a replica of several
+    GPUs a prefill's launch returns only when the GPU has run part of it, unless the forward is short enough that
+    the host's launch is the slower. 0: every first token leaves as its forward ends (one GPU a replica; see
+    `technique.PREFILL_QUEUE_LAYERS`)."""
 
     def __init__(self, decode_ms: Callable[[int, float], float],
                  prefill_ms: Callable[[Sequence[tuple[int, int]]], float],
                  decode_run: Callable[[int, float], tuple[float, int]] | None = None, longest_row: bool = False,
-                 decide_ms: float = 0.0, release_share: float = 0.0):
+                 decide_ms: float = 0.0, release_share: float = 0.0,
+                 release_min_ms: float = 0.0):
         self.decode_ms, self.prefill_ms, self.decode_run = decode_ms, prefill_ms, decode_run
         self.longest_row = longest_row
         #: ms from an iteration's start to SGLang's choice of the next (its overlap scheduler chooses the next batch
         #: once it has prepared and launched this one): a request that arrives in between still joins the next
         self.decide_ms = decide_ms
-        #: the share of a back-to-back prefill forward run before the last prefill's first tokens are released
-        self.release_share = release_share
+        #: the share of a back-to-back prefill forward (of more than `release_min_ms`) run before the last prefill's
+        #: first tokens are released
+        self.release_share, self.release_min_ms = release_share, release_min_ms
 
 
 class RadixBlocks:
@@ -451,7 +455,7 @@ class ReplicaSim:
         own: this runs for some 150,000 batches a planning run.)"""
         ms = self.times.prefill_ms([(t, r.prefilled) for r, t in batch])
         share = self.times.release_share
-        if share and self._unreleased[1] == self.clock:
+        if share and self._unreleased[1] == self.clock and ms > self.times.release_min_ms:
             self._release(self.clock + share * ms / 1e3)
         clock = self.clock = self.clock + ms / 1e3
         self.prefill_s += ms / 1e3
@@ -707,12 +711,12 @@ class ReplicaSim:
         long prompt (half the prefills of a planning run on the Mooncake trace) instead of a round of `advance`,
         `step`, `_prefill_batch` and `_prefill` for each."""
         req, chunk, kv, cache = self.chunked, self.limits.chunked_prefill, self.limits.kv_tokens, self.cache
-        prefill_ms, share = self.times.prefill_ms, self.times.release_share
+        prefill_ms, share, min_ms = self.times.prefill_ms, self.times.release_share, self.times.release_min_ms
         clock, used, ran = self.clock, self.used, 0
         start = clock
         while clock < until_s and req.input_len - req.prefilled > chunk:
             ms = prefill_ms([(chunk, req.prefilled)])
-            if share and self._unreleased[1] == clock:  # the first chunk, right after a prefill
+            if share and self._unreleased[1] == clock and ms > min_ms:  # the first chunk, right after a prefill
                 self._release(clock + share * ms / 1e3)
             clock += ms / 1e3
             used += chunk  # take `chunk` tokens (the takes' evictions as one, below: see KV above)

@@ -22,7 +22,8 @@ it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.managers.s
   forward misses the next iteration, unless the replica would otherwise have nothing to run;
 - the release of a prefill's first tokens: SGLang's overlap scheduler processes a batch's results once it has
   launched the next batch, so where a prefill follows a prefill back to back, the first tokens of the one before
-  leave `StepTimes.release_share` of the way through it (`_release`); before a decode step, as their forward ends;
+  leave `StepTimes.release_share` of the way through it where it takes longer than `StepTimes.release_min_ms`
+  (`_release`); before a decode step, as their forward ends;
 - DP replicas: each replica has its own queue, KV cache and clock; a request goes to one replica at its arrival,
   round robin (SGLang's default) or by a `route` function reading the replicas' state.
 
@@ -126,7 +127,7 @@ class ReferenceReplicaSim:
             return True
         if batch:
             ms = self.times.prefill_ms([(t, r.prefilled) for r, t in batch])
-            if self.unreleased and self.last_end == self.clock:  # a prefill right after a prefill
+            if self.unreleased and self.last_end == self.clock and ms > self.times.release_min_ms:  # after a prefill
                 self._release(self.clock + self.times.release_share * ms / 1e3)
             self.unreleased = []
             self.last_start = self.clock

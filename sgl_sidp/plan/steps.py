@@ -730,9 +730,10 @@ class StepModel:
         """The simulation's step times of a replica in `role` ("sink" for a ZeroDP sink, else ""): a decode step at
         least its longest row's (`sim.StepTimes.longest_row`)."""
         # the simulation's calls go straight to the closures over the memos (`_decode_runner`, `_prefill_runner`)
+        share, min_ms = self.kind.release(self.config, self.shapes.layers)
         return StepTimes(lambda b, ctx: self.decode_ms(b, ctx, role), self._prefill_runner(role),
                          self._decode_runner(role), longest_row=True, decide_ms=self.decide_ms,
-                         release_share=self.kind.release_share(self.config))
+                         release_share=share, release_min_ms=min_ms)
 
     def replicas(self, kv: Mapping[str, int]) -> list[Replica]:
         """The simulation's replicas: `kv` is `Configuration.kv_tokens` (by role) of this configuration."""

@@ -27,15 +27,25 @@ from typing import Callable
 #: a term of `Technique.terms` that a forward lacks: nothing to add (see `Technique.terms`)
 NO_TERMS = (0.0, 0.0, -math.inf)
 
-#: On a replica of several GPUs, the share of a prefill forward that runs before SGLang's overlap scheduler has
-#: processed the prefill right before it (`sim.StepTimes.release_share`): its launch of the next batch returns late.
-#: Measured on 4 x H200, Qwen3-32B TP4, 64 x (2,048 in, 32 out): as SGLang starts it (`overlap_on_4gpu_h200`) each
-#: batch's first tokens left 197-201 ms later at the burst's start than with SGLang's
-#: SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1 (`overlap_off_4gpu_h200`), of forwards of 276-278 ms: 0.72. On one
-#: GPU a replica (DP4's ranks, `burst_profile_4gpu_h200`) the launch of the next prefill returned before the one
-#: before it ended, and Qwen3-8B TP1's first tokens came within -8 to +12 ms with and without the switch
-#: (`q8_overlap_on_1gpu_h200`, forwards of ~200 ms): 0 there.
-PREFILL_RELEASE_SHARE = 0.7
+#: On a replica of several GPUs, SGLang's overlap scheduler processes a prefill's results (its first tokens) once its
+#: launch of the next prefill returns, and that launch returns only when the GPU has about this many layers of it
+#: left (`sim.StepTimes.release_share`: a share of 1 - PREFILL_QUEUE_LAYERS / layers of the next forward), where the
+#: forward outlasts the host's launch of it (`PREFILL_HOST_MS_PER_LAYER`). Measured against SGLang's switch
+#: SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1 and from the gap before a burst's last prefill, whose tokens leave as it
+#: ends (a decode launch follows it), on 64 x (2,048 in, 32 out):
+#: - Qwen3-32B (64 layers): 0.72 of 276-278 ms TP4 forwards on 4 x H200 (`overlap_on_4gpu_h200` against
+#:   `overlap_off_4gpu_h200`), 0.72 of 370 and 493 ms TP2 forwards on 2 x H200 (`q32_release_2gpu_h200`): 1 - 18/64;
+#: - Qwen3-8B TP2 (36 layers) on 2 x H200: 0.5 of ~120 ms forwards (`q8_overlap_on_ch8192_2gpu_h200`) and 0.49 of
+#:   ~63 ms ones (`q8_release_ch4096_2gpu_h200`): 1 - 18/36; but 0 of ~32 ms ones (`q8_overlap_on_ch2048_2gpu_h200`).
+#: On one GPU a replica the launch of the next prefill returned 253 ms before the one before it ended (DP4's ranks,
+#: `burst_profile_4gpu_h200`), and Qwen3-8B TP1's first tokens came within -8 to +12 ms with and without the switch
+#: (`q8_overlap_on_1gpu_h200`, forwards of ~200 ms): no delay there.
+PREFILL_QUEUE_LAYERS = 18
+
+#: Below this many ms a layer, a prefill forward ends before the host has launched the next one, so its first
+#: tokens leave on time (`sim.StepTimes.release_min_ms`): between Qwen3-8B TP2's 0.9 (2,048-token forwards, no
+#: delay) and 1.75 (4,096 tokens, the full share) ms a layer, measured on 2 x H200 (`PREFILL_QUEUE_LAYERS`)
+PREFILL_HOST_MS_PER_LAYER = 1.3
 
 
 class Technique:
@@ -192,11 +202,14 @@ class Technique:
         """How the DP controller sends each request to a replica (`planner.route_of`); None: round robin."""
         return None
 
-    def release_share(self, c) -> float:
-        """The share of a back-to-back prefill forward that runs before the one before it has its results processed
-        (`sim.StepTimes.release_share`). Default: `PREFILL_RELEASE_SHARE` on a replica of several GPUs, 0 on one GPU
-        and where the replicas step in lockstep (not measured)."""
-        return PREFILL_RELEASE_SHARE if self.server_tp(c) > 1 and not self.lockstep(c) else 0.0
+    def release(self, c, layers: int) -> tuple[float, float]:
+        """(share, ms): a back-to-back prefill forward of more than ms runs that share before the one before it has
+        its results processed (`sim.StepTimes.release_share`, `release_min_ms`), for a model of `layers` layers.
+        Default: `PREFILL_QUEUE_LAYERS` and `PREFILL_HOST_MS_PER_LAYER`'s on a replica of several GPUs; (0, 0), no
+        delay, on one GPU and where the replicas step in lockstep (not measured)."""
+        if self.server_tp(c) <= 1 or self.lockstep(c):
+            return 0.0, 0.0
+        return max(0.0, 1 - PREFILL_QUEUE_LAYERS / layers), PREFILL_HOST_MS_PER_LAYER * layers
 
     def lockstep(self, c) -> bool:
         """Whether configuration `c`'s DP replicas run each scheduler iteration together (`sim.simulate_lockstep`);
