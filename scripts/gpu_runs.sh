@@ -131,9 +131,10 @@
 #                Qwen3-8B TP2 at SGLang's chunk of 4,096 tokens, then Qwen3-32B TP2 at its default 8,192, each on the
 #                burst 64 x (2,048 in, 32 out). q8_overlap_on_ch8192_2gpu_h200's last prefill (a decode launch after it)
 #                left 60 ms after the one before, of ~120 ms forwards, and at chunks of 2,048 (~32 ms forwards) on
-#                time: the planner now releases them max(0, forward - 70 ms) into the next forward. Expected: at 4,096
-#                (~60 ms forwards) the last gap about one forward (on time); on Qwen3-32B TP2 (~500 ms forwards) the
-#                last gap ~70 ms where a share of 0.72 would give ~140 ms
+#                time: the lead model under test (not committed) releases them max(0, forward - 70 ms) into the next
+#                forward. Expected: at 4,096 (~60 ms forwards) the last gap about one forward (on time); on Qwen3-32B
+#                TP2 (~500 ms forwards) the last gap ~70 ms where a share of 0.72 would give ~140 ms. Found: 0.49 of
+#                the forward at 4,096 and 0.72 on Qwen3-32B TP2, a share (technique.PREFILL_QUEUE_LAYERS)
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
