@@ -135,6 +135,10 @@
 #                forward. Expected: at 4,096 (~60 ms forwards) the last gap about one forward (on time); on Qwen3-32B
 #                TP2 (~500 ms forwards) the last gap ~70 ms where a share of 0.72 would give ~140 ms. Found: 0.49 of
 #                the forward at 4,096 and 0.72 on Qwen3-32B TP2, a share (technique.PREFILL_QUEUE_LAYERS)
+#   shift_release  how late Shift SP2's base configuration releases a prefill's first tokens: Qwen3-8B shift_sp2_tp1 on
+#                the burst 64 x (2,048 in, 32 out), the gap before its last prefill. The planner takes TP2's share
+#                (0.5 for 36 layers) and under-predicts Shift SP2's TTFT p50 by 7-16 % on bursts. Expected: about 0.5
+#                of the next forward as on TP2; more if Shift's collectives fill the launch queue sooner
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -281,6 +285,8 @@ for RUN in "$@"; do
       compare_run "q8_release_ch4096_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 \
         --extra-args "$X --chunked-prefill-size 4096"
       compare_run "q32_release_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1 --configs tp2 --burst 64+2048+32 ;;
+    shift_release)
+      compare_run "q8_shift_release_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 64+2048+32 ;;
     q8_overlap1)
       compare_run "q8_overlap_on_${NG}gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 64+2048+32
       ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
