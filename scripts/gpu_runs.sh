@@ -139,6 +139,10 @@
 #                the burst 64 x (2,048 in, 32 out), the gap before its last prefill. The planner takes TP2's share
 #                (0.5 for 36 layers) and under-predicts Shift SP2's TTFT p50 by 7-16 % on bursts. Expected: about 0.5
 #                of the next forward as on TP2; more if Shift's collectives fill the launch queue sooner
+#   q30_auto2    --overlay-mode auto on Qwen3-30B-A3B, 256 x (2,048 in, 256 out), beside TP2 and DP attention, one after
+#                the other on 2 GPUs (resumable). On 2 x H100 auto started TP2 at 0.97x DP attention (q30_auto_2gpu_h100).
+#                Predicted on 2 x H200 before the run: DP2 first (50,813 tok/s), TP2 0.96x, DP attention 0.95x, a near
+#                tie. Expected: auto starts DP2 and is within 2 % of the best of the three measured
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -287,6 +291,8 @@ for RUN in "$@"; do
       compare_run "q32_release_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1 --configs tp2 --burst 64+2048+32 ;;
     shift_release)
       compare_run "q8_shift_release_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 64+2048+32 ;;
+    q30_auto2)
+      compare_run "q30_auto_${NG}gpu_$TAG" Qwen3-30B-A3B --gpus 0,1 --configs auto,tp2,dp2_attn --burst 256+2048+256 ;;
     q8_overlap1)
       compare_run "q8_overlap_on_${NG}gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 64+2048+32
       ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
