@@ -143,6 +143,11 @@
 #                the other on 2 GPUs (resumable). On 2 x H100 auto started TP2 at 0.97x DP attention (q30_auto_2gpu_h100).
 #                Predicted on 2 x H200 before the run: DP2 first (50,813 tok/s), TP2 0.96x, DP attention 0.95x, a near
 #                tie. Expected: auto starts DP2 and is within 2 % of the best of the three measured
+#   shift_twice  the burst 64 x (2,048 in, 32 out) twice on Qwen3-8B Shift SP2 and TP2 (--burst-twice). In
+#                q8_shift_release_2gpu_h200 Shift's first tokens followed the simulation's 111 ms pace and tail to a few
+#                ms but ~112 ms late from the first on (one forward): compare's rehearsal (two 2,048-token prompts)
+#                never runs an 8,192-token forward. Expected, if the first such forward pays a one-time cost: the
+#                second burst's first tokens within ~20 ms of the simulation's, TTFT p50 ~1,000 ms (1,107 first)
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -293,6 +298,9 @@ for RUN in "$@"; do
       compare_run "q8_shift_release_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 64+2048+32 ;;
     q30_auto2)
       compare_run "q30_auto_${NG}gpu_$TAG" Qwen3-30B-A3B --gpus 0,1 --configs auto,tp2,dp2_attn --burst 256+2048+256 ;;
+    shift_twice)
+      compare_run "q8_shift_twice_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,tp2 --burst 64+2048+32 \
+        --burst-twice ;;
     q8_overlap1)
       compare_run "q8_overlap_on_${NG}gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 64+2048+32
       ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
