@@ -442,15 +442,23 @@ def test_a_declining_mode_is_recorded_as_the_vanilla_configuration_it_started():
 
 
 def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
-    """Before a burst, two requests per DP rank of its prompt length (at most 4 output tokens, prompts of their own)
-    go through the router, then one per rank a token shorter, so Triton's first compiles of its chunk shapes fall
-    outside the measured burst."""
+    """Before a burst, enough requests per DP rank of its prompt length to fill a chunk (at least two; at most 4
+    output tokens, prompts of their own) go through the router, then one per rank a token shorter, so Triton's first
+    compiles of its chunk shapes and the first full-chunk forward's one-time cost fall outside the measured burst."""
     from types import SimpleNamespace
 
     from sgl_sidp.bench import batches
 
-    sent = []
-    monkeypatch.setattr(compare, "http_json", lambda url, body: sent.append(("one", len(body["input_ids"]))))
+    sent, chunk = [], {"chunked_prefill_size": 8192}
+
+    def http_json(url, body=None, timeout_s=None):
+        if url.endswith("/server_info"):
+            if chunk is None:
+                raise OSError("no answer")
+            return chunk
+        sent.append(("one", len(body["input_ids"])))
+
+    monkeypatch.setattr(compare, "http_json", http_json)
     monkeypatch.setattr(batches, "run_batch", lambda url, bodies: sent.append(
         ("router", [(len(ids), o, rank) for ids, o, rank in bodies])))
     runner = object.__new__(compare.Measurement)
@@ -460,9 +468,15 @@ def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
     # then one a rank a token shorter (a size that does not divide by 16: Triton compiles that class apart)
     assert sent[-2:] == [("router", [(8192, 4, None)] * 4), ("router", [(8191, 4, None)] * 2)] and len(sent) == 6
     assert batches.prompts(4, 8192, 3)[0] != batches.prompts(64, 8192, 7)[0]  # not the burst's: no radix-cache hits
+    for chunk, n in (({"chunked_prefill_size": 8192}, 8), ({"chunked_prefill_size": 4096}, 4), (None, 8)):
+        sent[:] = []
+        runner.a = SimpleNamespace(burst="64+2048+32", profile=None)
+        runner.warm_up()  # a full chunk of 2,048-token prompts a rank; SGLang's 8,192 where the server does not say
+        assert sent[-2] == ("router", [(2048, 4, None)] * n)
     runner.a, sent[:] = SimpleNamespace(burst=None, profile=None), []
     runner.warm_up()
     assert [k for k, _ in sent] == ["one"] * 4
+    assert [compare.rehearsal_size(i, 8192) for i in (2048, 3000, 8192, 16384)] == [4, 3, 2, 2]
 
 
 def test_busy_gpus_name_each_gpu_another_process_holds_and_wait_for_one_being_freed():

@@ -112,6 +112,13 @@ class Job:
         return self.result.parent / "logs" / f"{self.name}.log"
 
 
+def rehearsal_size(prompt_tokens: int, chunk_tokens: int) -> int:
+    """Prompts of `prompt_tokens` per DP rank that `Run.warm_up` rehearses before a burst: enough to fill one prefill
+    chunk of `chunk_tokens` (SGLang's `chunked_prefill_size`), at least two. 2,048-token prompts, 8,192-token chunk:
+    4."""
+    return max(2, -(-chunk_tokens // max(1, prompt_tokens)))
+
+
 def triple(spec: str, flag: str = "--burst", first: str = "S") -> tuple[int, int, int]:
     """(S, IN, OUT) of "S+IN+OUT" (`flag`'s value; `first` names its first number in errors).
 
@@ -453,8 +460,12 @@ class Measurement:
 
     def warm_up(self) -> None:
         """Outside every number: two short greedy requests per DP rank (first allocations, JIT kernels), then, where
-        a burst or a profile follows, a rehearsal of its shapes through the server's router: two requests per DP
-        rank of its prompt length, at most 4 output tokens each. Triton specialises kernels on sizes, so a burst's
+        a burst or a profile follows, a rehearsal of its shapes through the server's router: enough requests per DP
+        rank of its prompt length to fill a full chunk (`rehearsal_size`), at most 4 output tokens each. The first
+        full-chunk forward after start-up pays a one-time cost: on 2 x H200 a Qwen3-8B burst of 64 x (2,048 in, 32 out)
+        rehearsed with two prompts gave its first token 180 ms later the first time than the second, on TP2 (261
+        against 83 ms) and Shift SP2 (275 against 94 ms), each release after it one forward late
+        (`q8_shift_twice_2gpu_h200`). Triton specialises kernels on sizes, so a burst's
         first chunks (a full chunk, a chunk over a cached prefix, one DP attention rank prefilling while another
         decodes) would otherwise carry one-time costs: on 2 x H200, DP attention's 16 x (8,192 in, 1 out) right after
         the short requests logged 24K prefill tokens/s a rank and stalled about 1.5 s at its end, where the profiled
@@ -477,7 +488,11 @@ class Measurement:
         spec = self.a.burst or self.a.profile
         if spec:
             s, i, o = triple(spec)
-            rehearsals = [prompts(min(s, 2 * self.ranks), i, 3)]
+            try:
+                chunk = int(http_json(self.srv.base_url + "/server_info", timeout_s=30).get("chunked_prefill_size") or 0)
+            except Exception:  # noqa: BLE001 - SGLang's default on H100 and H200, as the planner takes it
+                chunk = 0
+            rehearsals = [prompts(min(s, rehearsal_size(i, chunk or 8192) * self.ranks), i, 3)]
             if i > 1:  # one a rank a token shorter: a forward of another size class (below)
                 rehearsals.append(prompts(self.ranks, i - 1, 5))
             for batch in rehearsals:
