@@ -148,6 +148,10 @@
 #                ms but ~112 ms late from the first on (one forward): compare's rehearsal (two 2,048-token prompts)
 #                never runs an 8,192-token forward. Expected, if the first such forward pays a one-time cost: the
 #                second burst's first tokens within ~20 ms of the simulation's, TTFT p50 ~1,000 ms (1,107 first)
+#   q8_warm      the burst 64 x (2,048 in, 32 out) once on Qwen3-8B TP2, Shift SP2 and DP2 after compare's full-chunk
+#                rehearsal (7c9f80a). Expected: TP2's and Shift's first token at ~80-100 ms (83 and 94 on the second
+#                burst of q8_shift_twice_2gpu_h200, 261 and 275 on the first), TTFT p50 within 5 % of that second burst;
+#                Shift SP2 at 0.95x DP2 or more (0.93x on first bursts, q8_shift_3x300s_2gpu_h200)
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -301,6 +305,8 @@ for RUN in "$@"; do
     shift_twice)
       compare_run "q8_shift_twice_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,tp2 --burst 64+2048+32 \
         --burst-twice ;;
+    q8_warm)
+      compare_run "q8_warm_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2,shift_sp2_tp1,dp2 --burst 64+2048+32 ;;
     q8_overlap1)
       compare_run "q8_overlap_on_${NG}gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 64+2048+32
       ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
