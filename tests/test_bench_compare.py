@@ -442,8 +442,8 @@ def test_a_declining_mode_is_recorded_as_the_vanilla_configuration_it_started():
 
 
 def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
-    """Before a burst, enough requests per DP rank of its prompt length to fill a chunk (at least two; at most 4
-    output tokens, prompts of their own) go through the router, then one per rank a token shorter, so Triton's first
+    """Before a burst, one request per DP rank of its prompt length and enough more to fill a chunk (at most 4 output
+    tokens, prompts of their own) go through the router, then one per rank a token shorter, so Triton's first
     compiles of its chunk shapes and the first full-chunk forward's one-time cost fall outside the measured burst."""
     from types import SimpleNamespace
 
@@ -468,7 +468,7 @@ def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
     # then one a rank a token shorter (a size that does not divide by 16: Triton compiles that class apart)
     assert sent[-2:] == [("router", [(8192, 4, None)] * 4), ("router", [(8191, 4, None)] * 2)] and len(sent) == 6
     assert batches.prompts(4, 8192, 3)[0] != batches.prompts(64, 8192, 7)[0]  # not the burst's: no radix-cache hits
-    for chunk, n in (({"chunked_prefill_size": 8192}, 8), ({"chunked_prefill_size": 4096}, 4), (None, 8)):
+    for chunk, n in (({"chunked_prefill_size": 8192}, 10), ({"chunked_prefill_size": 4096}, 6), (None, 10)):
         sent[:] = []
         runner.a = SimpleNamespace(burst="64+2048+32", profile=None)
         runner.warm_up()  # a full chunk of 2,048-token prompts a rank; SGLang's 8,192 where the server does not say
@@ -476,7 +476,7 @@ def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
     runner.a, sent[:] = SimpleNamespace(burst=None, profile=None), []
     runner.warm_up()
     assert [k for k, _ in sent] == ["one"] * 4
-    assert [compare.rehearsal_size(i, 8192) for i in (2048, 3000, 8192, 16384)] == [4, 3, 2, 2]
+    assert [compare.rehearsal_size(i, 8192) for i in (2048, 3000, 8192, 16384)] == [5, 4, 2, 2]
 
 
 def test_busy_gpus_name_each_gpu_another_process_holds_and_wait_for_one_being_freed():
