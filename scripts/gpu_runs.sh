@@ -151,7 +151,9 @@
 #   q8_warm      the burst 64 x (2,048 in, 32 out) once on Qwen3-8B TP2, Shift SP2 and DP2 after compare's full-chunk
 #                rehearsal (7c9f80a). Expected: TP2's and Shift's first token at ~80-100 ms (83 and 94 on the second
 #                burst of q8_shift_twice_2gpu_h200, 261 and 275 on the first), TTFT p50 within 5 % of that second burst;
-#                Shift SP2 at 0.95x DP2 or more (0.93x on first bursts, q8_shift_3x300s_2gpu_h200)
+#                Shift SP2 at 0.95x DP2 or more (0.93x on first bursts, q8_shift_3x300s_2gpu_h200). Found at 5d7d9ce:
+#                193 and 165 ms (half the cost left), Shift 0.95x DP2; the rehearsal now sends one prompt more (a
+#                burst's first forward takes its first request alone): run it again, expecting ~80-100 ms
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
