@@ -154,6 +154,12 @@
 #                Shift SP2 at 0.95x DP2 or more (0.93x on first bursts, q8_shift_3x300s_2gpu_h200). Found at 5d7d9ce:
 #                193 and 165 ms (half the cost left), Shift 0.95x DP2; the rehearsal now sends one prompt more (a
 #                burst's first forward takes its first request alone): run it again, expecting ~80-100 ms
+#   l70_release  Llama-3.1-70B TP2 (80 layers) on the burst 64 x (2,048 in, 32 out), 2 x H200: the gap before its last
+#                prefill. The planner releases a prefill's first tokens 1 - 18/80 = 0.775 of the way into the next
+#                (technique.PREFILL_QUEUE_LAYERS, from Qwen3-32B's 0.72 and Qwen3-8B's 0.5), but l70_shift_4gpu_h200's
+#                TP2 x DP2 replay reads TPOT p50 +33.9 % with it and +0.2 % with the next forward all but ~70 ms
+#                (~0.93 of its ~1 s forwards). Expected: 0.775 if the queue holds a number of layers; ~0.93 if the
+#                launch returns a fixed time before the forward ends
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -309,6 +315,8 @@ for RUN in "$@"; do
         --burst-twice ;;
     q8_warm)
       compare_run "q8_warm_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2,shift_sp2_tp1,dp2 --burst 64+2048+32 ;;
+    l70_release)
+      compare_run "l70_release_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1 --configs tp2 --burst 64+2048+32 ;;
     q8_overlap1)
       compare_run "q8_overlap_on_${NG}gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 64+2048+32
       ( export SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1
