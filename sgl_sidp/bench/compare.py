@@ -113,9 +113,9 @@ class Job:
 
 
 def rehearsal_size(prompt_tokens: int, chunk_tokens: int) -> int:
-    """Prompts of `prompt_tokens` per DP rank that `Run.warm_up` rehearses before a burst: one, then enough to fill a
-    prefill chunk of `chunk_tokens` (SGLang's `chunked_prefill_size`), as a burst's first forward takes its first
-    request alone and the next a full chunk. 2,048-token prompts, 8,192-token chunk: 5. With 4 (the chunk's worth
+    """Prompts of `prompt_tokens` per DP rank that `Measurement.warm_up` rehearses before a burst: one, then enough
+    to fill a prefill chunk of `chunk_tokens` (SGLang's `chunked_prefill_size`), as a burst's first forward takes its
+    first request alone and the next a full chunk. 2,048-token prompts, 8,192-token chunk: 5. With 4 (the chunk's worth
     alone, `q8_warm_2gpu_h200`), a Qwen3-8B burst's first token on 2 x H200 still came at 193 ms on TP2 and 165 ms on
     Shift SP2, against 83 and 94 on a second burst and 261 and 275 after a rehearsal of 2."""
     return 1 + max(1, -(-chunk_tokens // max(1, prompt_tokens)))
@@ -463,10 +463,10 @@ class Measurement:
     def warm_up(self) -> None:
         """Outside every number: two short greedy requests per DP rank (first allocations, JIT kernels), then, where
         a burst or a profile follows, a rehearsal of its shapes through the server's router: one request per DP rank
-        of its prompt length and enough more to fill a full chunk (`rehearsal_size`), at most 4 output tokens each. The first
-        full-chunk forward after start-up pays a one-time cost: on 2 x H200 a Qwen3-8B burst of 64 x (2,048 in, 32 out)
-        rehearsed with two prompts gave its first token 180 ms later the first time than the second, on TP2 (261
-        against 83 ms) and Shift SP2 (275 against 94 ms), each release after it one forward late
+        of its prompt length and enough more to fill a full chunk (`rehearsal_size`), at most 4 output tokens each.
+        The first full-chunk forward after start-up pays a one-time cost: on 2 x H200 a Qwen3-8B burst of 64 x (2,048
+        in, 32 out) rehearsed with two prompts gave its first token 180 ms later the first time than the second, on
+        TP2 (261 against 83 ms) and Shift SP2 (275 against 94 ms), each release after it one forward late
         (`q8_shift_twice_2gpu_h200`). Triton specialises kernels on sizes, so a burst's
         first chunks (a full chunk, a chunk over a cached prefix, one DP attention rank prefilling while another
         decodes) would otherwise carry one-time costs: on 2 x H200, DP attention's 16 x (8,192 in, 1 out) right after
@@ -491,7 +491,8 @@ class Measurement:
         if spec:
             s, i, o = triple(spec)
             try:
-                chunk = int(http_json(self.srv.base_url + "/server_info", timeout_s=30).get("chunked_prefill_size") or 0)
+                info = http_json(self.srv.base_url + "/server_info", timeout_s=30)
+                chunk = int(info.get("chunked_prefill_size") or 0)
             except Exception:  # noqa: BLE001 - SGLang's default on H100 and H200, as the planner takes it
                 chunk = 0
             rehearsals = [prompts(min(s, rehearsal_size(i, chunk or 8192) * self.ranks), i, 3)]
