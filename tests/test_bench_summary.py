@@ -94,9 +94,15 @@ def test_auto_s_pick_on_each_burst_against_the_run_s_best(tmp_path, monkeypatch)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "summary.json").write_text(json.dumps(
         [row("dp2_attn", 44_924.0, workload="burst 256+2048+256"), row("dp2", 20_000.0, workload="burst 256+2048+256")]))
+    (tmp_path / "c" / "Qwen3-30B-A3B").mkdir(parents=True)  # auto started tp2, the pick: it measures tp2
+    (tmp_path / "c" / "Qwen3-30B-A3B" / "auto.json").write_text(json.dumps({"auto_choice": "tp2"}))
+    (tmp_path / "c" / "summary.json").write_text(json.dumps(
+        [row("dp2_attn", 50_000.0, workload="burst 256+2048+256"), row("auto", 49_000.0, workload="burst 256+2048+256")]))
     picks = summary.auto_picks(tmp_path, tmp_path)
     assert [(p["run"], p["pick"], p["best"], p["ratio"]) for p in picks] == [
-        ("a", "dp2", "dp2", 1.0), ("b", "tp2", "dp2_attn", None)]  # flags: another configuration; tp2 not measured
+        ("a", "dp2", "dp2", 1.0), ("b", "tp2", "dp2_attn", None),  # flags: another configuration; tp2 not measured
+        ("c", "tp2", "dp2_attn", 0.98)]
+    assert summary.auto_started(tmp_path / "b") is None
     md = summary.auto_markdown(picks)
     assert "| a | Qwen3-30B-A3B | 2 x NVIDIA H100 80GB HBM3 | burst 128+8192+16 | dp2 | dp2 (60,000 tok/s) | 1.00x |" in md
     assert "| tp2 | dp2_attn (44,924 tok/s) | not measured in the run |" in md

@@ -122,7 +122,8 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
     """What `--overlay-mode auto` would start on each burst of the runs below `root`: the configuration the planner
     ranks first over every one it knows (`planner.plan`'s winner, for `models_dir`/<model> on the run's GPU kind and
     count, predicted by this commit's planner), and where the run measured that configuration, its measured ratio
-    to the best configuration the run measured (issue 35: auto >= 0.98x the measured best).
+    to the best configuration the run measured (issue 35: auto >= 0.98x the measured best). An `auto` server measures
+    the configuration it started (`auto_started`).
 
     Returns:
         dicts with run, model, gpus, gpu_name, workload, pick (None where the planner predicts nothing), best (the
@@ -138,12 +139,24 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
                 key = (r["model"], int(r["gpus"]), r["gpu_name"], r["workload"])
                 measured.setdefault(key, {})[r["configuration"]] = r["value"]
         for key, got in measured.items():
+            started = auto_started(root / run / key[0]) if "auto" in got else None
+            if started is not None and started not in got:  # the auto server measured what it started
+                got[started] = got["auto"]
             best = max(got, key=got.get)
             pick = planned_winner(models_dir / key[0], key[1], key[2], key[3][6:])
             out.append({"run": run, "model": key[0], "gpus": key[1],
                         "gpu_name": key[2], "workload": key[3], "pick": pick, "best": best, "best_value": got[best],
                         "ratio": got[pick] / got[best] if pick in got else None})
     return out
+
+
+def auto_started(folder: Path) -> str | None:
+    """The configuration an `--overlay-mode auto` server of a compare run started ("auto_choice" in
+    `folder`/auto.json: its planner's winner on the run's GPUs), or None where the folder does not say."""
+    try:
+        return json.loads((folder / "auto.json").read_text()).get("auto_choice") or None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def planned_winner(model_path: Path, n_gpus: int, gpu_name: str, burst: str) -> str | None:
