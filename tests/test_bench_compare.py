@@ -555,3 +555,15 @@ def test_a_server_started_with_a_switch_the_planner_does_not_model_gets_no_predi
     on, _, _ = render(runs / "overlap_on_4gpu_h200")
     assert "); pred." not in off and "Planner: tp4: started with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1" in off
     assert "| tp4 | 27,227 (1.00x); pred." in on
+
+
+def test_a_result_left_out_for_a_flag_alone_renders_and_its_rows_say_so():
+    """`compare_report.render` of a run whose server the planner leaves out for a shared flag, not a switch
+    (q32_prefill_mixed_2gpu_h100: `--enable-mixed-chunk`, recorded before results had "sglang_env"): the report
+    renders, and that configuration's summary rows are marked (an empty "sglang_env")."""
+    from sgl_sidp.bench.compare_report import render
+
+    runs = Path(__file__).resolve().parents[1] / "benchmarks/results/multi_gpu"
+    md, rows, _ = render(runs / "q32_prefill_mixed_2gpu_h100", predict=False)
+    marked = {r["configuration"] for r in rows if "sglang_env" in r}
+    assert marked == {"sidp_dp2_auto_measured"} and all(r["sglang_env"] == {} for r in rows if "sglang_env" in r)

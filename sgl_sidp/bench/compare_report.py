@@ -363,8 +363,8 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
             row["flags"] = r["config_args"]
         if r.get("declined_to"):
             row["declined_to"] = r["declined_to"]
-        if unmodelled(r):
-            row["sglang_env"] = r["sglang_env"]
+        if unmodelled(r):  # by a switch or by a flag (its "command"): a result without switches has no "sglang_env"
+            row["sglang_env"] = r.get("sglang_env") or {}
     return "\n".join(lines), summary, plot
 
 
