@@ -70,6 +70,7 @@ from sgl_sidp.bench.server_stats import (auto_choice, declined_to, failure_lines
                                          shift_threshold_logged)
 from sgl_sidp.model_info import DEFAULT_MODEL_DIR
 from sgl_sidp.plan.configs import Configuration, configuration_named
+from sgl_sidp.plan.sim import ReplicaLimits
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
@@ -495,7 +496,8 @@ class Measurement:
                 chunk = int(info.get("chunked_prefill_size") or 0)
             except Exception:  # noqa: BLE001 - SGLang's default on H100 and H200, as the planner takes it
                 chunk = 0
-            rehearsals = [prompts(min(s, rehearsal_size(i, chunk or 8192) * self.ranks), i, 3)]
+            chunk = chunk or ReplicaLimits.chunked_prefill
+            rehearsals = [prompts(min(s, rehearsal_size(i, chunk) * self.ranks), i, 3)]
             if i > 1:  # one a rank a token shorter: a forward of another size class (below)
                 rehearsals.append(prompts(self.ranks, i - 1, 5))
             for batch in rehearsals:

@@ -19,10 +19,12 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import shlex
 from pathlib import Path
 from typing import Callable, Sequence
 
 from sgl_sidp.bench import exact
+from sgl_sidp.plan.sim import ReplicaLimits
 
 #: SGLang's environment switches whose effect the planner does not model: a configuration whose server started with
 #: one (`bench.compare` records them as "sglang_env") is left out of the predictions (`unmodelled`: `validate.load`
@@ -30,10 +32,11 @@ from sgl_sidp.bench import exact
 UNMODELLED_ENV = ("SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP",)
 
 #: SGLang's flags shared by a run's servers (`compare --extra-args`, in each result's "command") whose effect the
-#: planner does not model, with the value it assumes (None: any value): the same treatment as `UNMODELLED_ENV`. A
-#: chunk of other than 8,192 tokens changes every prefill forward, and SGLang sizes its KV pool by the chunk too
-#: (`q8_overlap_on_ch2048_2gpu_h200`: 3.1 % more KV tokens than at 8,192).
-UNMODELLED_FLAGS = {"--chunked-prefill-size": "8192", "--max-prefill-tokens": "16384", "--enable-mixed-chunk": None,
+#: planner does not model, with the value it assumes (`sim.ReplicaLimits`' defaults; None: any value): the same
+#: treatment as `UNMODELLED_ENV`. A chunk of other than 8,192 tokens changes every prefill forward, and SGLang sizes
+#: its KV pool by the chunk too (`q8_overlap_on_ch2048_2gpu_h200`: 3.1 % more KV tokens than at 8,192).
+UNMODELLED_FLAGS = {"--chunked-prefill-size": str(ReplicaLimits.chunked_prefill),
+                    "--max-prefill-tokens": str(ReplicaLimits.max_prefill_tokens), "--enable-mixed-chunk": None,
                     "--mem-fraction-static": None}
 
 #: (key, label, higher is better, read from a result)
@@ -190,7 +193,7 @@ def unmodelled(result: dict) -> str | None:
     "command"), as one phrase; None when there are none."""
     env = result.get("sglang_env") or {}
     found = [f"{k}={env[k]}" for k in UNMODELLED_ENV if k in env]
-    words = str(result.get("command") or "").split()
+    words = shlex.split(result.get("command") or "")  # as `bench.compare` wrote it (`shlex.join`)
     for i, word in enumerate(words):
         flag, _, value = word.partition("=")
         if flag in UNMODELLED_FLAGS:
