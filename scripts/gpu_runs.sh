@@ -164,6 +164,11 @@
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
 #   l70_sidp512  the same burst on Llama-3.1-70B, 4 GPUs (predicted on 4 x H100: SiDP DP4 auto 1.17x TP4)
+#   l70_auto512  --overlay-mode auto on Llama-3.1-70B, 512 x (2,048 in, 16 out), beside vanilla TP2 x DP2, one after the
+#                other on 4 GPUs (resumable). l70_sidp512_4gpu_h200 measured SiDP DP4 auto at 1.13x TP4 but ran no
+#                TP2 x DP2. Predicted on 4 x H200 before the run: auto starts SiDP DP4 auto, 1.08x TP2 x DP2 (17,645
+#                against 16,347 tok/s); SiDP came 11 % under its prediction there (15,880), so TP2 x DP2 may lead.
+#                Expected: auto within 2 % of TP2 x DP2 or above it; if below 0.98x, the planner misses a winner
 #   q30_zerodp4  ZeroDP with one source and three sinks on 4 GPUs (Qwen3-30B-A3B, default policy) against TP2 x DP2,
 #                DP attention and TP4, one after the other, on the decode-heavy burst 256 x (2,048 in, 256 out) (two calls;
 #                the second resumes). Predicted on 4 x H100: TP2 x DP2 best (68,495 tok/s), TP4 0.92x, DP attention 0.90x,
@@ -326,6 +331,8 @@ for RUN in "$@"; do
         --burst 512+2048+16 ;;
     l70_sidp512)
       compare_run "l70_sidp512_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs sidp_dp4_auto,tp4 --burst 512+2048+16 ;;
+    l70_auto512)
+      compare_run "l70_auto512_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs auto,tp2_dp2 --burst 512+2048+16 ;;
     q30_zerodp4)
       compare_run "q30_zerodp4_4gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --configs zerodp_dp4,tp2_dp2,dp4_attn,tp4 \
         --burst 256+2048+256 ;;
