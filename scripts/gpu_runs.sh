@@ -77,6 +77,10 @@
 #   cal_q30      the same for Qwen3-30B-A3B: its TP1 fit puts 141 of an 8,192-token prefill's 239 ms in the square
 #                term, so a 4 x 2,048 chunk is priced at 134 ms; expected: q30_mooncake's MoE bursts (TP2 +16.5 %,
 #                DP2 +14.1 %) within 10 % once re-validated
+#   cal_l70      the same for Llama-3.1-70B's shards for 2 and 4 GPUs. Its H200 TP1 table (one-request prefills alone)
+#                prices a 4 x 2,048 chunk at 1,719 ms where SiDP DP4's measured ~1,880-1,930 ms (l70_auto512_4gpu_h200,
+#                the log's prefill rate), so SiDP's bursts came 11-13 % over. Expected: the TP1 chunk near 1,900 ms and
+#                l70_auto512/l70_sidp512 on 4 x H200 within 5 % once re-validated with it
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
 #                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; SP2 x TP2 1.27x at threshold 2,048;
@@ -267,11 +271,11 @@ for RUN in "$@"; do
         --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \
         --extra-args "$X --max-total-tokens 65536 --cuda-graph-max-bs 8" --deadline-s $((L - 70)) --step-grace-s 30 \
         --ready-timeout-s 200 --no-predict ;;
-    cal_q32|cal_q30)
-      case $RUN in cal_q32) M=Qwen3-32B;; *) M=Qwen3-30B-A3B;; esac
+    cal_q32|cal_q30|cal_l70)
+      case $RUN in cal_q32) M=Qwen3-32B G=2;; cal_q30) M=Qwen3-30B-A3B G=2;; *) M=Llama-3.1-70B G=2,4;; esac
       mkdir -p "$OUT/${RUN}_$TAG"
       SIDP_CALIBRATION_DIR="$OUT/${RUN}_$TAG" timeout -s TERM $((L - 15)) python3 -m sgl_sidp.plan calibrate \
-        --model-path ".gpu/models/$M" --gpus 2 > "$OUT/${RUN}_$TAG/calibrate.log" 2>&1
+        --model-path ".gpu/models/$M" --gpus $G > "$OUT/${RUN}_$TAG/calibrate.log" 2>&1
       tail -5 "$OUT/${RUN}_$TAG/calibrate.log" ;;
     q32_shift4)
       compare_run "q32_shift_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs tp4,shift_sp2_tp2,tp2_dp2,shift_sp4_tp1 \
