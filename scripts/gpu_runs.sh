@@ -81,6 +81,11 @@
 #                prices a 4 x 2,048 chunk at 1,719 ms where SiDP DP4's measured ~1,880-1,930 ms (l70_auto512_4gpu_h200,
 #                the log's prefill rate), so SiDP's bursts came 11-13 % over. Expected: the TP1 chunk near 1,900 ms and
 #                l70_auto512/l70_sidp512 on 4 x H200 within 5 % once re-validated with it
+#   l70_sidp_prof SiDP DP4 auto on Llama-3.1-70B profiled, 48 x (2,048 in, 8 out): 3 prefill forwards of 4 x 2,048 a rank
+#                (SGLang's torch profiler). cal_l70 timed that chunk at 1,752 ms on the TP1 shard alone, where the burst's
+#                log gave ~1,880-1,930 ms between SiDP's prefills. Expected: either the forward itself runs ~1.9 s (the
+#                WaS pulls slow it: ~1.8 ms per GB pulled, against 0.33 measured in decodes) or ~1.75 s and the rest is
+#                between forwards (host, lockstep waits)
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
 #                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; SP2 x TP2 1.27x at threshold 2,048;
@@ -335,6 +340,8 @@ for RUN in "$@"; do
         --burst 512+2048+16 ;;
     l70_sidp512)
       compare_run "l70_sidp512_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs sidp_dp4_auto,tp4 --burst 512+2048+16 ;;
+    l70_sidp_prof)
+      compare_run "l70_sidp_prof_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs sidp_dp4_auto --profile 48+2048+8 ;;
     l70_auto512)
       compare_run "l70_auto512_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs auto,tp2_dp2 --burst 512+2048+16 ;;
     q30_zerodp4)
