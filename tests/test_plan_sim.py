@@ -487,7 +487,7 @@ def test_the_step_models_memos_give_its_forwards_as_computed_one_by_one(techniqu
     for parts in ([(512, 0)], [(7, 3000)], [(8192, 0)], [(300, 0), (200, 512)], [(20, 0)] * 5, [(4000, 100), (1, 0)]):
         for _ in range(2):  # (the second from the memo of one-request prefills)
             new = sum(n for n, _ in parts)
-            assert times.prefill_ms(parts) == model._prefill_with(model._terms(new), parts)
+            assert times.prefill_ms(parts) == model._prefill_with(model._terms(new, prefill=True), parts)
 
 
 def _planner_model(technique: str, dp: int, tp: int, sp: int = 1, variant: str = ""):

@@ -98,6 +98,25 @@ def test_sidp_was_is_the_longer_of_compute_and_copies_and_auto_switches_at_b_th(
     assert [c[v].steps_variant() for v in ("was", "cas", "auto")] == ["was", "cas", "auto"]
 
 
+def test_weight_pulls_slow_a_prefill_at_the_gpu_kinds_prefill_rate_and_a_decode_at_the_decode_rate():
+    """`PREFILL_COPY_SLOWDOWN_MS_PER_GB`: on H200 a WaS rank's prefill forward slows 1.48 ms per GB it pulls (profiled,
+    SiDP DP4 on Llama-3.1-70B), its decode step 0.327; a kind without its own prefill rate (H100) takes the decode
+    rate for both; a configuration that pulls nothing is unchanged."""
+    import dataclasses
+
+    from sgl_sidp.plan.steps import PREFILL_COPY_SLOWDOWN_MS_PER_GB
+
+    nbytes = 2 * 2 * SHAPES.dense_mlp_params()
+    for gpu, per_gb in (("NVIDIA H200", PREFILL_COPY_SLOWDOWN_MS_PER_GB["H200"]),
+                        ("NVIDIA H100 80GB HBM3", DEFAULT_COPY_SLOWDOWN_MS_PER_GB)):
+        k = ShardClock(dataclasses.replace(cal(), gpu=gpu), SHAPES.kv_bytes_per_token(1))
+        was = StepModel(Configuration("sidp_dp2_was", "sidp", 2, 1, variant="was"), SHAPES, {"forward": k}, IC)
+        assert was.prefill_ms([(8192, 0)]) == pytest.approx(2 + 81.92 + per_gb * nbytes / 1e9)
+        assert was.decode_ms(64, 0) == pytest.approx(1.64 + DEFAULT_COPY_SLOWDOWN_MS_PER_GB * nbytes / 1e9)
+    tp1 = StepModel(Configuration("tp1", "vanilla", 1, 1), SHAPES, {"forward": clock()}, IC)
+    assert tp1.prefill_ms([(8192, 0)]) == pytest.approx(2 + 81.92)
+
+
 @pytest.mark.parametrize("b_th, twin", [(1.0, "was"), (float("inf"), "cas")])
 def test_sidp_auto_with_b_th_at_an_end_steps_as_one_service(b_th, twin):
     """`steps_variant`: with B_th at most one token, auto runs WaS at every batch and prefill; with B_th inf, CaS (the

@@ -82,6 +82,17 @@ def gpu_key(gpu_name: str | None) -> str | None:
 GROUP_RESERVE_GIB = {"H100": {2: 0.91, 4: 1.12}, "H200": {2: 0.92, 4: 1.14}}
 
 
+#: ms a prefill forward slows per GB of weights pulled into its GPU during it, by GPU kind (`GPUS` key); other kinds
+#: take the decode step's (`calibration.cost.DEFAULT_COPY_SLOWDOWN_MS_PER_GB`, 0.327, or the calibration's). H200:
+#: SiDP DP4 WaS on Llama-3.1-70B, a 4 x 2,048-token forward that pulls 84.6 GB (60 non-owned FFNs) ran 1,866-1,892 ms
+#: on 3 GPUs (torch profiler, `benchmarks/results/multi_gpu/l70_sidp_prof_4gpu_h200`), where the TP1 shard alone ran
+#: 1,752 ms (`plan calibrate` the same hour, cal_l70), (1,877 - 1,752) / 84.6 = 1.48. The decode rate priced that
+#: forward 97 ms short, and the bursts of `l70_sidp512_4gpu_h200` and `l70_auto512_4gpu_h200` 11-13 % over. On H100
+#: SiDP's profiled 2 x 4,096 forward (1,953 ms, `l70_profile_4gpu_h100`) sits within 1 % of the decode rate's price,
+#: so H100 keeps it. Why H200's compute-bound forwards lose more to the pulls is not established (power or HBM).
+PREFILL_COPY_SLOWDOWN_MS_PER_GB = {"H200": 1.48}
+
+
 def group_reserve_gib(group: int, gpu: str = "H100") -> float:
     """GiB a `group`-GPU TP group takes on each GPU before the model loads (`GROUP_RESERVE_GIB` of GPU kind `gpu`, a
     `GPUS` key; H100's for another kind: the kinds measured differ by 0.02 GiB at most); 0 for one GPU."""
@@ -474,7 +485,7 @@ class StepModel:
         # their keys; the streamed bytes of the offload set they were computed for)
         self._collective_memo: dict[tuple, float] = {}
         self._gathered_memo: dict[tuple, tuple[float, float]] = {}
-        self._stream_memo: tuple | None = None  # (bytes, slowdown ms, copy_ms)
+        self._stream_memo: tuple | None = None  # (bytes, decode's slowdown ms, a prefill's slowdown ms, copy_ms)
         # role -> the memos of `prefill_ms` of that role (`_prefill_runner`)
         self._prefill_memos: dict[str, tuple[dict, dict]] = {}
         self._host_memo: dict[float, float] = {}  # b -> the host's work of a decode step (`_host_ms`)
@@ -483,6 +494,7 @@ class StepModel:
         self.copy_rate = cal.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD
         slow = cal.copy_slowdown_ms_per_gb
         self.copy_slowdown = DEFAULT_COPY_SLOWDOWN_MS_PER_GB if slow is None else slow
+        self.prefill_copy_slowdown = PREFILL_COPY_SLOWDOWN_MS_PER_GB.get(gpu_key(cal.gpu), self.copy_slowdown)
 
     # ------------------------------------------------------------------ pieces
     @property
@@ -534,16 +546,20 @@ class StepModel:
         gbps = self.kind.copy_gbps(self)
         return self.streamed_bytes() / (gbps * 1e9) * 1e3 if gbps > 0 else float("inf")
 
-    def _stream_terms(self) -> tuple[float, float, float]:
-        """What pulling `streamed_bytes` during a forward adds (`_terms`' last three): (the copies' slowdown ms, 0.0,
-        the copies' own ms, which the forward lasts at least: the pulls hide when shorter); (0.0, 0.0, -inf) when
-        nothing is pulled. Computed once per set of decisions (`decide` forgets it)."""
+    def _stream_terms(self, prefill: bool = False) -> tuple[float, float, float]:
+        """What pulling `streamed_bytes` during a forward adds (`_terms`' last three): (the copies' slowdown ms, at
+        `copy_slowdown` ms per GB in a decode step and `prefill_copy_slowdown` in a prefill forward, 0.0, the copies'
+        own ms, which the forward lasts at least: the pulls hide when shorter); (0.0, 0.0, -inf) when nothing is
+        pulled. Computed once per set of decisions (`decide` forgets it)."""
         memo = self._stream_memo
         if memo is None:
             nbytes = self.streamed_bytes()
-            memo = self._stream_memo = (nbytes, self.copy_slowdown * nbytes / 1e9, self.copy_ms())
-        nbytes, slowdown_ms, copy_ms = memo
-        return (slowdown_ms, 0.0, copy_ms) if nbytes else (0.0, 0.0, -math.inf)
+            memo = self._stream_memo = (nbytes, self.copy_slowdown * nbytes / 1e9,
+                                        self.prefill_copy_slowdown * nbytes / 1e9, self.copy_ms())
+        nbytes, decode_slowdown_ms, prefill_slowdown_ms, copy_ms = memo
+        if not nbytes:
+            return 0.0, 0.0, -math.inf
+        return (prefill_slowdown_ms if prefill else decode_slowdown_ms), 0.0, copy_ms
 
     # ------------------------------------------------------------------ gathered FFN (DP attention, CaS)
     def _gathered_terms(self, tokens: float, n: int, share: float | None = None) -> tuple[float, float]:
@@ -601,11 +617,11 @@ class StepModel:
     # (x + 0.0 is x for every x but -0.0, and times are positive) or an at_least of -inf. The simulation asks for
     # some 400,000 forwards a planning run that no memo of whole forwards holds (new contexts, batches of several
     # prompts): with each size's terms computed once, each of them is the shard's forward and five operations.
-    def _terms(self, size: float, role: str = "", variant: str | None = None) -> tuple:
-        """A forward of `size` (decode rows or prefill tokens) of a replica in `role` ("sink" for a ZeroDP sink) as
-        (shard, SP, add1, add2, add3, at_least) (see above; SP > 1: the shard runs `size` / SP, Shift's base), SiDP
-        as `variant` (default: the configuration's)."""
-        return self.kind.terms(self, size, role, variant)
+    def _terms(self, size: float, role: str = "", variant: str | None = None, prefill: bool = False) -> tuple:
+        """A forward of `size` (decode rows or prefill tokens, `prefill`) of a replica in `role` ("sink" for a ZeroDP
+        sink) as (shard, SP, add1, add2, add3, at_least) (see above; SP > 1: the shard runs `size` / SP, Shift's
+        base), SiDP as `variant` (default: the configuration's)."""
+        return self.kind.terms(self, size, role, variant, prefill)
 
     @staticmethod
     def _decode_with(terms: tuple, b: float, ctx: float) -> float:
@@ -713,9 +729,9 @@ class StepModel:
                 new = 0
                 for n, _ in parts:
                     new += n
-            terms = new_terms.get(new)  # `_prefill_with(self._terms(new, role), parts)`, the terms computed once
+            terms = new_terms.get(new)  # `_prefill_with(self._terms(new, role, prefill=True), parts)`, computed once
             if terms is None:
-                shard, sp, add1, add2, add3, at_least = self._terms(new, role)
+                shard, sp, add1, add2, add3, at_least = self._terms(new, role, prefill=True)
                 terms = new_terms[new] = (shard.prefill_ms, 1.0 if sp == 1 else 1 / sp, add1, add2, add3, at_least)
             prefill, share, add1, add2, add3, at_least = terms
             ms = prefill(parts, share) + add1 + add2 + add3

@@ -157,10 +157,11 @@ class Technique:
         return kv["gpu"] * c.dp
 
     # ------------------------------------------------------------------ step times (`steps.StepModel`)
-    def terms(self, model, size: float, role: str, variant: str | None) -> tuple:
+    def terms(self, model, size: float, role: str, variant: str | None, prefill: bool = False) -> tuple:
         """A forward of `size` (decode rows or prefill tokens) of a replica in `role` as (shard clock, SP, add1, add2,
         add3, at_least): the forward lasts the shard's + add1 + add2 + add3 ms, at least at_least ms (`StepModel.
-        _terms`); `variant` stands for the configuration's (SiDP's B_th)."""
+        _terms`); `variant` stands for the configuration's (SiDP's B_th); `prefill`: a prefill forward (weight pulls
+        slow it at `StepModel.prefill_copy_slowdown`), else a decode step."""
         return model.clock, 1, model._collective_ms("all_reduce", model.config.tp, size), 0.0, 0.0, -math.inf
 
     def streamed_bytes(self, model) -> int:

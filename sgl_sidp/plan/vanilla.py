@@ -83,7 +83,7 @@ class DPAttention(Technique):
     def total_kv_tokens(self, c, kv):
         return kv["gpu"] * c.gpus
 
-    def terms(self, model, size, role, variant):
+    def terms(self, model, size, role, variant, prefill=False):
         # whole attention, no TP all-reduce; the FFN gathered from every GPU
         n = model.config.gpus
         return (model.clock, 1, *model._gathered_terms(size, n, model.gathered_ffn_share(n)), 0.0, -math.inf)

@@ -118,7 +118,7 @@ class ShiftTechnique(Technique):
                               for base in (False, True))
         return shift_threshold(points)
 
-    def terms(self, model, size, role, variant):
+    def terms(self, model, size, role, variant, prefill=False):
         return self._shift_terms(model, size, size > self.threshold(model))
 
     def decisions(self, model):

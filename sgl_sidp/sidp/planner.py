@@ -102,12 +102,12 @@ class SiDPTechnique(Technique):
                               lambda x: model._decode_with(model._terms(x, variant="cas"), x, model.context), sizes)
         return float("inf") if b is None else float(b)
 
-    def terms(self, model, size, role, variant):
+    def terms(self, model, size, role, variant, prefill=False):
         c = model.config
         all_reduce = model._collective_ms("all_reduce", c.tp, size)
         variant = variant or c.variant
         if variant == "was" or (variant == "auto" and size >= self.b_th(model)):
-            return (model.clock, 1, all_reduce, *model._stream_terms())
+            return (model.clock, 1, all_reduce, *model._stream_terms(prefill))
         return (model.clock, 1, all_reduce, *model._gathered_terms(size, c.dp), -math.inf)
 
     def lockstep(self, c):

@@ -108,10 +108,10 @@ class ZeroDPTechnique(Technique):
         plan = choose_plan(manifest, ("w13",), model.copy_gbps, budget, forced, kv=kv, rate_in_forward=model.copy_rate)
         return model.decide("offload_layers", plan.layers)
 
-    def terms(self, model, size, role, variant):
+    def terms(self, model, size, role, variant, prefill=False):
         all_reduce = model._collective_ms("all_reduce", model.config.tp, size)
         if role == "sink":
-            return (model.clock, 1, all_reduce, *model._stream_terms())
+            return (model.clock, 1, all_reduce, *model._stream_terms(prefill))
         return model.clock, 1, all_reduce, 0.0, 0.0, -math.inf
 
     def streamed_bytes(self, model):
