@@ -80,12 +80,14 @@
 #   cal_l70      the same for Llama-3.1-70B's shards for 2 and 4 GPUs. Its H200 TP1 table (one-request prefills alone)
 #                prices a 4 x 2,048 chunk at 1,719 ms where SiDP DP4's measured ~1,880-1,930 ms (l70_auto512_4gpu_h200,
 #                the log's prefill rate), so SiDP's bursts came 11-13 % over. Expected: the TP1 chunk near 1,900 ms and
-#                l70_auto512/l70_sidp512 on 4 x H200 within 5 % once re-validated with it
+#                l70_auto512/l70_sidp512 on 4 x H200 within 5 % once re-validated with it. Found at 3ab411a (140 s): the
+#                TP1 chunk 1,752 ms, not ~1,900: the shard was priced right, the gap is SiDP's own (l70_sidp_prof)
 #   l70_sidp_prof SiDP DP4 auto on Llama-3.1-70B profiled, 48 x (2,048 in, 8 out): 3 prefill forwards of 4 x 2,048 a rank
 #                (SGLang's torch profiler). cal_l70 timed that chunk at 1,752 ms on the TP1 shard alone, where the burst's
 #                log gave ~1,880-1,930 ms between SiDP's prefills. Expected: either the forward itself runs ~1.9 s (the
 #                WaS pulls slow it: ~1.8 ms per GB pulled, against 0.33 measured in decodes) or ~1.75 s and the rest is
-#                between forwards (host, lockstep waits)
+#                between forwards (host, lockstep waits). Found at d5a5c6a: the forward itself, 1,866-1,892 ms (1.48 ms
+#                per GB pulled), now the planner's H200 prefill rate (steps.PREFILL_COPY_SLOWDOWN_MS_PER_GB)
 #   q32_shift4   Shift on 4 GPUs, Azure code at 2x (Qwen3-32B; 1 s / 15 ms)
 #   q32_shift4_15x  the same at 1.5x with vanilla DP4 beside (1 s / 15 ms; predicted on 4 x H200: SP2 x TP2 1.29x
 #                and SP4 1.22x TP4, the best vanilla configuration, DP4 0; SP2 x TP2 1.27x at threshold 2,048;
@@ -162,13 +164,14 @@
 #                burst of q8_shift_twice_2gpu_h200, 261 and 275 on the first), TTFT p50 within 5 % of that second burst;
 #                Shift SP2 at 0.95x DP2 or more (0.93x on first bursts, q8_shift_3x300s_2gpu_h200). Found at 5d7d9ce:
 #                193 and 165 ms (half the cost left), Shift 0.95x DP2; the rehearsal now sends one prompt more (a
-#                burst's first forward takes its first request alone): run it again, expecting ~80-100 ms
+#                burst's first forward takes its first request alone): run it again, expecting ~80-100 ms. Found at
+#                c18f188: 215 and 184 ms (the rehearsal's full chunk in the log): not the chunk's shape; Shift 0.92x DP2
 #   l70_release  Llama-3.1-70B TP2 (80 layers) on the burst 64 x (2,048 in, 32 out), 2 x H200: the gap before its last
 #                prefill. The planner releases a prefill's first tokens 1 - 18/80 = 0.775 of the way into the next
 #                (technique.PREFILL_QUEUE_LAYERS, from Qwen3-32B's 0.72 and Qwen3-8B's 0.5), but l70_shift_4gpu_h200's
 #                TP2 x DP2 replay reads TPOT p50 +33.9 % with it and +0.2 % with the next forward all but ~70 ms
 #                (~0.93 of its ~1 s forwards). Expected: 0.775 if the queue holds a number of layers; ~0.93 if the
-#                launch returns a fixed time before the forward ends
+#                launch returns a fixed time before the forward ends. Found at c18f188: 0.78 (the layers model)
 #   q32_sidp512  SiDP on many short prefill-heavy jobs, 512 x (2,048 in, 16 out) (Qwen3-32B, 2 + 2 GPUs at once;
 #                predicted on 2 x H100 before the run: SiDP auto 1.14x TP2, the best vanilla configuration; its
 #                prefill alone is 1.08x TP2 per GPU-second profiled, and SiDP bursts came 4-6 % over their predictions)
@@ -177,7 +180,8 @@
 #                other on 4 GPUs (resumable). l70_sidp512_4gpu_h200 measured SiDP DP4 auto at 1.13x TP4 but ran no
 #                TP2 x DP2. Predicted on 4 x H200 before the run: auto starts SiDP DP4 auto, 1.08x TP2 x DP2 (17,645
 #                against 16,347 tok/s); SiDP came 11 % under its prediction there (15,880), so TP2 x DP2 may lead.
-#                Expected: auto within 2 % of TP2 x DP2 or above it; if below 0.98x, the planner misses a winner
+#                Expected: auto within 2 % of TP2 x DP2 or above it; if below 0.98x, the planner misses a winner.
+#                Found at 3d3392b: auto started SiDP DP4 auto, 0.98x TP2 x DP2 (15,547 against 15,864 tok/s)
 #   q30_zerodp4  ZeroDP with one source and three sinks on 4 GPUs (Qwen3-30B-A3B, default policy) against TP2 x DP2,
 #                DP attention and TP4, one after the other, on the decode-heavy burst 256 x (2,048 in, 256 out) (two calls;
 #                the second resumes). Predicted on 4 x H100: TP2 x DP2 best (68,495 tok/s), TP4 0.92x, DP attention 0.90x,
