@@ -277,6 +277,27 @@ def test_a_shift_server_is_predicted_at_the_threshold_it_ran(tmp_path):
     assert list(measured) == ["shift_sp2_tp1_th1024"] and measured["shift_sp2_tp1_th1024"]["config"] == "shift_sp2_tp1"
 
 
+def test_an_auto_server_is_validated_as_the_configuration_it_started(tmp_path):
+    """`validate.started_as`: an `--overlay-mode auto` server stands for the configuration it started (its result's
+    "auto_choice"), under its folders' name "auto" for the per-request files, unless the run also ran that
+    configuration alone; an auto server that does not say what it started is left out."""
+    folder = tmp_path / "Llama-3.1-70B"
+    folder.mkdir()
+    auto = {"config": "auto", "technique": "auto", "gpu_count": 4, "kv_tokens": {"0": 5, "1": 5},
+            "auto_choice": "sidp_dp4_auto"}
+    (folder / "auto.json").write_text(json.dumps(auto))
+    (folder / "tp2_dp2.json").write_text(json.dumps({"config": "tp2_dp2", "technique": "vanilla", "gpu_count": 4,
+                                                     "kv_tokens": {"0": 7, "1": 7}}))
+    measured = MOD["load"](folder)[4]
+    assert sorted(measured) == ["sidp_dp4_auto", "tp2_dp2"] and measured["sidp_dp4_auto"]["config"] == "auto"
+    assert measured["sidp_dp4_auto"]["kv"][2] == 10
+    (folder / "auto.json").write_text(json.dumps({**auto, "auto_choice": "tp2_dp2"}))  # ran alone too: that one
+    assert list(MOD["load"](folder)[4]) == ["tp2_dp2"]
+    (folder / "auto.json").write_text(json.dumps({**auto, "auto_choice": None}))
+    assert list(MOD["load"](folder)[4]) == ["tp2_dp2"]
+    assert validate.started_as({**auto, "auto_choice": "shift_sp2_tp2"})["technique"] == "shift"
+
+
 def test_burst_lines_set_the_quantiles_of_first_and_last_tokens_side_by_side():
     """`burst_lines`: a burst's requests as compare keeps them (`bursts/<configuration>.jsonl.gz`) against the
     simulated schedule, by quantile (the server's router and the simulation give the requests replicas in different

@@ -69,21 +69,37 @@ def old_measured(files: list[Path]) -> dict[int, dict[str, dict]]:
     return {n: out}
 
 
+def started_as(r: dict) -> dict | None:
+    """An `--overlay-mode auto` server's result as one of the configuration it started ("auto_choice", its planner's
+    winner: `summary.auto_started`), its "config" still "auto" under "ran"; None for another result or an auto
+    server that does not say what it started."""
+    choice = r.get("auto_choice") if r.get("config") == "auto" else None
+    if not choice:
+        return None
+    return {**r, "config": choice, "ran": "auto", "technique": "shift" if choice.startswith("shift") else "auto"}
+
+
 def compare_measured(results: list[dict], folder: Path | None = None) -> dict[int, dict[str, dict]]:
-    """`measured` of bench.compare's results (`auto` and those that did not start left out; configurations with
+    """`measured` of bench.compare's results (those that did not start left out; an `auto` server as the
+    configuration it started, `started_as`, unless the run also ran that configuration alone; configurations with
     options are predicted by name, where the planner models the option; a Shift server as it ran,
     `compare_report.ran_as`), each with its "config" as run (its folders' name) beside."""
     from sgl_sidp.bench.compare_report import ran_as
 
+    alone = {ran_as(r, folder) for r in results if r.get("config") != "auto"}
     out: dict[int, dict[str, dict]] = {}
     for r in results:
-        if r.get("config") == "auto" or not r.get("kv_tokens"):
+        if r.get("config") == "auto":
+            r = started_as(r)
+            if r is None or ran_as(r, folder) in alone:
+                continue
+        if not r.get("kv_tokens"):
             continue
         b = r.get("burst")
         if r.get("config_args"):  # flags the planner does not model: listed, not predicted
             out.setdefault(int(r["gpu_count"]), {})[f"{r['config']} ({r['config_args']})"] = {"unmodeled": True}
             continue
-        out.setdefault(int(r["gpu_count"]), {})[ran_as(r, folder)] = {"config": r["config"],
+        out.setdefault(int(r["gpu_count"]), {})[ran_as(r, folder)] = {"config": r.get("ran", r["config"]),
             "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
             "burst": b and b.get("total_tok_s") and {
                 "shape": tuple(int(x) for x in b["spec"].split("+")),
