@@ -166,6 +166,11 @@
 #                193 and 165 ms (half the cost left), Shift 0.95x DP2; the rehearsal now sends one prompt more (a
 #                burst's first forward takes its first request alone): run it again, expecting ~80-100 ms. Found at
 #                c18f188: 215 and 184 ms (the rehearsal's full chunk in the log): not the chunk's shape; Shift 0.92x DP2
+#   q8_gap       where a first burst's ~100 ms go: Qwen3-8B TP2, 64 x (2,048 in, 32 out) twice with 10 s of idle between
+#                (--burst-twice --burst-gap-s 10) and SGLang's per-request time stats (bench.intake). In q8_shift_twice
+#                the first token came at 261 ms the first time and 83 ms right after; q8_warm's full-chunk rehearsal left
+#                it at 215. Expected: the second burst at ~83 ms if the cost is once after start-up, at ~200 ms if it
+#                comes back after idle (GPU clocks, allocator); the intake tells a late intake from a late forward
 #   l70_release  Llama-3.1-70B TP2 (80 layers) on the burst 64 x (2,048 in, 32 out), 2 x H200: the gap before its last
 #                prefill. The planner releases a prefill's first tokens 1 - 18/80 = 0.775 of the way into the next
 #                (technique.PREFILL_QUEUE_LAYERS, from Qwen3-32B's 0.72 and Qwen3-8B's 0.5), but l70_shift_4gpu_h200's
@@ -333,6 +338,9 @@ for RUN in "$@"; do
         --burst-twice ;;
     q8_warm)
       compare_run "q8_warm_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2,shift_sp2_tp1,dp2 --burst 64+2048+32 ;;
+    q8_gap)
+      compare_run "q8_gap_${NG}gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 --burst-twice \
+        --burst-gap-s 10 --extra-args "$X --enable-request-time-stats-logging" ;;
     l70_release)
       compare_run "l70_release_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1 --configs tp2 --burst 64+2048+32 ;;
     q8_overlap1)

@@ -520,10 +520,28 @@ def test_burst_twice_runs_the_shapes_once_before_and_keeps_both(tmp_path, fake, 
                              "--burst-twice")) == 0
     res = json.loads((tmp_path / "out" / "dense" / "tp2.json").read_text())
     assert res["burst_first"]["failed"] == 0 and res["burst_first"]["total_tok_s"] > 0
+    assert res["burst_first"]["gap_s"] == 0.0
     assert res["burst"]["spec"] == "4+16+3" and res["burst"]["failed"] == 0
     for name in ("tp2.first.jsonl.gz", "tp2.jsonl.gz"):
         with gzip.open(tmp_path / "out" / "dense" / "bursts" / name, "rt") as f:
             assert len([json.loads(line) for line in f]) == 4
+
+
+def test_burst_gap_idles_the_server_between_the_two_bursts(tmp_path, fake, capsys, monkeypatch):
+    """`--burst-gap-s S`: the server idles S seconds between `--burst-twice`'s bursts (recorded as "gap_s"); without
+    `--burst-twice`, or below 0, it is refused before any server starts."""
+    dense = model(tmp_path, "dense", DENSE)
+    for extra, err in ((["--burst-gap-s", "5"], "--burst-gap-s 5: give --burst-twice too"),
+                       (["--burst-twice", "--burst-gap-s", "-1"], "--burst-gap-s -1: must be at least 0")):
+        assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst", "4+16+3",
+                                 *extra)) == 2
+        assert err in capsys.readouterr().err and fake == []
+    slept = []
+    monkeypatch.setattr(compare.time, "sleep", lambda s: slept.append(s))
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst", "4+16+3",
+                             "--burst-twice", "--burst-gap-s", "7.5")) == 0
+    assert 7.5 in slept
+    assert json.loads((tmp_path / "out" / "dense" / "tp2.json").read_text())["burst_first"]["gap_s"] == 7.5
 
 
 def test_the_prefill_forwards_one_by_one_are_aligned_across_gpus():

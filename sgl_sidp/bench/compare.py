@@ -522,7 +522,9 @@ class Measurement:
         `--parallel` from a client process of its own (`batches.run_batch_apart`). With `--burst-twice` the same
         shapes run once before, on prompts of their own, kept apart ("burst_first", `bursts/<name>.first.jsonl.gz`):
         whether a burst's first forward pays a one-time cost that the rehearsal of `warm_up` leaves (on 4 x H200 each
-        TP group's first request of 2,048 tokens came 0.2-0.4 s late, DP4's single GPUs' 0.09 s)."""
+        TP group's first request of 2,048 tokens came 0.2-0.4 s late, DP4's single GPUs' 0.09 s); `--burst-gap-s`
+        the seconds the server idles between the two (whether the cost is once after start-up or after each idle
+        spell: on 2 x H200 a Qwen3-8B burst's first token came ~100 ms later the first time, `q8_warm_2gpu_h200`)."""
         from sgl_sidp.bench.batches import prompts, run_batch, run_batch_apart
         from sgl_sidp.bench.metrics import compute_metrics
 
@@ -537,8 +539,9 @@ class Measurement:
         bursts = self.job.result.parent / "bursts"
         if self.a.burst_twice:  # the same shapes once before, prompts of their own: no cache hits
             first, first_s = send(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 5)])
-            self.res["burst_first"] = numbers(first, first_s)
+            self.res["burst_first"] = {**numbers(first, first_s), "gap_s": self.a.burst_gap_s}
             write_burst_requests(bursts / f"{self.job.name}.first.jsonl", first)
+            time.sleep(self.a.burst_gap_s)
         bodies = [(ids, o, None) for ids in prompts(s, i, 7)]
         (outs, seconds), counted = self.counted(lambda: send(self.srv.base_url, bodies))
         self.res["burst"] = {"spec": self.a.burst, **numbers(outs, seconds), **counted}
@@ -861,6 +864,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--burst", default=None, metavar="S+IN+OUT", help="S requests of IN prompt and OUT output tokens at once")
     p.add_argument("--burst-twice", action="store_true",
                    help="run the burst once before the measured one, on prompts of its own, and keep both")
+    p.add_argument("--burst-gap-s", type=float, default=0.0, metavar="S",
+                   help="with --burst-twice: seconds the server idles between the two bursts (default: %(default)s)")
     p.add_argument("--profile", default=None, metavar="S+IN+OUT",
                    help="S requests at once, their prefill and decode forwards traced by SGLang's profiler")
     p.add_argument("--profile-steps", type=int, default=3,
@@ -921,6 +926,10 @@ def check(a: argparse.Namespace) -> list[str]:
                             "traced, then one that stops the trace)")
     if a.burst_twice and not a.burst:
         problems.append("--burst-twice: give --burst too (the burst to run twice)")
+    if a.burst_gap_s and not a.burst_twice:
+        problems.append(f"--burst-gap-s {a.burst_gap_s:g}: give --burst-twice too (the gap is between its two bursts)")
+    if a.burst_gap_s < 0:
+        problems.append(f"--burst-gap-s {a.burst_gap_s:g}: must be at least 0")
     if a.profile and a.profile_steps < 1:
         problems.append(f"--profile-steps {a.profile_steps}: must be at least 1")
     if any(r <= 0 for r in a.rates):
