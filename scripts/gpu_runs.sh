@@ -187,6 +187,11 @@
 #                against 16,347 tok/s); SiDP came 11 % under its prediction there (15,880), so TP2 x DP2 may lead.
 #                Expected: auto within 2 % of TP2 x DP2 or above it; if below 0.98x, the planner misses a winner.
 #                Found at 3d3392b: auto started SiDP DP4 auto, 0.98x TP2 x DP2 (15,547 against 15,864 tok/s)
+#   l70_pfonly   prefill-only on Llama-3.1-70B, 128 x (4,096 in, 1 out), SiDP DP4 WaS beside vanilla TP2 x DP2 on 4 GPUs,
+#                one after the other (resumable). On 4 x H100 SiDP WaS ran 1.22x TP4, where TP2 x DP2 leaves no KV
+#                (l70_prefill_only_4gpu_h100); on H200 TP2 x DP2 runs. Predicted on 4 x H200 before the run (270d1e9,
+#                the pulls at H200's prefill rate): SiDP DP4 WaS 16,749 tok/s, 1.08x TP2 x DP2 (15,563), TP4 0.84x.
+#                Expected: 1.03-1.10x TP2 x DP2 (the planner's SiDP bursts on H200 read +2.7 to +4.9 %)
 #   q30_zerodp4  ZeroDP with one source and three sinks on 4 GPUs (Qwen3-30B-A3B, default policy) against TP2 x DP2,
 #                DP attention and TP4, one after the other, on the decode-heavy burst 256 x (2,048 in, 256 out) (two calls;
 #                the second resumes). Predicted on 4 x H100: TP2 x DP2 best (68,495 tok/s), TP4 0.92x, DP attention 0.90x,
@@ -356,6 +361,8 @@ for RUN in "$@"; do
       compare_run "l70_sidp_prof_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs sidp_dp4_auto --profile 48+2048+8 ;;
     l70_auto512)
       compare_run "l70_auto512_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs auto,tp2_dp2 --burst 512+2048+16 ;;
+    l70_pfonly)
+      compare_run "l70_pfonly_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs sidp_dp4_was,tp2_dp2 --burst 128+4096+1 ;;
     q30_zerodp4)
       compare_run "q30_zerodp4_4gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --configs zerodp_dp4,tp2_dp2,dp4_attn,tp4 \
         --burst 256+2048+256 ;;
