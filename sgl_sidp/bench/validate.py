@@ -70,9 +70,9 @@ def old_measured(files: list[Path]) -> dict[int, dict[str, dict]]:
 
 
 def started_as(r: dict) -> dict | None:
-    """An `--overlay-mode auto` server's result as one of the configuration it started ("auto_choice", its planner's
-    winner: `summary.auto_started`), its "config" still "auto" under "ran"; None for another result or an auto
-    server that does not say what it started."""
+    """An `--overlay-mode auto` server's result as a result of the configuration it started ("auto_choice", its
+    planner's winner: `summary.auto_started`), its own "config" ("auto") kept under "ran"; None for another result
+    or an auto server that does not say what it started."""
     choice = r.get("auto_choice") if r.get("config") == "auto" else None
     if not choice:
         return None
