@@ -90,7 +90,8 @@ GROUP_RESERVE_GIB = {"H100": {2: 0.91, 4: 1.12}, "H200": {2: 0.92, 4: 1.14}}
 #: forward 97 ms short, and the bursts of `l70_sidp512_4gpu_h200` and `l70_auto512_4gpu_h200` 11-13 % over. On H100
 #: SiDP's profiled 2 x 4,096 forward (1,953 ms, `l70_profile_4gpu_h100`) sits within 1 % of the decode rate's price,
 #: so H100 keeps it. Why H200's compute-bound forwards lose more to the pulls is not established (power or HBM). A
-#: ZeroDP sink's prefill pulls take the same rate (not validated there: no multi-GPU run the planner is held to offloaded).
+#: ZeroDP sink's prefill pulls take the same rate (not validated there: none of the multi-GPU runs the planner is held
+#: to offloaded on H200).
 PREFILL_COPY_SLOWDOWN_MS_PER_GB = {"H200": 1.48}
 
 
