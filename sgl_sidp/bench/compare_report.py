@@ -167,6 +167,13 @@ def ratio_row(value: float | None, best: tuple[str, float] | None) -> dict:
             "ratio": value / best[1] if value is not None and best and best[1] else None}
 
 
+def compare_results(folder: Path) -> list[dict]:
+    """`bench.compare`'s result of each configuration in `folder` (OUT/<model>: its `<configuration>.json` files, each
+    with a "config"; the model's config.json and other JSON left out), in file-name order."""
+    results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"]
+    return [r for r in results if isinstance(r, dict) and r.get("config")]
+
+
 def ran_as(r: dict, folder: Path | None = None) -> str:
     """The planner's name for what the server of result `r` ran: its configuration, a Shift server's with the
     threshold it ran at (`_thN`; its result's "shift_threshold", or for results kept before that field its log in

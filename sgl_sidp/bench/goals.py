@@ -14,11 +14,11 @@ trace not here, no GPU kind the planner knows) are listed under it with the reas
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_sidp.bench import validate
+from sgl_sidp.bench.compare_report import compare_results
 from sgl_sidp.plan.steps import gpu_key
 
 #: (number, goal as a fraction of the measured value), in the order printed: issue 36's goals
@@ -77,10 +77,9 @@ def checks(node: str, run: str, table: list[tuple]) -> list[Check]:
 def gpu_kind(folder: Path) -> str | None:
     """The planner's GPU kind (`steps.gpu_key`) of the GPU the results in `folder` ran on (their "gpu_name"), or
     None."""
-    for p in sorted(folder.glob("*.json")):
-        name = json.loads(p.read_text()).get("gpu_name") if p.name != "config.json" else None
-        if name:
-            return gpu_key(name)
+    for r in compare_results(folder):
+        if r.get("gpu_name"):
+            return gpu_key(r["gpu_name"])
     return None
 
 

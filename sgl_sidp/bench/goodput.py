@@ -88,7 +88,9 @@ def table(folder: Path, slos: list[SLO], model_path: str | None = None, gpu: str
     found = replays(folder)
     if not found:
         return []
-    results = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"}
+    from sgl_sidp.bench.compare_report import compare_results
+
+    results = {r["config"]: r for r in compare_results(folder)}
     names = sorted({c for by in found.values() for c in by})
     settings = None
     if model_path:

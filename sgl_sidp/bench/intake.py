@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
-import json
 import re
 import sys
 from collections import Counter
@@ -108,14 +107,14 @@ def folder_lines(folder: Path) -> list[str]:
     configuration's JSON with its "burst" or else "profile" spec, its server log in logs/<configuration>.log.gz); a
     configuration whose log has no `ReqTimeStats` line says so."""
     from sgl_sidp.bench.compare import triple
+    from sgl_sidp.bench.compare_report import compare_results
 
     out = []
-    for res_path in sorted(folder.glob("*.json")):
-        res = json.loads(res_path.read_text()) if res_path.name != "config.json" else None
-        spec = isinstance(res, dict) and ((res.get("burst") or {}).get("spec") or (res.get("profile") or {}).get("spec"))
+    for res in compare_results(folder):
+        spec = (res.get("burst") or {}).get("spec") or (res.get("profile") or {}).get("spec")
         if not spec:
             continue
-        name = res.get("config", res_path.stem)
+        name = res["config"]
         s, i, o = triple(spec)
         log = folder / "logs" / f"{name}.log.gz"
         text = ""

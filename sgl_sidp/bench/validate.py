@@ -36,7 +36,7 @@ import json
 import shlex
 from pathlib import Path
 
-from sgl_sidp.bench.compare_report import unmodelled
+from sgl_sidp.bench.compare_report import compare_results, unmodelled
 from sgl_sidp.plan.planner import plan
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf, add_what_if_args, what_if_from_args
 
@@ -147,12 +147,6 @@ def load(folder: Path) -> dict[int, dict[str, dict]]:
     if old:
         return old_measured(old)
     return compare_measured([r for r in compare_results(folder) if not unmodelled(r)], folder)
-
-
-def compare_results(folder: Path) -> list[dict]:
-    """`bench.compare`'s result of each configuration in `folder` (OUT/<model>: the JSON files with a "config")."""
-    results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name != "config.json"]
-    return [r for r in results if isinstance(r, dict) and r.get("config")]
 
 
 def unmodelled_results(folder: Path) -> list[str]:
@@ -399,9 +393,8 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
 
     hf, out = read_hf_config(model_path), []
     ic, host = Interconnect.load(GPUS[gpu]["name"]), host_time_alone_ms(GPUS[gpu]["name"])
-    for path in sorted(folder.glob("*.json")):
-        r = json.loads(path.read_text())
-        prof = r.get("profile") if isinstance(r, dict) else None
+    for r in compare_results(folder):
+        prof = r.get("profile")
         if not prof or r.get("config_args") or r.get("config") == "auto":
             continue
         c = configuration_named(r["config"])
