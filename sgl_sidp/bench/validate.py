@@ -86,12 +86,14 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
     `compare_report.ran_as`), each with its "config" as run (its folders' name) beside."""
     from sgl_sidp.bench.compare_report import ran_as
 
-    alone = {ran_as(r, folder) for r in results if r.get("config") != "auto"}
+    # each result's name once: `ran_as` may read a Shift server's log
+    named = [(r, None if r.get("config") == "auto" else ran_as(r, folder)) for r in results]
+    alone = {name for _, name in named if name is not None}
     out: dict[int, dict[str, dict]] = {}
-    for r in results:
-        if r.get("config") == "auto":
+    for r, name in named:
+        if name is None:
             r = started_as(r)
-            if r is None or ran_as(r, folder) in alone:
+            if r is None or (name := ran_as(r, folder)) in alone:
                 continue
         if not r.get("kv_tokens"):
             continue
@@ -99,7 +101,7 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
         if r.get("config_args"):  # flags the planner does not model: listed, not predicted
             out.setdefault(int(r["gpu_count"]), {})[f"{r['config']} ({r['config_args']})"] = {"unmodeled": True}
             continue
-        out.setdefault(int(r["gpu_count"]), {})[ran_as(r, folder)] = {"config": r.get("ran", r["config"]),
+        out.setdefault(int(r["gpu_count"]), {})[name] = {"config": r.get("ran", r["config"]),
             "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
             "burst": b and b.get("total_tok_s") and {
                 "shape": tuple(int(x) for x in b["spec"].split("+")),
