@@ -197,6 +197,15 @@
 #                the second resumes). Predicted on 4 x H100: TP2 x DP2 best (68,495 tok/s), TP4 0.92x, DP attention 0.90x,
 #                DP4 0.57x; ZeroDP's policy offloads nothing there, so the launcher declines with one line and starts
 #                vanilla DP4 (expected about 0.57x the best, and the line in its log)
+#   q8_twice3    Shift SP2 against DP2 and TP2 at steady state: Qwen3-8B, 64 x (2,048 in, 32 out) twice (--burst-twice),
+#                two pairs at once on 4 GPUs. q8_gap_4gpu_h200 found a first burst's ~160 ms once after start-up (first
+#                token 236 ms, 74 ms on a second burst after 10 s idle), and Shift's committed ratios are first bursts
+#                (0.92-0.95x DP2). Predicted on 2 x H200 before the run (232cc90, steady state): DP2 70,184 tok/s,
+#                Shift 0.95x DP2 (66,880), TP2 0.81x. Expected: on the second burst Shift 0.94-0.96x DP2
+#   q8_first_prof where a first burst's one-time cost goes: Qwen3-8B TP2 profiled from the burst's first forward
+#                (--profile 64+2048+32 --profile-at-start, 4 prefill forwards on both GPUs) on a fresh server, then on a
+#                server whose profiled burst is its second. Expected: the first burst's first forwards show host waits
+#                (GPUs idle between kernels) or one slower kernel class that the second's lack
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -366,6 +375,12 @@ for RUN in "$@"; do
     q30_zerodp4)
       compare_run "q30_zerodp4_4gpu_$TAG" Qwen3-30B-A3B --gpus 0,1,2,3 --configs zerodp_dp4,tp2_dp2,dp4_attn,tp4 \
         --burst 256+2048+256 ;;
+    q8_twice3)
+      compare_run "q8_twice3_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,dp2,tp2 --burst 64+2048+32 --burst-twice ;;
+    q8_first_prof)
+      P="--profile 64+2048+32 --profile-at-start --profile-steps 4"
+      compare_run "q8_first_prof_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 $P
+      compare_run "q8_second_prof_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 $P ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
