@@ -206,6 +206,11 @@
 #                (--profile 64+2048+32 --profile-at-start, 4 prefill forwards on both GPUs) on a fresh server, then on a
 #                server whose profiled burst is its second. Expected: the first burst's first forwards show host waits
 #                (GPUs idle between kernels) or one slower kernel class that the second's lack
+#   pull_cost    what NVLink weight pulls cost an H200's prefill GEMMs, and whether the SM clock says why
+#                (python -m sgl_sidp.bench.pull_cost: Llama-3.1-70B's layer GEMMs in DP shapes, 8,192 tokens, 80 layers,
+#                every GPU at once, alone and pulling 1.06 / 2.12 GB a layer from the next GPU, nvidia-smi sampled).
+#                l70_sidp_prof_4gpu_h200 lost 1.48 ms per GB pulled in its prefill forwards (7 %). Expected: ~1.5 ms
+#                per GB at 1.06 GB a layer; if the SM clock falls by the same share, the power limit is the cause
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -381,6 +386,14 @@ for RUN in "$@"; do
       P="--profile 64+2048+32 --profile-at-start --profile-steps 4"
       compare_run "q8_first_prof_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 $P
       compare_run "q8_second_prof_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 $P ;;
+    pull_cost)
+      mkdir -p "$OUT/pull_cost_${NG}gpu_$TAG"
+      G=$(seq -s, 0 $((NG - 1)))
+      echo "$(date -u +%FT%T) commit $SIDP_COMMIT: python -m sgl_sidp.bench.pull_cost --model-path .gpu/models/Llama-3.1-70B --gpus $G --gb-per-layer 0,1.06,2.12 --reps 3" \
+        > "$OUT/pull_cost_${NG}gpu_$TAG/commands.txt"
+      timeout -s TERM $((L - 10)) python3 -m sgl_sidp.bench.pull_cost --model-path .gpu/models/Llama-3.1-70B --gpus "$G" \
+        --gb-per-layer 0,1.06,2.12 --reps 3 --json "$OUT/pull_cost_${NG}gpu_$TAG/pull_cost.json" \
+        | tee "$OUT/pull_cost_${NG}gpu_$TAG/pull_cost.md" ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
