@@ -118,7 +118,8 @@ def run_phase(gpus: list[int], gemms: dict, pulls: dict, layers: int, gb_per_lay
                             f()
                 e1.record(streams[g])
                 marks[g].append((e0, e1))
-    torch.cuda.synchronize()
+    for g in gpus:  # synchronize() waits for the current GPU only
+        torch.cuda.synchronize(g)
     out = {}
     for g in gpus:
         copy_s = sum(a.elapsed_time(b) for a, b in copy_marks[g]) / 1e3
