@@ -211,6 +211,12 @@
 #                every GPU at once, alone and pulling 1.06 / 2.12 GB a layer from the next GPU, nvidia-smi sampled).
 #                l70_sidp_prof_4gpu_h200 lost 1.48 ms per GB pulled in its prefill forwards (7 %). Expected: ~1.5 ms
 #                per GB at 1.06 GB a layer; if the SM clock falls by the same share, the power limit is the cause
+#   gemm_sustained whether an H200's GEMMs run slower under sustained load (its power limit) than in a short timing:
+#                Llama-3.1-70B's layer GEMMs, 8,192 tokens, on one GPU (python -m sgl_sidp.bench.gemm) timed over 20
+#                rounds (~0.4 s) and over 400 (~8 s), with nvidia-smi's SM clock and power alongside. pull_cost_4gpu_h200
+#                found 20.5-20.8 ms a layer sustained at 1,455-1,470 MHz and ~691 W, and SiDP's profiled prefill GEMMs
+#                the same per layer, while the TP1 shard's calibrated forward (1,752 ms) leaves its GEMMs at most ~19.
+#                Expected: ~19 ms over 20 rounds, ~20.6 over 400, the clock falling with power at ~700 W
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -394,6 +400,16 @@ for RUN in "$@"; do
       timeout -s TERM $((L - 10)) python3 -m sgl_sidp.bench.pull_cost --model-path .gpu/models/Llama-3.1-70B --gpus "$G" \
         --gb-per-layer 0,1.06,2.12 --reps 3 --json "$OUT/pull_cost_${NG}gpu_$TAG/pull_cost.json" \
         | tee "$OUT/pull_cost_${NG}gpu_$TAG/pull_cost.md" ;;
+    gemm_sustained)
+      D="$OUT/gemm_sustained_1gpu_$TAG"; mkdir -p "$D"
+      nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 -i 0 > "$D/smi.csv" &
+      SMI=$!
+      for it in 20 400 20; do
+        echo "$(date -u +%FT%T.%N) commit $SIDP_COMMIT: python -m sgl_sidp.bench.gemm --model-path .gpu/models/Llama-3.1-70B --tokens 8192 --gpus 1 --iters $it"
+        python3 -m sgl_sidp.bench.gemm --model-path .gpu/models/Llama-3.1-70B --tokens 8192 --gpus 1 --iters $it
+        echo "$(date -u +%FT%T.%N) end"; sleep 3
+      done 2>&1 | tee "$D/gemm.md"
+      kill $SMI ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
