@@ -217,6 +217,10 @@
 #                found 20.5-20.8 ms a layer sustained at 1,455-1,470 MHz and ~691 W, and SiDP's profiled prefill GEMMs
 #                the same per layer, while the TP1 shard's calibrated forward (1,752 ms) leaves its GEMMs at most ~19.
 #                Expected: ~19 ms over 20 rounds, ~20.6 over 400, the clock falling with power at ~700 W
+#   pull_gap     whether a TP layer's all-reduce gaps let an H200's GEMMs run faster under its power limit: pull_cost
+#                again with --gap-ms 0,1.5,3 (a near-idle GPU after each layer, as TP2's all-reduces leave it) and
+#                --gb-per-layer 0,1.06. gemm_sustained_1gpu_h200: GEMMs at ~692 W and ~1,465 MHz, 20.4 ms a layer
+#                sustained against 19.8-19.9 in short timings. Expected: GEMMs 2-4 % faster per layer with 3 ms gaps
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -410,6 +414,11 @@ for RUN in "$@"; do
         echo "$(date -u +%FT%T.%N) end"; sleep 3
       done 2>&1 | tee "$D/gemm.md"
       kill $SMI ;;
+    pull_gap)
+      D="$OUT/pull_gap_${NG}gpu_$TAG"; mkdir -p "$D"; G=$(seq -s, 0 $((NG - 1)))
+      A="--model-path .gpu/models/Llama-3.1-70B --gpus $G --gb-per-layer 0,1.06 --gap-ms 0,1.5,3 --reps 3"
+      echo "$(date -u +%FT%T) commit $SIDP_COMMIT: python -m sgl_sidp.bench.pull_cost $A" > "$D/commands.txt"
+      timeout -s TERM $((L - 10)) python3 -m sgl_sidp.bench.pull_cost $A --json "$D/pull_cost.json" | tee "$D/pull_cost.md" ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;

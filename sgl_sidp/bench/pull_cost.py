@@ -10,7 +10,11 @@ GPU's stream, a push where SiDP's slot ring pulls from mapped peer memory: the s
 samples nvidia-smi's SM clock and power draw in each phase. A slowdown that the clock follows
 is the power limit's; one at the same clock is the memory's or the copies' own.
 
-    python -m sgl_sidp.bench.pull_cost --model-path DIR [--tokens 8192] [--gb-per-layer 0,1.06] [--layers 80]
+    python -m sgl_sidp.bench.pull_cost --model-path DIR [--tokens 8192] [--gb-per-layer 0,1.06] [--gap-ms 0,3]
+
+`--gap-ms` leaves the GPU near idle for that long after each layer, as a TP layer's all-reduces do: under the power
+limit the GEMMs around such gaps may run at a higher clock than back to back, which is what a forward without
+communication (SiDP WaS, DP) gives up.
 
 Times with CUDA events on each GPU's compute stream. Needs two CUDA GPUs or more with peer access; refuses otherwise
 with one line.
@@ -82,25 +86,31 @@ class SmiSampler:
         return out
 
 
-def run_phase(gpus: list[int], gemms: dict, pulls: dict, layers: int, gb_per_layer: float, reps: int) -> dict:
+SLEEP_CYCLES_PER_MS = 1.5e6  # `torch.cuda._sleep` spins this many SM cycles a ms at ~1.5 GHz (an H200 at its power cap)
+
+
+def run_phase(gpus: list[int], gemms: dict, pulls: dict, layers: int, gb_per_layer: float, reps: int,
+              gap_ms: float = 0.0) -> dict:
     """`reps` rounds of `layers` layers of each GPU's GEMMs (`gemms[g]`: zero-argument callables), all GPUs at once.
     With `gb_per_layer` > 0 each layer's GEMMs run beside a pull of that many GB from the next GPU on g's copy stream
     (`pulls[g]`: (copy stream, source bytes on the peer, destination bytes on g)), which waits for the layer's start:
-    one pull a layer, as SiDP's slot ring paces its pulls (`prefetch.SlotPrefetcher`). Returns per GPU the GEMMs' ms
-    per layer (CUDA events on g's compute stream, the median round) and the pulls' GB/s (each pull timed alone by
-    events on the copy stream)."""
+    one pull a layer, as SiDP's slot ring paces its pulls (`prefetch.SlotPrefetcher`). With `gap_ms` > 0 a spinning
+    one-thread kernel (`torch.cuda._sleep`) follows each layer's GEMMs: about that long with the GPU near idle, as a
+    TP layer's all-reduces leave it. Returns per GPU the GEMMs' ms per layer (CUDA events around each layer's GEMMs
+    on g's compute stream, summed over a round, the median round), the gaps' measured ms per layer, and the pulls'
+    GB/s (each pull timed by events on the copy stream)."""
     import torch
 
     n = int(gb_per_layer * 1e9)
     streams = {g: torch.cuda.Stream(device=g) for g in gpus}
-    marks: dict[int, list] = {g: [] for g in gpus}
+    rounds: dict[int, list] = {g: [] for g in gpus}
     copy_marks: dict[int, list] = {g: [] for g in gpus}
     event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
     for _ in range(reps):
         for g in gpus:
             with torch.cuda.device(g):
                 copy_stream, src, dst = pulls[g]
-                e0, e1 = event(), event()
+                e0, e1, spans = event(), event(), []
                 e0.record(streams[g])
                 for _layer in range(layers):
                     if n:
@@ -113,28 +123,38 @@ def run_phase(gpus: list[int], gemms: dict, pulls: dict, layers: int, gb_per_lay
                             dst[:n].copy_(src[:n], non_blocking=True)
                         c1.record(copy_stream)
                         copy_marks[g].append((c0, c1))
+                    l0, l1 = event(), event()
                     with torch.cuda.stream(streams[g]):
+                        l0.record()
                         for f in gemms[g]:
                             f()
+                        l1.record()
+                        if gap_ms:
+                            torch.cuda._sleep(int(gap_ms * SLEEP_CYCLES_PER_MS))
+                    spans.append((l0, l1))
                 e1.record(streams[g])
-                marks[g].append((e0, e1))
+                rounds[g].append((e0, e1, spans))
     for g in gpus:  # synchronize() waits for the current GPU only
         torch.cuda.synchronize(g)
     out = {}
     for g in gpus:
+        gemm = [sum(a.elapsed_time(b) for a, b in spans) for _e0, _e1, spans in rounds[g]]
+        whole = [e0.elapsed_time(e1) for e0, e1, _spans in rounds[g]]
         copy_s = sum(a.elapsed_time(b) for a, b in copy_marks[g]) / 1e3
-        out[g] = {"gemm_ms_per_layer": statistics.median(a.elapsed_time(b) for a, b in marks[g]) / layers,
+        out[g] = {"gemm_ms_per_layer": statistics.median(gemm) / layers,
+                  "gap_ms_per_layer": statistics.median(w - m for w, m in zip(whole, gemm)) / layers,
                   "pull_gb_s": n * len(copy_marks[g]) / 1e9 / copy_s if copy_marks[g] else 0.0}
     return out
 
 
 def measure(model_path: Path, gpus: list[int], tokens: int, gb_list: list[float], layers: int, reps: int,
-            sampler: SmiSampler | None) -> list[dict]:
-    """One row per (GB pulled a layer, GPU): the GEMMs' ms per layer, its ratio to the no-pull phase, the pulls'
-    GB/s, the slowdown in ms per GB pulled, and the median SM clock and power of the phase (where sampled).
+            sampler: SmiSampler | None, gap_list: tuple[float, ...] = (0.0,)) -> list[dict]:
+    """One row per (GB pulled a layer, gap after each layer, GPU): the GEMMs' ms per layer, its ratio to the phase
+    with neither pulls nor gaps, the gaps' measured ms, the pulls' GB/s, the slowdown in ms per GB pulled (against the
+    phase of the same gap without pulls), and the median SM clock and power of the phase (where sampled).
 
     Raises:
-        ValueError: an MoE config (`bench.gemm.LayerShape.of`), or a pull larger than the source buffer.
+        ValueError: an MoE config (`bench.gemm.LayerShape.of`).
     """
     import torch
 
@@ -149,32 +169,34 @@ def measure(model_path: Path, gpus: list[int], tokens: int, gb_list: list[float]
         src = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=f"cuda:{peer}")
         dst = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=f"cuda:{g}")
         pulls[g] = (torch.cuda.Stream(device=g), src, dst)
-    run_phase(gpus, gemms, pulls, 4, max(gb_list), 1)  # warm-up: cuBLAS handles, peer access, clocks up
-    rows, base = [], {}
-    for gb in gb_list:
-        t0 = time.monotonic()
-        res = run_phase(gpus, gemms, pulls, layers, gb, reps)
-        clocks = sampler.between(t0, time.monotonic()) if sampler else {}
-        for g in gpus:
-            r = res[g]
-            base.setdefault(g, r["gemm_ms_per_layer"] if gb == 0 else None)
-            ref = base[g]
-            rows.append({"gb_per_layer": gb, "gpu": g, **r,
-                         "vs_alone": r["gemm_ms_per_layer"] / ref if ref else None,
-                         "ms_per_gb": (r["gemm_ms_per_layer"] - ref) / gb if ref and gb else None,
-                         **clocks.get(g, {})})
+    run_phase(gpus, gemms, pulls, 4, max(gb_list), 1)  # warm-up: cuBLAS handles, peer access
+    rows, alone = [], {}
+    for gap in gap_list:
+        for gb in gb_list:
+            t0 = time.monotonic()
+            res = run_phase(gpus, gemms, pulls, layers, gb, reps, gap)
+            clocks = sampler.between(t0, time.monotonic()) if sampler else {}
+            for g in gpus:
+                r = res[g]
+                if gb == 0:
+                    alone[(gap, g)] = r["gemm_ms_per_layer"]
+                ref, first = alone[(gap, g)], alone[(gap_list[0], g)]
+                rows.append({"gb_per_layer": gb, "gap_ms": gap, "gpu": g, **r,
+                             "vs_alone": r["gemm_ms_per_layer"] / first,
+                             "ms_per_gb": (r["gemm_ms_per_layer"] - ref) / gb if gb else None,
+                             **clocks.get(g, {})})
     return rows
 
 
 def table(rows: list[dict]) -> str:
     """Markdown of `measure`'s rows."""
     f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-    lines = ["| GB pulled a layer | GPU | GEMMs ms a layer | vs no pulls | ms lost per GB | pulls GB/s | SM clock MHz "
-             "(median) | power W (median) |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| GB pulled a layer | gap a layer ms (measured) | GPU | GEMMs ms a layer | vs neither | ms lost per GB | "
+             "pulls GB/s | SM clock MHz (median) | power W (median) |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['gb_per_layer']:g} | {r['gpu']} | {r['gemm_ms_per_layer']:.3f} | {f(r['vs_alone'], '.3f')} | "
-                     f"{f(r['ms_per_gb'], '.2f')} | {r['pull_gb_s']:.0f} | {f(r.get('sm_mhz'), '.0f')} | "
-                     f"{f(r.get('power_w'), '.0f')} |")
+        lines.append(f"| {r['gb_per_layer']:g} | {r.get('gap_ms', 0):g} ({r.get('gap_ms_per_layer', 0):.2f}) | {r['gpu']} | "
+                     f"{r['gemm_ms_per_layer']:.3f} | {f(r['vs_alone'], '.3f')} | {f(r['ms_per_gb'], '.2f')} | "
+                     f"{r['pull_gb_s']:.0f} | {f(r.get('sm_mhz'), '.0f')} | {f(r.get('power_w'), '.0f')} |")
     return "\n".join(lines)
 
 
@@ -186,6 +208,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gb-per-layer", default="0,1.06",
                     help="GB each GPU pulls a layer, 0 first (default: %(default)s: SiDP DP4's 60 of Llama-3.1-70B's "
                     "80 FFNs of 1.41 GB, per layer)")
+    ap.add_argument("--gap-ms", default="0",
+                    help="ms of a near-idle GPU after each layer's GEMMs, as TP's all-reduces leave it, 0 first "
+                    "(default: %(default)s)")
     ap.add_argument("--layers", type=int, default=80, help="layers a round (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=5, help="rounds per phase, the median kept (default: %(default)s)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
@@ -195,6 +220,9 @@ def main(argv=None) -> int:
 
         gpus = [int(g) for g in a.gpus.split(",") if g]
         gb_list = [float(x) for x in a.gb_per_layer.split(",") if x]
+        gap_list = tuple(float(x) for x in a.gap_ms.split(",") if x)
+        if not gap_list or gap_list[0] != 0 or any(x < 0 for x in gap_list):
+            raise ValueError("--gap-ms must start with 0 and hold no negative number")
         if not gb_list or gb_list[0] != 0 or any(x < 0 for x in gb_list):
             raise ValueError("--gb-per-layer must start with 0 (the GEMMs alone) and hold no negative number")
         if a.layers < 1 or a.reps < 1 or a.tokens < 1:
@@ -213,7 +241,7 @@ def main(argv=None) -> int:
         return 2
     name = torch.cuda.get_device_name(gpus[0])
     with SmiSampler(gpus) as sampler:
-        rows = measure(a.model_path, gpus, a.tokens, gb_list, a.layers, a.reps, sampler)
+        rows = measure(a.model_path, gpus, a.tokens, gb_list, a.layers, a.reps, sampler, gap_list)
     print(f"{a.model_path.name}: one layer's DP GEMMs of {a.tokens:,} tokens on {len(gpus)} x {name}, {a.layers} "
           f"layers a round, median of {a.reps} rounds; each GPU pulls from the next\n")
     print(table(rows))
