@@ -468,6 +468,9 @@ def test_warm_up_rehearses_the_bursts_shapes_outside_every_number(monkeypatch):
     # then one a rank a token shorter (a size that does not divide by 16: Triton compiles that class apart)
     assert sent[-2:] == [("router", [(8192, 4, None)] * 4), ("router", [(8191, 4, None)] * 2)] and len(sent) == 6
     assert batches.prompts(4, 8192, 3)[0] != batches.prompts(64, 8192, 7)[0]  # not the burst's: no radix-cache hits
+    # every step its own seed: one seed's prompts share their first row, shorter or longer (a cache hit)
+    assert len(set(compare.PROMPT_SEEDS.values())) == len(compare.PROMPT_SEEDS)
+    assert batches.prompts(2, 8191, 5)[0] == batches.prompts(64, 8192, 5)[0][:8191]
     for chunk, n in (({"chunked_prefill_size": 8192}, 10), ({"chunked_prefill_size": 4096}, 6), (None, 10)):
         sent[:] = []
         runner.a = SimpleNamespace(burst="64+2048+32", profile=None)

@@ -113,6 +113,12 @@ class Job:
         return self.result.parent / "logs" / f"{self.name}.log"
 
 
+#: The random prompts' seed of each step (`batches.prompts`). Prompts of one seed share their first row's tokens
+#: whatever their length, so a step whose seed another step used before meets a radix-cache hit: the first burst of
+#: `--burst-twice` took the short rehearsal's seed until q8_gap_4gpu_h200, and its first request prefilled one token.
+PROMPT_SEEDS = {"rehearsal": 3, "rehearsal_short": 5, "burst": 7, "alone": 11, "profile": 13, "burst_first": 17}
+
+
 def rehearsal_size(prompt_tokens: int, chunk_tokens: int) -> int:
     """Prompts of `prompt_tokens` per DP rank that `Measurement.warm_up` rehearses before a burst: one, then enough
     to fill a prefill chunk of `chunk_tokens` (SGLang's `chunked_prefill_size`), as a burst's first forward takes its
@@ -497,9 +503,9 @@ class Measurement:
             except Exception:  # noqa: BLE001 - SGLang's default on H100 and H200, as the planner takes it
                 chunk = 0
             chunk = chunk or ReplicaLimits.chunked_prefill
-            rehearsals = [prompts(min(s, rehearsal_size(i, chunk) * self.ranks), i, 3)]
+            rehearsals = [prompts(min(s, rehearsal_size(i, chunk) * self.ranks), i, PROMPT_SEEDS["rehearsal"])]
             if i > 1:  # one a rank a token shorter: a forward of another size class (below)
-                rehearsals.append(prompts(self.ranks, i - 1, 5))
+                rehearsals.append(prompts(self.ranks, i - 1, PROMPT_SEEDS["rehearsal_short"]))
             for batch in rehearsals:
                 try:
                     run_batch(self.srv.base_url, [(ids, min(o, 4), None) for ids in batch])
@@ -538,11 +544,11 @@ class Measurement:
 
         bursts = self.job.result.parent / "bursts"
         if self.a.burst_twice:  # the same shapes once before, prompts of their own: no cache hits
-            first, first_s = send(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, 5)])
+            first, first_s = send(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, PROMPT_SEEDS["burst_first"])])
             self.res["burst_first"] = {**numbers(first, first_s), "gap_s": self.a.burst_gap_s}
             write_burst_requests(bursts / f"{self.job.name}.first.jsonl", first)
             time.sleep(self.a.burst_gap_s)
-        bodies = [(ids, o, None) for ids in prompts(s, i, 7)]
+        bodies = [(ids, o, None) for ids in prompts(s, i, PROMPT_SEEDS["burst"])]
         (outs, seconds), counted = self.counted(lambda: send(self.srv.base_url, bodies))
         self.res["burst"] = {"spec": self.a.burst, **numbers(outs, seconds), **counted}
         write_burst_requests(bursts / f"{self.job.name}.jsonl", outs)
@@ -571,7 +577,7 @@ class Measurement:
         folder = self.job.result.parent / "profile" / self.job.name
         shutil.rmtree(folder, ignore_errors=True)
         info = http_json(self.srv.base_url + "/server_info", timeout_s=30)
-        bodies = [(ids, o, None) for ids in prompts(s, i, 13)]
+        bodies = [(ids, o, None) for ids in prompts(s, i, PROMPT_SEEDS["profile"])]
         sender = threading.Thread(target=run_batch, args=(self.srv.base_url, bodies))
         if self.a.profile_at_start:  # from the burst's first forward (one request alone) on, the host's CUDA calls too
             profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name, host=True)
@@ -595,7 +601,7 @@ class Measurement:
 
         n, i, o = triple(self.a.alone, "--alone", "N")
         outs, seconds = [], 0.0
-        for ids in prompts(n, i, 11):
+        for ids in prompts(n, i, PROMPT_SEEDS["alone"]):
             got, s = run_batch(self.srv.base_url, [(ids, o, None)])
             outs += got
             seconds += s
