@@ -170,7 +170,8 @@
 #                (--burst-twice --burst-gap-s 10) and SGLang's per-request time stats (bench.intake). In q8_shift_twice
 #                the first token came at 261 ms the first time and 83 ms right after; q8_warm's full-chunk rehearsal left
 #                it at 215. Expected: the second burst at ~83 ms if the cost is once after start-up, at ~200 ms if it
-#                comes back after idle (GPU clocks, allocator); the intake tells a late intake from a late forward
+#                comes back after idle (GPU clocks, allocator); the intake tells a late intake from a late forward.
+#                Found at 232cc90: 236 ms, then 74 ms after the 10 s idle (once after start-up)
 #   l70_release  Llama-3.1-70B TP2 (80 layers) on the burst 64 x (2,048 in, 32 out), 2 x H200: the gap before its last
 #                prefill. The planner releases a prefill's first tokens 1 - 18/80 = 0.775 of the way into the next
 #                (technique.PREFILL_QUEUE_LAYERS, from Qwen3-32B's 0.72 and Qwen3-8B's 0.5), but l70_shift_4gpu_h200's
@@ -191,7 +192,8 @@
 #                one after the other (resumable). On 4 x H100 SiDP WaS ran 1.22x TP4, where TP2 x DP2 leaves no KV
 #                (l70_prefill_only_4gpu_h100); on H200 TP2 x DP2 runs. Predicted on 4 x H200 before the run (270d1e9,
 #                the pulls at H200's prefill rate): SiDP DP4 WaS 16,749 tok/s, 1.08x TP2 x DP2 (15,563), TP4 0.84x.
-#                Expected: 1.03-1.10x TP2 x DP2 (the planner's SiDP bursts on H200 read +2.7 to +4.9 %)
+#                Expected: 1.03-1.10x TP2 x DP2 (the planner's SiDP bursts on H200 read +2.7 to +4.9 %).
+#                Found at 232cc90: 1.07x (16,441 against 15,388 tok/s)
 #   q30_zerodp4  ZeroDP with one source and three sinks on 4 GPUs (Qwen3-30B-A3B, default policy) against TP2 x DP2,
 #                DP attention and TP4, one after the other, on the decode-heavy burst 256 x (2,048 in, 256 out) (two calls;
 #                the second resumes). Predicted on 4 x H100: TP2 x DP2 best (68,495 tok/s), TP4 0.92x, DP attention 0.90x,
@@ -201,26 +203,31 @@
 #                two pairs at once on 4 GPUs. q8_gap_4gpu_h200 found a first burst's ~160 ms once after start-up (first
 #                token 236 ms, 74 ms on a second burst after 10 s idle), and Shift's committed ratios are first bursts
 #                (0.92-0.95x DP2). Predicted on 2 x H200 before the run (232cc90, steady state): DP2 70,184 tok/s,
-#                Shift 0.95x DP2 (66,880), TP2 0.81x. Expected: on the second burst Shift 0.94-0.96x DP2
+#                Shift 0.95x DP2 (66,880), TP2 0.81x. Expected: on the second burst Shift 0.94-0.96x DP2.
+#                Found at 2439645: 0.94x on both bursts (first and second within 2 % on all three)
 #   q8_first_prof where a first burst's one-time cost goes: Qwen3-8B TP2 profiled from the burst's first forward
 #                (--profile 64+2048+32 --profile-at-start, 4 prefill forwards on both GPUs) on a fresh server, then on a
 #                server whose profiled burst is its second. Expected: the first burst's first forwards show host waits
-#                (GPUs idle between kernels) or one slower kernel class that the second's lack
+#                (GPUs idle between kernels) or one slower kernel class that the second's lack. Found at 2439645:
+#                kernels no slower; an 11.2 ms first cudaGraphLaunch (4,096 tokens) and TP-1 20.6 ms late on it
 #   pull_cost    what NVLink weight pulls cost an H200's prefill GEMMs, and whether the SM clock says why
 #                (python -m sgl_sidp.bench.pull_cost: Llama-3.1-70B's layer GEMMs in DP shapes, 8,192 tokens, 80 layers,
 #                every GPU at once, alone and pulling 1.06 / 2.12 GB a layer from the next GPU, nvidia-smi sampled).
 #                l70_sidp_prof_4gpu_h200 lost 1.48 ms per GB pulled in its prefill forwards (7 %). Expected: ~1.5 ms
-#                per GB at 1.06 GB a layer; if the SM clock falls by the same share, the power limit is the cause
+#                per GB at 1.06 GB a layer; if the SM clock falls by the same share, the power limit is the cause.
+#                Found at 49a19f0: 0.18-0.44 ms per GB (1-2 %), ~691 W and 1,440-1,470 MHz with and without
 #   gemm_sustained whether an H200's GEMMs run slower under sustained load (its power limit) than in a short timing:
 #                Llama-3.1-70B's layer GEMMs, 8,192 tokens, on one GPU (python -m sgl_sidp.bench.gemm) timed over 20
 #                rounds (~0.4 s) and over 400 (~8 s), with nvidia-smi's SM clock and power alongside. pull_cost_4gpu_h200
 #                found 20.5-20.8 ms a layer sustained at 1,455-1,470 MHz and ~691 W, and SiDP's profiled prefill GEMMs
 #                the same per layer, while the TP1 shard's calibrated forward (1,752 ms) leaves its GEMMs at most ~19.
-#                Expected: ~19 ms over 20 rounds, ~20.6 over 400, the clock falling with power at ~700 W
+#                Expected: ~19 ms over 20 rounds, ~20.6 over 400, the clock falling with power at ~700 W.
+#                Found at bf51a1f: 19.8-19.9 over 20, 20.4 over 400, ~1,465 MHz at ~692 W throughout
 #   pull_gap     whether a TP layer's all-reduce gaps let an H200's GEMMs run faster under its power limit: pull_cost
 #                again with --gap-ms 0,1.5,3 (a near-idle GPU after each layer, as TP2's all-reduces leave it) and
 #                --gb-per-layer 0,1.06. gemm_sustained_1gpu_h200: GEMMs at ~692 W and ~1,465 MHz, 20.4 ms a layer
-#                sustained against 19.8-19.9 in short timings. Expected: GEMMs 2-4 % faster per layer with 3 ms gaps
+#                sustained against 19.8-19.9 in short timings. Expected: GEMMs 2-4 % faster per layer with 3 ms gaps.
+#                Found at d1a75fc: 5.6-6.8 % faster with 3 ms, 2.7-3.2 % with 1.5 ms; pulls 0.25-0.63 ms per GB
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
