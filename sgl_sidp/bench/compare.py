@@ -544,7 +544,8 @@ class Measurement:
 
         bursts = self.job.result.parent / "bursts"
         if self.a.burst_twice:  # the same shapes once before, prompts of their own: no cache hits
-            first, first_s = send(self.srv.base_url, [(ids, o, None) for ids in prompts(s, i, PROMPT_SEEDS["burst_first"])])
+            first_prompts = prompts(s, i, PROMPT_SEEDS["burst_first"])
+            first, first_s = send(self.srv.base_url, [(ids, o, None) for ids in first_prompts])
             self.res["burst_first"] = {**numbers(first, first_s), "gap_s": self.a.burst_gap_s}
             write_burst_requests(bursts / f"{self.job.name}.first.jsonl", first)
             time.sleep(self.a.burst_gap_s)

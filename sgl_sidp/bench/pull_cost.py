@@ -194,9 +194,9 @@ def table(rows: list[dict]) -> str:
     lines = ["| GB pulled a layer | gap a layer ms (measured) | GPU | GEMMs ms a layer | vs neither | ms lost per GB | "
              "pulls GB/s | SM clock MHz (median) | power W (median) |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['gb_per_layer']:g} | {r.get('gap_ms', 0):g} ({r.get('gap_ms_per_layer', 0):.2f}) | {r['gpu']} | "
-                     f"{r['gemm_ms_per_layer']:.3f} | {f(r['vs_alone'], '.3f')} | {f(r['ms_per_gb'], '.2f')} | "
-                     f"{r['pull_gb_s']:.0f} | {f(r.get('sm_mhz'), '.0f')} | {f(r.get('power_w'), '.0f')} |")
+        gap = f"{r.get('gap_ms', 0):g} ({r.get('gap_ms_per_layer', 0):.2f})"
+        lines.append(f"| {r['gb_per_layer']:g} | {gap} | {r['gpu']} | {r['gemm_ms_per_layer']:.3f} | "
+                     f"{f(r['vs_alone'], '.3f')} | {f(r['ms_per_gb'], '.2f')} | {r['pull_gb_s']:.0f} | {f(r.get('sm_mhz'), '.0f')} | {f(r.get('power_w'), '.0f')} |")
     return "\n".join(lines)
 
 

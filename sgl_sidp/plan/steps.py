@@ -93,7 +93,7 @@ GROUP_RESERVE_GIB = {"H100": {2: 0.91, 4: 1.12}, "H200": {2: 0.92, 4: 1.14}}
 #: `gemm_sustained_1gpu_h200`): the pulls themselves cost the GEMMs beside them 0.25-0.63 ms per GB (1.4-2.7 %); the
 #: rest is the power limit. An H200 runs these GEMMs at ~692 W and 1,410-1,470 MHz; a forward with no communication
 #: keeps them there, where 1.5 or 3 ms of near-idle GPU after each layer (as TP2's all-reduces leave it) let them run
-#: 2.7-3.2 or 5.6-6.8 % faster a layer, and a short timing (as `plan calibrate`'s) 3 % faster than 8 s of them. So
+#: 2.7-3.2 or 5.6-6.8 % faster a layer, and a timing of 0.4 s of them 3 % faster than one of 8 s. So
 #: 1.48 is a fit for SiDP's pulled share (60 of 80 layers at DP4), not a copy cost. A ZeroDP sink's prefill pulls take
 #: the same rate (not validated there: none of the multi-GPU runs the planner is held to offloaded on H200).
 PREFILL_COPY_SLOWDOWN_MS_PER_GB = {"H200": 1.48}
