@@ -228,6 +228,10 @@
 #                --gb-per-layer 0,1.06. gemm_sustained_1gpu_h200: GEMMs at ~692 W and ~1,465 MHz, 20.4 ms a layer
 #                sustained against 19.8-19.9 in short timings. Expected: GEMMs 2-4 % faster per layer with 3 ms gaps.
 #                Found at d1a75fc: 5.6-6.8 % faster with 3 ms, 2.7-3.2 % with 1.5 ms; pulls 0.25-0.63 ms per GB
+#   gemm_sweeps  bench.gemm with its configurations timed in rotated order (--sweeps 5): Llama-3.1-70B at P = 1 (three
+#                identical shapes: a check of the method, which gemm_sustained_1gpu_h200 timed 19.8, 20.9 and 20.1 ms one
+#                after the other), then Qwen3-8B and Qwen3-32B at P = 2 (Shift's base against DP per token, on H200; on H100
+#                gemm_shapes_h100 read 1.03-1.08x with DP timed first). Expected: P = 1 within 1 %; Shift base 1.00-1.05x DP
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -426,6 +430,12 @@ for RUN in "$@"; do
       A="--model-path .gpu/models/Llama-3.1-70B --gpus $G --gb-per-layer 0,1.06 --gap-ms 0,1.5,3 --reps 3"
       echo "$(date -u +%FT%T) commit $SIDP_COMMIT: python -m sgl_sidp.bench.pull_cost $A" > "$D/commands.txt"
       timeout -s TERM $((L - 10)) python3 -m sgl_sidp.bench.pull_cost $A --json "$D/pull_cost.json" | tee "$D/pull_cost.md" ;;
+    gemm_sweeps)
+      D="$OUT/gemm_sweeps_1gpu_$TAG"; mkdir -p "$D"
+      for m in "Llama-3.1-70B --gpus 1 --tokens 8192" "Qwen3-8B --gpus 2 --tokens 4096,8192" "Qwen3-32B --gpus 2 --tokens 4096,8192"; do
+        echo "$(date -u +%FT%T) commit $SIDP_COMMIT: python -m sgl_sidp.bench.gemm --model-path .gpu/models/$m --sweeps 5"
+        python3 -m sgl_sidp.bench.gemm --model-path .gpu/models/$m --sweeps 5; echo
+      done 2>&1 | tee "$D/gemm.md" ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;

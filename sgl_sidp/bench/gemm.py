@@ -12,13 +12,15 @@ q8_shift_blocks_2gpu_h100`) can be split into FLOPs and shape.
     python -m sgl_sidp.bench.gemm --model-path DIR [--tokens 4096,8192,16384] [--gpus 2]
 
 Times with CUDA events over `--iters` repetitions after `--warmup` (the GEMMs only: no norms, no attention, no
-communication); on a machine without CUDA it runs on the CPU in float32 (a check of the shapes, not a timing).
+communication), each size's configurations in turn `--sweeps` times with the order rotated, the median kept; on a
+machine without CUDA it runs on the CPU in float32 (a check of the shapes, not a timing).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,17 +99,29 @@ def time_ms(fns: list, warmup: int, iters: int, cuda: bool) -> float:
     return (time.perf_counter() - t0) * 1e3 / iters
 
 
-def measure(shape: LayerShape, tokens_list, p: int, warmup: int = 3, iters: int = 20) -> list[dict]:
+def measure(shape: LayerShape, tokens_list, p: int, warmup: int = 3, iters: int = 20, sweeps: int = 3) -> list[dict]:
     """One row per (forward tokens, configuration): ms per layer on one GPU, per-GPU TFLOP/s, and GPU-ms per
-    1,000 tokens of the forward (the P GPUs' time for DP is one GPU's: each replica runs its own forward)."""
+    1,000 tokens of the forward (the P GPUs' time for DP is one GPU's: each replica runs its own forward).
+
+    Each size's configurations are timed `sweeps` times in turn, the order rotated each sweep, and the median kept
+    ("spread": (max - min) / median over the sweeps): under a power limit a GPU's clock drifts with its recent load
+    (an H200 ran identical GEMMs 5 % faster when timed first than right after, `gemm_sustained_1gpu_h200`), so one
+    timing after another would favour whichever configuration went first."""
     cuda = torch.cuda.is_available()
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     out = []
     for tokens in tokens_list:
+        fns = {c: layer_gemms(shape, c, tokens, p, dtype, device) for c in CONFIGURATIONS}
+        times: dict[str, list[float]] = {c: [] for c in CONFIGURATIONS}
+        for sweep in range(sweeps):
+            k = sweep % len(CONFIGURATIONS)
+            for config in CONFIGURATIONS[k:] + CONFIGURATIONS[:k]:
+                times[config].append(time_ms(fns[config], warmup, iters, cuda))
         for config in CONFIGURATIONS:
-            ms = time_ms(layer_gemms(shape, config, tokens, p, dtype, device), warmup, iters, cuda)
+            ms = statistics.median(times[config])
             gpus = 1 if config == "dp" else p
             out.append({"tokens": tokens, "config": config, "ms_per_layer": ms,
+                        "spread": (max(times[config]) - min(times[config])) / ms,
                         "tflops_per_gpu": shape.flops(tokens) / gpus / (ms / 1e3) / 1e12,
                         "gpu_ms_per_1k_tokens": ms * gpus / tokens * 1e3})
     return out
@@ -115,13 +129,14 @@ def measure(shape: LayerShape, tokens_list, p: int, warmup: int = 3, iters: int 
 
 def table(rows: list[dict], p: int) -> str:
     """Markdown of `measure`'s rows, each against DP's GPU-ms per token at the same forward size."""
-    lines = [f"| forward tokens | configuration | ms per layer (one GPU) | TFLOP/s per GPU | GPU-ms per 1,000 tokens, "
-             f"vs DP |", "|---:|---|---:|---:|---:|"]
+    lines = [f"| forward tokens | configuration | ms per layer (one GPU) | spread | TFLOP/s per GPU | GPU-ms per 1,000 "
+             f"tokens, vs DP |", "|---:|---|---:|---:|---:|---:|"]
     names = {"dp": "DP (whole weights)", "tp": f"TP{p}", "sp": f"Shift base SP{p}"}
     for r in rows:
         dp = next(x for x in rows if x["tokens"] == r["tokens"] and x["config"] == "dp")
-        lines.append(f"| {r['tokens']:,} | {names[r['config']]} | {r['ms_per_layer']:.3f} | {r['tflops_per_gpu']:.0f} | "
-                     f"{r['gpu_ms_per_1k_tokens']:.3f} ({r['gpu_ms_per_1k_tokens'] / dp['gpu_ms_per_1k_tokens']:.2f}x) |")
+        per_1k, vs_dp = r["gpu_ms_per_1k_tokens"], r["gpu_ms_per_1k_tokens"] / dp["gpu_ms_per_1k_tokens"]
+        lines.append(f"| {r['tokens']:,} | {names[r['config']]} | {r['ms_per_layer']:.3f} | {r['spread']:.1%} | "
+                     f"{r['tflops_per_gpu']:.0f} | {per_1k:.3f} ({vs_dp:.2f}x) |")
     return "\n".join(lines)
 
 
@@ -151,9 +166,14 @@ def layer_case(a: argparse.Namespace, min_gpus: int) -> tuple[dict, list[int]]:
 
 
 def main(argv=None) -> int:
-    a = layer_cli("python -m sgl_sidp.bench.gemm", __doc__, "2048,4096,8192,16384",
-                  "P, the GPUs TP and Shift's SP split over").parse_args(argv)
+    ap = layer_cli("python -m sgl_sidp.bench.gemm", __doc__, "2048,4096,8192,16384",
+                   "P, the GPUs TP and Shift's SP split over")
+    ap.add_argument("--sweeps", type=int, default=3, help="timings of each configuration, in rotated order (default: "
+                    "%(default)s)")
+    a = ap.parse_args(argv)
     try:
+        if a.sweeps < 1:
+            raise ValueError("--sweeps must be 1 or more")
         cfg, tokens = layer_case(a, 1)
         shape = LayerShape.of(cfg)
     except (OSError, KeyError, ValueError) as e:
@@ -161,7 +181,7 @@ def main(argv=None) -> int:
         return 2
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (float32: shapes only, not a timing)"
     print(f"{Path(a.model_path).name}, one layer's GEMMs on {gpu}, P = {a.gpus}\n")
-    print(table(measure(shape, tokens, a.gpus, a.warmup, a.iters), a.gpus))
+    print(table(measure(shape, tokens, a.gpus, a.warmup, a.iters, a.sweeps), a.gpus))
     return 0
 
 
