@@ -231,7 +231,8 @@
 #   gemm_sweeps  bench.gemm with its configurations timed in rotated order (--sweeps 5): Llama-3.1-70B at P = 1 (three
 #                identical shapes: a check of the method, which gemm_sustained_1gpu_h200 timed 19.8, 20.9 and 20.1 ms one
 #                after the other), then Qwen3-8B and Qwen3-32B at P = 2 (Shift's base against DP per token, on H200; on H100
-#                gemm_shapes_h100 read 1.03-1.08x with DP timed first). Expected: P = 1 within 1 %; Shift base 1.00-1.05x DP
+#                gemm_shapes_h100 read 1.03-1.08x with DP timed first). Expected: P = 1 within 1 %; Shift base 1.00-1.05x DP.
+#                Found at f888804: P = 1 within 2 % (spread 2-3 %); Shift base 1.01-1.03x DP
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
