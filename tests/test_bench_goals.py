@@ -35,6 +35,22 @@ def test_each_number_is_held_against_its_own_goal_and_the_winner_against_the_mea
     assert "| 2 x H100 | burst throughput | 10% | 1 of 2 | `run` tp2 -16.7% |" in lines
 
 
+def test_the_predicted_winner_is_the_planners_a_technique_within_its_error_yields_to_vanilla():
+    """The winner check names the planner's first (`validate.predicted_first`): a technique predicted less than
+    `NEAR_TIE` over the best vanilla configuration yields to it, as `--overlay-mode auto` does."""
+    from sgl_sidp.bench import validate
+
+    near = [("sidp_dp4_auto", 101.5, 98.0), ("tp2_dp2", 100.0, 100.0), ("tp4", 84.0, 88.0)]
+    assert validate.predicted_first(near) == "tp2_dp2"
+    assert validate.predicted_first([("sidp_dp4_was", 108.0, 107.0), ("tp2_dp2", 100.0, 100.0)]) == "sidp_dp4_was"
+    assert validate.predicted_first([("dp2", 100.0, 90.0), ("tp2", 99.0, 100.0)]) == "dp2"  # vanilla: as predicted
+    unknown = [("shift_sp2_tp1_th512", 101.0, 1.0), ("auto", 100.0, 1.0)]  # auto: no vanilla configuration
+    assert validate.predicted_first(unknown) == "shift_sp2_tp1_th512"
+    table = [(n, "burst of 8 x (2048 in, 32 out): total throughput", "tok/s", p, m) for n, p, m in near]
+    (winner,) = [c for c in goals.checks("4 x H200", "run/M", table) if c.number == "winner"]
+    assert (winner.configuration, winner.ok) == ("tp2_dp2", True)
+
+
 def test_the_command_counts_a_committed_run_and_lists_what_it_skips(tmp_path, capsys):
     if not (SHARED / "models" / "Qwen3-8B" / "config.json").is_file():
         pytest.skip("../shared/models missing")

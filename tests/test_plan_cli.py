@@ -812,6 +812,36 @@ def test_calibrate_shares_the_shards_among_the_hosts_gpus(qwen3_8b, tmp_path):
                   gpus=["0", "1"], ahead=0, timeout_s=30)
 
 
+def test_a_technique_within_the_planners_error_of_vanilla_yields_to_it():
+    """A technique predicted less than `NEAR_TIE` over the best vanilla configuration is not the winner: vanilla
+    SGLang leads, and the reason gives the technique's predicted ratio; at `NEAR_TIE` or more it stays first. Latency
+    rankings and vanilla winners are left as they are."""
+    from sgl_sidp.plan.planner import NEAR_TIE, PlanRow, prefer_vanilla
+
+    def row(name, technique, tok_s, goodput=None):
+        return PlanRow(name=name, technique=technique, variant="", dp=1, tp=1, sp=1, mem_fraction_static=0.9,
+                       weights_gb_per_gpu=1.0, kv_tokens_total=1, total_tok_s=tok_s, request_goodput=goodput)
+
+    sidp, tp = row("sidp_dp4_auto", "sidp", 101.0, 2.0), row("tp2_dp2", "vanilla", 100.0, 1.0)
+    dp = row("dp4", "vanilla", 90.0, 3.0)
+    assert prefer_vanilla([sidp, tp, dp], "throughput") == ([tp, sidp, dp], sidp)
+    far = row("sidp_dp4_was", "sidp", 100.0 * (1 + NEAR_TIE), 2.0)
+    assert prefer_vanilla([far, tp, dp], "throughput") == ([far, tp, dp], None)
+    assert prefer_vanilla([tp, sidp], "throughput") == ([tp, sidp], None)
+    assert prefer_vanilla([sidp, tp], "latency") == ([sidp, tp], None)
+    assert prefer_vanilla([sidp], "throughput") == ([sidp], None)  # nothing vanilla to yield to
+    # goodput: by requests per second, against the vanilla configuration first by goodput
+    assert prefer_vanilla([dp, sidp, tp], "goodput") == ([dp, sidp, tp], None)
+    near = row("shift_sp4_tp1", "shift", 80.0, 3.1)
+    assert prefer_vanilla([near, dp, tp], "goodput") == ([dp, near, tp], near)
+    assert prefer_vanilla([row("shift", "shift", 80.0, 1.0), row("tp4", "vanilla", 70.0, 0.0)], "goodput")[1] is None
+    models = MODELS / "Llama-3.1-70B"
+    if (models / "config.json").is_file():  # bundled H200 tables: SiDP DP4 predicted ~1.01x TP2 x DP2 there
+        r = plan(str(models), 4, "H200", "offline:512:2048:16")
+        assert r["winner"] == "tp2_dp2" and "sidp_dp4_auto is predicted 1.0" in r["reason"]
+        assert "a technique must gain to be started (the planner's error)" in r["reason"]
+
+
 def test_with_slos_the_configurations_are_ranked_by_goodput(qwen3_8b, capsys):
     """Goodput (requests per second meeting both SLOs) orders the rows, the reason and the table say so; every
     predicted row has it."""

@@ -68,7 +68,7 @@ def checks(node: str, run: str, table: list[tuple]) -> list[Check]:
             out.append(Check(node, run, name, number, None, not pred, what))
     for title, got in validate.rankings(table).items():
         if len(got) > 1:
-            measured, predicted = max(got, key=lambda x: x[2])[0], max(got, key=lambda x: x[1])[0]
+            measured, predicted = max(got, key=lambda x: x[2])[0], validate.predicted_first(got)
             out.append(Check(node, run, predicted, "winner", None, predicted == measured,
                              f"{title}: measured {measured}"))
     return out

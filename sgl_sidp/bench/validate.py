@@ -572,6 +572,25 @@ def rankings(table: list[tuple]) -> dict[str, list[tuple[str, float, float]]]:
     return out
 
 
+def predicted_first(got: list[tuple[str, float, float]]) -> str:
+    """The configuration the planner names first among `rankings`' (configuration, predicted, measured) of one
+    number: the highest predicted, unless a technique leads the best vanilla configuration there by less than the
+    planner's error, which then yields to it (`planner.prefer_vanilla`, what `--overlay-mode auto` starts)."""
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.plan.planner import yields
+    from sgl_sidp.plan.technique import techniques
+
+    def vanilla(name: str) -> bool:
+        try:
+            return techniques()[configuration_named(name).technique].vanilla
+        except (ValueError, KeyError):
+            return False
+
+    first = max(got, key=lambda x: x[1])
+    van = max((g for g in got if vanilla(g[0])), key=lambda x: x[1], default=None)
+    return van[0] if van and not vanilla(first[0]) and yields(first[1], van[1]) else first[0]
+
+
 def error_text(pred: float, meas: float) -> str:
     """The error column: predicted / measured - 1, or what stands for it where nothing was measured (a replay's
     goodput of 0: no request met the objective)."""
