@@ -233,6 +233,10 @@
 #                after the other), then Qwen3-8B and Qwen3-32B at P = 2 (Shift's base against DP per token, on H200; on H100
 #                gemm_shapes_h100 read 1.03-1.08x with DP timed first). Expected: P = 1 within 1 %; Shift base 1.00-1.05x DP.
 #                Found at f888804: P = 1 within 2 % (spread 2-3 %); Shift base 1.01-1.03x DP
+#   q32_auto4    --overlay-mode auto on Qwen3-32B, 4 GPUs, 64 x (2,048 in, 32 out), since a technique within the planner's
+#                error (5 %) of the best vanilla configuration yields to it (80f89f8). Shift SP4 is predicted 1.01x DP4
+#                there and measured 0.99x DP4 (q32_shift_1.5x_4gpu_h200). Expected: auto starts dp4 and says Shift's
+#                predicted 1.01x in its line; ~30,400 tok/s on 4 x H200
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -437,6 +441,8 @@ for RUN in "$@"; do
         echo "$(date -u +%FT%T) commit $SIDP_COMMIT: python -m sgl_sidp.bench.gemm --model-path .gpu/models/$m --sweeps 5"
         python3 -m sgl_sidp.bench.gemm --model-path .gpu/models/$m --sweeps 5; echo
       done 2>&1 | tee "$D/gemm.md" ;;
+    q32_auto4)
+      compare_run "q32_auto4_4gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs auto --burst 64+2048+32 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
