@@ -236,7 +236,8 @@
 #   q32_auto4    --overlay-mode auto on Qwen3-32B, 4 GPUs, 64 x (2,048 in, 32 out), since a technique within the planner's
 #                error (5 %) of the best vanilla configuration yields to it (80f89f8). Shift SP4 is predicted 1.01x DP4
 #                there and measured 0.99x DP4 (q32_shift_1.5x_4gpu_h200). Expected: auto starts dp4 and says Shift's
-#                predicted 1.01x in its line; ~30,400 tok/s on 4 x H200
+#                predicted 1.01x in its line; ~30,400 tok/s on 4 x H200. Found at fc6ded9: dp4, the line as expected,
+#                30,157 tok/s (predicted 31,187)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
