@@ -251,7 +251,8 @@ KEEPS_UP = 0.02
 
 #: a winner whose predicted throughput is within this of the runner-up's is a near tie: the planner's burst errors on
 #: 2 x H100 spread over more than that (TP2 +3.4 % and DP attention -3.0 % on one burst, whose measured order was
-#: the other way round: `benchmarks/results/plan_multi_gpu/h100_2gpu/validate.md`), so the reason says so
+#: the other way round: `benchmarks/results/plan_multi_gpu/h100_2gpu/validate.md`), so the reason says so; and a
+#: technique that leads the best vanilla configuration by less yields to it (`prefer_vanilla`)
 NEAR_TIE = 0.05
 
 
@@ -273,9 +274,10 @@ def rank(rows: list[PlanRow], objective: str) -> list[PlanRow]:
 def prefer_vanilla(ranked: list[PlanRow], objective: str) -> tuple[list[PlanRow], PlanRow | None]:
     """`ranked` (`rank`'s order) with the best vanilla configuration first where a technique leads it by less than
     `NEAR_TIE` on the objective (throughput or goodput), and that technique (None where nothing moved). Within the
-    planner's error a technique's predicted gain is no gain: vanilla SGLang is the known quantity, and on the bursts
-    where auto started a technique predicted within 2 % of vanilla it measured 0.98-0.99x the best vanilla
-    configuration (`l70_auto512_4gpu_h200`, `q32_prefill_2gpu_h100`, `q32_shift_1.5x_4gpu_h200`)."""
+    planner's error a technique's predicted gain is no gain: vanilla SGLang is the known quantity, and on the three
+    bursts where the planner had picked a technique predicted within 2 % of vanilla, that technique measured
+    0.98-0.99x the best vanilla configuration (`l70_auto512_4gpu_h200`, started by auto; `q32_prefill_2gpu_h100`,
+    `q32_shift_1.5x_4gpu_h200`)."""
     if objective not in ("throughput", "goodput") or not ranked or technique_named(ranked[0].technique).vanilla:
         return ranked, None
     van = next((r for r in ranked if technique_named(r.technique).vanilla), None)
@@ -477,7 +479,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                        f"configuration, {best_vanilla.name}")
     elif best_vanilla and win is not best_vanilla:
         reason += f"; {win.ratio_to_best_vanilla:.2f}x the throughput of the best vanilla configuration, {best_vanilla.name}"
-    if yielded is not None:  # the reason above ranks the technique first; say why vanilla SGLang leads
+    if yielded is not None:  # the winner is vanilla SGLang without the highest prediction: the reason says why
         if objective == "goodput":
             what, got = (f"goodput ({win.request_goodput:.3g} req/s under TTFT {slo[0]:g} ms and TPOT {slo[1]:g} ms)",
                          (yielded.request_goodput or 0.0) / win.request_goodput)
