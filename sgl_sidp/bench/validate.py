@@ -576,14 +576,14 @@ def predicted_first(got: list[tuple[str, float, float]]) -> str:
     """The configuration the planner names first among `rankings`' (configuration, predicted, measured) of one
     number: the highest predicted, unless a technique leads the best vanilla configuration there by less than the
     planner's error, which then yields to it (`planner.prefer_vanilla`, what `--overlay-mode auto` starts)."""
+    from sgl_sidp.bench.compare_report import is_vanilla
     from sgl_sidp.plan.configs import configuration_named
     from sgl_sidp.plan.planner import yields
-    from sgl_sidp.plan.technique import techniques
 
     def vanilla(name: str) -> bool:
         try:
-            return techniques()[configuration_named(name).technique].vanilla
-        except (ValueError, KeyError):
+            return is_vanilla({"technique": configuration_named(name).technique})
+        except ValueError:  # not a configuration's name ("auto")
             return False
 
     first = max(got, key=lambda x: x[1])
