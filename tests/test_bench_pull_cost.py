@@ -44,6 +44,7 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path, capsys):
     for args, msg in ((["--gb-per-layer", "1,0"], "--gb-per-layer must start with 0"),
                       (["--layers", "0"], "--layers, --reps and --tokens must be 1 or more"),
                       (["--gap-ms", "3"], "--gap-ms must start with 0"),
+                      (["--gpus", "0,0"], "name each GPU once"),
                       (["--gpus", "0"], "needs two CUDA GPUs or more")):
         assert pull_cost.main(["--model-path", str(tmp_path), *args]) == 2
         out = capsys.readouterr().out.strip()

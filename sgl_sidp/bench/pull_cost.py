@@ -225,6 +225,8 @@ def main(argv=None) -> int:
             raise ValueError("--gap-ms must start with 0 and hold no negative number")
         if not gb_list or gb_list[0] != 0 or any(x < 0 for x in gb_list):
             raise ValueError("--gb-per-layer must start with 0 (the GEMMs alone) and hold no negative number")
+        if len(set(gpus)) != len(gpus):
+            raise ValueError(f"--gpus {a.gpus}: name each GPU once")
         if a.layers < 1 or a.reps < 1 or a.tokens < 1:
             raise ValueError("--layers, --reps and --tokens must be 1 or more")
         if not (a.model_path / "config.json").is_file():
