@@ -238,6 +238,11 @@
 #                there and measured 0.99x DP4 (q32_shift_1.5x_4gpu_h200). Expected: auto starts dp4 and says Shift's
 #                predicted 1.01x in its line; ~30,400 tok/s on 4 x H200. Found at fc6ded9: dp4, the line as expected,
 #                30,157 tok/s (predicted 31,187)
+#   l70_tp2dp2_prof TP2 x DP2 profiled on l70_sidp_prof_4gpu_h200's burst (48 x (2,048 in, 8 out), 4 x H200), to place the
+#                ~75 ms of SiDP's 1,877 ms WaS prefill forward that lie outside its GEMMs (attention 162-164 ms, ~64 the
+#                rest) against its TP1 shard's calibrated 1,752. Expected: per GPU-second (a TP2 forward on 2 GPUs against
+#                SiDP's on one), attention and the other kernel classes within 5 % of SiDP's; where SiDP's are larger,
+#                that is where its time goes
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -444,6 +449,8 @@ for RUN in "$@"; do
       done 2>&1 | tee "$D/gemm.md" ;;
     q32_auto4)
       compare_run "q32_auto4_4gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs auto --burst 64+2048+32 ;;
+    l70_tp2dp2_prof)
+      compare_run "l70_tp2dp2_prof_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs tp2_dp2 --profile 48+2048+8 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
