@@ -454,7 +454,16 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     ranked, yielded = prefer_vanilla(ranked, objective)
     win = ranked[0]
     runner_up = next((r for r in ranked[1:]), None)
-    if objective == "throughput":
+    if yielded is not None:  # the winner is vanilla SGLang without the highest prediction: the reason says why
+        # (it is the best vanilla configuration, so no ratio to that follows below)
+        if objective == "goodput":
+            what, got = (f"goodput ({win.request_goodput:.3g} req/s under TTFT {slo[0]:g} ms and TPOT {slo[1]:g} ms)",
+                         (yielded.request_goodput or 0.0) / win.request_goodput)
+        else:
+            what, got = f"throughput ({win.total_tok_s:,.0f} tokens/s)", yielded.total_tok_s / win.total_tok_s
+        reason = (f"{win.name}: the highest predicted {what} of vanilla SGLang on {label}; {yielded.name} is predicted "
+                  f"{got:.2f}x it, under the {NEAR_TIE:.0%} a technique must gain to be started (the planner's error)")
+    elif objective == "throughput":
         # the first configuration predicted to run differently (ZeroDP offloading nothing runs as DP)
         other = next((r for r in ranked[1:] if r.total_tok_s != win.total_tok_s), None)
         reason = (f"{win.name}: the highest predicted throughput on {label} ({win.total_tok_s:,.0f} tokens/s"
@@ -479,14 +488,6 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                        f"configuration, {best_vanilla.name}")
     elif best_vanilla and win is not best_vanilla:
         reason += f"; {win.ratio_to_best_vanilla:.2f}x the throughput of the best vanilla configuration, {best_vanilla.name}"
-    if yielded is not None:  # the winner is vanilla SGLang without the highest prediction: the reason says why
-        if objective == "goodput":
-            what, got = (f"goodput ({win.request_goodput:.3g} req/s under TTFT {slo[0]:g} ms and TPOT {slo[1]:g} ms)",
-                         (yielded.request_goodput or 0.0) / win.request_goodput)
-        else:
-            what, got = f"throughput ({win.total_tok_s:,.0f} tokens/s)", yielded.total_tok_s / win.total_tok_s
-        reason = (f"{win.name}: the highest predicted {what} of vanilla SGLang on {label}; {yielded.name} is predicted "
-                  f"{got:.2f}x it, under the {NEAR_TIE:.0%} a technique must gain to be started (the planner's error)")
     beyond = extrapolation(n_gpus)
     return {"predicted": True, "model": model_path, "gpus": n_gpus, "gpu": kind["name"],
             **({"extrapolation": beyond} if beyond else {}), "workload": label,
