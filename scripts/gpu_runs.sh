@@ -268,6 +268,12 @@ compare_run() {  # compare_run NAME MODEL COMPARE_ARGS...: bench.compare into $O
   timeout -s TERM $((L - 15)) python3 -m sgl_sidp.bench.compare --model-path ".gpu/models/$model" --load-format dummy \
     --extra-args "$X" --out-dir "$OUT/$name" --deadline-s $((L - 75)) --step-grace-s 40 --ready-timeout-s 320 --no-predict "$@"
 }
+pull_cost_run() {  # pull_cost_run NAME ARGS...: bench.pull_cost on Llama-3.1-70B over every GPU into $OUT/NAME
+  local d="$OUT/$1" a; shift; mkdir -p "$d"
+  a="--model-path .gpu/models/Llama-3.1-70B --gpus $(seq -s, 0 $((NG - 1))) $*"
+  echo "$(date -u +%FT%T) commit $SIDP_COMMIT: python -m sgl_sidp.bench.pull_cost $a" > "$d/commands.txt"
+  timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.pull_cost $a --json "$d/pull_cost.json" | tee "$d/pull_cost.md"
+}
 for RUN in "$@"; do
   L=$(left); [ "$L" -lt 150 ] && [ "$RUN" != pack ] && { echo "skip $RUN: $L s left"; continue; }
   echo "=== $RUN ($L s left) $(date -u +%T)"
@@ -419,13 +425,7 @@ for RUN in "$@"; do
       compare_run "q8_first_prof_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 $P
       compare_run "q8_second_prof_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 64+2048+32 $P ;;
     pull_cost)
-      mkdir -p "$OUT/pull_cost_${NG}gpu_$TAG"
-      G=$(seq -s, 0 $((NG - 1)))
-      echo "$(date -u +%FT%T) commit $SIDP_COMMIT: python -m sgl_sidp.bench.pull_cost --model-path .gpu/models/Llama-3.1-70B --gpus $G --gb-per-layer 0,1.06,2.12 --reps 3" \
-        > "$OUT/pull_cost_${NG}gpu_$TAG/commands.txt"
-      timeout -s TERM $((L - 10)) python3 -m sgl_sidp.bench.pull_cost --model-path .gpu/models/Llama-3.1-70B --gpus "$G" \
-        --gb-per-layer 0,1.06,2.12 --reps 3 --json "$OUT/pull_cost_${NG}gpu_$TAG/pull_cost.json" \
-        | tee "$OUT/pull_cost_${NG}gpu_$TAG/pull_cost.md" ;;
+      pull_cost_run "pull_cost_${NG}gpu_$TAG" --gb-per-layer 0,1.06,2.12 --reps 3 ;;
     gemm_sustained)
       D="$OUT/gemm_sustained_1gpu_$TAG"; mkdir -p "$D"
       nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 -i 0 > "$D/smi.csv" &
@@ -437,10 +437,7 @@ for RUN in "$@"; do
       done 2>&1 | tee "$D/gemm.md"
       kill $SMI ;;
     pull_gap)
-      D="$OUT/pull_gap_${NG}gpu_$TAG"; mkdir -p "$D"; G=$(seq -s, 0 $((NG - 1)))
-      A="--model-path .gpu/models/Llama-3.1-70B --gpus $G --gb-per-layer 0,1.06 --gap-ms 0,1.5,3 --reps 3"
-      echo "$(date -u +%FT%T) commit $SIDP_COMMIT: python -m sgl_sidp.bench.pull_cost $A" > "$D/commands.txt"
-      timeout -s TERM $((L - 10)) python3 -m sgl_sidp.bench.pull_cost $A --json "$D/pull_cost.json" | tee "$D/pull_cost.md" ;;
+      pull_cost_run "pull_gap_${NG}gpu_$TAG" --gb-per-layer 0,1.06 --gap-ms 0,1.5,3 --reps 3 ;;
     gemm_sweeps)
       D="$OUT/gemm_sweeps_1gpu_$TAG"; mkdir -p "$D"
       for m in "Llama-3.1-70B --gpus 1 --tokens 8192" "Qwen3-8B --gpus 2 --tokens 4096,8192" "Qwen3-32B --gpus 2 --tokens 4096,8192"; do
