@@ -242,7 +242,11 @@
 #                ~75 ms of SiDP's 1,877 ms WaS prefill forward that lie outside its GEMMs (attention 162-164 ms, ~64 the
 #                rest) against its TP1 shard's calibrated 1,752. Expected: per GPU-second (a TP2 forward on 2 GPUs against
 #                SiDP's on one), attention and the other kernel classes within 5 % of SiDP's; where SiDP's are larger,
-#                that is where its time goes
+#                that is where its time goes. Found at 909b970: TP2 forwards of 1,013-1,028 ms (2,024-2,056 GPU-ms per
+#                8,192 tokens against SiDP's 1,889): GEMMs 1,580-1,606 GPU-ms (SiDP 1,637-1,660, +3-5 %), attention
+#                155-158 (SiDP 162-164, +4 %), norm 47 (SiDP 25: TP repeats them), other 37 (SiDP 38.5), all-reduce
+#                190-206. Outside its GEMMs SiDP spends no more than TP2 (227 against 240): its cost is its GEMMs',
+#                the power limit's spells TP2's all-reduces relieve (~3 %, pull_gap) and its pulls (1.4-2.7 %)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac

@@ -93,11 +93,12 @@ GROUP_RESERVE_GIB = {"H100": {2: 0.91, 4: 1.12}, "H200": {2: 0.92, 4: 1.14}}
 #: `gemm_sustained_1gpu_h200`): an H200 runs these GEMMs at ~692 W and 1,410-1,470 MHz, its power limit; a timing of
 #: 0.4 s of them runs 3 % faster than one of 8 s (about 50 of the 125 ms); SiDP's profiled GEMMs ran at the rate of
 #: the same GEMMs without pulls, and pulls of its bytes a layer at 45-133 GB/s (SiDP's run at ~360) cost GEMMs
-#: 0.25-0.63 ms per GB (1.4-2.7 %); the rest is outside the GEMMs, not placed. A forward with no communication keeps
-#: its GEMMs at the limit's clock, where 1.5 or 3 ms of near-idle GPU after each layer (as TP2's all-reduces leave
-#: it) let them run 2.7-3.2 or 5.6-6.8 % faster a layer. So 1.48 is a fit for SiDP's pulled share (60 of 80 layers
-#: at DP4), not a copy cost. A ZeroDP sink's prefill pulls take the same rate (not validated there: none of the
-#: multi-GPU runs the planner is held to offloaded on H200).
+#: 0.25-0.63 ms per GB (1.4-2.7 %); the rest is outside the GEMMs, where TP2 x DP2 spends as much per GPU-second
+#: (l70_tp2dp2_prof_4gpu_h200). A forward with no communication keeps its GEMMs at the limit's clock, where 1.5 or
+#: 3 ms of near-idle GPU after each layer (as TP2's all-reduces leave it) let them run 2.7-3.2 or 5.6-6.8 % faster a
+#: layer. So 1.48 is a fit for SiDP's pulled share (60 of 80 layers at DP4), not a copy cost. A ZeroDP sink's
+#: prefill pulls take the same rate (not validated there: none of the multi-GPU runs the planner is held to
+#: offloaded on H200).
 PREFILL_COPY_SLOWDOWN_MS_PER_GB = {"H200": 1.48}
 
 
