@@ -247,6 +247,13 @@
 #                155-158 (SiDP 162-164, +4 %), norm 47 (SiDP 25: TP repeats them), other 37 (SiDP 38.5), all-reduce
 #                190-206. Outside its GEMMs SiDP spends no more than TP2 (227 against 240): its cost is its GEMMs',
 #                the power limit's spells TP2's all-reduces relieve (~3 %, pull_gap) and its pulls (1.4-2.7 %)
+#   q8_shift_stats  q8_shift_busy's Azure window at 3x (q8_shift_th's, 1 s / 8 ms), TP2 and Shift SP2 at once, with
+#                SGLang's per-request time stats (each request's scheduler entry, the start of its first prefill forward,
+#                its completion) and device timer. On q8_shift_th_2gpu_h200 Shift's first tokens of the requests that
+#                arrived 20-30 s in came 0.82 s later than simulated (p50) and their decode windows ran 8.27 s against
+#                6.20 (TP2: -0.16 s, 9.03 against 8.92), at the simulated GPU seconds. Expected: if it is the order the
+#                scheduler runs them in, their prefill forwards start late by about as much; if it is the release of
+#                results, they start on time and the client sees the first token later after the forward
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -452,6 +459,10 @@ for RUN in "$@"; do
       compare_run "q32_auto4_4gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs auto --burst 64+2048+32 ;;
     l70_tp2dp2_prof)
       compare_run "l70_tp2dp2_prof_${NG}gpu_$TAG" Llama-3.1-70B --gpus 0,1,2,3 --configs tp2_dp2 --profile 48+2048+8 ;;
+    q8_shift_stats)
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_shift_stats_2gpu_$TAG" Qwen3-8B $PAIRS \
+        --configs shift_sp2_tp1,tp2 --trace "$AZURE" --rates 3 --extra-args "$X --enable-request-time-stats-logging" \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
