@@ -260,6 +260,12 @@
 #                (q8_shift_stats_2gpu_h200); on H100 the same forward was priced right (115 ms profiled). Expected: if
 #                the miss is in the forward, Shift's spans >= 117 ms while TP2's are within 3 % of 133; the kernel
 #                classes then say which part (GEMMs, attention, all-to-alls) the planner under-prices on H200
+#   cal_q8       plan calibrate of Qwen3-8B's shards for 2 GPUs with prefills of several prompts (as cal_q32); and
+#   cal_q32_4    of Qwen3-32B's for 2 and 4 GPUs. On H200 their tables hold one-request prefills alone, and
+#                q8_shift_prof_2gpu_h200 found the planner's 4 x 2,048 chunk 133.1 ms on TP2 where the server ran 125-131
+#                (its compute 106 ms busy, priced 115) and 111.2 on Shift SP2 where it ran 112-118: Shift 0.835x TP2
+#                priced, 0.90x measured. Expected: the TP2 shard's 4 x 2,048 chunk 105-110 ms, so the planner's TP2
+#                chunk within 3 % of the profile and Shift's bursts on 2 x H200 within 5 % once re-validated
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -359,8 +365,9 @@ for RUN in "$@"; do
         --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \
         --extra-args "$X --max-total-tokens 65536 --cuda-graph-max-bs 8" --deadline-s $((L - 70)) --step-grace-s 30 \
         --ready-timeout-s 200 --no-predict ;;
-    cal_q32|cal_q30|cal_l70)
-      case $RUN in cal_q32) M=Qwen3-32B G=2;; cal_q30) M=Qwen3-30B-A3B G=2;; *) M=Llama-3.1-70B G=2,4;; esac
+    cal_q32|cal_q30|cal_l70|cal_q8|cal_q32_4)
+      case $RUN in cal_q32) M=Qwen3-32B G=2;; cal_q30) M=Qwen3-30B-A3B G=2;; cal_q8) M=Qwen3-8B G=2;;
+        cal_q32_4) M=Qwen3-32B G=2,4;; *) M=Llama-3.1-70B G=2,4;; esac
       mkdir -p "$OUT/${RUN}_$TAG"
       SIDP_CALIBRATION_DIR="$OUT/${RUN}_$TAG" timeout -s TERM $((L - 15)) python3 -m sgl_sidp.plan calibrate \
         --model-path ".gpu/models/$M" --gpus $G > "$OUT/${RUN}_$TAG/calibrate.log" 2>&1
