@@ -253,19 +253,28 @@
 #                arrived 20-30 s in came 0.82 s later than simulated (p50) and their decode windows ran 8.27 s against
 #                6.20 (TP2: -0.16 s, 9.03 against 8.92), at the simulated GPU seconds. Expected: if it is the order the
 #                scheduler runs them in, their prefill forwards start late by about as much; if it is the release of
-#                results, they start on time and the client sees the first token later after the forward
+#                results, they start on time and the client sees the first token later after the forward. Found at
+#                937315f: neither alone. Each server completed its requests within 37 ms of the client's last token, and
+#                took them in 40-106 ms after the send on both; the run again simulated Shift's prefill GPU seconds 5 %
+#                short (25.58 against 26.92 s; TP2 +1.8 %): its forwards, priced short in the replay (q8_shift_prof)
 #   q8_shift_prof  Shift SP2 and TP2 profiled at once on 128 x (2,048 in, 8 out), 4 prefill forwards of 4 x 2,048 each.
 #                On H200 the planner prices them at 111.2 and 133.1 ms (0.835) and over-predicts Shift against TP2:
 #                bursts +6.5 % against -2.1 % (q8_twice3_2gpu_h200), replay prefill GPU seconds +5.2 % against -1.7 %
 #                (q8_shift_stats_2gpu_h200); on H100 the same forward was priced right (115 ms profiled). Expected: if
 #                the miss is in the forward, Shift's spans >= 117 ms while TP2's are within 3 % of 133; the kernel
-#                classes then say which part (GEMMs, attention, all-to-alls) the planner under-prices on H200
+#                classes then say which part (GEMMs, attention, all-to-alls) the planner under-prices on H200. Found at
+#                0a9fe1d: Shift 112-118 ms (GEMMs 76.5, attention 17.3, all-to-alls 8.3), TP2 125-131 (GEMMs 78.1,
+#                attention 17.7, all-reduces 19.2): TP2 over-priced 5 % and Shift under 2 %, from the tables' one-request
+#                prefills (cal_q8)
 #   cal_q8       plan calibrate of Qwen3-8B's shards for 2 GPUs with prefills of several prompts (as cal_q32); and
 #   cal_q32_4    of Qwen3-32B's for 2 and 4 GPUs. On H200 their tables hold one-request prefills alone, and
 #                q8_shift_prof_2gpu_h200 found the planner's 4 x 2,048 chunk 133.1 ms on TP2 where the server ran 125-131
 #                (its compute 106 ms busy, priced 115) and 111.2 on Shift SP2 where it ran 112-118: Shift 0.835x TP2
 #                priced, 0.90x measured. Expected: the TP2 shard's 4 x 2,048 chunk 105-110 ms, so the planner's TP2
-#                chunk within 3 % of the profile and Shift's bursts on 2 x H200 within 5 % once re-validated
+#                chunk within 3 % of the profile and Shift's bursts on 2 x H200 within 5 % once re-validated. Found at
+#                dd790bf (218 s for both): the TP2 shard's chunk 107.2 ms, the planner's TP2 chunk 125.4 (128.3 with the
+#                sustained clock, steps.PREFILL_SUSTAINED_FACTOR); Shift's bursts on 2 x H200 +1.2 to +12.2 % (+3.8 % on
+#                q8_twice3, +6.5 % before)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac

@@ -13,6 +13,7 @@ from sgl_sidp.calibration.table import Calibration
 from sgl_sidp.plan.comm import Interconnect, Link
 from sgl_sidp.plan.configs import Configuration
 from sgl_sidp.plan.planner import PlanError, PlanRow, launch_flags, rank
+from sgl_sidp.plan import steps
 from sgl_sidp.plan.steps import BUNDLED_DIR, ShardClock, StepModel, find_calibration
 
 SHAPES = ModelShapes(layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, vocab=1000, tied=False, intermediate=4096)
@@ -20,6 +21,13 @@ LINK = Link(latency_us=10.0, busbw_gbps=100.0, source="test")
 COLLECTIVES = {op: {n: LINK for n in (2, 4)} for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")}
 IC = Interconnect("NVIDIA H200", COLLECTIVES | {"peer_copy": {2: Link(0.0, 100.0, "test")}})
 SLOW_COPIES = Interconnect("NVIDIA H200", COLLECTIVES | {"peer_copy": {2: Link(0.0, 10.0, "test")}})
+
+
+@pytest.fixture(autouse=True)
+def short_timing_is_served(monkeypatch):
+    """The made-up calibrations below are H200's; their hand-computed times assume a served forward takes what the
+    calibration timed (`PREFILL_SUSTAINED_FACTOR` 1.0), except where a test sets the factor itself."""
+    monkeypatch.setattr(steps, "PREFILL_SUSTAINED_FACTOR", {})
 
 
 def cal(scale: float = 1.0) -> Calibration:
@@ -99,7 +107,7 @@ def test_sidp_was_is_the_longer_of_compute_and_copies_and_auto_switches_at_b_th(
 
 
 def test_weight_pulls_slow_a_prefill_at_the_gpu_kinds_prefill_rate_and_a_decode_at_the_decode_rate():
-    """`PREFILL_COPY_SLOWDOWN_MS_PER_GB`: on H200 a WaS rank's prefill forward slows 1.48 ms per GB it pulls (profiled,
+    """`PREFILL_COPY_SLOWDOWN_MS_PER_GB`: on H200 a WaS rank's prefill forward slows 0.90 ms per GB it pulls (profiled,
     SiDP DP4 on Llama-3.1-70B), its decode step 0.327; a kind without its own prefill rate (H100) takes the decode
     rate for both; a configuration that pulls nothing is unchanged."""
     import dataclasses
@@ -115,6 +123,20 @@ def test_weight_pulls_slow_a_prefill_at_the_gpu_kinds_prefill_rate_and_a_decode_
         assert was.decode_ms(64, 0) == pytest.approx(1.64 + DEFAULT_COPY_SLOWDOWN_MS_PER_GB * nbytes / 1e9)
     tp1 = StepModel(Configuration("tp1", "vanilla", 1, 1), SHAPES, {"forward": clock()}, IC)
     assert tp1.prefill_ms([(8192, 0)]) == pytest.approx(2 + 81.92)
+
+
+def test_a_served_prefill_takes_the_gpu_kinds_sustained_clock(monkeypatch):
+    """`PREFILL_SUSTAINED_FACTOR`: on H200 a prefill forward's per-token terms (linears, attention) take 1.028x the
+    calibration's short timing (`gemm_sustained_1gpu_h200`), its constant and the small prefills' floor do not; a kind
+    without a factor (H100) prices what was timed."""
+    import dataclasses
+
+    monkeypatch.setattr(steps, "PREFILL_SUSTAINED_FACTOR", {"H200": 1.028})
+    h200, h100 = (ShardClock(dataclasses.replace(cal(), gpu=g), SHAPES.kv_bytes_per_token(1))
+                  for g in ("NVIDIA H200", "NVIDIA H100 80GB HBM3"))
+    assert h200.prefill_ms([(8192, 0)]) == pytest.approx(2 + 1.028 * 81.92)
+    assert h100.prefill_ms([(8192, 0)]) == pytest.approx(2 + 81.92)
+    assert h200.prefill_ms([(16, 0)]) == h100.prefill_ms([(16, 0)]) == pytest.approx(2 + 0.01 * 512)  # the floor
 
 
 @pytest.mark.parametrize("b_th, twin", [(1.0, "was"), (float("inf"), "cas")])

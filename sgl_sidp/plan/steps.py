@@ -82,24 +82,33 @@ def gpu_key(gpu_name: str | None) -> str | None:
 GROUP_RESERVE_GIB = {"H100": {2: 0.91, 4: 1.12}, "H200": {2: 0.92, 4: 1.14}}
 
 
+#: How much longer a served prefill forward's linears and attention take than the calibration's short timing of them,
+#: by GPU kind (`GPUS` key; others 1.0): the calibration times each prefill for a fraction of a second, a busy server
+#: runs them back to back for seconds, and an H200 at its 700 W limit clocks its GEMMs down over that span. H200:
+#: Llama-3.1-70B's layer GEMMs ran 19.8-19.9 ms a layer timed over 0.4 s and 20.4 ms over 8 s, 1.028x
+#: (`benchmarks/results/multi_gpu/gemm_sustained_1gpu_h200`; ~692 W, 1,410-1,470 MHz in `pull_cost_4gpu_h200`). Not
+#: measured on H100. It scales `prefill_fit`'s per-token terms, not its constant nor the small prefills' floor and ramp
+#: (host-bound). What it is held to (`benchmarks/results/plan_multi_gpu/README.md`): with the H200 tables' prefills of
+#: several prompts (`Calibration.prefill_multi_ms`, `calibrate_q8`, `calibrate_q32_4`), the planner prices Qwen3-8B's
+#: 4 x 2,048 chunk at 128.3 ms on TP2 and 114.5 on Shift SP2, where the server's forwards spanned 125-131 and 112-118
+#: (`q8_shift_prof_2gpu_h200`), and the H200 bursts' throughput comes within 2.3 % (median, 77 configurations; 2.8 %
+#: before). Forwards whose all-reduces leave the GPU idle spells run nearer the short timing (`pull_gap_4gpu_h200`), so
+#: TP4 is now under-predicted by 3.1 % on average: the factor does not depend on a configuration's communication.
+PREFILL_SUSTAINED_FACTOR = {"H200": 1.028}
+
 #: ms a prefill forward slows per GB of weights pulled into its GPU during it, by GPU kind (`GPUS` key); other kinds
 #: take the decode step's (`calibration.cost.DEFAULT_COPY_SLOWDOWN_MS_PER_GB`, 0.327, or the calibration's). H200:
 #: SiDP DP4 WaS on Llama-3.1-70B, a 4 x 2,048-token forward that pulls 84.6 GB (60 non-owned FFNs) ran 1,866-1,892 ms
 #: on 3 GPUs (torch profiler, `benchmarks/results/multi_gpu/l70_sidp_prof_4gpu_h200`), where the TP1 shard alone ran
-#: 1,752 ms (`plan calibrate` the same hour, cal_l70), (1,877 - 1,752) / 84.6 = 1.48. The decode rate priced that
-#: forward 97 ms short, and the bursts of `l70_sidp512_4gpu_h200` and `l70_auto512_4gpu_h200` 11-13 % over. On H100
-#: SiDP's profiled 2 x 4,096 forward (1,953 ms, `l70_profile_4gpu_h100`) sits within 1 % of the decode rate's price,
-#: so H100 keeps it. What the rate holds on H200 (`bench.pull_cost`, `pull_cost_4gpu_h200`, `pull_gap_4gpu_h200`,
-#: `gemm_sustained_1gpu_h200`): an H200 runs these GEMMs at ~692 W and 1,410-1,470 MHz, its power limit; a timing of
-#: 0.4 s of them runs 3 % faster than one of 8 s (about 50 of the 125 ms); SiDP's profiled GEMMs ran at the rate of
-#: the same GEMMs without pulls, and pulls of its bytes a layer at 45-133 GB/s (SiDP's run at ~360) cost GEMMs
-#: 0.25-0.63 ms per GB (1.4-2.7 %); the rest is outside the GEMMs, where TP2 x DP2 spends as much per GPU-second
-#: (l70_tp2dp2_prof_4gpu_h200). A forward with no communication keeps its GEMMs at the limit's clock, where 1.5 or
-#: 3 ms of near-idle GPU after each layer (as TP2's all-reduces leave it) let them run 2.7-3.2 or 5.6-6.8 % faster a
-#: layer. So 1.48 is a fit for SiDP's pulled share (60 of 80 layers at DP4), not a copy cost. A ZeroDP sink's
-#: prefill pulls take the same rate (not validated there: none of the multi-GPU runs the planner is held to
-#: offloaded on H200).
-PREFILL_COPY_SLOWDOWN_MS_PER_GB = {"H200": 1.48}
+#: 1,752 ms (`plan calibrate` the same hour, cal_l70), 1,801 at the sustained clock (`PREFILL_SUSTAINED_FACTOR`):
+#: (1,877 - 1,801) / 84.6 = 0.90 (1.48 before the sustained clock was priced apart). On H100 SiDP's profiled
+#: 2 x 4,096 forward (1,953 ms, `l70_profile_4gpu_h100`) sits within 1 % of the decode rate's price, so H100 keeps it.
+#: The pulls themselves, timed beside the GEMMs at 45-133 GB/s (SiDP's run at ~360), cost them 0.25-0.63 ms per GB
+#: (`bench.pull_cost`, `pull_cost_4gpu_h200`); outside its GEMMs SiDP's forward spends what TP2 x DP2's does per
+#: GPU-second (`l70_tp2dp2_prof_4gpu_h200`). So 0.90 is a fit for SiDP's pulled share (60 of 80 layers at DP4), not a
+#: copy cost. A ZeroDP sink's prefill pulls take the same rate (not validated there: none of the multi-GPU runs the
+#: planner is held to offloaded on H200).
+PREFILL_COPY_SLOWDOWN_MS_PER_GB = {"H200": 0.90}
 
 
 def group_reserve_gib(group: int, gpu: str = "H100") -> float:
@@ -415,7 +424,9 @@ class ShardClock:
         2 beta, p_max) or None, `prefill_floor` and `prefill_ramp`, read as one attribute: the simulation calls it
         some 200,000 times a planning run, and each cached property read costs about as much as the arithmetic."""
         line = self.prefix_line
-        return (*self.prefill_fit, 2 * self.prefix_factor, (2 * line[0], 2 * line[1], line[2]) if line else None,
+        c, a, b = self.prefill_fit
+        f = PREFILL_SUSTAINED_FACTOR.get(gpu_key(self.cal.gpu), 1.0)  # the served clock against the calibration's
+        return (c, a * f, b * f, 2 * self.prefix_factor, (2 * line[0], 2 * line[1], line[2]) if line else None,
                 self.prefill_floor, self.prefill_ramp)
 
 
