@@ -275,6 +275,11 @@
 #                dd790bf (218 s for both): the TP2 shard's chunk 107.2 ms, the planner's TP2 chunk 125.4 (128.3 with the
 #                sustained clock, steps.PREFILL_SUSTAINED_FACTOR); Shift's bursts on 2 x H200 +1.2 to +12.2 % (+3.8 % on
 #                q8_twice3, +6.5 % before)
+#   q32_burst2   out of sample for the H200 tables' several-prompt prefills and the sustained clock (4a422b9): Qwen3-32B,
+#                64 x (2,048 in, 32 out), DP2, Shift SP2 and TP2 on 2 x H200 (pairs at once on 4), a model and node no
+#                burst of these three had run on. Predicted before the run (plan --workload offline:64:2048:32): DP2
+#                16,435 tok/s, Shift SP2 16,118 (0.98x), TP2 15,540 (0.95x). Expected: each within 5 %, and the order
+#                DP2 > Shift > TP2 or a near tie between the first two
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -487,6 +492,8 @@ for RUN in "$@"; do
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q8_shift_prof)
       compare_run "q8_shift_prof_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 128+2048+8 --profile-steps 4 ;;
+    q32_burst2)
+      compare_run "q32_burst2_2gpu_$TAG" Qwen3-32B $PAIRS --configs dp2,shift_sp2_tp1,tp2 --burst 64+2048+32 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
