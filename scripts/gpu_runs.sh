@@ -279,7 +279,8 @@
 #                64 x (2,048 in, 32 out), DP2, Shift SP2 and TP2 on 2 x H200 (pairs at once on 4), a model and node no
 #                burst of these three had run on. Predicted before the run (plan --workload offline:64:2048:32): DP2
 #                16,435 tok/s, Shift SP2 16,118 (0.98x), TP2 15,540 (0.95x). Expected: each within 5 %, and the order
-#                DP2 > Shift > TP2 or a near tie between the first two
+#                DP2 > Shift > TP2 or a near tie between the first two. Found at 67b8091: DP2 16,540 (-0.6 %), Shift
+#                15,768 (+2.2 %; 0.95x DP2), TP2 15,420 (+0.8 %), in that order; TTFT and TPOT p50 within 2 %
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
