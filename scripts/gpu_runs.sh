@@ -281,6 +281,11 @@
 #                16,435 tok/s, Shift SP2 16,118 (0.98x), TP2 15,540 (0.95x). Expected: each within 5 %, and the order
 #                DP2 > Shift > TP2 or a near tie between the first two. Found at 67b8091: DP2 16,540 (-0.6 %), Shift
 #                15,768 (+2.2 %; 0.95x DP2), TP2 15,420 (+0.8 %), in that order; TTFT and TPOT p50 within 2 %
+#   q8_decode2   Shift SP2 against DP2 under a decode-heavier high load: Qwen3-8B, 256 x (1,024 in, 512 out) at once, DP2,
+#                Shift SP2 and TP2 on 2 x H200 (pairs at once on 4). Shift ran 0.92-0.95x DP2 on the prefill-heavy
+#                64 x (2,048 in, 32 out); its decodes run TP2, whose steps cost less GPU time a token than DP2's at these
+#                batches. Predicted before the run (plan, 6030b8f): DP2 35,230 tok/s, Shift 35,225 (1.00x), TP2 33,891
+#                (0.96x). Expected: Shift >= 0.95x DP2, each within 5 % of its prediction
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -495,6 +500,8 @@ for RUN in "$@"; do
       compare_run "q8_shift_prof_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 128+2048+8 --profile-steps 4 ;;
     q32_burst2)
       compare_run "q32_burst2_2gpu_$TAG" Qwen3-32B $PAIRS --configs dp2,shift_sp2_tp1,tp2 --burst 64+2048+32 ;;
+    q8_decode2)
+      compare_run "q8_decode2_2gpu_$TAG" Qwen3-8B $PAIRS --configs dp2,shift_sp2_tp1,tp2 --burst 256+1024+512 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
