@@ -285,7 +285,13 @@
 #                Shift SP2 and TP2 on 2 x H200 (pairs at once on 4). Shift ran 0.92-0.95x DP2 on the prefill-heavy
 #                64 x (2,048 in, 32 out); its decodes run TP2, whose steps cost less GPU time a token than DP2's at these
 #                batches. Predicted before the run (plan, 6030b8f): DP2 35,230 tok/s, Shift 35,225 (1.00x), TP2 33,891
-#                (0.96x). Expected: Shift >= 0.95x DP2, each within 5 % of its prediction
+#                (0.96x). Expected: Shift >= 0.95x DP2, each within 5 % of its prediction. Found at ea05042: not what it
+#                meant to test. DP2 27,840 tok/s (+26.5 % predicted), Shift 24,916 (0.89x; +41 %), TP2 25,607 (+32 %). The
+#                servers' logs show decode steps of 256 rows in 14-17 ms on all three (DP2 128 a rank), where the clients
+#                saw TPOT p50 23.6-26.8 ms: the output stream (tokenizer manager, HTTP, one client) bounded all three at
+#                ~11K tokens/s, below the planner's stream rate
+#   q8_decode2_alone  TP2 alone on that burst (no second server and client on the host). Expected: if the pairs'
+#                host contention bounded the stream, TPOT p50 under 20 ms; if the stream of one server, ~25.6 again
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -502,6 +508,8 @@ for RUN in "$@"; do
       compare_run "q32_burst2_2gpu_$TAG" Qwen3-32B $PAIRS --configs dp2,shift_sp2_tp1,tp2 --burst 64+2048+32 ;;
     q8_decode2)
       compare_run "q8_decode2_2gpu_$TAG" Qwen3-8B $PAIRS --configs dp2,shift_sp2_tp1,tp2 --burst 256+1024+512 ;;
+    q8_decode2_alone)
+      compare_run "q8_decode2_alone_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 256+1024+512 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
