@@ -26,8 +26,10 @@ SLOW_COPIES = Interconnect("NVIDIA H200", COLLECTIVES | {"peer_copy": {2: Link(0
 @pytest.fixture(autouse=True)
 def short_timing_is_served(monkeypatch):
     """The made-up calibrations below are H200's; their hand-computed times assume a served forward takes what the
-    calibration timed (`PREFILL_SUSTAINED_FACTOR` 1.0), except where a test sets the factor itself."""
+    calibration timed (`PREFILL_SUSTAINED_FACTOR` 1.0), except where a test sets the factor itself. The shared clocks
+    (`steps.shared_clock`) made under it stay in this test: they keep the prices they computed."""
     monkeypatch.setattr(steps, "PREFILL_SUSTAINED_FACTOR", {})
+    monkeypatch.setattr(steps, "_CLOCKS", [])
 
 
 def cal(scale: float = 1.0) -> Calibration:
