@@ -292,7 +292,10 @@
 #                ~11K tokens/s, below the planner's stream rate
 #   q8_decode2_alone  TP2 alone on that burst (no second server and client on the host). Expected: if the pairs'
 #                host contention bounded the stream, TPOT p50 under 20 ms; if the stream of one server, ~25.6 again.
-#                Not run yet: the call was refused, the working tree with .whl over the 64 MiB a call carries
+#                Refused at first (the tree over the 64 MiB a call carries). Found at 15b0b94 on a 2 x H200 host: 31,803
+#                tok/s, TPOT p50 20.0 ms (predicted 33,891 and 18.7), the server's steps as in q8_decode2 (14.5-16.9 ms).
+#                But q8_decode2's TP2 had run alone too (after the pair had stopped, 18:11), at 25.6 ms: the output
+#                path's rate moved 24 % between two hosts with the same steps, not the pair's contention
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
