@@ -3,8 +3,9 @@
 On 4 x H200 a SiDP WaS rank's 4 x 2,048-token Llama-3.1-70B forward took 1,866-1,892 ms while its copy engines pulled
 60 FFNs (84.6 GB) from its peers, against 1,752 ms for the TP1 shard alone (`benchmarks/results/multi_gpu/
 l70_sidp_prof_4gpu_h200`, `plan calibrate`): 1.48 ms per GB pulled, 4.5x what a decode step loses (0.90 once the
-sustained clock is priced apart: `plan.steps.PREFILL_COPY_SLOWDOWN_MS_PER_GB`, `PREFILL_SUSTAINED_FACTOR`). This runs one decoder layer's GEMMs in DP shapes (`bench.gemm.layer_gemms`) on every GPU at
-once, `--layers` times back to back, first alone and then while each GPU pulls `--gb-per-layer` GB a layer from the
+sustained clock is priced apart: `plan.steps.PREFILL_COPY_SLOWDOWN_MS_PER_GB`, `PREFILL_SUSTAINED_FACTOR`). This
+runs one decoder layer's GEMMs in DP shapes (`bench.gemm.layer_gemms`) on every GPU at once, `--layers` times back
+to back, first alone and then while each GPU pulls `--gb-per-layer` GB a layer from the
 next GPU (`Tensor.copy_` across devices: a cudaMemcpyAsync on the copy engines, which PyTorch issues on the source
 GPU's stream, a push where SiDP's slot ring pulls from mapped peer memory: the same bytes over NVLink and HBM), and
 samples nvidia-smi's SM clock and power draw in each phase. A slowdown that the clock follows
