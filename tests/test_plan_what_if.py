@@ -25,6 +25,19 @@ def test_a_clock_takes_the_what_if_s_numbers_and_only_its_own():
     assert calibrated.prefix_factor < 3.0 and hand.prefill_ms([(512, 4096)]) > calibrated.prefill_ms([(512, 4096)])
 
 
+def test_a_prefill_factor_replaces_the_gpu_kinds_sustained_clock():
+    """`WhatIf.prefill_factor`: a prefill's per-token terms at the hand-set factor in place of the GPU kind's
+    `PREFILL_SUSTAINED_FACTOR` (1.028 on H200); 1.0 prices what the calibration timed."""
+    cal = find_calibration(SIG, "NVIDIA H200")[0]
+    served, timed, hand = (ShardClock(cal, 147_456, w) for w in
+                           (NO_WHAT_IF, WhatIf(prefill_factor=1.0), WhatIf(prefill_factor=1.1)))
+    c, a, b = timed.prefill_fit
+    chunk = [(2048, 0)] * 4
+    assert timed.prefill_ms(chunk) == pytest.approx(c + a * 8192 + b * 4 * 2048 ** 2)
+    assert served.prefill_ms(chunk) == pytest.approx(c + 1.028 * (a * 8192 + b * 4 * 2048 ** 2))
+    assert hand.prefill_ms(chunk) == pytest.approx(c + 1.1 * (a * 8192 + b * 4 * 2048 ** 2))
+
+
 def test_the_flags_build_the_what_if_and_say_so(capsys):
     ap = argparse.ArgumentParser()
     add_what_if_args(ap)

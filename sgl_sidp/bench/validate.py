@@ -157,9 +157,10 @@ def unmodelled_results(folder: Path) -> list[str]:
 
 
 def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: str, n: int,
-               trace_dir: Path | None = None) -> list[tuple]:
+               trace_dir: Path | None = None, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
     """(configuration, what, unit, predicted, measured) of every trace replay measured (`replay_settings` says how it
-    was sent): goodput under its objectives, TTFT and TPOT p50, each configuration predicted on the same requests."""
+    was sent): goodput under its objectives, TTFT and TPOT p50, each configuration predicted on the same requests
+    (under `what_if`'s hand-set numbers, if any)."""
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan_requests
 
@@ -171,7 +172,7 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
         args, slo = replays[key]
         names = [k for k, m in measured.items() if key in m.get("traces", {})]
         pred = {r.name: r for r in plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir),
-                                                 names=names, slo=slo)["configurations"]}
+                                                 names=names, slo=slo, what_if=what_if)["configurations"]}
         for name in names:
             t, p = measured[name]["traces"][key], pred.get(name)
             if p is None or not p.predicted:
@@ -556,7 +557,7 @@ def run_rows(folder: Path, measured: dict[str, dict], model_path: str, gpu: str,
     """`rows` and `trace_rows` of the results in `folder` (OUT/<model>) measured on `n` GPUs: every burst, KV and
     replay number predicted beside its measurement (the profiled forwards apart, `profile_rows`)."""
     return (rows(measured, model_path, gpu, n, what_if)
-            + trace_rows(measured, replay_settings(folder), model_path, gpu, n, trace_dir))
+            + trace_rows(measured, replay_settings(folder), model_path, gpu, n, trace_dir, what_if))
 
 
 def rankings(table: list[tuple]) -> dict[str, list[tuple[str, float, float]]]:

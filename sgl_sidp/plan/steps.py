@@ -425,7 +425,8 @@ class ShardClock:
         some 200,000 times a planning run, and each cached property read costs about as much as the arithmetic."""
         line = self.prefix_line
         c, a, b = self.prefill_fit
-        f = PREFILL_SUSTAINED_FACTOR.get(gpu_key(self.cal.gpu), 1.0)  # the served clock against the calibration's
+        f = self.what_if.prefill_factor  # the served clock against the calibration's
+        f = PREFILL_SUSTAINED_FACTOR.get(gpu_key(self.cal.gpu), 1.0) if f is None else f
         return (c, a * f, b * f, 2 * self.prefix_factor, (2 * line[0], 2 * line[1], line[2]) if line else None,
                 self.prefill_floor, self.prefill_ramp)
 

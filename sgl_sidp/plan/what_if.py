@@ -21,6 +21,8 @@ WHAT_IFS = {
                                  "sim.deliver)"),
     "host_ms_per_request": ("MS", "the scheduler's host time as {} ms per running request per decode step "
                                   "(ShardClock.host_ms)"),
+    "prefill_factor": ("F", "a served prefill's linears and attention as {} x the calibration's timing "
+                            "(steps.PREFILL_SUSTAINED_FACTOR)"),
 }
 
 
@@ -35,11 +37,15 @@ class WhatIf:
             `steps.stream_tokens_per_s`, `sim.deliver`).
         host_ms_per_request: the scheduler's host time per running request per decode step (ms;
             `ShardClock.host_ms`).
+        prefill_factor: a served prefill forward's per-token terms (linears, attention) as a multiple of the
+            calibration's short timing of them (dimensionless; `steps.PREFILL_SUSTAINED_FACTOR`, 1.028 on H200): how
+            far a replay near saturation moves with a forward's price.
     """
 
     prefix_factor: float | None = None
     stream_tokens_per_s: float | None = None
     host_ms_per_request: float | None = None
+    prefill_factor: float | None = None
 
 
 #: no what-if: every number calibrated
@@ -47,7 +53,8 @@ NO_WHAT_IF = WhatIf()
 
 
 def add_what_if_args(parser: argparse.ArgumentParser) -> None:
-    """`--prefix-factor K`, `--stream-tokens-per-s R` and `--host-ms-per-request MS` (each None: calibrated)."""
+    """`--prefix-factor K`, `--stream-tokens-per-s R`, `--host-ms-per-request MS` and `--prefill-factor F` (each
+    None: calibrated)."""
     for name, (metavar, what) in WHAT_IFS.items():
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=None, metavar=metavar,
                             help=f"what-if: take {what.format(metavar)} on every shard instead of the calibrated value")
