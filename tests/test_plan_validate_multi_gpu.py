@@ -373,8 +373,10 @@ def test_a_folder_whose_every_server_ran_with_such_a_switch_says_so_in_one_line(
     assert "nothing to predict: tp2_dp2: started with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1" in err
 
 
-@pytest.mark.skipif(not (QWEN3_8B.is_dir() and (ROOT.parent / "shared/traces/AzureLLMInferenceTrace_code.csv").is_file()),
-                    reason="needs ../shared/models/Qwen3-8B and ../shared/traces")
+AZURE = ROOT.parent / "shared/traces/AzureLLMInferenceTrace_code.csv"
+
+
+@pytest.mark.skipif(not (QWEN3_8B.is_dir() and AZURE.is_file()), reason="needs ../shared/models/Qwen3-8B and ../shared/traces")
 def test_a_what_if_reaches_the_replays_predictions():
     """`trace_rows` predicts each replay under the what-if it is given (`--prefill-factor` and the others reach the
     replays as they reach the bursts): a prefill at twice its price moves the replay's TTFT p50 up."""
@@ -385,7 +387,7 @@ def test_a_what_if_reaches_the_replays_predictions():
     measured = {"tp2": {"config": "tp2", "traces": {key: {"request_goodput": 1.0, "median_ttft_ms": 100.0,
                                                           "median_tpot_ms": 10.0}}}}
     rows = {what_if: {what: pred for _, what, _, pred, _ in validate.trace_rows(
-        measured, {key: (args, (1000.0, 8.0))}, str(QWEN3_8B), "H200", 2, ROOT.parent / "shared/traces", what_if)}
+        measured, {key: (args, (1000.0, 8.0))}, str(QWEN3_8B), "H200", 2, AZURE.parent, what_if)}
             for what_if in (validate.NO_WHAT_IF, WhatIf(prefill_factor=2.0))}
     calibrated, slow = rows.values()
     assert slow[f"{key}: TTFT p50"] > 1.3 * calibrated[f"{key}: TTFT p50"]

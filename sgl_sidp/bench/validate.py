@@ -266,10 +266,10 @@ def window_lines(arrivals: list[float], first_tok: list[float], last_tok: list[f
 
 
 def per_request(folder: Path, measured: dict[str, dict], model_path: str, gpu: str, n: int,
-                trace_dir: Path | None = None, first: int = 12) -> list[str]:
+                trace_dir: Path | None = None, first: int = 12, what_if: WhatIf = NO_WHAT_IF) -> list[str]:
     """`schedule_lines` of every replay measured in `folder` (OUT/<model>) on `n` GPUs (`measured`: `load`'s group of
     `n`), each configuration under a heading; times in seconds from the replay's start (measured: when each request
-    was sent; simulated: its arrival, the replay's target send time)."""
+    was sent; simulated: its arrival, the replay's target send time), simulated under `what_if`'s numbers if any."""
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan_requests
 
@@ -279,7 +279,7 @@ def per_request(folder: Path, measured: dict[str, dict], model_path: str, gpu: s
         if not names:
             continue
         rows = {r.name: r for r in plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir),
-                                                 names=names, keep_schedule=True)["configurations"]}
+                                                 names=names, keep_schedule=True, what_if=what_if)["configurations"]}
         for name in names:
             reqs, row = measured_requests(folder, measured[name].get("config", name), key), rows.get(name)
             out += ["", f"### {name}, {key}", ""]
@@ -324,9 +324,10 @@ def burst_lines(measured: list[dict], schedule: tuple[tuple[float, float], ...])
     return out
 
 
-def burst_requests(folder: Path, measured: dict[str, dict], model_path: str, gpu: str, n: int) -> list[str]:
+def burst_requests(folder: Path, measured: dict[str, dict], model_path: str, gpu: str, n: int,
+                   what_if: WhatIf = NO_WHAT_IF) -> list[str]:
     """`burst_lines` of every burst whose requests compare kept in `folder` (OUT/<model>/bursts/), each configuration
-    under a heading; [] where none was kept."""
+    under a heading, simulated under `what_if`'s numbers if any; [] where none was kept."""
     from sgl_sidp.bench.report import read_jsonl
     from sgl_sidp.plan.planner import plan_requests, workload
 
@@ -337,7 +338,7 @@ def burst_requests(folder: Path, measured: dict[str, dict], model_path: str, gpu
             by_spec.setdefault("offline:%d:%d:%d" % m["burst"]["shape"], []).append((name, reqs))
     for spec, named in sorted(by_spec.items()):
         rows = {r.name: r for r in plan_requests(model_path, n, gpu, spec, workload(spec), names=[k for k, _ in named],
-                                                 keep_schedule=True)["configurations"]}
+                                                 keep_schedule=True, what_if=what_if)["configurations"]}
         for name, reqs in named:
             s_, in_, out_ = spec.split(":")[1:]
             out += ["", f"### {name}, burst {s_} x ({in_} in, {out_} out)", ""]
@@ -528,8 +529,8 @@ def main(argv: list[str] | None = None) -> None:
         if a.per_request < 0:
             ap.error(f"--per-request {a.per_request}: how many requests to list, 0 or more")
         for n, measured in sorted(groups.items()):
-            print("\n".join(per_request(a.dir, measured, a.model_path, a.gpu, n, a.trace_dir, a.per_request)
-                            + burst_requests(a.dir, measured, a.model_path, a.gpu, n)))
+            print("\n".join(per_request(a.dir, measured, a.model_path, a.gpu, n, a.trace_dir, a.per_request, what_if)
+                            + burst_requests(a.dir, measured, a.model_path, a.gpu, n, what_if)))
         return
     profiled = profile_rows(a.dir, a.model_path, a.gpu, what_if)  # every GPU count's: each row names its configuration
     for n, measured in sorted(groups.items()):
