@@ -630,13 +630,77 @@ def test_plan_delivers_through_the_measured_stream_rate(qwen3_8b, tmp_path):
     assert after["dp2"].tpot_ms_p50 > before["dp2"].tpot_ms_p50
 
 
-def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):
+def test_the_stream_length_probe_times_a_longer_burst_only_where_the_stream_bounds_the_short_one(tmp_path):
+    """`record_stream_length` against the stand-in (a token every 5 ms per request: about 1,600 tokens/s for 8
+    requests): where the shorter probe recorded a bound stream it writes the rate at its longer output into
+    "stream"["long"]; where that probe found no bound, it measures nothing and says why in one line."""
+    from sgl_sidp.plan.calibrate import record_stream_length
+    from tests.test_replay import FakeSGLangServer
+
+    entry = tmp_path / "e.json"
+    table = {"model": "m", "gpu": "NVIDIA H200", "decode_ms": {"8": 0.1}, "prefill_ms": {"512": 9.0}}
+    with FakeSGLangServer(token_interval_s=0.005) as server:
+        srv = type("Srv", (), {"base_url": server.base_url})
+        entry.write_text(json.dumps({"key": {}, "calibration": table, "stream": {"tokens_per_s": None}}))
+        assert record_stream_length(srv, entry, (8, 4, 60)) == (
+            "stream length not measured (the stream did not bound the shorter probe)")
+        entry.write_text(json.dumps({"key": {}, "calibration": table,
+                                     "stream": {"tokens_per_s": 1500.0, "probe": [8, 4, 20]}}))
+        what = record_stream_length(srv, entry, (8, 4, 60))
+    long = json.loads(entry.read_text())["stream"]["long"]
+    assert what.endswith("at 60 tokens a request (the stream bounds it)"), what
+    assert long["probe"] == [8, 4, 60] and 800 < long["tokens_per_s"] == long["delivered_tokens_per_s"] < 2000
+
+
+def test_the_stream_slows_with_the_output_so_far_where_two_lengths_were_measured():
+    """`stream_rate_at`: with bound rates at 128 and 512 tokens a request (mean places 64.5 and 256.5), a token costs
+    c0 + c1 x its place, so the rate at a place is between and beyond them on that line; one rate alone is the rate
+    at any place; no bound rate raises. `output_mean_index` is the mean place of a workload's output tokens."""
+    from sgl_sidp.plan.steps import output_mean_index, stream_rate_at
+
+    stream = {"tokens_per_s": 24000.0, "probe": [256, 16, 128],
+              "long": {"tokens_per_s": 12000.0, "probe": [256, 16, 512]}}
+    assert stream_rate_at(stream, 64.5) == pytest.approx(24000.0)
+    assert stream_rate_at(stream, 256.5) == pytest.approx(12000.0)
+    c1 = (1 / 12000 - 1 / 24000) / 192
+    assert stream_rate_at(stream, 1.0) == pytest.approx(1 / (1 / 24000 - 63.5 * c1))
+    assert stream_rate_at(stream) == 24000.0 and stream_rate_at({"tokens_per_s": 9000.0}, 300.0) == 9000.0
+    assert stream_rate_at(stream | {"long": {"tokens_per_s": None}}, 300.0) == 24000.0
+    with pytest.raises(TypeError):
+        stream_rate_at({"tokens_per_s": None}, 10.0)
+    assert output_mean_index([512] * 4) == 256.5 and output_mean_index([1, 3]) == pytest.approx(7 / 4)
+    assert output_mean_index([]) == 1.0
+
+
+def test_plan_streams_a_long_output_burst_at_the_rate_of_its_length(qwen3_8b, tmp_path):
+    """A calibration entry with bound stream rates at two output lengths gives a burst of 512 output tokens a request
+    the rate at its mean place, 256.5 (the rate the entry measured there), and one of 128 tokens its own."""
+    from sgl_sidp.calibration.cache import BUNDLED_DIR
+
+    for f in BUNDLED_DIR.glob("h200_qwen3-8b_*.json"):
+        data = json.loads(f.read_text())
+        data.pop("stream", None)
+        (tmp_path / f.name).write_text(json.dumps(data))
+    entry = tmp_path / "h200_qwen3-8b_tp1.json"
+    data = json.loads(entry.read_text())
+    data["stream"] = {"tokens_per_s": 24000.0, "probe": [256, 16, 128],
+                      "long": {"tokens_per_s": 12000.0, "probe": [256, 16, 512]}}
+    entry.write_text(json.dumps(data))
+    assert plan(qwen3_8b, 2, "H200", "offline:64:512:512", [tmp_path])["stream_tokens_per_s"] == pytest.approx(12000.0)
+    assert plan(qwen3_8b, 2, "H200", "offline:64:512:128", [tmp_path])["stream_tokens_per_s"] == pytest.approx(24000.0)
+
+
+def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path, monkeypatch):
     """`serve_calibration` end to end against a stand-in SGLang (the "launcher" writes the shard's entry when it
     starts): the request overhead, then the prefix prefills (which take it off), the served eager step and the
-    stream rate, each written into the one cache entry, which still reads as a calibration."""
+    stream rate at two output lengths (the longer cut to 256 x 40 tokens here), each written into the one cache
+    entry, which still reads as a calibration."""
     from sgl_sidp.calibration.table import Calibration
+    from sgl_sidp.plan import calibrate
     from sgl_sidp.plan.calibrate import PREFIX_PROBES, serve_calibration
     from tests.test_replay import FakeSGLangServer
+
+    monkeypatch.setattr(calibrate, "STREAM_PROBE_LONG", (256, 16, 40))
 
     sig = "Qwen3ForCausalLM L36 H4096 I12288 A32/8 tp1"
     # eager steps slow enough that the serving probe's 4 s of decode take 100 output tokens (a 2 ms step would
@@ -672,6 +736,7 @@ def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path):
     cal = Calibration.from_entry(data)
     assert len(cal.prefill_prefix_ms) == len(PREFIX_PROBES) and cal.host_ms_per_request is not None
     assert data["stream"]["tokens_per_s"] == data["stream"]["delivered_tokens_per_s"]  # 512,000 tokens/s offered
+    assert data["stream"]["long"]["probe"] == [256, 16, 40] and data["stream"]["long"]["tokens_per_s"] > 0
 
 
 def test_a_calibration_server_is_killed_with_its_children_at_once(tmp_path):

@@ -6,7 +6,8 @@ forwards once SGLang captured its CUDA graphs (decode steps at batches 1-256 and
 `sgl_sidp.calibration.measure`) and caches them under the shard's signature; then a few requests over HTTP add
 what a request spends outside forwards (`record_request_overhead`), prefills over a cached prefix
 (`record_prefix_prefills`), the scheduler's host time per request of a served step (`record_serving_step`) and the
-rate at which the tokenizer manager streams tokens (`record_stream_rate`), and the server is stopped. One shard on a
+rate at which the tokenizer manager streams tokens at two output lengths (`record_stream_rate`,
+`record_stream_length`), and the server is stopped. One shard on a
 GPU at a time, so nothing else runs there while it is timed; the next shard's server does SGLang's CPU start-up
 meanwhile and waits for the GPU (`serve_calibrations`, `--overlay-start-after`). On a host of several GPUs the shards
 are shared out and each GPU times its own at the same time (`split_jobs`): a shard is one GPU's work, whatever node
@@ -299,6 +300,21 @@ STREAM_PROBE = (256, 16, 128)
 STREAM_PROBE_WINDOW_TOKENS = 8
 
 
+def streamed_window(srv, batch: int, prompt: int, output: int, seed: int) -> tuple[int, float, float] | None:
+    """Send `batch` requests of `prompt` random tokens (`seed`) and `output` output tokens at once to `srv` and count
+    the tokens the client received while every one of them decoded: (tokens, from s, to s) of `all_running_window`
+    (to <= from: never all at once); None where a request failed or was cut short."""
+    from sgl_sidp.bench.batches import prompts, run_batch
+    from sgl_sidp.bench.metrics import token_times
+
+    outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, seed)])[0]
+    if not all(o.success and o.output_len == output for o in outs):
+        return None
+    times = [token_times(o) for o in outs]
+    lo, hi = all_running_window(times)
+    return sum(int(((t > lo) & (t <= hi)).sum()) for t in times), lo, hi
+
+
 def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PROBE) -> str:
     """Once `srv` serves: whether SGLang's tokenizer manager, one process whatever the DP replicas, streams the
     tokens as fast as the GPU samples them. A burst of `probe`'s requests sent at once; the tokens the client received
@@ -310,21 +326,16 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
     `sim.deliver`); else "tokens_per_s" is None and the delivered rate a lower bound. (The client is one Python
     process: the rate it measures is the lesser of its own and the server's. Before 2026-11-25 the window was the
     middle half of all arrivals, which took in the burst's ramp where the requests arrived over seconds.)"""
-    from sgl_sidp.bench.batches import prompts, run_batch
-    from sgl_sidp.bench.metrics import token_times
-
     batch, prompt, output = probe
     data = json.loads(entry.read_text())
     step_ms = Calibration.from_entry(data).decode_ms.get(batch)
     if not step_ms:
         return f"stream rate not measured (no calibrated decode step at batch {batch})"
     for burst in (1, 2):
-        outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, 3000 + burst)])[0]
-        if not all(o.success and o.output_len == output for o in outs):
+        got = streamed_window(srv, batch, prompt, output, 3000 + burst)
+        if got is None:
             return "stream rate not measured (a request failed or was cut short)"
-        times = [token_times(o) for o in outs]
-        lo, hi = all_running_window(times)
-        tokens = sum(int(((t > lo) & (t <= hi)).sum()) for t in times)
+        tokens, lo, hi = got
         if hi > lo and tokens >= STREAM_PROBE_WINDOW_TOKENS * batch:
             break
         output *= BURST_RETRY
@@ -342,8 +353,46 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
             + (f" (a second burst of {output} tokens)" if burst > 1 else ""))
 
 
+#: (requests, prompt tokens, output tokens) of `record_stream_length`'s burst: `STREAM_PROBE`'s requests with four
+#: times its output. SGLang's streamed chunk carries the whole output so far, so a token's share of the stream grows
+#: with the tokens before it: on 2 x H200 256 streams of 512 tokens were delivered at about 11-13K tokens/s where the
+#: probe's 128 went at 24-33K (`q8_decode2_2gpu_h200`, `q8_decode2_alone_2gpu_h200`; `bench.stream`)
+STREAM_PROBE_LONG = (256, 16, 512)
+
+
+def record_stream_length(srv, entry: Path, probe: tuple[int, int, int] | None = None) -> str:
+    """Once `srv` serves and `record_stream_rate` measured a stream bound by the tokenizer manager: the same rate at
+    `probe`'s longer output, so that the planner's stream slows with the output so far (`steps.stream_rate_at`). One
+    burst sent at once; the tokens the client received while every request decoded (`all_running_window`), over that
+    time. Written into the cache entry `entry` as "stream"["long"]: {"tokens_per_s" (None where the delivered rate
+    reached 80 % of the GPU's), "delivered_tokens_per_s", "gpu_tokens_per_s", "probe", "window_s"}. `probe`: None
+    for `STREAM_PROBE_LONG`."""
+    batch, prompt, output = probe or STREAM_PROBE_LONG
+    data = json.loads(entry.read_text())
+    if not (data.get("stream") or {}).get("tokens_per_s"):
+        return "stream length not measured (the stream did not bound the shorter probe)"
+    step_ms = Calibration.from_entry(data).decode_ms.get(batch)
+    if not step_ms:
+        return f"stream length not measured (no calibrated decode step at batch {batch})"
+    got = streamed_window(srv, batch, prompt, output, 3100)
+    if got is None:
+        return "stream length not measured (a request failed or was cut short)"
+    tokens, lo, hi = got
+    if hi <= lo:
+        return "stream length not measured (the requests never all decoded together)"
+    delivered = tokens / (hi - lo)
+    gpu = batch / (step_ms / 1e3)
+    bound = delivered < 0.8 * gpu
+    data["stream"]["long"] = {"tokens_per_s": delivered if bound else None, "delivered_tokens_per_s": delivered,
+                              "gpu_tokens_per_s": gpu, "probe": [batch, prompt, output], "window_s": hi - lo}
+    entry.write_text(json.dumps(data, indent=1))
+    return (f"stream {delivered:,.0f} tokens/s at {output} tokens a request"
+            + (" (the stream bounds it)" if bound else " (not bound)"))
+
+
 #: the HTTP probes a served shard runs, in order, once its calibration is cached
-PROBES = (record_request_overhead, record_prefix_prefills, record_serving_step, record_stream_rate)
+PROBES = (record_request_overhead, record_prefix_prefills, record_serving_step, record_stream_rate,
+          record_stream_length)
 
 #: the probes of the two layer counts a shard too big for the GPU is served at (`extrapolate_layers`), the fewer
 #: first: only what the extrapolated entry reads, the prefills over a prefix of both (and the request overhead they

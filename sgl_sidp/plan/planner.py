@@ -28,7 +28,7 @@ from sgl_sidp.plan.configs import configuration_named, configurations, option, s
 from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, goodput,
                                no_cycle_collection, simulate, summarize)
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, free_before_load_bytes,
-                                 host_time_alone_ms, request_overhead_ms,
+                                 host_time_alone_ms, output_mean_index, request_overhead_ms,
                                  shard_roles, shard_signature, stream_tokens_per_s)
 from sgl_sidp.plan.technique import technique_named
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf
@@ -347,7 +347,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     overhead, overhead_source = request_overhead_ms(kind["name"], calibration_dirs, model=whole)
     host_ms = host_time_alone_ms(kind["name"], calibration_dirs)
     stream = (what_if.stream_tokens_per_s if what_if.stream_tokens_per_s is not None else
-              stream_tokens_per_s(kind["name"], calibration_dirs, model=whole))
+              stream_tokens_per_s(kind["name"], calibration_dirs, model=whole,
+                                  mean_index=output_mean_index(r.output_len for r in requests)))
     context = (sum(r.input_len + r.output_len / 2 for r in requests) / len(requests)) if requests else 1024
     planned = {c.base_name for c in configs}  # what the model runs on these GPUs (a named one outside: not predicted)
     configs += [configuration_named(v) for c in list(configs) for v in c.kind.variants(c, context)]

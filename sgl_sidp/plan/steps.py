@@ -211,12 +211,46 @@ def request_overhead_ms(gpu_name: str, dirs: list[Path] | None = None, model: st
     return ms, f"median of {n} shards' client TTFT less their calibrated prefill"
 
 
-def stream_tokens_per_s(gpu_name: str, dirs: list[Path] | None = None, model: str | None = None) -> float | None:
+def stream_rate_at(stream: dict, mean_index: float | None = None) -> float:
+    """The tokens per second one calibration entry's "stream" (`calibrate.record_stream_rate`, `record_stream_length`)
+    says the tokenizer manager delivers, for tokens whose mean place in their request's output is `mean_index` (1:
+    first tokens).
+
+    SGLang's streamed chunk carries the whole output so far, so a token costs the stream c0 + c1 x its place; where
+    the entry holds a bound rate at two output lengths L (mean place (L + 1) / 2), they give c0 and c1 (each at least
+    0), else the one bound rate is taken whatever the place (as before 2026-11-28). On a stand-in of SGLang's stream
+    the client's own intake fell 47 % from 128 to 512 tokens a request (`bench.stream`).
+
+    Raises:
+        KeyError, TypeError: the entry has no rate the stream bounded.
+    """
+    rate = float(stream["tokens_per_s"])
+    long = stream.get("long") or {}
+    if mean_index is None or not long.get("tokens_per_s"):
+        return rate
+    k1, k2 = ((float(p[2]) + 1) / 2 for p in (stream["probe"], long["probe"]))
+    t1, t2 = 1 / rate, 1 / float(long["tokens_per_s"])
+    c1 = max(0.0, (t2 - t1) / (k2 - k1)) if k2 != k1 else 0.0
+    c0 = max(0.0, t1 - c1 * k1)
+    return 1 / (c0 + c1 * mean_index)
+
+
+def stream_tokens_per_s(gpu_name: str, dirs: list[Path] | None = None, model: str | None = None,
+                        mean_index: float | None = None) -> float | None:
     """The tokens per second SGLang's one tokenizer manager streams to clients on this host, whatever the number of
-    DP replicas (`sim.deliver`): the median of what `plan calibrate` measured beside each shard where the stream, not
-    the GPU, bounded its burst (`calibrate.record_stream_rate`), as `request_overhead_ms` takes its median; None if
+    DP replicas (`sim.deliver`), for a workload whose output tokens sit `mean_index` into their requests' outputs on
+    average (`output_mean_index`; None: the probe's): the median over the shards `plan calibrate` measured where the
+    stream, not the GPU, bounded its burst (`stream_rate_at`), as `request_overhead_ms` takes its median; None if
     none did."""
-    return _entry_median(gpu_name, dirs, model, lambda d: d["stream"]["tokens_per_s"])[0]
+    return _entry_median(gpu_name, dirs, model, lambda d: stream_rate_at(d["stream"], mean_index))[0]
+
+
+def output_mean_index(output_lens) -> float:
+    """The mean place of an output token in its request's output (1: the first), over every token of requests of
+    `output_lens` tokens: sum L (L + 1) / 2 over sum L (1.0 for no tokens)."""
+    lens = list(output_lens)
+    total = sum(lens)
+    return sum(n * (n + 1) / 2 for n in lens) / total if total else 1.0
 
 
 def host_time_alone_ms(gpu_name: str, dirs: list[Path] | None = None) -> float | None:
