@@ -630,10 +630,10 @@ def test_plan_delivers_through_the_measured_stream_rate(qwen3_8b, tmp_path):
     assert after["dp2"].tpot_ms_p50 > before["dp2"].tpot_ms_p50
 
 
-def test_the_stream_length_probe_times_a_longer_burst_only_where_the_stream_bounds_the_short_one(tmp_path):
+def test_the_stream_length_probe_times_a_longer_burst_after_the_shorter_one(tmp_path):
     """`record_stream_length` against the stand-in (a token every 5 ms per request: about 1,600 tokens/s for 8
-    requests): where the shorter probe recorded a bound stream it writes the rate at its longer output into
-    "stream"["long"]; where that probe found no bound, it measures nothing and says why in one line."""
+    requests): after the shorter probe measured the stream it writes the rate at its longer output into
+    "stream"["long"]; where that probe measured nothing, it measures nothing either and says why in one line."""
     from sgl_sidp.plan.calibrate import record_stream_length
     from tests.test_replay import FakeSGLangServer
 
@@ -641,11 +641,11 @@ def test_the_stream_length_probe_times_a_longer_burst_only_where_the_stream_boun
     table = {"model": "m", "gpu": "NVIDIA H200", "decode_ms": {"8": 0.1}, "prefill_ms": {"512": 9.0}}
     with FakeSGLangServer(token_interval_s=0.005) as server:
         srv = type("Srv", (), {"base_url": server.base_url})
-        entry.write_text(json.dumps({"key": {}, "calibration": table, "stream": {"tokens_per_s": None}}))
+        entry.write_text(json.dumps({"key": {}, "calibration": table}))
         assert record_stream_length(srv, entry, (8, 4, 60)) == (
-            "stream length not measured (the stream did not bound the shorter probe)")
-        entry.write_text(json.dumps({"key": {}, "calibration": table,
-                                     "stream": {"tokens_per_s": 1500.0, "probe": [8, 4, 20]}}))
+            "stream length not measured (the shorter probe measured no stream)")
+        entry.write_text(json.dumps({"key": {}, "calibration": table, "stream": {
+            "tokens_per_s": None, "delivered_tokens_per_s": 1500.0, "probe": [8, 4, 20]}}))
         what = record_stream_length(srv, entry, (8, 4, 60))
     long = json.loads(entry.read_text())["stream"]["long"]
     assert what.endswith("at 60 tokens a request (the stream bounds it)"), what
@@ -666,8 +666,13 @@ def test_the_stream_slows_with_the_output_so_far_where_two_lengths_were_measured
     assert stream_rate_at(stream, 1.0) == pytest.approx(1 / (1 / 24000 - 63.5 * c1))
     assert stream_rate_at(stream) == 24000.0 and stream_rate_at({"tokens_per_s": 9000.0}, 300.0) == 9000.0
     assert stream_rate_at(stream | {"long": {"tokens_per_s": None}}, 300.0) == 24000.0
+    # the shorter probe bounded by the GPU: its delivered rate stands in for the stream's there
+    gpu_bound = stream | {"tokens_per_s": None, "delivered_tokens_per_s": 24000.0}
+    assert stream_rate_at(gpu_bound, 256.5) == pytest.approx(12000.0) and stream_rate_at(gpu_bound, 64.5) == 24000.0
     with pytest.raises(TypeError):
         stream_rate_at({"tokens_per_s": None}, 10.0)
+    with pytest.raises(TypeError):
+        stream_rate_at(gpu_bound)  # no place: the shorter probe's bound rate, which it has not
     assert output_mean_index([512] * 4) == 256.5 and output_mean_index([1, 3]) == pytest.approx(7 / 4)
     assert output_mean_index([]) == 1.0
 

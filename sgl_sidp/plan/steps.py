@@ -216,20 +216,22 @@ def stream_rate_at(stream: dict, mean_index: float | None = None) -> float:
     says the tokenizer manager delivers, for tokens whose mean place in their request's output is `mean_index` (1:
     first tokens).
 
-    SGLang's streamed chunk carries the whole output so far, so a token costs the stream c0 + c1 x its place; where
-    the entry holds a bound rate at two output lengths L (mean place (L + 1) / 2), they give c0 and c1 (each at least
-    0), else the one bound rate is taken whatever the place (as before 2026-11-28). On a stand-in of SGLang's stream
-    the client's own intake fell 47 % from 128 to 512 tokens a request (`bench.stream`).
+    SGLang's streamed chunk carries the whole output so far, so a token costs the stream c0 + c1 x its place. Where
+    the longer probe found the stream bound (`calibrate.record_stream_length`), the line through its rate and the
+    shorter probe's at their mean places ((L + 1) / 2 of outputs of L tokens) gives c0 and c1 (each at least 0); the
+    shorter probe's delivered rate stands in for its stream's where the GPU bounded it (a lower bound: the line is
+    then no steeper than the stream's). Else the shorter probe's bound rate is taken whatever the place (as before
+    2026-11-28). On a stand-in of SGLang's stream the client's own intake fell 47 % from 128 to 512 tokens a request
+    (`bench.stream`).
 
     Raises:
-        KeyError, TypeError: the entry has no rate the stream bounded.
+        KeyError, TypeError: neither probe found the stream bound.
     """
-    rate = float(stream["tokens_per_s"])
     long = stream.get("long") or {}
     if mean_index is None or not long.get("tokens_per_s"):
-        return rate
+        return float(stream["tokens_per_s"])
     k1, k2 = ((float(p[2]) + 1) / 2 for p in (stream["probe"], long["probe"]))
-    t1, t2 = 1 / rate, 1 / float(long["tokens_per_s"])
+    t1, t2 = 1 / float(stream["tokens_per_s"] or stream["delivered_tokens_per_s"]), 1 / float(long["tokens_per_s"])
     c1 = max(0.0, (t2 - t1) / (k2 - k1)) if k2 != k1 else 0.0
     c0 = max(0.0, t1 - c1 * k1)
     return 1 / (c0 + c1 * mean_index)
