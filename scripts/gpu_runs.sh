@@ -277,7 +277,10 @@
 #                q8_twice3, +6.5 % before). On H100 (not run yet; the same entry, tagged h100): the H100 Qwen3-8B tables
 #                hold one-request prefills alone; the planner prices the 4 x 2,048 chunk at 134.5 ms on TP2 and 114.4 on
 #                Shift SP2 (Shift's profiled 115). Expected: the TP2 shard's chunk 105-112 ms, the planner's TP2 chunk
-#                ~125, and the 2 x H100 Shift SP2 bursts (+6 to +17 %) nearer once the tables take the points
+#                ~125, and the 2 x H100 Shift SP2 bursts (+6 to +17 %) nearer once the tables take the points.
+#                Again on H200 (since 7de4216 plan calibrate also times the stream at 512 tokens a request,
+#                record_stream_length): expected the longer probe bound at 11-16K tokens/s on Qwen3-8B's shards, and
+#                q8_decode2_alone's TP2 then predicted within 5 % (+6.6 % with one stream rate) once the tables take it
 #   q32_burst2   out of sample for the H200 tables' several-prompt prefills and the sustained clock (4a422b9): Qwen3-32B,
 #                64 x (2,048 in, 32 out), DP2, Shift SP2 and TP2 on 2 x H200 (pairs at once on 4), a model and node no
 #                burst of these three had run on. Predicted before the run (plan --workload offline:64:2048:32): DP2
