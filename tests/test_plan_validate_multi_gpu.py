@@ -376,7 +376,8 @@ def test_a_folder_whose_every_server_ran_with_such_a_switch_says_so_in_one_line(
 AZURE = ROOT.parent / "shared/traces/AzureLLMInferenceTrace_code.csv"
 
 
-@pytest.mark.skipif(not (QWEN3_8B.is_dir() and AZURE.is_file()), reason="needs ../shared/models/Qwen3-8B and ../shared/traces")
+@pytest.mark.skipif(not (QWEN3_8B.is_dir() and AZURE.is_file()),
+                    reason="needs ../shared/models/Qwen3-8B and ../shared/traces")
 def test_a_what_if_reaches_the_replays_predictions():
     """`trace_rows` predicts each replay under the what-if it is given (`--prefill-factor` and the others reach the
     replays as they reach the bursts): a prefill at twice its price moves the replay's TTFT p50 up."""

@@ -354,9 +354,10 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
 
 
 #: (requests, prompt tokens, output tokens) of `record_stream_length`'s burst: `STREAM_PROBE`'s requests with four
-#: times its output (about 8 s of decode on an H200 for a Qwen3-8B shard, 35 s for Llama-3.1-70B's TP2). SGLang's streamed chunk carries the whole output so far, so a token's share of the stream grows
-#: with the tokens before it: on 2 x H200 256 streams of 512 tokens were delivered at about 11-13K tokens/s where the
-#: probe's 128 went at 24-33K (`q8_decode2_2gpu_h200`, `q8_decode2_alone_2gpu_h200`; `bench.stream`)
+#: times its output (about 8 s of decode on an H200 for a Qwen3-8B shard, 35 s for Llama-3.1-70B's TP2). SGLang's
+#: streamed chunk carries the whole output so far, so a token's share of the stream grows with the tokens before it:
+#: on 2 x H200 256 streams of 512 tokens were delivered at about 11-13K tokens/s where the probe's 128 went at 24-33K
+#: (`q8_decode2_2gpu_h200`, `q8_decode2_alone_2gpu_h200`; `bench.stream`)
 STREAM_PROBE_LONG = (256, 16, 512)
 
 
@@ -365,7 +366,8 @@ def record_stream_length(srv, entry: Path, probe: tuple[int, int, int] | None = 
     the planner's stream slows with the output so far (`steps.stream_rate_at`); the longer chunks may bound a stream
     the shorter did not. One burst sent at once; the tokens the client received while every request decoded
     (`all_running_window`), over that time. Written into the cache entry `entry` as "stream"["long"]:
-    {"tokens_per_s" (None where the delivered rate reached 80 % of the GPU's), "delivered_tokens_per_s",
+    {"tokens_per_s" (None where the delivered rate reached 80 % of the GPU's, taken at the calibrated decode step of
+    the batch, whose context is shorter than these requests' later ones), "delivered_tokens_per_s",
     "gpu_tokens_per_s", "probe", "window_s"}. `probe`: None for `STREAM_PROBE_LONG`."""
     batch, prompt, output = probe or STREAM_PROBE_LONG
     data = json.loads(entry.read_text())
