@@ -300,47 +300,51 @@ STREAM_PROBE = (256, 16, 128)
 STREAM_PROBE_WINDOW_TOKENS = 8
 
 
-def streamed_window(srv, batch: int, prompt: int, output: int, seed: int) -> tuple[int, float, float] | None:
-    """Send `batch` requests of `prompt` random tokens (`seed`) and `output` output tokens at once to `srv` and count
-    the tokens the client received while every one of them decoded: (tokens, from s, to s) of `all_running_window`
-    (to <= from: never all at once); None where a request failed or was cut short."""
+def streamed_window(srv, batch: int, prompt: int, output: int, seed: int) -> tuple[int, float, float, int, int] | str:
+    """Send `batch` requests of `prompt` random tokens (seeded `seed` + the burst) and `output` output tokens at once
+    to `srv` and count the tokens the client received while every one of them decoded (`all_running_window`). Where
+    they streamed fewer than `STREAM_PROBE_WINDOW_TOKENS` each in that window (they arrived too slowly for their
+    decode), a second burst decodes `BURST_RETRY` times as many tokens.
+
+    Returns:
+        (tokens, from s, to s, output tokens a request of the burst counted, bursts), or why nothing was counted.
+    """
     from sgl_sidp.bench.batches import prompts, run_batch
     from sgl_sidp.bench.metrics import token_times
 
-    outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, seed)])[0]
-    if not all(o.success and o.output_len == output for o in outs):
-        return None
-    times = [token_times(o) for o in outs]
-    lo, hi = all_running_window(times)
-    return sum(int(((t > lo) & (t <= hi)).sum()) for t in times), lo, hi
+    for burst in (1, 2):
+        outs = run_batch(srv.base_url, [(ids, output, None) for ids in prompts(batch, prompt, seed + burst)])[0]
+        if not all(o.success and o.output_len == output for o in outs):
+            return "a request failed or was cut short"
+        times = [token_times(o) for o in outs]
+        lo, hi = all_running_window(times)
+        tokens = sum(int(((t > lo) & (t <= hi)).sum()) for t in times)
+        if hi > lo and tokens >= STREAM_PROBE_WINDOW_TOKENS * batch:
+            return tokens, lo, hi, output, burst
+        output *= BURST_RETRY
+    return "the requests never all decoded together long enough, in two bursts"
 
 
 def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PROBE) -> str:
     """Once `srv` serves: whether SGLang's tokenizer manager, one process whatever the DP replicas, streams the
     tokens as fast as the GPU samples them. A burst of `probe`'s requests sent at once; the tokens the client received
     while all of them decoded (`all_running_window`), over that time, is the delivered rate, and the GPU's is the
-    batch over the calibrated decode step at that batch (`Calibration.decode_ms`). Where the requests streamed fewer
-    than `STREAM_PROBE_WINDOW_TOKENS` each in that window (they arrived too slowly for their decode), a second burst
-    decodes `BURST_RETRY` times as many tokens. Where the delivered rate is below 80 % of the GPU's, the stream
-    bounded it: written into the cache entry `entry` as "stream": {"tokens_per_s": ...} (`steps.stream_tokens_per_s`,
-    `sim.deliver`); else "tokens_per_s" is None and the delivered rate a lower bound. (The client is one Python
-    process: the rate it measures is the lesser of its own and the server's. Before 2026-11-25 the window was the
-    middle half of all arrivals, which took in the burst's ramp where the requests arrived over seconds.)"""
+    batch over the calibrated decode step at that batch (`Calibration.decode_ms`); a second, longer burst where the
+    first's requests never streamed together long enough (`streamed_window`). Where the delivered rate is below 80 %
+    of the GPU's, the stream bounded it: written into the cache entry `entry` as "stream": {"tokens_per_s": ...}
+    (`steps.stream_tokens_per_s`, `sim.deliver`); else "tokens_per_s" is None and the delivered rate a lower bound.
+    (The client is one Python process: the rate it measures is the lesser of its own and the server's. Before
+    2026-11-25 the window was the middle half of all arrivals, which took in the burst's ramp where the requests
+    arrived over seconds.)"""
     batch, prompt, output = probe
     data = json.loads(entry.read_text())
     step_ms = Calibration.from_entry(data).decode_ms.get(batch)
     if not step_ms:
         return f"stream rate not measured (no calibrated decode step at batch {batch})"
-    for burst in (1, 2):
-        got = streamed_window(srv, batch, prompt, output, 3000 + burst)
-        if got is None:
-            return "stream rate not measured (a request failed or was cut short)"
-        tokens, lo, hi = got
-        if hi > lo and tokens >= STREAM_PROBE_WINDOW_TOKENS * batch:
-            break
-        output *= BURST_RETRY
-    else:
-        return "stream rate not measured (the requests never all decoded together long enough, in two bursts)"
+    got = streamed_window(srv, batch, prompt, output, 3000)
+    if isinstance(got, str):
+        return f"stream rate not measured ({got})"
+    tokens, lo, hi, output, burst = got
     delivered = tokens / (hi - lo)
     gpu = batch / (step_ms / 1e3)
     bound = delivered < 0.8 * gpu
@@ -364,8 +368,9 @@ STREAM_PROBE_LONG = (256, 16, 512)
 def record_stream_length(srv, entry: Path, probe: tuple[int, int, int] | None = None) -> str:
     """Once `srv` serves and `record_stream_rate` measured the stream: its rate at `probe`'s longer output, so that
     the planner's stream slows with the output so far (`steps.stream_rate_at`); the longer chunks may bound a stream
-    the shorter did not. One burst sent at once; the tokens the client received while every request decoded
-    (`all_running_window`), over that time. Written into the cache entry `entry` as "stream"["long"]:
+    the shorter did not. A burst sent at once (a second, longer one where the first's requests never streamed
+    together long enough: `streamed_window`); the tokens the client received while every request decoded, over that
+    time. Written into the cache entry `entry` as "stream"["long"]:
     {"tokens_per_s" (None where the delivered rate reached 80 % of the GPU's, taken at the calibrated decode step of
     the batch, whose context is shorter than these requests' later ones), "delivered_tokens_per_s",
     "gpu_tokens_per_s", "probe", "window_s"}. `probe`: None for `STREAM_PROBE_LONG`."""
@@ -377,11 +382,9 @@ def record_stream_length(srv, entry: Path, probe: tuple[int, int, int] | None = 
     if not step_ms:
         return f"stream length not measured (no calibrated decode step at batch {batch})"
     got = streamed_window(srv, batch, prompt, output, 3100)
-    if got is None:
-        return "stream length not measured (a request failed or was cut short)"
-    tokens, lo, hi = got
-    if hi <= lo:
-        return "stream length not measured (the requests never all decoded together)"
+    if isinstance(got, str):
+        return f"stream length not measured ({got})"
+    tokens, lo, hi, output, _ = got
     delivered = tokens / (hi - lo)
     gpu = batch / (step_ms / 1e3)
     bound = delivered < 0.8 * gpu
