@@ -741,6 +741,7 @@ def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path, mon
     cal = Calibration.from_entry(data)
     assert len(cal.prefill_prefix_ms) == len(PREFIX_PROBES) and cal.host_ms_per_request is not None
     assert data["stream"]["tokens_per_s"] == data["stream"]["delivered_tokens_per_s"]  # 512,000 tokens/s offered
+    assert "long" in data["stream"], what
     long = data["stream"]["long"]
     assert long["probe"] in ([256, 16, 40], [256, 16, 120]) and long["tokens_per_s"] > 0
 
