@@ -698,14 +698,14 @@ def test_plan_streams_a_long_output_burst_at_the_rate_of_its_length(qwen3_8b, tm
 def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path, monkeypatch):
     """`serve_calibration` end to end against a stand-in SGLang (the "launcher" writes the shard's entry when it
     starts): the request overhead, then the prefix prefills (which take it off), the served eager step and the
-    stream rate at two output lengths (the longer cut to 256 x 40 tokens here, 120 where a second burst is needed),
-    each written into the one cache entry, which still reads as a calibration."""
+    stream rate at two output lengths (the longer cut to the shorter's 256 x 128 tokens here, 384 where a second
+    burst is needed), each written into the one cache entry, which still reads as a calibration."""
     from sgl_sidp.calibration.table import Calibration
     from sgl_sidp.plan import calibrate
     from sgl_sidp.plan.calibrate import PREFIX_PROBES, serve_calibration
     from tests.test_replay import FakeSGLangServer
 
-    monkeypatch.setattr(calibrate, "STREAM_PROBE_LONG", (256, 16, 40))
+    monkeypatch.setattr(calibrate, "STREAM_PROBE_LONG", (256, 16, 128))
 
     sig = "Qwen3ForCausalLM L36 H4096 I12288 A32/8 tp1"
     # eager steps slow enough that the serving probe's 4 s of decode take 100 output tokens (a 2 ms step would
@@ -743,7 +743,7 @@ def test_a_served_shard_runs_every_http_probe_into_its_cache_entry(tmp_path, mon
     assert data["stream"]["tokens_per_s"] == data["stream"]["delivered_tokens_per_s"]  # 512,000 tokens/s offered
     assert "long" in data["stream"], what
     long = data["stream"]["long"]
-    assert long["probe"] in ([256, 16, 40], [256, 16, 120]) and long["tokens_per_s"] > 0
+    assert long["probe"] in ([256, 16, 128], [256, 16, 384]) and long["tokens_per_s"] > 0
 
 
 def test_a_calibration_server_is_killed_with_its_children_at_once(tmp_path):
