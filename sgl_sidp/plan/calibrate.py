@@ -336,25 +336,37 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
     (The client is one Python process: the rate it measures is the lesser of its own and the server's. Before
     2026-11-25 the window was the middle half of all arrivals, which took in the burst's ramp where the requests
     arrived over seconds.)"""
-    batch, prompt, output = probe
     data = json.loads(entry.read_text())
-    step_ms = Calibration.from_entry(data).decode_ms.get(batch)
-    if not step_ms:
-        return f"stream rate not measured (no calibrated decode step at batch {batch})"
-    got = streamed_window(srv, batch, prompt, output, 3000)
+    got = stream_probe(srv, data, probe, 3000)
     if isinstance(got, str):
         return f"stream rate not measured ({got})"
-    tokens, lo, hi, output, burst = got
-    delivered = tokens / (hi - lo)
-    gpu = batch / (step_ms / 1e3)
-    bound = delivered < 0.8 * gpu
-    data["stream"] = {"tokens_per_s": delivered if bound else None, "delivered_tokens_per_s": delivered,
-                      "gpu_tokens_per_s": gpu, "probe": [batch, prompt, output], "window_s": hi - lo,
-                      "bursts": burst}
+    data["stream"] = got
     entry.write_text(json.dumps(data, indent=1))
-    return (f"stream {delivered:,.0f} tokens/s against the GPU's {gpu:,.0f}"
-            + (" (the stream bounds it)" if bound else " (not bound)")
-            + (f" (a second burst of {output} tokens)" if burst > 1 else ""))
+    return (f"stream {got['delivered_tokens_per_s']:,.0f} tokens/s against the GPU's {got['gpu_tokens_per_s']:,.0f}"
+            + (" (the stream bounds it)" if got["tokens_per_s"] else " (not bound)")
+            + (f" (a second burst of {got['probe'][2]} tokens)" if got["bursts"] > 1 else ""))
+
+
+def stream_probe(srv, data: dict, probe: tuple[int, int, int], seed: int) -> dict | str:
+    """One stream probe of `probe`'s (requests, prompt tokens, output tokens) against `srv`, whose cache entry is
+    `data`: the delivered rate (`streamed_window`) against the GPU's, the batch over its calibrated decode step.
+
+    Returns:
+        {"tokens_per_s" (the delivered rate where below 80 % of the GPU's, the stream bounding it; else None),
+        "delivered_tokens_per_s", "gpu_tokens_per_s", "probe" (the output of the burst counted), "window_s",
+        "bursts"}, or why nothing was measured.
+    """
+    batch, prompt, output = probe
+    step_ms = Calibration.from_entry(data).decode_ms.get(batch)
+    if not step_ms:
+        return f"no calibrated decode step at batch {batch}"
+    got = streamed_window(srv, batch, prompt, output, seed)
+    if isinstance(got, str):
+        return got
+    tokens, lo, hi, output, burst = got
+    delivered, gpu = tokens / (hi - lo), batch / (step_ms / 1e3)
+    return {"tokens_per_s": delivered if delivered < 0.8 * gpu else None, "delivered_tokens_per_s": delivered,
+            "gpu_tokens_per_s": gpu, "probe": [batch, prompt, output], "window_s": hi - lo, "bursts": burst}
 
 
 #: (requests, prompt tokens, output tokens) of `record_stream_length`'s burst: `STREAM_PROBE`'s requests with four
@@ -370,29 +382,19 @@ def record_stream_length(srv, entry: Path, probe: tuple[int, int, int] | None = 
     the planner's stream slows with the output so far (`steps.stream_rate_at`); the longer chunks may bound a stream
     the shorter did not. A burst sent at once (a second, longer one where the first's requests never streamed
     together long enough: `streamed_window`); the tokens the client received while every request decoded, over that
-    time. Written into the cache entry `entry` as "stream"["long"]:
-    {"tokens_per_s" (None where the delivered rate reached 80 % of the GPU's, taken at the calibrated decode step of
-    the batch, whose context is shorter than these requests' later ones), "delivered_tokens_per_s",
-    "gpu_tokens_per_s", "probe", "window_s"}. `probe`: None for `STREAM_PROBE_LONG`."""
-    batch, prompt, output = probe or STREAM_PROBE_LONG
+    time. Written into the cache entry `entry` as "stream"["long"], `stream_probe`'s record (its GPU rate taken at the
+    calibrated decode step of the batch, whose context is shorter than these requests' later ones). `probe`: None for
+    `STREAM_PROBE_LONG`."""
     data = json.loads(entry.read_text())
     if not (data.get("stream") or {}).get("delivered_tokens_per_s"):
         return "stream length not measured (the shorter probe measured no stream)"
-    step_ms = Calibration.from_entry(data).decode_ms.get(batch)
-    if not step_ms:
-        return f"stream length not measured (no calibrated decode step at batch {batch})"
-    got = streamed_window(srv, batch, prompt, output, 3100)
+    got = stream_probe(srv, data, probe or STREAM_PROBE_LONG, 3100)
     if isinstance(got, str):
         return f"stream length not measured ({got})"
-    tokens, lo, hi, output, _ = got
-    delivered = tokens / (hi - lo)
-    gpu = batch / (step_ms / 1e3)
-    bound = delivered < 0.8 * gpu
-    data["stream"]["long"] = {"tokens_per_s": delivered if bound else None, "delivered_tokens_per_s": delivered,
-                              "gpu_tokens_per_s": gpu, "probe": [batch, prompt, output], "window_s": hi - lo}
+    data["stream"]["long"] = got
     entry.write_text(json.dumps(data, indent=1))
-    return (f"stream {delivered:,.0f} tokens/s at {output} tokens a request"
-            + (" (the stream bounds it)" if bound else " (not bound)"))
+    return (f"stream {got['delivered_tokens_per_s']:,.0f} tokens/s at {got['probe'][2]} tokens a request"
+            + (" (the stream bounds it)" if got["tokens_per_s"] else " (not bound)"))
 
 
 #: the HTTP probes a served shard runs, in order, once its calibration is cached
