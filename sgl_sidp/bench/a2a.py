@@ -24,7 +24,6 @@ exchange, not a timing) and says that the copies need GPUs.
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import torch
@@ -46,12 +45,6 @@ def block_widths(cfg: dict, p: int) -> tuple[int, int]:
     if s.heads % p:
         raise ValueError(f"{s.heads} attention heads do not split over {p} GPUs")
     return s.qkv_width(p), s.heads // p * s.head_dim
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _exchange_nccl(sends, recvs):
@@ -130,10 +123,12 @@ def measure(cfg: dict, tokens_list, p: int, warmup: int = 3, iters: int = 20) ->
     not run, and the bytes each GPU sends to its peers per layer."""
     import torch.multiprocessing as mp
 
+    from sgl_sidp.bench.batches import free_port
+
     widths = block_widths(cfg, p)
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(_spawned, args=(p, _free_port(), [(t, widths) for t in tokens_list], warmup, iters, queue),
+    mp.start_processes(_spawned, args=(p, free_port(), [(t, widths) for t in tokens_list], warmup, iters, queue),
                        nprocs=p, start_method="spawn")
     got = queue.get()
     return [got[t] for t in tokens_list]

@@ -16,6 +16,15 @@ from pathlib import Path
 import numpy as np
 
 
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free when asked (the OS's pick), for a process this one starts to listen on."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def prompts(n: int, length: int, seed: int) -> list[list[int]]:
     """`n` random token-id prompts (ids 3..4000: the bundled tokenizer's range) of `length` tokens."""
     rng = np.random.default_rng(seed)

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import socket
 import time
 
 #: the token text of the stand-in (SGLang's detokenized text of random ids is a few characters a token)
@@ -60,12 +59,6 @@ def _serve(port: int, output_len: int, cumulative: bool, ready) -> None:
     asyncio.run(start())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def measure(streams: int, output_len: int, cumulative: bool, timeout_s: float = 120.0) -> dict:
     """Send `streams` streamed requests at once to a fresh stand-in that answers each with `output_len` tokens, and
     time them from the first POST to the last `[DONE]`.
@@ -78,12 +71,13 @@ def measure(streams: int, output_len: int, cumulative: bool, timeout_s: float = 
         ValueError: `streams` or `output_len` below 1.
         RuntimeError: the stand-in did not start within 30 s.
     """
+    from sgl_sidp.bench.batches import free_port
     from sgl_sidp.bench.client import make_session, stream_request
 
     if streams < 1 or output_len < 1:
         raise ValueError(f"streams {streams} and output_len {output_len}: each must be at least 1")
     ctx = multiprocessing.get_context("spawn")
-    ready, port = ctx.Event(), _free_port()
+    ready, port = ctx.Event(), free_port()
     server = ctx.Process(target=_serve, args=(port, output_len, cumulative, ready), daemon=True)
     server.start()
     try:
