@@ -280,7 +280,12 @@
 #                ~125, and the 2 x H100 Shift SP2 bursts (+6 to +17 %) nearer once the tables take the points.
 #                Again on H200 (since 7de4216 plan calibrate also times the stream at 512 tokens a request,
 #                record_stream_length): expected the longer probe bound at 11-16K tokens/s on Qwen3-8B's shards, and
-#                q8_decode2_alone's TP2 then predicted within 5 % (+6.6 % with one stream rate) once the tables take it
+#                q8_decode2_alone's TP2 then predicted within 5 % (+6.6 % with one stream rate) once the tables take it.
+#                Found at 04119be on a 1 x H200 host (155 s): no fall with length. At 128 and 512 tokens a request the
+#                TP2 shard streamed 19,017 and 23,695 tokens/s, Shift's 15,605 and 18,063, the full model 20,590 (GPU-
+#                bound) and 17,858: the longer probe was faster on two of three (the stand-in's 47 % fall is not the
+#                server's). Predictions move under 1 % with these entries (q8_decode2_alone TP2 +5.9 %), so the bundled
+#                tables keep their one rate (plan_multi_gpu/h200/calibrate_q8_stream/)
 #   q32_burst2   out of sample for the H200 tables' several-prompt prefills and the sustained clock (4a422b9): Qwen3-32B,
 #                64 x (2,048 in, 32 out), DP2, Shift SP2 and TP2 on 2 x H200 (pairs at once on 4), a model and node no
 #                burst of these three had run on. Predicted before the run (plan --workload offline:64:2048:32): DP2

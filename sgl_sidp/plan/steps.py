@@ -222,7 +222,9 @@ def stream_rate_at(stream: dict, mean_index: float | None = None) -> float:
     shorter probe's delivered rate stands in for its stream's where the GPU bounded it (a lower bound: the line is
     then no steeper than the stream's). Else the shorter probe's bound rate is taken whatever the place (as before
     2026-11-28). On a stand-in of SGLang's stream the client's own intake fell 47 % from 128 to 512 tokens a request
-    (`bench.stream`).
+    (`bench.stream`); SGLang's own server on one H200 host did not fall (Qwen3-8B's shards streamed 15.6-20.6K
+    tokens/s at 128 tokens and 17.9-23.7K at 512, `benchmarks/results/plan_multi_gpu/h200/calibrate_q8_stream/`), so
+    the bundled tables hold the shorter probe alone.
 
     Raises:
         KeyError, TypeError: neither probe found the stream bound.
