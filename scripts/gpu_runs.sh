@@ -307,6 +307,19 @@
 #                tok/s, TPOT p50 20.0 ms (predicted 33,891 and 18.7), the server's steps as in q8_decode2 (14.5-16.9 ms).
 #                But q8_decode2's TP2 had run alone too (after the pair had stopped, 18:11), at 25.6 ms: the output
 #                path's rate moved 24 % between two hosts with the same steps, not the pair's contention
+#   a2a_overlap  one layer's QKV and O GEMMs of Shift's base configuration with their exchanges (bench.a2a --layer):
+#                the GEMMs alone, NCCL's all-to-alls after and before them (the server's default), and the copies hidden
+#                behind them (--shift-all-to-all overlap: the peers' QKV blocks first, put by the copy engines while
+#                the GPU computes its own; the attention output put while it multiplies its own heads' block).
+#                Qwen3-8B and Qwen3-32B at SP2 (and Qwen3-32B at SP4 on 4 GPUs). The exchanges cost 8.3 ms of Shift's
+#                112-118 ms 4 x 2,048 forward (q8_shift_prof_2gpu_h200). Expected: at 8,192 tokens and more the
+#                overlapped layer within 15 % of the exchanges' NCCL time over the GEMMs alone (>= 5 ms of a Qwen3-8B
+#                8,192-token forward saved at SP2); less hidden at 2,048 tokens; at SP4 the copies ran 1.1-1.6x NCCL's
+#                time alone, so less there
+#   q8_overlap   Shift SP2 with --shift-all-to-all overlap beside the default (NCCL) and DP2, TP2: Qwen3-8B, 64 x (2,048
+#                in, 32 out) twice (pairs at once on 4 GPUs). Shift ran 0.92-0.95x DP2 on this burst (q8_twice3, q8_warm).
+#                Expected (if a2a_overlap saves >= 5 ms a forward): Shift overlap >= 1.03x Shift NCCL and >= 0.96x DP2
+#                on the second burst
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -406,6 +419,17 @@ for RUN in "$@"; do
         --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \
         --extra-args "$X --max-total-tokens 65536 --cuda-graph-max-bs 8" --deadline-s $((L - 70)) --step-grace-s 30 \
         --ready-timeout-s 200 --no-predict ;;
+    a2a_overlap)
+      mkdir -p "$OUT/a2a_overlap_${NG}gpu_$TAG"
+      for MG in Qwen3-8B:2 Qwen3-32B:2 Qwen3-32B:4; do
+        [ "${MG#*:}" -gt "$NG" ] && continue
+        timeout -s TERM 150 python3 -m sgl_sidp.bench.a2a --model-path ".gpu/models/${MG%:*}" --layer \
+          --tokens 2048,4096,8192,16384 --gpus "${MG#*:}" 2>&1 | tee -a "$OUT/a2a_overlap_${NG}gpu_$TAG/a2a.md"
+        echo >> "$OUT/a2a_overlap_${NG}gpu_$TAG/a2a.md"
+      done ;;
+    q8_overlap)
+      compare_run "q8_overlap_${NG}gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1_overlap,shift_sp2_tp1,dp2,tp2 \
+        --burst 64+2048+32 --burst-twice ;;
     cal_q32|cal_q30|cal_l70|cal_q8|cal_q32_4)
       case $RUN in cal_q32) M=Qwen3-32B G=2;; cal_q30) M=Qwen3-30B-A3B G=2;; cal_q8) M=Qwen3-8B G=2;;
         cal_q32_4) M=Qwen3-32B G=2,4;; *) M=Llama-3.1-70B G=2,4;; esac

@@ -25,3 +25,11 @@ def test_the_exchange_is_checked_and_timed_on_gloo(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "bench.a2a: error: 4 attention heads do not split over 3 GPUs"
     assert a2a.main(["--model-path", str(tmp_path), "--tokens", "9"]) == 2
     assert "--tokens multiples of it" in capsys.readouterr().out
+
+
+def test_one_layer_with_its_exchanges_is_checked_on_gloo(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    assert a2a.main(["--model-path", str(tmp_path), "--tokens", "8", "--iters", "1", "--warmup", "0", "--layer"]) == 0
+    out = capsys.readouterr().out
+    assert "| 8 | gemms | yes |" in out and "| 8 | nccl | yes |" in out
+    assert "| 8 | overlap | not run (needs CUDA) | - | - | - |" in out

@@ -119,6 +119,10 @@ def test_shift_reports_every_problem_at_once(tmp_path, monkeypatch):
     assert any("--is-embedding" in x for x in ps)
     ps = problems(parse("--overlay-mode", "shift"), args(qwen3(tmp_path, heads=40, kv=8), tp=2 * 3))
     assert any("40 attention heads do not split over SP*TP = 6" in x for x in ps)
+    ps = problems(parse("--overlay-mode", "shift", "--shift-all-to-all", "overlap", "--shift-exact"),
+                  args(qwen3(tmp_path), tp=2))
+    assert ps == ["--shift-all-to-all overlap does not combine with --shift-exact (whose row-parallel layers sum every "
+                  "TP rank's partial in rank order after NCCL's all-to-all); drop one of them"]
     ps = problems(parse("--overlay-mode", "shift"), args(dense_moe(tmp_path), tp=1))
     assert ps == [f"--overlay-mode shift is for dense models; {dense_moe(tmp_path)} is MoE"]
 
@@ -181,8 +185,8 @@ def test_flag_names_one_prefix_each_and_every_old_spelling_maps_to_one():
     p = argparse.ArgumentParser()
     flags = [a.option_strings[0] for a in SidpConfig.add_cli_args(p)._group_actions]
     assert all(f.split("-")[2] in {"overlay", *FEATURES} and f.count("sidp") <= 1 for f in flags), flags
-    newer = {"--overlay-start-after", "--shift-exact", "--overlay-plan-slo-ttft-ms", "--overlay-plan-slo-tpot-ms",
-             "--sidp-b-th-measure"}
+    newer = {"--overlay-start-after", "--shift-exact", "--shift-all-to-all", "--overlay-plan-slo-ttft-ms",
+             "--overlay-plan-slo-tpot-ms", "--sidp-b-th-measure"}
     # (added after the rename: no old spelling)
     assert sorted(RENAMED.values()) == sorted(set(flags) - newer) and not set(RENAMED) & set(flags)
     argv = ["--sidp-sidp-force", "cas", "--dp-size", "2", "--sidp-mode=sidp", "--sidp-service", "was"]
@@ -197,7 +201,7 @@ def test_enumerated_flags_show_their_choices():
     group = SidpConfig.add_cli_args(p)
     assert {a.option_strings[0]: a.choices for a in group._group_actions if a.choices} == {
         "--overlay-mode": ["off", "zerodp", "sidp", "shift", "auto"], "--sidp-service": ["was", "cas", "auto"],
-        "--sidp-fetch-order": ["shifted", "forward"]}
+        "--sidp-fetch-order": ["shifted", "forward"], "--shift-all-to-all": ["nccl", "overlap"]}
     assert "--sidp-service {was,cas,auto}" in p.format_help()
     with pytest.raises(SidpConfigError, match=r"^--sidp-service: Input should be 'was', 'cas' or 'auto'$"):
         SidpConfig.from_mapping({"sidp": {"service": "fast"}})  # $SIDP_CONFIG is checked the same way
@@ -507,6 +511,7 @@ ACCEPTED = {
     "--sidp-owner-timeout-s": ["1e-3", "1e6"],
     "--shift-sp": ["0", "8"],
     "--shift-threshold": ["0", "1048576"],
+    "--shift-all-to-all": ["overlap"],
 }
 
 

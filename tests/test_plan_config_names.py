@@ -37,6 +37,8 @@ def test_every_planner_name_reads_back_as_its_configuration(n):
                                     "--shift-threshold", "1"]),
     ("shift_sp2_tp1_th1_exact", "shift", ["--tp-size", "2", "--overlay-mode", "shift", "--shift-sp", "2",
                                           "--shift-threshold", "1", "--shift-exact"]),
+    ("shift_sp2_tp1_overlap", "shift", ["--tp-size", "2", "--overlay-mode", "shift", "--shift-sp", "2",
+                                        "--shift-all-to-all", "overlap"]),
 ])
 def test_options_become_launch_flags(name, technique, flags):
     c = configuration_named(name)

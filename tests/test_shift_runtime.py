@@ -7,6 +7,8 @@ become views of them."""
 
 import types
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -158,7 +160,7 @@ def body(model, rt, ids, kv_out, llama=False):
     return h
 
 
-def _rank(rank, p, sp, n_tokens, llama=False, exact=False, dtype=torch.float64):
+def _rank(rank, p, sp, n_tokens, llama=False, exact=False, dtype=torch.float64, overlap_dir=None):
     ctx = types.SimpleNamespace(config=types.SimpleNamespace(shift=types.SimpleNamespace(sp=sp, threshold=4,
                                                                                          exact=exact)), listeners=[])
     rt = ShiftRuntime(ctx)
@@ -168,6 +170,14 @@ def _rank(rank, p, sp, n_tokens, llama=False, exact=False, dtype=torch.float64):
     tb_groups = [dist.new_group([t * sp + s for t in range(tb)]) for s in range(sp)]
     sp_comm = TorchComm(sp_groups[rank // sp])
     rt.configure(p, sp, rank, sp_comm, TPComm(tb_groups[rank % sp]) if tb > 1 else None)
+    if overlap_dir is not None:  # --shift-all-to-all overlap: the SP group's exchange, file-backed (one folder a group)
+        from sgl_sidp.peer.exchange import SymmetricExchange
+        from tests.file_symm import FileSymm
+
+        folder = Path(overlap_dir) / f"sp{rank // sp}"
+        folder.mkdir(exist_ok=True)
+        rt.exchange = SymmetricExchange(sp_groups[rank // sp], rank % sp, sp, sp * 16 * 8 * D, dtype, "cpu",
+                                        symm=FileSymm(str(folder), rank % sp))
     shards = {id(l): l.self_attn.qkv_proj.weight.clone() for l in model.model.layers}
     rt.adopt(model)
     views = all(torch.equal(l.self_attn.qkv_proj.weight, shards[id(l)]) and
@@ -195,6 +205,16 @@ def _rank(rank, p, sp, n_tokens, llama=False, exact=False, dtype=torch.float64):
                                                   (4, 2, 6, True), (2, 2, 5, True)])
 def test_base_forward_through_the_hooks_equals_the_tp_forward(p, sp, n_tokens, llama):
     out = spawn(_rank, p, sp, n_tokens, llama)
+    for rank, (err, kv_err, views, base, replay_err) in out.items():
+        assert base and views, rank
+        assert err < 1e-12 and kv_err < 1e-12 and replay_err < 1e-12, (rank, err, kv_err, replay_err)
+
+
+@pytest.mark.parametrize("p,sp,n_tokens,llama", [(2, 2, 7, False), (4, 4, 9, False), (4, 2, 6, True)])
+def test_overlapped_exchanges_through_the_hooks_equal_the_tp_forward(tmp_path, p, sp, n_tokens, llama):
+    """`--shift-all-to-all overlap`: the base forward with its exchanges by copies hidden behind the GEMMs
+    (`ulysses.heads_exchanged`, `tokens_exchanged_gemm`) is the TP forward, padding and TP_b included."""
+    out = spawn(_rank, p, sp, n_tokens, llama, False, torch.float64, str(tmp_path))
     for rank, (err, kv_err, views, base, replay_err) in out.items():
         assert base and views, rank
         assert err < 1e-12 and kv_err < 1e-12 and replay_err < 1e-12, (rank, err, kv_err, replay_err)

@@ -221,3 +221,44 @@ def test_rebase_points_the_parameter_into_its_base_weight():
         base = rebase(p, dim, 2, 1, Copies)
         assert base.shape == ((6, 4) if dim == COLUMN else (4, 6))
         assert torch.equal(p.data, shard) and shares_storage(p.data, base)
+
+
+# --------------------------------------------------------------------------- overlapped exchanges (gloo, file-backed symm)
+def _overlap_rank(rank, world, folder, sizes):
+    from sgl_sidp.peer.exchange import SymmetricExchange
+    from sgl_sidp.shift.ulysses import heads_exchanged, tokens_exchanged_gemm
+    from tests.file_symm import FileSymm
+
+    comm, k, c, h = TorchComm(), 6, 4, 5
+    ex = SymmetricExchange(None, rank, world, world * 3 * c, torch.float64, "cpu", symm=FileSymm(folder, rank))
+    g = torch.Generator().manual_seed(3)  # the same weights on every rank
+    w, b, wo = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((world * c, k), (world * c,), (h, world * c)))
+    got = []
+    for n_tokens in sizes:  # slots reused with fewer tokens: no stale rows may come back
+        x = local_tokens(torch.randn(n_tokens, k, generator=g, dtype=torch.float64), world, rank)
+        want_qkv = heads_all_to_all(column_blocks(x, w, b, world), n_tokens, comm)
+        qkv = heads_exchanged(x, w, b, n_tokens, ex)
+        o = torch.randn(n_tokens, c, generator=g, dtype=torch.float64) + rank
+        want_o = row_blocks_gemm(tokens_all_to_all(o, world, comm), wo)
+        out = tokens_exchanged_gemm(o, wo, ex)
+        got.append((bool(torch.equal(qkv, want_qkv)), tuple(out.shape) == tuple(want_o.shape),
+                    float((out - want_o).abs().max())))
+    too_big = heads_exchanged(torch.zeros(4, k, dtype=torch.float64), w, b, 4 * world, ex), \
+        tokens_exchanged_gemm(torch.zeros(4 * world, c, dtype=torch.float64), wo, ex)
+    return got, too_big == (None, None), ex.exchanges
+
+
+@pytest.mark.parametrize("world, sizes", [(2, [6, 5, 6, 3]), (3, [9, 7, 9, 2])])
+def test_overlapped_exchanges_equal_the_all_to_alls(tmp_path, world, sizes):
+    """`heads_exchanged` gives the bits of the NCCL path's QKV all-to-all, `tokens_exchanged_gemm` its O GEMM up to
+    the order of the blocks' sum, padding rows included (zero, not what a larger forward left in the slot); both
+    hand back blocks beyond the buffer."""
+    for rank, (got, handed_back, n) in spawn(_overlap_rank, world, str(tmp_path), sizes).items():
+        assert all(eq and shape_ok and err < 1e-12 for eq, shape_ok, err in got), (rank, got)
+        assert handed_back and n == 2 * len(sizes), rank
+
+
+def test_peers_in_ring_order():
+    from sgl_sidp.shift.ulysses import peers_of
+
+    assert peers_of(0, 1) == [] and peers_of(1, 2) == [0] and peers_of(2, 4) == [3, 0, 1]

@@ -14,7 +14,11 @@ q8_shift_blocks_2gpu_h100`). Measured on 2 and 4 x H100 (`a2a_shift_2gpu_h100`):
 time at SP2 and 8,192-16,384 tokens, 1.1-1.6x at SP4, so the server keeps NCCL (a server path by copies was built
 and removed again; it is in git history at d214cf4).
 
-    python -m sgl_sidp.bench.a2a --model-path DIR [--tokens 2048,8192] [--gpus 2]
+    python -m sgl_sidp.bench.a2a --model-path DIR [--tokens 2048,8192] [--gpus 2] [--layer]
+
+`--layer` also times one layer's QKV and O GEMMs with their exchanges three ways: the GEMMs alone, NCCL's
+all-to-alls after and before them (the server's path), and the copies hidden behind them (the peers' blocks first,
+put while the GPU computes its own: `sgl_sidp.shift.ulysses.heads_exchanged`, `tokens_exchanged_gemm`).
 
 Each method's exchange is checked against the blocks sent before it is timed (CUDA events, `--iters` rounds of one
 layer's two exchanges after `--warmup`). Without CUDA it runs NCCL's part on gloo over CPU processes (a check of the
@@ -30,6 +34,10 @@ import torch
 import torch.distributed as dist
 
 METHODS = ("nccl", "copy")
+#: one layer's QKV and O GEMMs with their exchanges: the GEMMs alone (no exchange: the floor), NCCL's all-to-alls
+#: after and before them (the server's default), the copies hidden behind them (`ulysses.heads_exchanged`,
+#: `tokens_exchanged_gemm`)
+LAYER_METHODS = ("gemms", "nccl", "overlap")
 
 
 def block_widths(cfg: dict, p: int) -> tuple[int, int]:
@@ -52,6 +60,43 @@ def _exchange_nccl(sends, recvs):
         dist.all_to_all_single(recv.view(-1), send.view(-1))
 
 
+def _layer_rows(rank: int, p: int, tokens: int, widths, hidden: int, device, dtype, warmup: int, iters: int) -> dict:
+    """`LAYER_METHODS` timed on one layer of `tokens` (ms per layer), each checked against NCCL's results (the QKV
+    bits equal, the O output within bf16 rounding of the blocks' other order)."""
+    from sgl_sidp.shift import ulysses
+
+    cq, co = widths
+    n, g = tokens // p, torch.Generator(device).manual_seed(0)  # the same weights on every GPU
+    w_qkv = torch.randn(p * cq, hidden, generator=g, device=device, dtype=dtype) / hidden ** 0.5
+    w_o = torch.randn(hidden, p * co, generator=g, device=device, dtype=dtype) / (p * co) ** 0.5
+    x = torch.randn(n, hidden, device=device, dtype=dtype)
+    o = torch.randn(tokens, co, device=device, dtype=dtype)
+    comm = ulysses.TorchComm()
+    runs = {"gemms": lambda: (ulysses.column_blocks(x, w_qkv, None, p),
+                              ulysses.row_blocks_gemm(o.view(p, n, co), w_o)),
+            "nccl": lambda: (ulysses.heads_all_to_all(ulysses.column_blocks(x, w_qkv, None, p), tokens, comm),
+                             ulysses.row_blocks_gemm(ulysses.tokens_all_to_all(o, p, comm), w_o))}
+    rows = {}
+    if device == "cuda":
+        from sgl_sidp.peer.exchange import ExchangeError, SymmetricExchange
+
+        try:
+            ex = SymmetricExchange(dist.group.WORLD, rank, p, p * n * max(cq, co), dtype, device)
+            runs["overlap"] = lambda: (ulysses.heads_exchanged(x, w_qkv, None, tokens, ex),
+                                       ulysses.tokens_exchanged_gemm(o, w_o, ex))
+        except ExchangeError as e:
+            rows["overlap"] = {"ok": False, "ms": None, "error": str(e)[:200]}
+    else:
+        rows["overlap"] = None
+    want = [t.clone() for t in runs["nccl"]()]
+    for m, run in runs.items():
+        got = run()
+        ok = m == "gemms" or (torch.equal(got[0], want[0]) and torch.allclose(got[1].float(), want[1].float(),
+                                                                               rtol=2e-2, atol=2e-2))
+        rows[m] = {"ok": ok, "ms": _time(run, warmup, iters, device == "cuda") if ok else None}
+    return rows
+
+
 def _rank(rank: int, p: int, port: int, shapes, warmup: int, iters: int, out: dict) -> None:
     cuda = torch.cuda.is_available()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -60,7 +105,7 @@ def _rank(rank: int, p: int, port: int, shapes, warmup: int, iters: int, out: di
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=p)
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     try:
-        for tokens, widths in shapes:
+        for tokens, widths, hidden in shapes:
             n = tokens // p
             sends = [torch.randn(p, n, c, dtype=dtype, device=device) + rank for c in widths]
             rows = {}
@@ -92,6 +137,8 @@ def _rank(rank: int, p: int, port: int, shapes, warmup: int, iters: int, out: di
                 rows[method] = {"ok": ok, "ms": _time(run, warmup, iters, cuda) if ok else None}
             out_row = {"tokens": tokens, "widths": list(widths), "peer_bytes": sum(
                 (p - 1) * n * c * sends[0].element_size() for c in widths), **{m: rows[m] for m in METHODS}}
+            if hidden:
+                out_row["layer"] = _layer_rows(rank, p, tokens, widths, hidden, device, dtype, warmup, iters)
             if rank == 0:
                 out[tokens] = out_row
     finally:
@@ -118,9 +165,10 @@ def _spawned(rank, p, port, shapes, warmup, iters, queue):
         queue.put(out)
 
 
-def measure(cfg: dict, tokens_list, p: int, warmup: int = 3, iters: int = 20) -> list[dict]:
+def measure(cfg: dict, tokens_list, p: int, warmup: int = 3, iters: int = 20, layer: bool = False) -> list[dict]:
     """One row per forward size: each method's check ("ok") and ms per layer (its two exchanges), None where it did
-    not run, and the bytes each GPU sends to its peers per layer."""
+    not run, and the bytes each GPU sends to its peers per layer; with `layer`, also "layer": `LAYER_METHODS`' rows
+    (the QKV and O GEMMs of a layer with their exchanges)."""
     import torch.multiprocessing as mp
 
     from sgl_sidp.bench.batches import free_port
@@ -128,7 +176,7 @@ def measure(cfg: dict, tokens_list, p: int, warmup: int = 3, iters: int = 20) ->
     widths = block_widths(cfg, p)
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(_spawned, args=(p, free_port(), [(t, widths) for t in tokens_list], warmup, iters, queue),
+    mp.start_processes(_spawned, args=(p, free_port(), [(t, widths, int(cfg["hidden_size"]) if layer else 0) for t in tokens_list], warmup, iters, queue),
                        nprocs=p, start_method="spawn")
     got = queue.get()
     return [got[t] for t in tokens_list]
@@ -154,10 +202,33 @@ def table(rows: list[dict], layers: int) -> str:
     return "\n".join(lines)
 
 
+def layer_table(rows: list[dict], layers: int) -> str:
+    """Markdown of `measure(layer=True)`'s "layer" rows: ms per layer and per forward, and what the exchanges add
+    over the GEMMs alone."""
+    lines = ["| forward tokens | method | checked against nccl | ms per layer (QKV and O GEMMs, 2 exchanges) | ms per "
+             "forward | over the GEMMs alone, ms per forward |", "|---:|---|---|---:|---:|---:|"]
+    for r in rows:
+        floor = (r["layer"].get("gemms") or {}).get("ms")
+        for m in LAYER_METHODS:
+            v = r["layer"].get(m)
+            if v is None or v.get("error"):
+                why = "needs CUDA" if v is None else v["error"]
+                lines.append(f"| {r['tokens']:,} | {m} | not run ({why}) | - | - | - |")
+                continue
+            ms = v["ms"]
+            over = "-" if ms is None or floor is None else f"{(ms - floor) * layers:+.2f}"
+            lines.append(f"| {r['tokens']:,} | {m} | {'yes' if v['ok'] else 'WRONG'} | "
+                         + ("- | - |" if ms is None else f"{ms:.3f} | {ms * layers:.2f} |") + f" {over} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     from sgl_sidp.bench.gemm import layer_case, layer_cli
 
-    a = layer_cli("python -m sgl_sidp.bench.a2a", __doc__, "2048,4096,8192", "P, the GPUs of the SP group").parse_args(argv)
+    ap = layer_cli("python -m sgl_sidp.bench.a2a", __doc__, "2048,4096,8192", "P, the GPUs of the SP group")
+    ap.add_argument("--layer", action="store_true", help="also time one layer's QKV and O GEMMs with their exchanges: "
+                    "alone, after and before NCCL's all-to-alls, and with the copies hidden behind them")
+    a = ap.parse_args(argv)
     try:
         cfg, tokens = layer_case(a, 2)
         block_widths(cfg, a.gpus)
@@ -169,7 +240,12 @@ def main(argv=None) -> int:
     gpu = (f"{a.gpus} x {torch.cuda.get_device_name()}" if torch.cuda.is_available()
            else f"{a.gpus} CPU processes on gloo (a check, not a timing)")
     print(f"{Path(a.model_path).name}: Shift's two all-to-alls per layer on {gpu}\n")
-    print(table(measure(cfg, tokens, a.gpus, a.warmup, a.iters), int(cfg["num_hidden_layers"])))
+    rows = measure(cfg, tokens, a.gpus, a.warmup, a.iters, a.layer)
+    print(table(rows, int(cfg["num_hidden_layers"])))
+    if a.layer:
+        print(f"\nThe QKV and O GEMMs of one layer with their exchanges (ms per forward: {cfg['num_hidden_layers']} "
+              "layers)\n")
+        print(layer_table(rows, int(cfg["num_hidden_layers"])))
     return 0
 
 

@@ -13,11 +13,17 @@ Two receive slots alternate (Shift's QKV blocks in one, the attention output in 
 peer's slot only after the barrier of the other slot's exchange, which the peer reaches only once it has read
 what that slot held before (each slot is read before the next exchange of the other slot starts, on every GPU).
 
-No feature here, and none uses it: `sgl_sidp.bench.a2a` times it against NCCL's all-to-all for Shift's base
-configuration, where it did not pay (0.88-0.94x NCCL's time at SP2 on 2 x H100, 1.1-1.6x at SP4).
+`put` and `barrier` are the two halves of an exchange, for callers that compute between them: `put` copies one
+block into a peer's slot on a side stream (after the work queued so far), so the copy engines move it while the SMs
+go on; `barrier` joins those copies and meets the peers. `exchange` is `put` of every block, then `barrier`. Shift's
+overlapped all-to-alls (`sgl_sidp.shift.ulysses.heads_exchanged`, `tokens_exchanged_gemm`) compute the peers'
+blocks first and put them while they compute their own. As a plain all-to-all the copies did not pay
+(`sgl_sidp.bench.a2a`: 0.88-0.94x NCCL's time at SP2 on 2 x H100, 1.1-1.6x at SP4); hidden behind GEMMs they may.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -55,11 +61,47 @@ class SymmetricExchange:
         except Exception as e:  # noqa: BLE001 - whatever torch raises, one line naming it
             raise ExchangeError(f"torch symmetric memory over {world} GPUs: {type(e).__name__}: {e}") from e
         self.exchanges = 0  # exchanges run (eager, or captured in a CUDA graph once)
+        self.stream = torch.cuda.Stream(device) if torch.device(device).type == "cuda" else None  # the copies'
+        self._views: dict = {}  # (rank, slot, shape) -> that GPU's receive view
 
     @property
     def nbytes(self) -> int:
         """Bytes of the receive buffer on this GPU (both slots)."""
         return SLOTS * self.max_elems * self.buffer.element_size()
+
+    def view(self, rank: int, slot: int, shape: tuple) -> torch.Tensor:
+        """GPU `rank`'s receive view of `slot` (0 or 1) as a tensor of `shape` (mapped into this GPU: a copy into a
+        peer's view travels over NVLink); `rank` = this GPU's own: what the peers put here.
+
+        Raises:
+            ValueError: `shape` holds more than `max_elems` elements.
+        """
+        key = (rank, slot, tuple(shape))
+        got = self._views.get(key)
+        if got is None:
+            if math.prod(shape) > self.max_elems:
+                raise ValueError(f"exchange: {tuple(shape)} exceeds the buffer's {self.max_elems} elements a slot")
+            got = self._views[key] = self.handle.get_buffer(rank, tuple(shape), self.dtype, slot * self.max_elems)
+        return got
+
+    def put(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy `src` into `dst` (a part of a peer's `view`) after the work queued so far on the current stream, on
+        this exchange's side stream (copy engines; on CPU at once). Valid for the peer after the next `barrier`.
+        `src` must stay unchanged until then (its memory is reused only after `barrier` joins the copies)."""
+        if self.stream is None:
+            dst.copy_(src)
+            return
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            dst.copy_(src)
+
+    def barrier(self) -> None:
+        """Join this GPU's `put`s into the current stream, then meet every GPU of the group (the symmetric memory's
+        signal pads): after it, every block put to this GPU before its peers' barrier has landed."""
+        if self.stream is not None:
+            torch.cuda.current_stream().wait_stream(self.stream)
+        self.handle.barrier(channel=0)
+        self.exchanges += 1
 
     def exchange(self, send: torch.Tensor, slot: int) -> torch.Tensor | None:
         """Block q of `send` [W, ...] to GPU q; returns this GPU's receive view [W, ...] (block q from GPU q) in
@@ -73,9 +115,8 @@ class SymmetricExchange:
                              f"and a {self.dtype} buffer")
         if send.numel() > self.max_elems:
             return None
-        shape, offset = tuple(send.shape), slot * self.max_elems
+        shape = tuple(send.shape)
         for q in range(self.world):
-            self.handle.get_buffer(q, shape, self.dtype, offset)[self.rank].copy_(send[q])
-        self.handle.barrier(channel=0)
-        self.exchanges += 1
-        return self.handle.get_buffer(self.rank, shape, self.dtype, offset)
+            self.put(send[q], self.view(q, slot, shape)[self.rank])
+        self.barrier()
+        return self.view(self.rank, slot, shape)

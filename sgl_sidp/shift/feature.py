@@ -88,6 +88,9 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
             problems.append(f"--overlay-mode shift does not work with {flag} yet (the base configuration replaces the "
                             "layers' GEMMs and TP all-reduces, and gathers the tokens only for the logits, where that "
                             "flag changes them)")
+    if cfg.shift.all_to_all == "overlap" and cfg.shift.exact:
+        problems.append("--shift-all-to-all overlap does not combine with --shift-exact (whose row-parallel layers "
+                        "sum every TP rank's partial in rank order after NCCL's all-to-all); drop one of them")
     backend = prefill_graph_backend(raw)
     if backend in UNSUPPORTED_PREFILL_GRAPHS:
         problems.append(f"--overlay-mode shift runs SGLang's breakable prefill CUDA graphs (the default) or none, not "

@@ -21,12 +21,13 @@ RESERVE_GIB = 0.64
 class ShiftTechnique(Technique):
     name = "shift"
     patterns = (r"shift_sp(?P<sp>\d+)_tp(?P<tp>\d+)",)
-    form = "shift_spS_tpT[_thN][_exact]"
+    form = "shift_spS_tpT[_thN][_exact][_overlap]"
     options = {"th": "the threshold in tokens per forward (thN: --shift-threshold N; th1 puts every forward of two "
                      "tokens or more in the base configuration)",
-               "exact": "the base configuration rounds as TP does (--shift-exact)"}
+               "exact": "the base configuration rounds as TP does (--shift-exact)",
+               "overlap": "the base configuration's exchanges by copies behind its GEMMs (--shift-all-to-all overlap)"}
     valued = frozenset({"th"})
-    modeled_options = frozenset({"th"})  # exact: its base forward's cost is not modeled
+    modeled_options = frozenset({"th"})  # exact, overlap: their base forward's cost is not modeled
     host_role = "shift"
 
     def node_configurations(self, shapes, n_gpus):
@@ -55,7 +56,8 @@ class ShiftTechnique(Technique):
         flags = ["--tp-size", str(c.sp * c.tp), "--overlay-mode", "shift", "--shift-sp", str(c.sp)]
         th = opts.get("th", shift_threshold)
         flags += ["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else []
-        return flags + (["--shift-exact"] if "exact" in opts else [])
+        return (flags + (["--shift-exact"] if "exact" in opts else [])
+                + (["--shift-all-to-all", "overlap"] if "overlap" in opts else []))
 
     def shards(self, c, shapes):
         """"shift" (TP = P) and "base": the TP_b model on 1/SP of the tokens (`Configuration.shards`)."""

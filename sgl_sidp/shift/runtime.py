@@ -9,7 +9,8 @@ forward's token count (`ShiftRuntime.base_for`), through these hooks (each liste
   {t * SP + s : t}, as SGLang `GroupCoordinator`s (pynccl, kept enabled so their collectives are captured in CUDA
   graphs outside SGLang's `graph_capture`, as SGLang does for its PD-multiplexing groups). GPU g = TP rank g is SP
   rank g % SP: the shift group is SGLang's TP group in its own order, so the head order `tp * SP + sp` of
-  `heads.shift_rank` holds with no permutation.
+  `heads.shift_rank` holds with no permutation. With `--shift-all-to-all overlap` also the SP group's
+  `sgl_sidp.peer.exchange.SymmetricExchange` (its receive buffer allocated here, before the weights).
 - AFTER `ModelRunner.load_model`: per decoder layer, the base weights of `qkv_proj`, `o_proj`, `gate_up_proj` and
   `down_proj` gathered over the SP group from the TP = P shards, one tensor at a time (`views.rebase`); each
   shard parameter then points into its base weight, so the shift configuration adds nothing, and the old shard's
@@ -18,12 +19,14 @@ forward's token count (`ShiftRuntime.base_for`), through these hooks (each liste
   captured: decide base or shift from the token count, then in base keep this SP rank's slice of the embedded tokens
   (`ulysses.local_tokens`; SGLang's TP = P lookup and all-reduce run for all tokens).
 - base only, AROUND `QKVParallelLinear.forward` (qkv_proj): the base QKV GEMM, one per shift shard into the
-  all-to-all's send layout (`ulysses.column_blocks`), and one all-to-all (`ulysses.heads_all_to_all`): SGLang's q/k
-  norm, RoPE, `RadixAttention` and KV-cache writes then run on the whole
+  all-to-all's send layout (`ulysses.column_blocks`), and one all-to-all (`ulysses.heads_all_to_all`); with
+  `--shift-all-to-all overlap` the peers' blocks first, each copied into its owner's memory while the next GEMM runs
+  (`ulysses.heads_exchanged`). SGLang's q/k norm, RoPE, `RadixAttention` and KV-cache writes then run on the whole
   batch for this GPU's heads, exactly as in the shift configuration.
 - base only, AROUND `RowParallelLinear.forward` (o_proj): one all-to-all back (`ulysses.tokens_all_to_all`) and the
-  base O GEMM, one per received block (`ulysses.row_blocks_gemm`) (Llama, whose o_proj reduces itself: then over
-  the TP_b group).
+  base O GEMM, one per received block (`ulysses.row_blocks_gemm`); with overlap the peers' tokens are copied out
+  while this GPU multiplies its own heads' block (`ulysses.tokens_exchanged_gemm`) (Llama, whose o_proj reduces
+  itself: then over the TP_b group).
 - base only, AROUND `communication_op.attention_tensor_model_parallel_all_reduce` (SGLang's post-attention TP
   all-reduce in `LayerCommunicator.prepare_mlp`): over the TP_b group, or nothing when TP_b = 1 (the SP ranks hold
   different tokens: an all-reduce over all P GPUs would mix them).
@@ -116,6 +119,8 @@ class ShiftRuntime:
         self.p = self.sp = self.tp_b = 1
         self.sp_rank = self.tb_rank = 0
         self.sp_comm = self.tb_comm = None
+        self.exchange = None  # `--shift-all-to-all overlap`: the SP group's SymmetricExchange
+        self.too_large = 0  # base forwards whose blocks exceeded the exchange's buffer (served by NCCL)
         self.threshold: float = self.settings.threshold or math.inf  # inf: provisional, until calibrated
         self.threshold_source = "--shift-threshold" if self.settings.threshold else "provisional (all shift)"
         self.force: str | None = None  # "base" or "shift" while calibrating
@@ -241,7 +246,32 @@ class ShiftRuntime:
         sp_comm = groups([[t * sp + s for s in range(sp)] for t in range(p // sp)], "sidp_shift_sp")
         tb_comm = groups([[t * sp + s for t in range(p // sp)] for s in range(sp)], "sidp_shift_tpb") if sp < p else None
         self.configure(p, sp, tp_rank, sp_comm, tb_comm)
+        if self.settings.all_to_all == "overlap" and sp > 1:
+            self.exchange = self.make_exchange(runner, sp_comm, p, sp)
         return result
+
+    def make_exchange(self, runner, sp_comm, p: int, sp: int):
+        """`--shift-all-to-all overlap`: the SP group's `peer.exchange.SymmetricExchange`, sized for the QKV blocks
+        of a chunked prefill (SGLang's `--chunked-prefill-size`, else `--max-prefill-tokens`).
+
+        Raises:
+            ShiftError: symmetric memory cannot be set up over the SP group's GPUs.
+        """
+        from sgl_sidp.calibration.memory import ModelShapes
+        from sgl_sidp.peer.exchange import ExchangeError, SymmetricExchange
+
+        sa = runner.server_args
+        tokens = int(sa.chunked_prefill_size) if (sa.chunked_prefill_size or 0) > 0 else int(sa.max_prefill_tokens)
+        elems = ulysses.pad_to_sp(tokens, sp) * ModelShapes.of(runner.model_config.hf_config.to_dict()).qkv_width(p)
+        try:
+            exchange = SymmetricExchange(sp_comm.device_group, sp_comm.rank_in_group, sp, elems,
+                                         runner.model_config.dtype, torch.device("cuda", torch.cuda.current_device()))
+        except ExchangeError as e:
+            raise ShiftError(f"--shift-all-to-all overlap: {e}; --shift-all-to-all nccl needs none") from None
+        logger.info("sgl-sidp shift TP%d: base exchanges by copies into the SP peers' memory behind the QKV and O "
+                    "GEMMs (torch symmetric memory, %.0f MB on this GPU for forwards of up to %d tokens; larger "
+                    "ones by NCCL)", _tp_rank(), exchange.nbytes / 1e6, tokens)
+        return exchange
 
     def on_load_model(self, result, runner, *args, **kwargs):
         """AFTER `ModelRunner.load_model`: base weights and views (`adopt`), before SGLang sizes the KV cache."""
@@ -279,7 +309,18 @@ class ShiftRuntime:
         if not (self.base and self.roles.get(id(module)) == "qkv"):
             return original(module, x, *args, **kwargs)
         w, b = self.weights[id(module)]
+        if self.exchange is not None:
+            got = ulysses.heads_exchanged(x, w, b, self.n_tokens, self.exchange)
+            if got is not None:
+                return got, None
+            self._beyond_buffer(x.shape[0] * self.sp)
         return ulysses.heads_all_to_all(ulysses.column_blocks(x, w, b, self.sp), self.n_tokens, self.sp_comm), None
+
+    def _beyond_buffer(self, tokens: int) -> None:
+        if not self.too_large:
+            logger.info("sgl-sidp shift TP%d: a base forward of %d tokens exceeds the exchange's buffer; such forwards "
+                        "exchange by NCCL", _tp_rank(), tokens)
+        self.too_large += 1
 
     def around_row_linear(self, original: Callable, module, x, *args, **kwargs):
         """AROUND `RowParallelLinear.forward`: base o_proj: this rank's tokens with the SP group's heads, base O GEMM.
@@ -288,10 +329,12 @@ class ShiftRuntime:
         if not (self.base and self.roles.get(id(module)) == "o"):
             return original(module, x, *args, **kwargs)
         w, _ = self.weights[id(module)]
-        blocks = ulysses.tokens_all_to_all(x, self.sp, self.sp_comm)
-        if self.settings.exact:  # summed over every TP rank here: the all-reduce that follows has nothing to add
-            return self.row_gemm_exact(blocks, w), None
-        out = ulysses.row_blocks_gemm(blocks, w)
+        out = None if self.exchange is None else ulysses.tokens_exchanged_gemm(x, w, self.exchange)
+        if out is None:
+            blocks = ulysses.tokens_all_to_all(x, self.sp, self.sp_comm)
+            if self.settings.exact:  # summed over every TP rank here: the all-reduce that follows has nothing to add
+                return self.row_gemm_exact(blocks, w), None
+            out = ulysses.row_blocks_gemm(blocks, w)
         if getattr(module, "reduce_results", False) and self.tb_comm is not None:
             out = self.tb_comm.all_reduce(out)
         return out, None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -24,6 +26,15 @@ class ShiftSettings(BaseModel):
         "it runs the base configuration (Ulysses SP); at or below it the shift configuration (TP = P). 0: from "
         "start-up calibration (SGLang's dummy prefill bodies timed in both configurations before any CUDA graph is "
         "captured, so every graph is captured with it; cached on disk for the next start).",
+    )
+    all_to_all: Literal["nccl", "overlap"] = Field(
+        "nccl",
+        description="How the base configuration's two exchanges per layer move their blocks. nccl: SGLang's pynccl "
+        "all_to_all_single after the QKV GEMM and before the O GEMM (kernels on the SMs, nothing overlaps). "
+        "overlap: each GPU computes its SP peers' QKV blocks first and copies them into their memory with the copy "
+        "engines (torch symmetric memory) while it computes its own, and sends the attention output likewise "
+        "behind the O GEMM of its own heads; a receive buffer of twice the QKV blocks of a chunked prefill per GPU, "
+        "larger forwards by NCCL. Not with --shift-exact (which keeps NCCL).",
     )
     exact: bool = Field(
         False,

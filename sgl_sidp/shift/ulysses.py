@@ -146,6 +146,79 @@ def row_blocks_gemm(blocks: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def heads_exchanged(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, n_tokens: int, ex) -> torch.Tensor | None:
+    """`heads_all_to_all(column_blocks(x, w, b, SP), n_tokens, comm)` with the exchange hidden behind the GEMMs: the
+    peers' blocks are computed first, each copied into its owner's receive slot 0 (`ex.put`, copy engines) while the
+    next block's GEMM runs, this rank's own block last, straight into its own slot; then `ex.barrier()`.
+
+    Args:
+        x: [n, K], this rank's n = pad_to_sp(N) / SP tokens; w [SP * c, K] (shard-major) and b [SP * c] or None: the
+            base QKV weight and bias.
+        n_tokens: N, the batch's real tokens.
+        ex: a `sgl_sidp.peer.exchange.SymmetricExchange` over the SP group (rank, world = SP, `view`, `put`,
+            `barrier`); its slot 0 holds the result until the next call.
+
+    Returns:
+        [N, c] as `heads_all_to_all` gives it (the same GEMMs, so the same bits), a view of `ex`'s slot 0; None when
+        the blocks exceed `ex.max_elems` (the caller's NCCL path serves them).
+    """
+    sp, r = ex.world, ex.rank
+    n, c = x.shape[0], w.shape[0] // sp
+    shape = (sp, n, c)
+    if sp * n * c > ex.max_elems:
+        return None
+
+    def block(q: int, out: torch.Tensor) -> torch.Tensor:
+        wq = w[q * c:(q + 1) * c].t()
+        return torch.mm(x, wq, out=out) if b is None else torch.addmm(b[q * c:(q + 1) * c], x, wq, out=out)
+
+    for q in peers_of(r, sp):
+        ex.put(block(q, x.new_empty(n, c)), ex.view(q, 0, shape)[r])
+    recv = ex.view(r, 0, shape)
+    block(r, recv[r])
+    ex.barrier()
+    return recv.view(sp * n, c)[:n_tokens]  # rank 0's tokens first: batch order
+
+
+def tokens_exchanged_gemm(o: torch.Tensor, w: torch.Tensor, ex) -> torch.Tensor | None:
+    """`row_blocks_gemm(tokens_all_to_all(o, SP, comm), w)` with the exchange hidden behind the GEMM of this rank's
+    own heads: each peer's tokens of `o` are copied into its receive slot 1 (`ex.put`) first, this rank's own block
+    multiplies its columns of `w` meanwhile, then `ex.barrier()` and the peers' blocks are added on (`addmm_`).
+
+    Args:
+        o: [N, c], this rank's heads for every real token (the attention output); w: [H, SP * c], the base O weight.
+        ex: as in `heads_exchanged`; slot 1.
+
+    Returns:
+        [n, H], n = pad_to_sp(N) / SP: this rank's tokens (padding rows zero before the GEMM). Rounding: this rank's
+        own block's product first, then the peers' in ring order (`row_blocks_gemm` starts at block 0), so rank r's
+        tokens round as there with the blocks rotated; None when the blocks exceed `ex.max_elems`.
+    """
+    sp, r = ex.world, ex.rank
+    n_tokens, c = o.shape
+    n = pad_to_sp(n_tokens, sp) // sp
+    shape = (sp, n, c)
+    if sp * n * c > ex.max_elems:
+        return None
+    for q in peers_of(r, sp):
+        rows = o[q * n:min((q + 1) * n, n_tokens)]
+        if rows.shape[0]:
+            ex.put(rows, ex.view(q, 1, shape)[r][:rows.shape[0]])
+    out = torch.mm(local_tokens(o, sp, r), w[:, r * c:(r + 1) * c].t())
+    ex.barrier()
+    recv, real = ex.view(r, 1, shape), max(0, min(n, n_tokens - r * n))
+    for q in peers_of(r, sp):
+        if real < n:
+            recv[q][real:].zero_()  # this rank's padding rows: no peer put them
+        out.addmm_(recv[q], w[:, q * c:(q + 1) * c].t())
+    return out
+
+
+def peers_of(rank: int, sp: int) -> list[int]:
+    """The other SP ranks in ring order from `rank` + 1 (each rank's first copy goes to a different peer)."""
+    return [(rank + i) % sp for i in range(1, sp)]
+
+
 def gather_tokens(x: torch.Tensor, sp: int, n_tokens: int, comm) -> torch.Tensor:
     """Every rank's rows of `x` [n, ...] in SP-rank order, padding dropped: [N, ...] (e.g. the last hidden states
     before the logits)."""
