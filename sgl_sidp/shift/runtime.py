@@ -250,6 +250,12 @@ class ShiftRuntime:
             self.exchange = self.make_exchange(runner, sp_comm, p, sp)
         return result
 
+    @property
+    def cache_name(self) -> str:
+        """The threshold's name in the calibration cache: by SP, and by exchange where it is not NCCL's (the base
+        configuration's cost differs)."""
+        return f"shift-sp{self.sp}" + ("-overlap" if self.exchange is not None else "")
+
     def make_exchange(self, runner, sp_comm, p: int, sp: int):
         """`--shift-all-to-all overlap`: the SP group's `peer.exchange.SymmetricExchange`, sized for the QKV blocks
         of a chunked prefill (SGLang's `--chunked-prefill-size`, else `--max-prefill-tokens`).
@@ -284,7 +290,7 @@ class ShiftRuntime:
             from sgl_sidp.calibration.startup import calibration_key
 
             cache = CalibrationCache()
-            cached = cache.get_extra(calibration_key(runner), f"shift-sp{self.sp}")
+            cached = cache.get_extra(calibration_key(runner), self.cache_name)
             if cached is not None:
                 self.threshold = float(cached["threshold"])
                 self.threshold_source = f"start-up calibration cached in {cache.dir}"
@@ -496,7 +502,7 @@ class ShiftRuntime:
         self.threshold = threshold
         self.threshold_source = f"start-up calibration ({time.perf_counter() - t0:.1f} s, {what})"
         if tp0:
-            path = CalibrationCache().put_extra(calibration_key(runner), f"shift-sp{self.sp}",
+            path = CalibrationCache().put_extra(calibration_key(runner), self.cache_name,
                                                 {"threshold": threshold, "points": {str(t): v for t, v in points.items()}})
             logger.info("sgl-sidp shift TP0: prefill ms (shift, base) by tokens (%s): %s; threshold %s tokens (cached "
                         "in %s)", what, ", ".join(f"{t}: {a:.1f}, {b:.1f}" for t, (a, b) in points.items()),
