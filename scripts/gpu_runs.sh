@@ -319,7 +319,17 @@
 #   q8_overlap   Shift SP2 with --shift-all-to-all overlap beside the default (NCCL) and DP2, TP2: Qwen3-8B, 64 x (2,048
 #                in, 32 out) twice (pairs at once on 4 GPUs). Shift ran 0.92-0.95x DP2 on this burst (q8_twice3, q8_warm).
 #                Expected (if a2a_overlap saves >= 5 ms a forward): Shift overlap >= 1.03x Shift NCCL and >= 0.96x DP2
-#                on the second burst
+#                on the second burst. Found at af63d80 (a2a_overlap and q8_overlap on one 4 x H200 host): the exchanges
+#                over the GEMMs alone per forward, NCCL -> overlap: Qwen3-8B SP2 6.77 -> 0.56 ms at 8,192 tokens and
+#                14.13 -> 1.78 at 16,384 (worse at 2,048: 7.15 -> 8.70, host-bound in the bench); Qwen3-32B SP2 26.79 ->
+#                2.90 at 8,192; Qwen3-32B SP4 worse up to 8,192 (14.62 -> 18.04), better at 16,384 (30.89 -> 7.32). The
+#                servers' start-up timings on the GPU (launches hidden): Shift's base prefill 127.2 against 133.6 ms at
+#                8,192 tokens, 25.1 against 27.1 at 2,048, lower at every size. Second burst: Shift overlap 64,700 tok/s,
+#                1.035x Shift NCCL (62,526), 0.97x DP2 (66,506), TP2 57,675
+#   q32_overlap  the same at SP4 and SP2 on Qwen3-32B: SP4 overlap and SP4 NCCL on 4 GPUs, then SP2 overlap beside DP2
+#                (64 x (2,048 in, 32 out) twice). Shift SP2 ran 0.95x DP2 (q32_burst2_2gpu_h200: 15,768 against 16,540).
+#                Expected: the SP4 base prefill timings at start-up within 3 % of each other from 4,096 tokens up (the
+#                bench's copies lost at SP4 up to 8,192), its bursts within 3 %; SP2 overlap >= 0.97x DP2
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -429,6 +439,11 @@ for RUN in "$@"; do
       done ;;
     q8_overlap)
       compare_run "q8_overlap_${NG}gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1_overlap,shift_sp2_tp1,dp2,tp2 \
+        --burst 64+2048+32 --burst-twice ;;
+    q32_overlap)
+      compare_run "q32_overlap_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs shift_sp4_tp1_overlap,shift_sp4_tp1 \
+        --burst 64+2048+32 --burst-twice
+      compare_run "q32_overlap2_${NG}gpu_$TAG" Qwen3-32B $PAIRS --configs shift_sp2_tp1_overlap,dp2 \
         --burst 64+2048+32 --burst-twice ;;
     cal_q32|cal_q30|cal_l70|cal_q8|cal_q32_4)
       case $RUN in cal_q32) M=Qwen3-32B G=2;; cal_q30) M=Qwen3-30B-A3B G=2;; cal_q8) M=Qwen3-8B G=2;;
