@@ -329,7 +329,12 @@
 #   q32_overlap  the same at SP4 and SP2 on Qwen3-32B: SP4 overlap and SP4 NCCL on 4 GPUs, then SP2 overlap beside DP2
 #                (64 x (2,048 in, 32 out) twice). Shift SP2 ran 0.95x DP2 (q32_burst2_2gpu_h200: 15,768 against 16,540).
 #                Expected: the SP4 base prefill timings at start-up within 3 % of each other from 4,096 tokens up (the
-#                bench's copies lost at SP4 up to 8,192), its bursts within 3 %; SP2 overlap >= 0.97x DP2
+#                bench's copies lost at SP4 up to 8,192), its bursts within 3 %; SP2 overlap >= 0.97x DP2. Found at
+#                bfc0ca4: SP4 overlap 30,931 tok/s against SP4 NCCL 30,189 (1.025x) on the second burst; SP2 overlap
+#                16,223 against DP2 16,273 (1.00x; NCCL's Shift had 0.95x in q32_burst2)
+#   q8_overlap3x q8_shift3x with --shift-all-to-all overlap: Qwen3-8B, the Azure code window at 3x (TTFT 1 s, TPOT 8 ms),
+#                Shift overlap beside DP2, then TP2. NCCL's Shift had 1.18x the best vanilla there (q8_shift_3x300s_2gpu_h200).
+#                Expected: >= 1.2x the best vanilla configuration's goodput, and the burst >= 0.96x DP2
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -378,6 +383,10 @@ for RUN in "$@"; do
         --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
     q8_shift3x)
       compare_run "q8_shift_3x300s_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
+        --burst 64+2048+32 --trace "$AZURE" --rates 3 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q8_overlap3x)
+      compare_run "q8_overlap_3x300s_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs shift_sp2_tp1_overlap,dp2,tp2 \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q8_shift_th)
