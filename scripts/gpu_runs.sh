@@ -334,7 +334,11 @@
 #                16,223 against DP2 16,273 (1.00x; NCCL's Shift had 0.95x in q32_burst2)
 #   q8_overlap3x q8_shift3x with --shift-all-to-all overlap: Qwen3-8B, the Azure code window at 3x (TTFT 1 s, TPOT 8 ms),
 #                Shift overlap beside DP2, then TP2. NCCL's Shift had 1.18x the best vanilla there (q8_shift_3x300s_2gpu_h200).
-#                Expected: >= 1.2x the best vanilla configuration's goodput, and the burst >= 0.96x DP2
+#                Expected: >= 1.2x the best vanilla configuration's goodput, and the burst >= 0.96x DP2. Found at
+#                8c3e3f5: goodput 1.81 req/s against TP2's 1.32 and DP2's 1.04 (1.37x); burst 64,138 tok/s, 0.98x DP2
+#   q32_overlap15x  Qwen3-32B on 4 GPUs, the Azure code window at 1.5x (TTFT 1 s, TPOT 15 ms): Shift SP4 overlap against
+#                TP2 x DP2, the best vanilla configuration there (NCCL's SP4 had 1.20x it in q32_shift_1.5x_4gpu_h200; TP4
+#                and DP4 less). Expected: >= 1.2x TP2 x DP2's goodput
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -389,6 +393,10 @@ for RUN in "$@"; do
       compare_run "q8_overlap_3x300s_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs shift_sp2_tp1_overlap,dp2,tp2 \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q32_overlap15x)
+      compare_run "q32_overlap_1.5x_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs shift_sp4_tp1_overlap,tp2_dp2 \
+        --burst 64+2048+32 --trace "$AZURE" --rates 1.5 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
     q8_shift_th)
       compare_run "q8_shift_th_2gpu_$TAG" Qwen3-8B --gpus 0,1,2,3 --parallel --configs tp2,shift_sp2_tp1,dp2 \
         --burst 64+2048+32 --trace "$AZURE" --rates 3 \
