@@ -510,6 +510,10 @@ def test_the_threshold_a_shift_server_ran_at_is_read_from_its_log():
     assert server_stats.shift_threshold_logged(line.format("inf")) == float("inf")
     assert server_stats.shift_threshold_logged(line.format(512).replace("TP0", "TP1")) is None  # TP0's alone
     assert server_stats.shift_threshold_logged("The server is fired up") is None
+    assert server_stats.shift_threshold_logged(line.format(512) + "; exchanges by overlap") == 512.0
+    assert server_stats.shift_exchange_logged(line.format(512) + "; exchanges by overlap") == "overlap"
+    assert server_stats.shift_exchange_logged(line.format(512) + "; exchanges by nccl") == "nccl"
+    assert server_stats.shift_exchange_logged(line.format(512)) is None  # a server before the field: NCCL
 
 
 def test_burst_twice_runs_the_shapes_once_before_and_keeps_both(tmp_path, fake, capsys):

@@ -161,7 +161,7 @@ def test_predict_names_a_shift_server_at_the_threshold_it_ran(monkeypatch):
     from types import SimpleNamespace as NS
 
     rows = [NS(name="tp2", predicted=True, goodput_by_slo={"1000/8": 0.7}),
-            NS(name="shift_sp2_tp1_th1024", predicted=True, goodput_by_slo={"1000/8": 1.2}),
+            NS(name="shift_sp2_tp1_nccl_th1024", predicted=True, goodput_by_slo={"1000/8": 1.2}),
             NS(name="shift_sp2_tp1", predicted=True, goodput_by_slo={"1000/8": 1.3})]
     asked = []
     monkeypatch.setattr("sgl_sidp.plan.planner.plan_requests",
@@ -171,5 +171,5 @@ def test_predict_names_a_shift_server_at_the_threshold_it_ran(monkeypatch):
                "shift_sp2_tp1": {"config": "shift_sp2_tp1", "technique": "shift", "gpu_count": 2,
                                  "shift_threshold": 1024}}
     got = goodput.predict("M", "H100", "--x", ["shift_sp2_tp1", "tp2"], [SLO(1000, 8)], None, results)
-    assert asked == [["shift_sp2_tp1_th1024", "tp2"]]
+    assert asked == [["shift_sp2_tp1_nccl_th1024", "tp2"]]  # a result before "shift_exchange": NCCL's
     assert got == [{"shift_sp2_tp1": 1.2, "tp2": 0.7}]

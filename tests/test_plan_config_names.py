@@ -65,3 +65,10 @@ def test_bad_names_are_refused_with_the_reason(name, says):
 
 def test_plain_configurations_keep_no_options():
     assert Configuration("tp2", "vanilla", 1, 2).base_name == "tp2"
+
+
+def test_shift_names_one_exchange():
+    assert configuration_named("shift_sp2_tp1_nccl").launch_flags()[-2:] == ["--shift-all-to-all", "nccl"]
+    with pytest.raises(ValueError, match="^configuration shift_sp2_tp1_nccl_overlap: nccl and overlap are two ways "
+                                         "of one exchange; name one$"):
+        configuration_named("shift_sp2_tp1_nccl_overlap")

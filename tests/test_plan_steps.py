@@ -162,7 +162,8 @@ def test_first_lasting_win_needs_the_win_to_last():
 
 
 def test_shift_runs_tp_for_small_forwards_and_the_base_above_its_threshold():
-    m = StepModel(Configuration("shift_sp2_tp1", "shift", 1, 1, 2), SHAPES, {"shift": clock(0.5), "base": clock(0.9)}, IC)
+    m = StepModel(Configuration("shift_sp2_tp1_nccl", "shift", 1, 1, 2, "", ("nccl",)), SHAPES,
+                  {"shift": clock(0.5), "base": clock(0.9)}, IC)
     th = m.shift_threshold
     assert 256 <= th < 8192
     tp2 = StepModel(Configuration("tp2", "vanilla", 1, 2), SHAPES, {"forward": clock(0.5)}, IC)
@@ -181,18 +182,24 @@ def test_shift_times_the_all_to_all_buffers_bench_a2a_sends(sp, tp):
     server: `shift.ulysses`): [SP, tokens / SP, block width] per all-to-all, not the whole forward's tokens x the base
     shard's width (SP times the bytes, the miss of `q32_shift_1.5x_4gpu_h200`)."""
     from sgl_sidp.bench.a2a import block_widths
-    from sgl_sidp.shift.planner import TECHNIQUE
+    from sgl_sidp.shift.planner import OVERLAP_STEP_US, TECHNIQUE
 
     hf = {"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": SHAPES.layers, "hidden_size": SHAPES.hidden,
           "num_attention_heads": SHAPES.heads, "num_key_value_heads": SHAPES.kv_heads, "head_dim": SHAPES.head_dim,
           "vocab_size": SHAPES.vocab, "intermediate_size": SHAPES.intermediate, "torch_dtype": "bfloat16"}
     assert ModelShapes.of(hf) == SHAPES
     tokens = 8192
-    m = StepModel(Configuration(f"shift_sp{sp}_tp{tp}", "shift", 1, tp, sp), SHAPES, {"shift": clock(), "base": clock()},
-                  IC)
+    m = StepModel(Configuration(f"shift_sp{sp}_tp{tp}_nccl", "shift", 1, tp, sp, "", ("nccl",)), SHAPES,
+                  {"shift": clock(), "base": clock()}, IC)
     sent = [sp * (tokens // sp) * c * 2 for c in block_widths(hf, sp * tp)]  # bench.a2a's send buffers, bf16
     expect = sum(SHAPES.layers * IC.time_us("all_to_all", sp, b) / 1e3 for b in sent)
     assert TECHNIQUE._ulysses_ms(m, tokens) == pytest.approx(expect, rel=1e-9)
+    # the default, --shift-all-to-all overlap: what its copies and barriers leave per layer, whatever the size
+    m = StepModel(Configuration(f"shift_sp{sp}_tp{tp}", "shift", 1, tp, sp), SHAPES, {"shift": clock(), "base": clock()},
+                  IC)
+    left = SHAPES.layers * 2 * sp * OVERLAP_STEP_US / 1e3
+    assert TECHNIQUE._ulysses_ms(m, tokens) == TECHNIQUE._ulysses_ms(m, 2 * tokens) == pytest.approx(left)
+    assert left < expect
 
 
 def test_dp_attention_pays_for_every_rank_s_tokens_in_its_ffn():

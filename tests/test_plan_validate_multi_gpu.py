@@ -267,14 +267,20 @@ def test_a_shift_server_is_predicted_at_the_threshold_it_ran(tmp_path):
     with gzip.open(folder / "logs" / "shift_sp2_tp1.log.gz", "wt") as f:
         f.write("[2026-11-27 12:40:48 TP0] sgl-sidp shift TP0: ready; P=2, base SP=2 TP=1 above 2048 tokens per forward "
                 "(start-up calibration (0.4 s, dummy prefill bodies, before the prefill graphs))\n")
-    assert ran_as({**base, "config": "shift_sp2_tp1"}, folder) == "shift_sp2_tp1_th2048"
-    assert ran_as({**base, "config": "shift_sp2_tp1", "shift_threshold": 512}, folder) == "shift_sp2_tp1_th512"
-    assert ran_as({**base, "config": "shift_sp2_tp1", "shift_threshold": "inf"}, folder) == "shift_sp2_tp1"
-    assert ran_as({**base, "config": "shift_sp2_tp1_th1", "shift_threshold": 1}, folder) == "shift_sp2_tp1_th1"
+    # results before "shift_exchange" exchanged by NCCL (`_nccl`), but those named `_overlap`
+    assert ran_as({**base, "config": "shift_sp2_tp1"}, folder) == "shift_sp2_tp1_nccl_th2048"
+    assert ran_as({**base, "config": "shift_sp2_tp1", "shift_threshold": 512}, folder) == "shift_sp2_tp1_nccl_th512"
+    assert ran_as({**base, "config": "shift_sp2_tp1", "shift_threshold": "inf"}, folder) == "shift_sp2_tp1_nccl"
+    assert ran_as({**base, "config": "shift_sp2_tp1_th1", "shift_threshold": 1}, folder) == "shift_sp2_tp1_th1_nccl"
+    assert ran_as({**base, "config": "shift_sp2_tp1_overlap", "shift_threshold": 512}) == "shift_sp2_tp1_overlap_th512"
+    overlap = {**base, "shift_exchange": "overlap", "shift_threshold": 512}
+    assert ran_as({**overlap, "config": "shift_sp2_tp1"}) == "shift_sp2_tp1_th512"
+    assert ran_as({**overlap, "config": "shift_sp2_tp1", "shift_exchange": "nccl"}) == "shift_sp2_tp1_nccl_th512"
     assert ran_as({"technique": "vanilla", "config": "tp2"}, folder) == "tp2"
     (folder / "shift_sp2_tp1.json").write_text(json.dumps({**base, "config": "shift_sp2_tp1", "shift_threshold": 1024}))
     measured = MOD["load"](folder)[2]
-    assert list(measured) == ["shift_sp2_tp1_th1024"] and measured["shift_sp2_tp1_th1024"]["config"] == "shift_sp2_tp1"
+    assert list(measured) == ["shift_sp2_tp1_nccl_th1024"]
+    assert measured["shift_sp2_tp1_nccl_th1024"]["config"] == "shift_sp2_tp1"
 
 
 def test_an_auto_server_is_validated_as_the_configuration_it_started(tmp_path):

@@ -67,7 +67,7 @@ from typing import Callable, Sequence
 
 from sgl_sidp.bench import exact
 from sgl_sidp.bench.server_stats import (auto_choice, declined_to, failure_lines, launch_problem,
-                                         shift_threshold_logged)
+                                         shift_exchange_logged, shift_threshold_logged)
 from sgl_sidp.model_info import DEFAULT_MODEL_DIR
 from sgl_sidp.plan.configs import Configuration, configuration_named
 from sgl_sidp.plan.sim import ReplicaLimits
@@ -459,7 +459,7 @@ class Measurement:
         text = self.srv.log_text()
         self.res.update({"startup_s": round(time.time() - self.srv.t_start, 1), "kv_tokens": kv_tokens(self.srv, text),
                          "auto_choice": auto_choice(text) if c is None else None, "declined_to": declined_to(text),
-                         "shift_threshold": shift_threshold_logged(text)})
+                         "shift_threshold": shift_threshold_logged(text), "shift_exchange": shift_exchange_logged(text)})
         if self.res["shift_threshold"] == float("inf"):  # JSON has no infinity: the log's word
             self.res["shift_threshold"] = "inf"
         self.ranks = max(1, len(self.res["kv_tokens"]))

@@ -175,19 +175,26 @@ def compare_results(folder: Path) -> list[dict]:
 
 
 def ran_as(r: dict, folder: Path | None = None) -> str:
-    """The planner's name for what the server of result `r` ran: its configuration, a Shift server's with the
-    threshold it ran at (`_thN`; its result's "shift_threshold", or for results kept before that field its log in
-    `folder`/logs), where the name does not set one and the threshold is finite. A server's start-up calibration
-    may differ from the planner's own threshold (2,048 tokens measured where the planner put 512-1,024)."""
+    """The planner's name for what the server of result `r` ran: its configuration, a Shift server's with `_nccl`
+    where its base configuration exchanged by NCCL (its result's "shift_exchange"; every Shift server before that
+    field did, but those named `_overlap`) and with the threshold it ran at (`_thN`; its result's
+    "shift_threshold", or for results kept before that field its log in `folder`/logs), where the name does not set
+    one and the threshold is finite. A server's start-up calibration may differ from the planner's own threshold
+    (2,048 tokens measured where the planner put 512-1,024)."""
     import gzip
 
     from sgl_sidp.bench.server_stats import shift_threshold_logged
 
-    name = r.get("config") or ""
-    if r.get("technique") != "shift" or "_th" in name:
+    config = name = r.get("config") or ""
+    if r.get("technique") != "shift":
+        return name
+    exchange = r.get("shift_exchange") or ("overlap" if "_overlap" in name else "nccl")
+    if exchange == "nccl" and "_nccl" not in name:
+        name += "_nccl"
+    if "_th" in name:
         return name
     th = r.get("shift_threshold")
-    log = folder / "logs" / f"{name}.log.gz" if folder is not None else None
+    log = folder / "logs" / f"{config}.log.gz" if folder is not None else None
     if th is None and log is not None and log.is_file():
         with gzip.open(log, "rt", errors="replace") as f:
             th = shift_threshold_logged(f.read())

@@ -230,6 +230,14 @@ def declined_to(log_text: str) -> str | None:
     return None
 
 
+def shift_exchange_logged(log_text: str) -> str | None:
+    """How a Shift server's base configuration exchanged its blocks ("overlap" or "nccl"), from the end of its TP0
+    ready line ("...; exchanges by overlap"), or None: no such line (not Shift; a server before 2026-11-28, which
+    always exchanged by NCCL)."""
+    m = re.search(r"shift TP0: ready; .*; exchanges by (\w+)", log_text)
+    return m.group(1) if m else None
+
+
 def shift_threshold_logged(log_text: str) -> float | None:
     """The threshold a Shift server ran at (tokens per forward above which it runs the base configuration; inf: never),
     from its TP0 line "sgl-sidp shift TP0: ready; P=.., base SP=.. TP=.. above N tokens per forward" (`ShiftRuntime`),

@@ -88,7 +88,7 @@ def check(cfg, raw: argparse.Namespace) -> list[str]:
             problems.append(f"--overlay-mode shift does not work with {flag} yet (the base configuration replaces the "
                             "layers' GEMMs and TP all-reduces, and gathers the tokens only for the logits, where that "
                             "flag changes them)")
-    if cfg.shift.all_to_all == "overlap" and cfg.shift.exact:
+    if cfg.shift.exact and "all_to_all" in cfg.shift.model_fields_set and cfg.shift.all_to_all == "overlap":
         problems.append("--shift-all-to-all overlap does not combine with --shift-exact (whose row-parallel layers "
                         "sum every TP rank's partial in rank order after NCCL's all-to-all); drop one of them")
     backend = prefill_graph_backend(raw)

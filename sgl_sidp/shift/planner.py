@@ -17,17 +17,28 @@ from sgl_sidp.plan.technique import Technique
 #: likely part). Other SP x TP are not measured apart: taken the same.
 RESERVE_GIB = 0.64
 
+#: µs a forward keeps per layer of each copy and barrier of the overlapped exchanges (`ulysses.heads_exchanged`,
+#: `tokens_exchanged_gemm`: SP - 1 copies and one barrier each way, hidden but for this). Fitted on 2 and 4 x H200,
+#: the servers' start-up GPU timings of the base prefill against NCCL's on the same host less the planner's NCCL
+#: all-to-alls (`_nccl_ms`), 2,048-8,192 tokens: Qwen3-8B SP2 0.1-0.45 ms a forward (1-3 µs), Qwen3-32B SP4 2.3-4.4
+#: (4.5-8.6 µs), Qwen3-32B SP2 0.35-3.0 across two hosts (1.4-12 µs) (benchmarks/results/multi_gpu/q8_overlap_4gpu_h200,
+#: q32_overlap_4gpu_h200, q32_overlap2_4gpu_h200 against q32_burst2_2gpu_h200): 5 µs puts each within 1 % of its
+#: forward. Not measured on H100 (taken the same).
+OVERLAP_STEP_US = 5.0
+
 
 class ShiftTechnique(Technique):
     name = "shift"
     patterns = (r"shift_sp(?P<sp>\d+)_tp(?P<tp>\d+)",)
-    form = "shift_spS_tpT[_thN][_exact][_overlap]"
+    form = "shift_spS_tpT[_thN][_exact][_nccl|_overlap]"
     options = {"th": "the threshold in tokens per forward (thN: --shift-threshold N; th1 puts every forward of two "
                      "tokens or more in the base configuration)",
                "exact": "the base configuration rounds as TP does (--shift-exact)",
-               "overlap": "the base configuration's exchanges by copies behind its GEMMs (--shift-all-to-all overlap)"}
+               "nccl": "the base configuration's exchanges by NCCL's all-to-alls (--shift-all-to-all nccl)",
+               "overlap": "the base configuration's exchanges by copies behind its GEMMs, the default (--shift-all-to-all "
+                          "overlap)"}
     valued = frozenset({"th"})
-    modeled_options = frozenset({"th"})  # exact, overlap: their base forward's cost is not modeled
+    modeled_options = frozenset({"th", "nccl", "overlap"})  # exact: its base forward's cost is not modeled
     host_role = "shift"
 
     def node_configurations(self, shapes, n_gpus):
@@ -35,6 +46,10 @@ class ShiftTechnique(Technique):
             return []
         return [Configuration(f"shift_sp{sp}_tp{n_gpus // sp}", self.name, 1, n_gpus // sp, sp)
                 for sp in range(2, n_gpus + 1) if n_gpus % sp == 0]
+
+    def check_name(self, name, groups, options):
+        if "nccl" in options and "overlap" in options:
+            raise ValueError(f"configuration {name}: nccl and overlap are two ways of one exchange; name one")
 
     def launchable_unplanned(self, c, shapes):
         """SP = 1 on a dense model: the base configuration is TP = P on the overlay's own GEMMs (a wiring check)."""
@@ -56,8 +71,8 @@ class ShiftTechnique(Technique):
         flags = ["--tp-size", str(c.sp * c.tp), "--overlay-mode", "shift", "--shift-sp", str(c.sp)]
         th = opts.get("th", shift_threshold)
         flags += ["--shift-threshold", str(int(th))] if th not in (None, float("inf")) and th > 0 else []
-        return (flags + (["--shift-exact"] if "exact" in opts else [])
-                + (["--shift-all-to-all", "overlap"] if "overlap" in opts else []))
+        exchange = ["--shift-all-to-all", o] if (o := next((o for o in ("nccl", "overlap") if o in opts), None)) else []
+        return flags + (["--shift-exact"] if "exact" in opts else []) + exchange
 
     def shards(self, c, shapes):
         """"shift" (TP = P) and "base": the TP_b model on 1/SP of the tokens (`Configuration.shards`)."""
@@ -80,6 +95,15 @@ class ShiftTechnique(Technique):
         return {"shift_threshold": self.threshold}
 
     def _ulysses_ms(self, model, tokens: float) -> float:
+        """What Ulysses' two exchanges per layer over SP add to a forward of `tokens` (ms): by default (`--shift-all-to-all
+        overlap`) the copies hidden behind the GEMMs leave `OVERLAP_STEP_US` per copy and barrier per layer (2 SP of
+        them: SP - 1 copies and one barrier each way); by NCCL (`_nccl`, `--shift-exact`) `_nccl_ms`."""
+        c = model.config
+        if "nccl" in c.options or "exact" in c.options or c.sp == 1:
+            return self._nccl_ms(model, tokens) if c.sp > 1 else 0.0
+        return model.shapes.layers * 2 * c.sp * OVERLAP_STEP_US / 1e3
+
+    def _nccl_ms(self, model, tokens: float) -> float:
         """Ulysses' two all-to-alls per layer over SP in a forward of `tokens` (ms): QKV in, the attention output back.
 
         Each SP rank's buffer (what `measure-comm` times per rank) holds its `tokens` / SP tokens with the SP blocks

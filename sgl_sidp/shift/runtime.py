@@ -246,7 +246,7 @@ class ShiftRuntime:
         sp_comm = groups([[t * sp + s for s in range(sp)] for t in range(p // sp)], "sidp_shift_sp")
         tb_comm = groups([[t * sp + s for t in range(p // sp)] for s in range(sp)], "sidp_shift_tpb") if sp < p else None
         self.configure(p, sp, tp_rank, sp_comm, tb_comm)
-        if self.settings.all_to_all == "overlap" and sp > 1:
+        if self.settings.all_to_all == "overlap" and sp > 1 and not self.settings.exact:
             self.exchange = self.make_exchange(runner, sp_comm, p, sp)
         return result
 
@@ -465,8 +465,9 @@ class ShiftRuntime:
         collector = getattr(scheduler, "metrics_collector", None)
         if collector is not None:
             self.metrics = ShiftMetrics(self, dict(collector.labels))
-        logger.info("sgl-sidp shift TP%d: ready; P=%d, base SP=%d TP=%d above %s tokens per forward (%s)",
-                    tp_rank, self.p, self.sp, self.tp_b, self.threshold, self.threshold_source)
+        logger.info("sgl-sidp shift TP%d: ready; P=%d, base SP=%d TP=%d above %s tokens per forward (%s); exchanges "
+                    "by %s", tp_rank, self.p, self.sp, self.tp_b, self.threshold, self.threshold_source,
+                    "overlap" if self.exchange is not None else "nccl")
         return result
 
     def calibrate(self, runner, time_ms: Callable[[int], float], room: int, what: str) -> None:
