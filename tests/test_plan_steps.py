@@ -200,6 +200,7 @@ def test_shift_times_the_all_to_all_buffers_bench_a2a_sends(sp, tp):
     left = SHAPES.layers * 2 * sp * OVERLAP_STEP_US / 1e3
     assert TECHNIQUE._ulysses_ms(m, tokens) == TECHNIQUE._ulysses_ms(m, 2 * tokens) == pytest.approx(left)
     assert left < expect
+    assert m.steps_variant() == "overlap"  # a schedule simulated for one exchange is not reused for the other
 
 
 def test_dp_attention_pays_for_every_rank_s_tokens_in_its_ffn():

@@ -147,6 +147,12 @@ class ShiftTechnique(Technique):
     def terms(self, model, size, role, variant, prefill=False):
         return self._shift_terms(model, size, size > self.threshold(model))
 
+    def steps_variant(self, model):
+        """"nccl" where the base configuration exchanges by NCCL (`_ulysses_ms`), else "overlap": the two step
+        apart at the same threshold."""
+        c = model.config
+        return "nccl" if "nccl" in c.options or "exact" in c.options else "overlap"
+
     def decisions(self, model):
         return {"shift_threshold": self.threshold(model)}
 
