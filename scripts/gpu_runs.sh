@@ -339,6 +339,11 @@
 #   q32_overlap15x  Qwen3-32B on 4 GPUs, the Azure code window at 1.5x (TTFT 1 s, TPOT 15 ms): Shift SP4 overlap against
 #                TP2 x DP2, the best vanilla configuration there (NCCL's SP4 had 1.20x it in q32_shift_1.5x_4gpu_h200; TP4
 #                and DP4 less). Expected: >= 1.2x TP2 x DP2's goodput
+#   overlap_graph  tests/gpu/test_shift_overlap_gpu.py: both overlapped exchanges of two Qwen3-8B SP2 layers (4,096
+#                tokens) captured in one CUDA graph on a side stream, as SGLang's breakable prefill graphs capture them,
+#                replayed 8 times on fresh inputs against NCCL's all-to-alls run eagerly. The servers of the overlap runs
+#                measured speed on dummy weights, not answers. Expected: passes (QKV blocks NCCL's to the bit, O within
+#                bf16 rounding)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -446,6 +451,10 @@ for RUN in "$@"; do
         --gpus 0,1 --configs shift_sp2_tp1_th1_exact,shift_sp2_tp1_th1,tp2 --exact --servers-per-gpu 3 \
         --extra-args "$X --max-total-tokens 65536 --cuda-graph-max-bs 8" --deadline-s $((L - 70)) --step-grace-s 30 \
         --ready-timeout-s 200 --no-predict ;;
+    overlap_graph)
+      mkdir -p "$OUT/overlap_graph_$TAG"
+      timeout -s TERM $(($(left) - 5)) python3 -m pytest -m gpu tests/gpu/test_shift_overlap_gpu.py -q -rA -s \
+        -p no:cacheprovider 2>&1 | tail -15 | tee "$OUT/overlap_graph_$TAG/pytest.txt" ;;
     a2a_overlap)
       mkdir -p "$OUT/a2a_overlap_${NG}gpu_$TAG"
       for MG in Qwen3-8B:2 Qwen3-32B:2 Qwen3-32B:4; do
