@@ -19,7 +19,7 @@ def _rank(rank, world, folder):
         want = torch.empty_like(send)
         dist.all_to_all_single(want.view(-1), send.view(-1))
         got = ex.exchange(send, step % 2)
-        ok.append(bool(torch.equal(got, want)))
+        ok.append(bool(torch.equal(got, want)) and not ex.pending)
     big = ex.exchange(torch.zeros(world, 5, 3, dtype=torch.float64), 0)  # 5 rows x 3 > 3 x 4 elements a block
     try:
         ex.exchange(torch.zeros(world + 1, 1, 3, dtype=torch.float64), 0)
@@ -47,3 +47,20 @@ def test_a_group_without_symmetric_memory_is_one_error_line():
     with pytest.raises(ExchangeError, match="^torch symmetric memory over 2 GPUs: RuntimeError: CUDA driver does "
                                             "not support P2P$"):
         SymmetricExchange(None, 0, 2, 16, torch.bfloat16, "cpu", symm=NoP2P())
+
+
+def _held_rank(rank, world, folder):
+    ex = SymmetricExchange(None, rank, world, world * 4, torch.float64, "cpu", symm=FileSymm(folder, rank))
+    peer = (rank + 1) % world
+    src = torch.full((4,), float(rank), dtype=torch.float64)
+    ex.put(src, ex.view(peer, 0, (world, 4))[rank])
+    held = len(ex.pending) == 1 and ex.pending[0] is src
+    ex.barrier()
+    return held, not ex.pending, ex.view(rank, 0, (world, 4))[(rank - 1) % world].tolist()
+
+
+def test_a_put_source_is_held_until_the_barrier_joins_its_copy(tmp_path):
+    """A temporary put by a caller (Shift's peers' QKV blocks at SP > 2) is freed only after the barrier: on GPU its
+    copy runs on a side stream, and an earlier free would hand its memory to the next GEMM while the copy reads it."""
+    for rank, (held, released, got) in spawn(_held_rank, 2, str(tmp_path)).items():
+        assert held and released and got == [float(1 - rank)] * 4, rank

@@ -63,6 +63,7 @@ class SymmetricExchange:
         self.exchanges = 0  # exchanges run (eager, or captured in a CUDA graph once)
         self.stream = torch.cuda.Stream(device) if torch.device(device).type == "cuda" else None  # the copies'
         self._views: dict = {}  # (rank, slot, shape) -> that GPU's receive view
+        self.pending: list[torch.Tensor] = []  # sources `put` since the last `barrier`, kept alive until it
 
     @property
     def nbytes(self) -> int:
@@ -87,7 +88,10 @@ class SymmetricExchange:
     def put(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy `src` into `dst` (a part of a peer's `view`) after the work queued so far on the current stream, on
         this exchange's side stream (copy engines; on CPU at once). Valid for the peer after the next `barrier`.
-        `src` must stay unchanged until then (its memory is reused only after `barrier` joins the copies)."""
+        `src` is held until that `barrier` has joined the copy, so a temporary's memory is not handed to the next
+        allocation on the current stream while the copy still reads it; the caller must not write into `src` before
+        then."""
+        self.pending.append(src)
         if self.stream is None:
             dst.copy_(src)
             return
@@ -100,6 +104,7 @@ class SymmetricExchange:
         signal pads): after it, every block put to this GPU before its peers' barrier has landed."""
         if self.stream is not None:
             torch.cuda.current_stream().wait_stream(self.stream)
+        self.pending.clear()  # their memory may go to the current stream's next allocations: ordered after the copies
         self.handle.barrier(channel=0)
         self.exchanges += 1
 
