@@ -342,8 +342,11 @@
 #   overlap_graph  tests/gpu/test_shift_overlap_gpu.py: both overlapped exchanges of two Qwen3-8B SP2 layers (4,096
 #                tokens) captured in one CUDA graph on a side stream, as SGLang's breakable prefill graphs capture them,
 #                replayed 8 times on fresh inputs against NCCL's all-to-alls run eagerly. The servers of the overlap runs
-#                measured speed on dummy weights, not answers. Expected: passes (QKV blocks NCCL's to the bit, O within
-#                bf16 rounding)
+#                measured speed on dummy weights, not answers. Expected: passes at SP2 and, on 4 GPUs, SP4 (QKV blocks
+#                NCCL's to the bit, O within bf16 rounding). Not run yet: the session that wrote it (30c098b) had no
+#                device time left. Since 1b13b69 the exchange holds each put source until its barrier; the SP4 runs before
+#                it (q32_overlap, q32_overlap15x) could have had a peer's QKV block overwritten by the next block's GEMM
+#                while its copy read it (the same kernels, so speed as measured; their answers were not checked)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
