@@ -460,10 +460,10 @@ for RUN in "$@"; do
         -p no:cacheprovider 2>&1 | tail -15 | tee "$OUT/overlap_graph_$TAG/pytest.txt" ;;
     a2a_overlap)
       mkdir -p "$OUT/a2a_overlap_${NG}gpu_$TAG"
-      for MG in Qwen3-8B:2 Qwen3-32B:2 Qwen3-32B:4; do
-        [ "${MG#*:}" -gt "$NG" ] && continue
-        timeout -s TERM 150 python3 -m sgl_sidp.bench.a2a --model-path ".gpu/models/${MG%:*}" --layer \
-          --tokens 2048,4096,8192,16384 --gpus "${MG#*:}" 2>&1 | tee -a "$OUT/a2a_overlap_${NG}gpu_$TAG/a2a.md"
+      for M in Qwen3-8B:2 Qwen3-32B:2 Qwen3-32B:4; do
+        G=${M#*:}; [ "$G" -gt "$NG" ] && continue
+        timeout -s TERM 150 python3 -m sgl_sidp.bench.a2a --model-path ".gpu/models/${M%:*}" --layer \
+          --tokens 2048,4096,8192,16384 --gpus "$G" 2>&1 | tee -a "$OUT/a2a_overlap_${NG}gpu_$TAG/a2a.md"
         echo >> "$OUT/a2a_overlap_${NG}gpu_$TAG/a2a.md"
       done ;;
     q8_overlap)
