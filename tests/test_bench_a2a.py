@@ -32,4 +32,4 @@ def test_one_layer_with_its_exchanges_is_checked_on_gloo(tmp_path, capsys):
     assert a2a.main(["--model-path", str(tmp_path), "--tokens", "8", "--iters", "1", "--warmup", "0", "--layer"]) == 0
     out = capsys.readouterr().out
     assert "| 8 | gemms | yes |" in out and "| 8 | nccl | yes |" in out
-    assert "| 8 | overlap | not run (needs CUDA) | - | - | - |" in out
+    assert "| 8 | overlap | not run (needs CUDA) | - | - | - | - |" in out

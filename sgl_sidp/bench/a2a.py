@@ -18,7 +18,10 @@ and removed again; it is in git history at d214cf4).
 
 `--layer` also times one layer's QKV and O GEMMs with their exchanges three ways: the GEMMs alone, NCCL's
 all-to-alls after and before them (the server's path), and the copies hidden behind them (the peers' blocks first,
-put while the GPU computes its own: `sgl_sidp.shift.ulysses.heads_exchanged`, `tokens_exchanged_gemm`).
+put while the GPU computes its own: `sgl_sidp.shift.ulysses.heads_exchanged`, `tokens_exchanged_gemm`). Launched
+eagerly, a layer below about 4,096 tokens is bound by the host's launches (the copies lost at 2,048 tokens on 2 x
+H200 where the servers' GPU timings had them win), so the GEMMs alone and the copies are also timed as replays of one
+CUDA graph, as SGLang's prefill graphs run them.
 
 Each method's exchange is checked against the blocks sent before it is timed (CUDA events, `--iters` rounds of one
 layer's two exchanges after `--warmup`). Without CUDA it runs NCCL's part on gloo over CPU processes (a check of the
@@ -94,7 +97,31 @@ def _layer_rows(rank: int, p: int, tokens: int, widths, hidden: int, device, dty
         ok = m == "gemms" or (torch.equal(got[0], want[0]) and torch.allclose(got[1].float(), want[1].float(),
                                                                                rtol=2e-2, atol=2e-2))
         rows[m] = {"ok": ok, "ms": _time(run, warmup, iters, device == "cuda") if ok else None}
+        if ok and device == "cuda" and m in GRAPHED:
+            rows[m]["graph_ms"], rows[m]["graph_error"] = _graph_ms(run, warmup, iters)
     return rows
+
+
+#: the methods also timed as one CUDA graph's replay (as SGLang's breakable prefill graphs replay a layer: no host
+#: launch between kernels); NCCL's all-to-alls here are torch.distributed's, which the server does not capture (it
+#: captures SGLang's pynccl), so they are timed eagerly alone
+GRAPHED = ("gemms", "overlap")
+
+
+def _graph_ms(run, warmup: int, iters: int) -> tuple[float | None, str | None]:
+    """(ms per replay of `run` captured once in a CUDA graph on a side stream, None) or (None, why) where the capture
+    failed on any GPU of the group (then none replays: a replayed barrier would wait for the others)."""
+    graph, failed = torch.cuda.CUDAGraph(), None
+    try:
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
+            run()
+    except Exception as e:  # noqa: BLE001 - whatever the capture raises, named in the table
+        failed = f"{type(e).__name__}: {e}"[:160]
+    flag = torch.tensor([0.0 if failed is None else 1.0], device="cuda")
+    dist.all_reduce(flag)
+    if flag.item():
+        return None, failed or "the capture failed on another GPU"
+    return _time(graph.replay, warmup, iters, True), None
 
 
 def _rank(rank: int, p: int, port: int, shapes, warmup: int, iters: int, out: dict) -> None:
@@ -206,19 +233,23 @@ def layer_table(rows: list[dict], layers: int) -> str:
     """Markdown of `measure(layer=True)`'s "layer" rows: ms per layer and per forward, and what the exchanges add
     over the GEMMs alone."""
     lines = ["| forward tokens | method | checked against nccl | ms per layer (QKV and O GEMMs, 2 exchanges) | ms per "
-             "forward | over the GEMMs alone, ms per forward |", "|---:|---|---|---:|---:|---:|"]
+             "forward | over the GEMMs alone, ms per forward | the same replayed from a CUDA graph: ms per forward, "
+             "over the GEMMs alone |", "|---:|---|---|---:|---:|---:|---|"]
     for r in rows:
         floor = (r["layer"].get("gemms") or {}).get("ms")
+        graph_floor = (r["layer"].get("gemms") or {}).get("graph_ms")
         for m in LAYER_METHODS:
             v = r["layer"].get(m)
             if v is None or v.get("error"):
                 why = "needs CUDA" if v is None else v["error"]
-                lines.append(f"| {r['tokens']:,} | {m} | not run ({why}) | - | - | - |")
+                lines.append(f"| {r['tokens']:,} | {m} | not run ({why}) | - | - | - | - |")
                 continue
-            ms = v["ms"]
+            ms, gms = v["ms"], v.get("graph_ms")
             over = "-" if ms is None or floor is None else f"{(ms - floor) * layers:+.2f}"
+            graphed = (f"{gms * layers:.2f}, " + ("-" if graph_floor is None else f"{(gms - graph_floor) * layers:+.2f}")
+                       if gms is not None else f"not captured ({v['graph_error']})" if v.get("graph_error") else "-")
             lines.append(f"| {r['tokens']:,} | {m} | {'yes' if v['ok'] else 'WRONG'} | "
-                         + ("- | - |" if ms is None else f"{ms:.3f} | {ms * layers:.2f} |") + f" {over} |")
+                         + ("- | - |" if ms is None else f"{ms:.3f} | {ms * layers:.2f} |") + f" {over} | {graphed} |")
     return "\n".join(lines)
 
 
