@@ -339,6 +339,12 @@
 #   q32_overlap15x  Qwen3-32B on 4 GPUs, the Azure code window at 1.5x (TTFT 1 s, TPOT 15 ms): Shift SP4 overlap against
 #                TP2 x DP2, the best vanilla configuration there (NCCL's SP4 had 1.20x it in q32_shift_1.5x_4gpu_h200; TP4
 #                and DP4 less). Expected: >= 1.2x TP2 x DP2's goodput
+#   q32_overlap15x_all  q32_overlap15x with every vanilla configuration beside Shift SP4 (its exchanges overlapped, the
+#                default since 28d7023): TP4, TP2 x DP2, DP4, one after another (two calls: the second resumes the first
+#                from .gpu/prev/). Predicted before the run (bench.goodput --predict, 1055dca, 4 x H200): at TTFT 1 s /
+#                TPOT 15 ms SP4 0.717 req/s, TP4 0.368, TP2 x DP2 0.261, DP4 0; at 20 ms SP4 1.29x TP2 x DP2; at 50 ms
+#                1.16x TP2 x DP2; at 2 s / 100 ms 1.09x DP4. Expected: SP4 >= 1.2x the best vanilla at 15 ms and >= 1.0x
+#                at the looser objectives
 #   overlap_graph  tests/gpu/test_shift_overlap_gpu.py: both overlapped exchanges of two Qwen3-8B SP2 layers (4,096
 #                tokens) captured in one CUDA graph on a side stream, as SGLang's breakable prefill graphs capture them,
 #                replayed 8 times on fresh inputs against NCCL's all-to-alls run eagerly. The servers of the overlap runs
@@ -403,6 +409,10 @@ for RUN in "$@"; do
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q32_overlap15x)
       compare_run "q32_overlap_1.5x_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs shift_sp4_tp1_overlap,tp2_dp2 \
+        --burst 64+2048+32 --trace "$AZURE" --rates 1.5 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
+    q32_overlap15x_all)
+      compare_run "q32_overlap_all_1.5x_${NG}gpu_$TAG" Qwen3-32B --gpus 0,1,2,3 --configs shift_sp4_tp1,tp4,tp2_dp2,dp4 \
         --burst 64+2048+32 --trace "$AZURE" --rates 1.5 \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
     q8_shift_th)
