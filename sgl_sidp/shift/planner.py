@@ -8,6 +8,7 @@ import math
 
 from sgl_sidp.calibration.memory import GIB
 from sgl_sidp.plan.configs import Configuration, shard_of
+from sgl_sidp.plan.sim import ReplicaLimits
 from sgl_sidp.plan.technique import Technique
 
 #: GiB a Shift GPU holds before SGLang sizes its KV pool beyond its base weights and a TP group's reserve: measured at
@@ -80,9 +81,20 @@ class ShiftTechnique(Technique):
         return {"shift": shard_of(shapes, p, p, p), "base": shard_of(shapes, c.tp, c.tp, p, 1 / c.sp)}
 
     def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots):
-        """The base configuration's weights (the shift configuration's are views of them) and `RESERVE_GIB`."""
+        """The base configuration's weights (the shift configuration's are views of them), `RESERVE_GIB` and, with the
+        overlapped exchanges, their receive buffer: two slots of a chunked prefill's QKV blocks (`ShiftRuntime.
+        make_exchange`; 101 MB on Qwen3-8B at SP2, measured as 1,394 KV tokens fewer than NCCL's server beside it)."""
         p = c.sp * c.tp
-        return {"gpu": shapes.weight_bytes(attn_tp=c.tp, mlp_tp=c.tp, vocab_tp=p, elt=elt) + int(RESERVE_GIB * GIB)}
+        chunk = ReplicaLimits.chunked_prefill  # SGLang's default on H100 and H200, which sizes the buffer
+        exchange = 0 if self.by_nccl(c) else 2 * (-(-chunk // c.sp) * c.sp) * shapes.qkv_width(p) * elt
+        return {"gpu": shapes.weight_bytes(attn_tp=c.tp, mlp_tp=c.tp, vocab_tp=p, elt=elt) + int(RESERVE_GIB * GIB)
+                + exchange}
+
+    @staticmethod
+    def by_nccl(c) -> bool:
+        """Whether the base configuration exchanges by NCCL's all-to-alls (`_nccl`, `--shift-exact`, or SP = 1: no
+        exchange) rather than the default overlapped copies."""
+        return "nccl" in c.options or "exact" in c.options or c.sp == 1
 
     # ------------------------------------------------------------------ step times
     # A forward of b tokens runs the shift configuration (the TP-P shard + its all-reduces) when b <= the threshold,
@@ -99,7 +111,7 @@ class ShiftTechnique(Technique):
         overlap`) the copies hidden behind the GEMMs leave `OVERLAP_STEP_US` per copy and barrier per layer (2 SP of
         them: SP - 1 copies and one barrier each way); by NCCL (`_nccl`, `--shift-exact`) `_nccl_ms`."""
         c = model.config
-        if "nccl" in c.options or "exact" in c.options or c.sp == 1:
+        if self.by_nccl(c):
             return self._nccl_ms(model, tokens) if c.sp > 1 else 0.0
         return model.shapes.layers * 2 * c.sp * OVERLAP_STEP_US / 1e3
 
@@ -150,8 +162,7 @@ class ShiftTechnique(Technique):
     def steps_variant(self, model):
         """"nccl" where the base configuration exchanges by NCCL (`_ulysses_ms`), else "overlap": the two step
         apart at the same threshold."""
-        c = model.config
-        return "nccl" if "nccl" in c.options or "exact" in c.options else "overlap"
+        return "nccl" if self.by_nccl(model.config) else "overlap"
 
     def decisions(self, model):
         return {"shift_threshold": self.threshold(model)}
