@@ -1,16 +1,11 @@
 """Run a function in several CPU processes joined by a gloo process group (multi-process tests)."""
 
 import os
-import socket
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from sgl_sidp.bench.batches import free_port
 
 
 def spawn(fn, world: int, *args, timeout: float = 120) -> dict:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
 from sgl_sidp.bench import compare, server_stats
+from sgl_sidp.bench.batches import free_port
 from sgl_sidp.bench.compare_report import best_vanilla, predictions, profile_table, render, replica_leaders
 
 HERE = Path(__file__).resolve().parent
@@ -27,12 +27,6 @@ def model(tmp_path: Path, name: str, cfg: dict) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps(cfg))
     return d
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

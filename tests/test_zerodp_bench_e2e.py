@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import json
 import runpy
-import socket
 from pathlib import Path
 
 from sgl_sidp.bench import compare
+from sgl_sidp.bench.batches import free_port
 
 HERE = Path(__file__).resolve().parent
 MOE = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 4,
        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 4096,
        "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "num_experts": 8, "num_experts_per_tok": 2,
        "moe_intermediate_size": 256, "decoder_sparse_step": 1, "mlp_only_layers": []}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_old_flags_run_exactness_then_both_servers_side_by_side(tmp_path, monkeypatch, capsys):
