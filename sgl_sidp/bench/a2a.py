@@ -200,10 +200,10 @@ def measure(cfg: dict, tokens_list, p: int, warmup: int = 3, iters: int = 20, la
 
     from sgl_sidp.bench.batches import free_port
 
-    widths = block_widths(cfg, p)
+    widths, hidden = block_widths(cfg, p), int(cfg["hidden_size"]) if layer else 0  # hidden 0: no layer rows
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(_spawned, args=(p, free_port(), [(t, widths, int(cfg["hidden_size"]) if layer else 0) for t in tokens_list], warmup, iters, queue),
+    mp.start_processes(_spawned, args=(p, free_port(), [(t, widths, hidden) for t in tokens_list], warmup, iters, queue),
                        nprocs=p, start_method="spawn")
     got = queue.get()
     return [got[t] for t in tokens_list]

@@ -370,10 +370,11 @@ def stream_probe(srv, data: dict, probe: tuple[int, int, int], seed: int) -> dic
 
 
 #: (requests, prompt tokens, output tokens) of `record_stream_length`'s burst: `STREAM_PROBE`'s requests with four
-#: times its output (about 8 s of decode on an H200 for a Qwen3-8B shard, 35 s for Llama-3.1-70B's TP2). SGLang's
-#: streamed chunk carries the whole output so far, so a token's share of the stream grows with the tokens before it:
+#: times its output (about 8 s of decode on an H200 for a Qwen3-8B shard, 35 s for Llama-3.1-70B's TP2). Built because
 #: on 2 x H200 256 streams of 512 tokens were delivered at about 11-13K tokens/s where the probe's 128 went at 24-33K
-#: (`q8_decode2_2gpu_h200`, `q8_decode2_alone_2gpu_h200`; `bench.stream`)
+#: (`q8_decode2_2gpu_h200`, `q8_decode2_alone_2gpu_h200`) and a stand-in of SGLang's whole-output chunks slowed so
+#: (`bench.stream`); on one H200 host this probe then found no fall (15.6-20.6K tokens/s at 128 tokens a request,
+#: 17.9-23.7K at 512: `benchmarks/results/plan_multi_gpu/h200/calibrate_q8_stream/`)
 STREAM_PROBE_LONG = (256, 16, 512)
 
 
