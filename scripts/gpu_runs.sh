@@ -352,9 +352,7 @@
 #                NCCL's to the bit, O within bf16 rounding). Not run yet: the session that wrote it (30c098b) had no
 #                device time left. Since 1b13b69 the exchange holds each put source until its barrier; the SP4 runs before
 #                it (q32_overlap, q32_overlap15x) could have had a peer's QKV block overwritten by the next block's GEMM
-#                while its copy read it (the same kernels, so speed as measured; their answers were not checked).
-#                On a 1-GPU host only `sp2-one-gpu` runs: both SP ranks as two processes on GPU 0 over gloo (the side
-#                stream's order, the held put sources and the barrier inside a graph; not NVLink). Expected: passes
+#                while its copy read it (the same kernels, so speed as measured; their answers were not checked)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
