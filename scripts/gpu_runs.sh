@@ -352,7 +352,9 @@
 #                NCCL's to the bit, O within bf16 rounding). Not run yet: the session that wrote it (30c098b) had no
 #                device time left. Since 1b13b69 the exchange holds each put source until its barrier; the SP4 runs before
 #                it (q32_overlap, q32_overlap15x) could have had a peer's QKV block overwritten by the next block's GEMM
-#                while its copy read it (the same kernels, so speed as measured; their answers were not checked)
+#                while its copy read it (the same kernels, so speed as measured; their answers were not checked).
+#                Found at 5ff5c26 (1 x H200, reverted after): two processes on one GPU cannot stand in for it, torch
+#                refuses the rendezvous ("detected allocations from overlapping devices from different ranks")
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
