@@ -257,6 +257,16 @@
 #                937315f: neither alone. Each server completed its requests within 37 ms of the client's last token, and
 #                took them in 40-106 ms after the send on both; the run again simulated Shift's prefill GPU seconds 5 %
 #                short (25.58 against 26.92 s; TP2 +1.8 %): its forwards, priced short in the replay (q8_shift_prof)
+#   q8_tp1_stats  q8_shift_stats' Azure window at 1.5x on one GPU, TP1, with the device timer and request stats: does
+#                the TP1 table, which Shift's base configuration is priced from (its linears and attention x 1/SP), price
+#                a saturated replay's served chunks (several prompts, continued prompts over their prefix, sizes between
+#                the prefill graphs' buckets) as it prices fresh prompts? In q8_shift_stats_2gpu_h200 Shift's prefill GPU
+#                seconds came 2.7 % over the simulated (26.92 against 26.22 s) while TP2's were within 0.2 %, and in the
+#                saturated windows (20-30 s) Shift's servers prefilled 1.6 % (NCCL) and 4 % (overlap) fewer prompt tokens
+#                a second than simulated, so the backlog drained later and decode windows ran 8.06 s against 6.80.
+#                Predicted (planner of this commit): prefill GPU 48.7 s, decode 21.1 s, goodput 0.68 req/s (1 s / 8 ms),
+#                TTFT p50 1,598 ms, TPOT p50 344 ms. Expected: if the TP1 table prices served chunks short, prefill GPU
+#                seconds >= 50.0 (1.027x); within 1 % if not (then the miss is in the SP forward itself)
 #   q8_shift_prof  Shift SP2 and TP2 profiled at once on 128 x (2,048 in, 8 out), 4 prefill forwards of 4 x 2,048 each.
 #                On H200 the planner prices them at 111.2 and 133.1 ms (0.835) and over-predicts Shift against TP2:
 #                bursts +6.5 % against -2.1 % (q8_twice3_2gpu_h200), replay prefill GPU seconds +5.2 % against -1.7 %
@@ -596,6 +606,10 @@ for RUN in "$@"; do
     q8_shift_stats)
       SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_shift_stats_2gpu_$TAG" Qwen3-8B $PAIRS \
         --configs shift_sp2_tp1,tp2 --trace "$AZURE" --rates 3 --extra-args "$X --enable-request-time-stats-logging" \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q8_tp1_stats)
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_tp1_stats_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 \
+        --trace "$AZURE" --rates 1.5 --extra-args "$X --enable-request-time-stats-logging" \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q8_shift_prof)
       compare_run "q8_shift_prof_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 128+2048+8 --profile-steps 4 ;;
