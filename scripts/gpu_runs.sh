@@ -266,7 +266,20 @@
 #                a second than simulated, so the backlog drained later and decode windows ran 8.06 s against 6.80.
 #                Predicted (planner of this commit): prefill GPU 48.7 s, decode 21.1 s, goodput 0.68 req/s (1 s / 8 ms),
 #                TTFT p50 1,598 ms, TPOT p50 344 ms. Expected: if the TP1 table prices served chunks short, prefill GPU
-#                seconds >= 50.0 (1.027x); within 1 % if not (then the miss is in the SP forward itself)
+#                seconds >= 50.0 (1.027x); within 1 % if not (then the miss is in the SP forward itself). Found at
+#                3eaac89 (1 x H200): prefill GPU 47.77 s against 48.71 simulated (the table prices served chunks 2 % long,
+#                not short), decode 21.61 against 21.10; goodput 0.68 (pred 0.68), TTFT p50 1,458 ms (pred 1,598), TPOT
+#                p50 344 (344); every 10 s window's first tokens within 0.32 s and decode windows within 6 %. So Shift's
+#                replay miss is in its SP forward on served chunks (about 4.7 % over TP1's price x 1/SP plus the
+#                exchanges), not in the table; the fresh 4 x 2,048 forwards of q8_shift_prof were priced within 2 %
+#   q8_shift_prof_cont  q8_shift_prof with prompts of 16,384 tokens: every prompt two chunks, the second over its
+#                first's 8,192 tokens of KV, so 4 traced forwards are two fresh chunks and two continued ones, as most of
+#                a saturated replay's chunks hold a continued prompt. q8_tp1_stats_1gpu_h200 put Shift's replay miss in
+#                its SP forward on served chunks, while fresh 4 x 2,048 ones were priced within 2 %. Priced (planner of
+#                the commit that adds this entry; mean of the two kinds): Shift SP2 201.9 ms (143.4 fresh, 260.3
+#                continued), TP2 223.2 (163.3, 283.1). Expected: if the continued chunks are the miss, Shift's spans
+#                >= 1.04x its price while TP2's stay within 3 %, and the kernel classes say which part (attention over
+#                the prefix, GEMMs, exchanges)
 #   q8_shift_prof  Shift SP2 and TP2 profiled at once on 128 x (2,048 in, 8 out), 4 prefill forwards of 4 x 2,048 each.
 #                On H200 the planner prices them at 111.2 and 133.1 ms (0.835) and over-predicts Shift against TP2:
 #                bursts +6.5 % against -2.1 % (q8_twice3_2gpu_h200), replay prefill GPU seconds +5.2 % against -1.7 %
@@ -611,6 +624,9 @@ for RUN in "$@"; do
       SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_tp1_stats_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 \
         --trace "$AZURE" --rates 1.5 --extra-args "$X --enable-request-time-stats-logging" \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q8_shift_prof_cont)
+      compare_run "q8_shift_prof_cont_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 16+16384+8 \
+        --profile-steps 4 ;;
     q8_shift_prof)
       compare_run "q8_shift_prof_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 128+2048+8 --profile-steps 4 ;;
     q32_burst2)

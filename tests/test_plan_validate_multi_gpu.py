@@ -213,7 +213,14 @@ def test_per_request_lines_set_each_measured_request_beside_its_simulated_one(tm
     assert lines[8:11] == ["| arrived (s) | requests | first token, measured - simulated (s, p50) | decode window, "
                            "measured (s, p50) | simulated |", "|---|---:|---:|---:|---:|",
                            "| 0-10 | 2 | +0.25 | 0.35 | 0.50 |"]  # late 0.4 and 0.1; windows 0.2, 0.5 / 0.5, 0.5
-    assert validate.schedule_lines(got, ((0.4, 0.9), (0.6, 1.1)), first=0)[-1] == "| 0-10 | 2 | +0.25 | 0.35 | 0.50 |"
+    no_list = validate.schedule_lines(got, ((0.4, 0.9), (0.6, 1.1)), first=0)
+    assert no_list[-5] == "| 0-10 | 2 | +0.25 | 0.35 | 0.50 |"
+    assert no_list[-2:] == ["|---|---:|---:|---:|", "| 0-5 | 4,908 | 4,908 | +0 |"]  # both first tokens within 0-5 s
+    # prompts counted by when their first token came: the simulation 2,000 tokens ahead after 0-5 s, even after 5-10 s
+    assert validate.prefill_rate_lines([2000, 3000, 500], [6.0, 7.0, 11.0], [4.0, 7.5, 10.5])[2:] == [
+        "| 0-5 | 0 | 2,000 | +2,000 |", "| 5-10 | 5,000 | 3,000 | +0 |", "| 10-15 | 500 | 500 | +0 |"]
+    assert validate.prefill_rate_lines([100], [0.4], [1.6], width_s=1.0)[2:] == ["| 0-1 | 100 | 0 | -100 |",
+                                                                                 "| 1-2 | 0 | 100 | +0 |"]
     assert validate.window_lines([0.0, 12.0], [1.0, 13.0], [2.0, 15.0], ((0.5, 1.5), (12.5, 13.0)))[2:] == [
         "| 0-10 | 1 | +0.50 | 1.00 | 1.00 |", "| 10-20 | 1 | +0.50 | 2.00 | 0.50 |"]
     with pytest.raises(ValueError, match="2 requests measured, 1 simulated"):

@@ -19,7 +19,8 @@ each replay's goodput (one table per GPU count measured). Where compare profiled
 With `--per-request [N]`: each replay request by request instead of the table, measured (`requests.jsonl` in
 OUT/<model>/traces/) against the planner's simulation of the same requests (`schedule_lines`): when the last prompt's
 prefill and the last request end, the first request's TTFT, the TTFT and decode-window medians, the same by 10-s
-arrival window (`window_lines`: where in the replay a miss sits), then the first N requests' first and last tokens. A
+arrival window (`window_lines`: where in the replay a miss sits), the prompt tokens prefilled by 5-s window of their
+first tokens (`prefill_rate_lines`: when the backlog drains), then the first N requests' first and last tokens. A
 miss in the medians whose totals agree is then seen to come from where in the schedule
 (`benchmarks/results/plan_multi_gpu/h200/validate.md`: the first prefill after the replay's cache flush).
 Bursts whose requests compare kept (`OUT/<model>/bursts/`) follow, as quantiles of their first and last tokens.
@@ -233,6 +234,7 @@ def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ..
            f"{busy[1].get(cat, 0.0):.2f} |" for cat, what in (("extend", "prefill"), ("decode", "decode"))]
           if busy else []),
         "", *window_lines(arrivals, first_tok, last_tok, schedule),
+        "", *prefill_rate_lines([r["input_len"] for r in measured], first_tok, [f for f, _ in schedule]),
     ]
     if first > 0:
         lines += ["", "| request | sent (s) | prompt tokens | first token, measured | simulated | last token, measured "
@@ -262,6 +264,30 @@ def window_lines(arrivals: list[float], first_tok: list[float], last_tok: list[f
         meas = statistics.median(last_tok[i] - first_tok[i] for i in idx)
         sim = statistics.median(schedule[i][1] - schedule[i][0] for i in idx)
         lines.append(f"| {w * width_s:g}-{(w + 1) * width_s:g} | {len(idx)} | {late:+.2f} | {meas:.2f} | {sim:.2f} |")
+    return lines
+
+
+def prefill_rate_lines(input_lens: list[int], first_tok: list[float], sim_first: list[float],
+                       width_s: float = 5.0) -> list[str]:
+    """Markdown: how fast the prompts were prefilled, measured against simulated: per window of `width_s` seconds
+    (by when the first tokens came), the prompt tokens of the requests whose first token came in it, and their
+    cumulative difference (simulated - measured: how far the simulation's prefills run ahead). A prompt counts whole
+    when its last chunk ends, on both sides alike. All lists in the replay's order (tokens; s from its start).
+
+    Why: on a saturated replay, how long the backlog of prompts takes to drain sets the decode windows (SGLang runs a
+    waiting prefill before the running requests' decode steps). On `q8_shift_stats_2gpu_h200` Shift's server
+    prefilled 63.7K prompt tokens a second in the saturated 20-30 s against 64.7K simulated and was 30K tokens
+    behind at 30 s, so the requests that arrived then decoded about 1.3 s later than simulated (TP2 within 1 %)."""
+    by: dict[int, list[int]] = {}
+    for tokens, measured, simulated in zip(input_lens, first_tok, sim_first):
+        by.setdefault(int(measured // width_s), [0, 0])[0] += tokens
+        by.setdefault(int(simulated // width_s), [0, 0])[1] += tokens
+    lines = ["| first tokens in (s) | prompt tokens, measured | simulated | simulated ahead by (tokens, cumulative) |",
+             "|---|---:|---:|---:|"]
+    ahead = 0
+    for w, (meas, sim) in sorted(by.items()):
+        ahead += sim - meas
+        lines.append(f"| {w * width_s:g}-{(w + 1) * width_s:g} | {meas:,} | {sim:,} | {ahead:+,} |")
     return lines
 
 
