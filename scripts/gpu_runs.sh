@@ -315,6 +315,18 @@
 #                16,435 tok/s, Shift SP2 16,118 (0.98x), TP2 15,540 (0.95x). Expected: each within 5 %, and the order
 #                DP2 > Shift > TP2 or a near tie between the first two. Found at 67b8091: DP2 16,540 (-0.6 %), Shift
 #                15,768 (+2.2 %; 0.95x DP2), TP2 15,420 (+0.8 %), in that order; TTFT and TPOT p50 within 2 %
+#   q8_graphs512 Shift SP2, TP2 and DP2 on 512 x (1,024 in, 256 out) at once, then Shift and TP2 again with
+#                --cuda-graph-max-bs 512 (q8_graphs512_on). SGLang 0.5.17 captures decode graphs up to 256 rows below TP4
+#                on H200 and H100 and runs a larger batch eagerly; on a TP2 server such steps took 68-77 ms served at
+#                430-512 rows where the planner prices 35-43 ms (q8_shift_stats_2gpu_h200, after its replay's backlog
+#                drained, both Shift, whose decodes run TP2 below its threshold, and TP2; qwen3_8b_2xh200_decode_log),
+#                while TP1's eager steps on one GPU came as priced (q8_tp1_stats_1gpu_h200: 40-60 ms at 387 rows). DP2's
+#                replicas decode 256 rows each in graphs. Predicted (planner of the commit that adds this entry, which
+#                prices an eager step as GPU-bound): DP2 53,280 tok/s, TPOT p50 35.5 ms; Shift 49,406 (0.93x), 38.8 ms;
+#                TP2 45,143, 41.3 ms. Expected: with SGLang's graphs Shift's and TP2's TPOT p50 >= 60 ms (eager) and
+#                their throughput >= 15 % under the prediction; with --cuda-graph-max-bs 512 each within 10 % of its
+#                prediction. If so, Shift's SGLang default becomes 512 (its decodes below the threshold are TP at those
+#                batches), and the comparison names that TP2 gains the same from the flag
 #   q8_decode2   Shift SP2 against DP2 under a decode-heavier high load: Qwen3-8B, 256 x (1,024 in, 512 out) at once, DP2,
 #                Shift SP2 and TP2 on 2 x H200 (pairs at once on 4). Shift ran 0.92-0.95x DP2 on the prefill-heavy
 #                64 x (2,048 in, 32 out); its decodes run TP2, whose steps cost less GPU time a token than DP2's at these
@@ -624,6 +636,10 @@ for RUN in "$@"; do
       SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_tp1_stats_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 \
         --trace "$AZURE" --rates 1.5 --extra-args "$X --enable-request-time-stats-logging" \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q8_graphs512)
+      compare_run "q8_graphs512_on_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --burst 512+1024+256 \
+        --extra-args "$X --cuda-graph-max-bs 512"
+      compare_run "q8_graphs512_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2,dp2 --burst 512+1024+256 ;;
     q8_shift_prof_cont)
       compare_run "q8_shift_prof_cont_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 16+16384+8 \
         --profile-steps 4 ;;
