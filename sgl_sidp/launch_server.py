@@ -181,6 +181,7 @@ def resolve_auto(argv: list[str]) -> list[str]:
     from sgl_sidp.peer.topology import gpu_name, visible_gpu_count
     from sgl_sidp.plan.planner import PlanError, plan, table
     from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.plan.server_flags import ServerFlags, ServerFlagsError
     from sgl_sidp.plan.steps import GPUS
 
     raw = sglang_raw_args(rest)
@@ -195,8 +196,8 @@ def resolve_auto(argv: list[str]) -> list[str]:
     if unused:
         raise SidpConfigError(unused)
     try:
-        result = plan(raw.model_path, n, kind, cfg.plan_workload, slo=cfg.plan_slo)
-    except PlanError as e:
+        result = plan(raw.model_path, n, kind, cfg.plan_workload, slo=cfg.plan_slo, server=ServerFlags.from_namespace(raw))
+    except (PlanError, ServerFlagsError) as e:
         raise SidpConfigError([f"--overlay-mode auto: {e}"]) from None
     print(table(result), flush=True)
     chosen = result["launch"][result["launch"].index("--model-path") + 2:]
@@ -299,17 +300,18 @@ def describe(cfg: SidpConfig, server_args) -> str:
     return line + (f"; {extra}" if extra else "")
 
 
-def mode_verdict(cfg: SidpConfig, server_args) -> str:
+def mode_verdict(cfg: SidpConfig, server_args, raw=None) -> str:
     """The start-up line of an explicit mode: the planner's predicted ratio of the configuration it runs to the best
-    vanilla one of the same GPUs on `--overlay-plan-workload` (`plan.verdict`), a warning where it is predicted to
-    lose, or why there is no prediction."""
+    vanilla one of the same GPUs on `--overlay-plan-workload` (`plan.verdict`), every configuration planned with the
+    SGLang flags the user gave (`raw`: SGLang's parsed, unresolved flags; None: SGLang's defaults), a warning where it
+    is predicted to lose, or why there is no prediction."""
     from sgl_sidp.peer.topology import gpu_name
     from sgl_sidp.plan.verdict import verdict
 
     try:
         line, _ = verdict(server_args.model_path, int(server_args.dp_size), int(server_args.tp_size),
                           gpu_name(int(server_args.base_gpu_id or 0)), cfg.mode.value, getattr(cfg, cfg.mode.value),
-                          cfg.plan_workload, cfg.plan_slo)
+                          cfg.plan_workload, cfg.plan_slo, raw)
     except Exception as e:  # noqa: BLE001 - the prediction informs; it never stops a server the user asked for
         line = f"sgl-sidp: --overlay-mode {cfg.mode.value}: no prediction against vanilla SGLang: {type(e).__name__}: {e}"
     return line
@@ -324,13 +326,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         SidpConfig.from_cli_args(split_args(argv)[0])  # old spellings and our values: no SGLang import, no device
         require_cuda_gpu()
-        cfg, server_args = parse(resolve_auto(argv))
+        argv = resolve_auto(argv)
+        cfg, server_args = parse(argv)
     except SidpConfigError as e:
         print(f"sgl-sidp: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     print(describe(cfg, server_args), flush=True)
     if cfg.feature is not None:
-        print(mode_verdict(cfg, server_args), flush=True)
+        print(mode_verdict(cfg, server_args, sglang_raw_args(split_args(argv)[1])), flush=True)
 
     from sglang.launch_server import run_server
     from sglang.srt.utils import kill_process_tree

@@ -1,6 +1,7 @@
 """Which configuration of a model serves a workload best on N GPUs of one node: every one predicted from one-GPU calibrations.
 
     python -m sgl_sidp.plan --model-path DIR --gpus N [--gpu H200] [--workload offline:512:2048:256] [--json]
+                            [--chunked-prefill-size T] [--mem-fraction-static F] [--cuda-graph-max-bs-decode BS] ...
     python -m sgl_sidp.plan calibrate --model-path DIR --gpus N      # on this host's GPUs: time the shards it needs
     python -m sgl_sidp.plan measure-comm --gpus N [--model-path DIR] # on the node: measure the interconnect table
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.planner import PlanError, plan, table, write_png
+from sgl_sidp.plan.server_flags import ServerFlags, ServerFlagsError
 from sgl_sidp.plan.steps import GPUS
 
 
@@ -175,6 +177,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--slo-tpot-ms", type=float, default=None, metavar="MS", help="see --slo-ttft-ms")
     ap.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     ap.add_argument("--png", type=Path, default=None, help="also write a PNG of the predicted configurations here")
+    sglang = ap.add_argument_group("SGLang flags the servers will be started with (default: SGLang's, per "
+                                   "configuration)")
+    sglang.add_argument("--chunked-prefill-size", type=int, default=None, metavar="TOKENS")
+    sglang.add_argument("--max-prefill-tokens", type=int, default=None, metavar="TOKENS")
+    sglang.add_argument("--mem-fraction-static", type=float, default=None, metavar="F")
+    sglang.add_argument("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", dest="cuda_graph_max_bs_decode", type=int,
+                        default=None, metavar="BS", help="the largest decode batch in a CUDA graph; larger run eagerly")
+    sglang.add_argument("--disable-cuda-graph", action="store_true", help="every decode step eager")
     a = ap.parse_args(argv)
     try:
         if a.gpus < 1:
@@ -182,7 +192,11 @@ def main(argv: list[str] | None = None) -> None:
         if (a.slo_ttft_ms is None) != (a.slo_tpot_ms is None):
             raise PlanError("--slo-ttft-ms and --slo-tpot-ms go together: give both or neither")
         slo = (a.slo_ttft_ms, a.slo_tpot_ms) if a.slo_ttft_ms is not None else None
-        result = plan(a.model_path, a.gpus, a.gpu, a.workload, slo=slo)
+        try:
+            server = ServerFlags.from_namespace(a)
+        except ServerFlagsError as e:
+            raise PlanError(str(e)) from None
+        result = plan(a.model_path, a.gpus, a.gpu, a.workload, slo=slo, server=server)
     except PlanError as e:
         print(f"sgl-sidp plan: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

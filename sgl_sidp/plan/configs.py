@@ -20,7 +20,11 @@ import dataclasses
 import re
 
 from sgl_sidp.calibration.memory import ModelShapes, kv_tokens
+from sgl_sidp.plan.sim import ReplicaLimits
 from sgl_sidp.plan.technique import Technique, option, technique_named, techniques
+
+#: tokens of a prefill chunk where none is given (SGLang's `--chunked-prefill-size` on H100 and H200)
+DEFAULT_CHUNK = ReplicaLimits.chunked_prefill
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,10 +160,11 @@ class Configuration:
         return self.kind.shards(self, shapes)
 
     def weight_bytes_per_gpu(self, shapes: ModelShapes, elt: int = 2, sink_offload: tuple[int, ...] = (),
-                             slots: int = 2) -> dict[str, int]:
+                             slots: int = 2, chunk: int = DEFAULT_CHUNK) -> dict[str, int]:
         """Weights on one GPU, by role ("gpu"; ZeroDP: "source" and "sink", whose `sink_offload` layers' experts
-        it pulls into `slots` slots; SiDP: a rank owning its share of the FFN layers, with `slots` slots)."""
-        return self.kind.weight_bytes_per_gpu(self, shapes, elt, sink_offload, slots)
+        it pulls into `slots` slots; SiDP: a rank owning its share of the FFN layers, with `slots` slots), with the
+        buffers a `chunk`-token prefill chunk sizes (Shift's exchange buffer; SGLang's 8,192 on H100 and H200)."""
+        return self.kind.weight_bytes_per_gpu(self, shapes, elt, sink_offload, slots, chunk)
 
     def kv_tokens(self, shapes: ModelShapes, free_before_load: int, mem_fraction_static: float, elt: int = 2,
                   **memory) -> dict[str, int]:

@@ -25,6 +25,7 @@ from sgl_sidp.model_info import read_hf_config
 from sgl_sidp.plan.calibrate import unservable
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
 from sgl_sidp.plan.configs import configuration_named, configurations, option, shard_of
+from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags
 from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, goodput,
                                no_cycle_collection, simulate, summarize)
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, free_before_load_bytes,
@@ -226,7 +227,7 @@ def launch_flags(row: PlanRow) -> list[str]:
 @no_cycle_collection()  # (`plan_requests`; the trace's parse too)
 def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: list[Path] | None = None,
          decode_points: list[tuple[int, int]] | None = None, what_if: WhatIf = NO_WHAT_IF,
-         names: Sequence[str] = (), slo: tuple[float, float] | None = None) -> dict:
+         names: Sequence[str] = (), slo: tuple[float, float] | None = None, server: ServerFlags = DEFAULTS) -> dict:
     """The planner's result for the `--workload` spec: the `--json` object (`winner`, `reason`, `launch`, what is
     predicted and from what; `extrapolation`, the line of `extrapolation`, for a GPU count no measured node has),
     its "configurations" a `PlanRow` each (`PlanRow.as_dict` gives the JSON's);
@@ -235,7 +236,9 @@ def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: li
     sensitivity checks; the result does not say so: the caller does). `names`: configurations to predict besides the
     planner's own (`configs.configuration_named`, with options: "zerodp_dp2_all"), on the same GPUs. `slo`: (TTFT ms,
     TPOT ms) objectives; each row then has its goodput (`PlanRow.request_goodput`), and the configurations are ranked
-    by it (`rank`'s "goodput").
+    by it (`rank`'s "goodput"). `server`: the SGLang flags every configuration's servers are started with
+    (`server_flags.ServerFlags`: the prefill chunk and budget, the memory fraction, the largest decode graph; SGLang's
+    defaults where not given).
 
     Raises:
         PlanError: a bad spec, model folder or GPU kind, a model that does not shard over `n_gpus`, no interconnect
@@ -243,7 +246,7 @@ def plan(model_path: str, n_gpus: int, gpu: str, spec: str, calibration_dirs: li
     """
     objective = "goodput" if slo is not None else "throughput" if spec.startswith("offline:") else "latency"
     return plan_requests(model_path, n_gpus, gpu, spec, workload(spec), calibration_dirs, decode_points, objective,
-                         what_if, names, slo)
+                         what_if, names, slo, server=server)
 
 
 #: a configuration "keeps up" with a trace when its predicted throughput is within this of the best one's
@@ -298,13 +301,15 @@ def slo_key(ttft_ms: float, tpot_ms: float) -> str:
     return f"{ttft_ms:g}/{tpot_ms:g}"
 
 
-def replica_limits(c, kv_tokens: int) -> ReplicaLimits:
-    """SGLang's limits of one replica of configuration `c` (`configs.Configuration`) with `kv_tokens` KV tokens: its
-    defaults on H100 and H200 (`--chunked-prefill-size` 8,192, `ServerArgs._handle_gpu_memory_settings`), the chunk
-    divided by `--dp-size` under DP attention (`ServerArgs`: "DP attention is enabled. chunked prefill size is
-    adjusted"; 4,096-token chunks in its log on 2 x H100)."""
-    return ReplicaLimits(kv_tokens=kv_tokens,
-                         chunked_prefill=ReplicaLimits.chunked_prefill // max(1, c.kind.dp_attention_dp(c)))
+def replica_limits(c, kv_tokens: int, server: ServerFlags = DEFAULTS) -> ReplicaLimits:
+    """SGLang's limits of one replica of configuration `c` (`configs.Configuration`) with `kv_tokens` KV tokens:
+    `server`'s `--chunked-prefill-size` and `--max-prefill-tokens` where given, else SGLang's defaults on H100 and H200
+    (8,192 and 16,384, `ServerArgs._handle_gpu_memory_settings`), the chunk divided by `--dp-size` under DP attention
+    (`ServerArgs`: "DP attention is enabled. chunked prefill size is adjusted"; 4,096-token chunks in its log on
+    2 x H100)."""
+    chunk = server.chunked_prefill_size or ReplicaLimits.chunked_prefill
+    return ReplicaLimits(kv_tokens=kv_tokens, chunked_prefill=max(1, chunk // max(1, c.kind.dp_attention_dp(c))),
+                         max_prefill_tokens=server.max_prefill_tokens or ReplicaLimits.max_prefill_tokens)
 
 
 @no_cycle_collection()  # one pass of the cyclic garbage collector after all the schedules, not one after each
@@ -312,9 +317,9 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
                   objective: str = "latency", what_if: WhatIf = NO_WHAT_IF, names: Sequence[str] = (),
                   slo: tuple[float, float] | None = None, more_slos: Sequence[tuple[float, float]] = (),
-                  keep_schedule: bool = False) -> dict:
-    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if`, `names`
-    and `slo` as `plan`'s). `more_slos`: other (TTFT ms, TPOT ms) objectives, each counted on the same simulated
+                  keep_schedule: bool = False, server: ServerFlags = DEFAULTS) -> dict:
+    """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if`, `names`,
+    `slo` and `server` as `plan`'s). `more_slos`: other (TTFT ms, TPOT ms) objectives, each counted on the same simulated
     requests (`PlanRow.goodput_by_slo`; one simulation for them all, `bench.goodput`). `keep_schedule`: each
     predicted row keeps every request's simulated times (`PlanRow.schedule`; `bench.validate --per-request`).
 
@@ -368,9 +373,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     for c in configs:
         server_tp = c.server_tp  # SGLang's --tp-size of one replica
         free = free_before_load_bytes(gpu, server_tp)
-        frac = default_mem_fraction_static(kind["mib"], server_tp,
-                                           prefill_graph_buckets=0 if shapes.mla else 58, mla=shapes.mla,
-                                           dp_attention_dp=c.kind.dp_attention_dp(c))
+        frac = server.mem_fraction_static or default_mem_fraction_static(
+            kind["mib"], server_tp, chunked_prefill=server.chunked_prefill_size,
+            decode_graph_max_bs=server.decode_graph_max_bs, prefill_graph_buckets=0 if shapes.mla else 58,
+            mla=shapes.mla, dp_attention_dp=c.kind.dp_attention_dp(c))
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
                "mem_fraction_static": frac}  # the `PlanRow`'s fields so far
         unmodeled = [o for o in c.options if option(o)[0] not in c.kind.modeled_options]
@@ -380,10 +386,12 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         if skip:
             rows.append(PlanRow(**row, weights_gb_per_gpu=0.0, kv_tokens_total=0, not_predicted=skip))
             continue
-        model, found, missing, calibratable = step_model(c, hf, gpu, ic, context, host_ms, calibration_dirs, what_if)
+        model, found, missing, calibratable = step_model(c, hf, gpu, ic, context, host_ms, calibration_dirs, what_if,
+                                                         server)
         if found:
             row["calibrations"] = found
         memory = c.kind.memory(c, model, shapes, free, frac, elt)  # what the technique's decisions fix (ZeroDP's set)
+        memory["chunk"] = replica_limits(c, 0, server).chunked_prefill  # Shift's exchange buffer holds a chunk's QKV
         weights = c.weight_bytes_per_gpu(shapes, elt, **memory)
         kv = c.kv_tokens(shapes, free, frac, elt, **memory)
         row.update({"weights_gb_per_gpu": round(max(weights.values()) / 1e9, 2), "kv_tokens_total": kv["total"]})
@@ -409,7 +417,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                 lockstep, tuple(sorted(kv.items())))
         if twin not in simulated:
             def fresh_replicas(log_tokens: bool = False) -> list[ReplicaSim]:
-                return [ReplicaSim(replica_limits(c, r.kv_tokens), r.times, log_tokens=log_tokens)
+                return [ReplicaSim(replica_limits(c, r.kv_tokens, server), r.times, log_tokens=log_tokens)
                         for r in model.replicas(kv)]
 
             replicas = fresh_replicas(bool(stream))
@@ -494,19 +502,21 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             **({"extrapolation": beyond} if beyond else {}), "workload": label,
             "winner": win.name, "reason": reason, "objective": objective,
             "launch": ["python", "-m", "sgl_sidp.launch_server", "--model-path", model_path, *launch_flags(win)],
-            "configurations": rows,
+            "configurations": rows, "server_flags": server.describe(),
             "memory_source": f"free memory before load: {kind['source']}, less a TP group's reserve "
-                             "(plan.steps.GROUP_RESERVE_GIB); mem_fraction_static: SGLang's default",
+                             "(plan.steps.GROUP_RESERVE_GIB); mem_fraction_static: "
+                             + ("--mem-fraction-static" if server.mem_fraction_static else "SGLang's default"),
             "request_overhead_ms": round(overhead, 2), "request_overhead_source": overhead_source,
             "stream_tokens_per_s": stream}
 
 
 def step_model(c, hf: dict, gpu: str, ic: Interconnect, context: float, host_ms: float | None,
-               calibration_dirs: list[Path] | None = None, what_if: WhatIf = NO_WHAT_IF
+               calibration_dirs: list[Path] | None = None, what_if: WhatIf = NO_WHAT_IF, server: ServerFlags = DEFAULTS
                ) -> tuple[StepModel | None, dict[str, str], list[str], bool]:
     """The step model of configuration `c` of the model whose config.json is `hf` on GPU kind `gpu` (a `GPUS` key):
     its shards' calibrations (`find_calibration`) as `ShardClock`s, `ic` its interconnect, `context` (tokens) the
-    workload's mean context, `host_ms` the host time a forward alone takes (`host_time_alone_ms`).
+    workload's mean context, `host_ms` the host time a forward alone takes (`host_time_alone_ms`), its largest decode
+    graph `server`'s where given (`ServerFlags.decode_graph_max_bs`), else SGLang's default.
 
     Returns (model, or None where a shard has no calibration; the calibration file of each role found; each missing
     shard's signature with how to calibrate it or why it cannot be; whether `plan calibrate` can time the missing)."""
@@ -525,8 +535,9 @@ def step_model(c, hf: dict, gpu: str, ic: Interconnect, context: float, host_ms:
                                   what_if)
         found[role] = str(hit[1])
     decide = host_ms if host_ms is not None else DEFAULT_DECIDE_MS
-    model = (StepModel(c, shapes, clocks, ic, elt, int(context), default_decode_graph_max_bs(kind["mib"], c.server_tp),
-                       decide) if not missing else None)
+    graphs = server.decode_graph_max_bs
+    graphs = default_decode_graph_max_bs(kind["mib"], c.server_tp) if graphs is None else graphs
+    model = StepModel(c, shapes, clocks, ic, elt, int(context), graphs, decide) if not missing else None
     return model, found, missing, calibratable
 
 
@@ -547,8 +558,9 @@ def shard_attn_tp(c, role: str) -> int:
 def table(result: dict) -> str:
     """`plan`'s result as a markdown table (one row per `PlanRow`), every number labelled predicted, and under the
     title the line saying that it is an extrapolation where it is (`extrapolation`)."""
-    lines = [f"Predicted for {result['model']} on {result['gpus']} x {result['gpu']}, workload {result['workload']} "
-             "(every number below is a prediction):", ""]
+    flags = f", SGLang flags {result['server_flags']}" if result.get("server_flags") else ""
+    lines = [f"Predicted for {result['model']} on {result['gpus']} x {result['gpu']}, workload {result['workload']}"
+             f"{flags} (every number below is a prediction):", ""]
     if result.get("extrapolation"):
         lines += [result["extrapolation"] + ".", ""]
     good = result.get("objective") == "goodput"
@@ -563,7 +575,8 @@ def table(result: dict) -> str:
         else:
             cells = ["not predicted"] + [""] * (6 if good else 5)
         lines.append(f"| {r.name} | {r.weights_gb_per_gpu:.1f} | {r.kv_tokens_total:,} | " + " | ".join(cells) + " |")
-    lines += ["", f"Winner (predicted): {result['reason']}.", "Launch: " + " ".join(result["launch"])]
+    lines += ["", f"Winner (predicted): {result['reason']}.",
+              "Launch: " + " ".join(result["launch"]) + (f" {result['server_flags']}" if flags else "")]
     missing = [f"- {r.name}: {r.not_predicted}" for r in result["configurations"] if r.not_predicted is not None]
     return "\n".join(lines + (["", "Not predicted:"] + missing if missing else [])) + "\n"
 

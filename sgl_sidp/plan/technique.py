@@ -148,8 +148,10 @@ class Technique:
 
         return {"forward": shard_of(shapes, c.tp, c.tp, c.tp)}
 
-    def weight_bytes_per_gpu(self, c, shapes, elt: int, sink_offload: tuple[int, ...], slots: int) -> dict[str, int]:
-        """Weight bytes on one GPU, by role: `Configuration.weight_bytes_per_gpu`."""
+    def weight_bytes_per_gpu(self, c, shapes, elt: int, sink_offload: tuple[int, ...], slots: int,
+                             chunk: int) -> dict[str, int]:
+        """Weight bytes on one GPU, by role: `Configuration.weight_bytes_per_gpu` (`chunk`: `--chunked-prefill-size`,
+        for buffers sized by it)."""
         return {"gpu": shapes.weight_bytes(c.tp, c.tp, c.tp, elt)}
 
     def total_kv_tokens(self, c, kv: dict[str, int]) -> int:

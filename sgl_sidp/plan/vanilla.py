@@ -76,7 +76,7 @@ class DPAttention(Technique):
 
         return {"forward": shard_of(shapes, 1, c.gpus, c.gpus)}
 
-    def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots):
+    def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots, chunk):
         # the embedding whole, the lm_head TP over all GPUs (no --enable-dp-lm-head)
         return {"gpu": shapes.weight_bytes(attn_tp=1, mlp_tp=c.gpus, vocab_tp=1, elt=elt, head_tp=c.gpus)}
 

@@ -15,7 +15,8 @@ LOSES_BELOW = 0.98
 
 
 def planned(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
-            workload: str, slo: tuple[float, float] | None = None) -> tuple[dict | None, str | None, str]:
+            workload: str, slo: tuple[float, float] | None = None, sglang_args=None
+            ) -> tuple[dict | None, str | None, str]:
     """The planner's result on the server's GPUs with the configuration the server runs among its rows: (`plan`'s
     result or None, the configuration's name or None, why there is no result: "" when there is one).
 
@@ -28,10 +29,14 @@ def planned(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
             (`Technique.launched_name`).
         workload: the planner's workload spec (`--overlay-plan-workload`).
         slo: (TTFT ms, TPOT ms) to rank by goodput (`--overlay-plan-slo-ttft-ms`, `--overlay-plan-slo-tpot-ms`).
+        sglang_args: SGLang's parsed flags (a namespace or `ServerArgs`), whose chunk, memory fraction and largest
+            decode graph every planned configuration runs with (`ServerFlags.from_namespace`); None: SGLang's
+            defaults.
 
     Never raises: what the planner cannot predict is the reason.
     """
     from sgl_sidp.plan.planner import PlanError, plan
+    from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags, ServerFlagsError
     from sgl_sidp.plan.steps import GPUS, gpu_key
     from sgl_sidp.plan.technique import technique_named
 
@@ -42,16 +47,17 @@ def planned(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
     if kind is None:
         return None, name, f"the planner knows GPU kinds {', '.join(GPUS)}, not {gpu_name or 'this one'}"
     try:
-        return plan(model_path, dp * tp_size, kind, workload, names=[name], slo=slo), name, ""
-    except PlanError as e:
+        server = DEFAULTS if sglang_args is None else ServerFlags.from_namespace(sglang_args)
+        return plan(model_path, dp * tp_size, kind, workload, names=[name], slo=slo, server=server), name, ""
+    except (PlanError, ServerFlagsError) as e:
         return None, name, str(e)
 
 
 def planned_row(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
-                workload: str):
+                workload: str, sglang_args=None):
     """(the `PlanRow` of the configuration the server runs, predicted, or None; why not: "" when predicted), as
     `planned`'s arguments (e.g. SiDP's B_th at launch, `sidp.feature.resolve`). Never raises."""
-    result, name, why = planned(model_path, dp, tp_size, gpu_name, mode, settings, workload)
+    result, name, why = planned(model_path, dp, tp_size, gpu_name, mode, settings, workload, sglang_args=sglang_args)
     if result is None:
         return None, why
     row, why = _predicted_row(result, name)
@@ -83,7 +89,7 @@ def objective_ratio(objective: str, ours, other) -> float:
 
 
 def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: str, settings,
-            workload: str, slo: tuple[float, float] | None = None) -> tuple[str, bool]:
+            workload: str, slo: tuple[float, float] | None = None, sglang_args=None) -> tuple[str, bool]:
     """(the line, whether the mode is predicted to lose) for a server of `mode` on `dp` x `tp_size` GPUs, as
     `planned`'s arguments; with `slo` every workload is ranked by goodput, else offline work by throughput and the
     rest by median E2E latency among the configurations that keep up (`planner.rank`).
@@ -96,7 +102,7 @@ def verdict(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
     from sgl_sidp.plan.technique import technique_named
 
     n = dp * tp_size
-    result, name, why = planned(model_path, dp, tp_size, gpu_name, mode, settings, workload, slo)
+    result, name, why = planned(model_path, dp, tp_size, gpu_name, mode, settings, workload, slo, sglang_args)
     head = f"sgl-sidp: --overlay-mode {mode}" + (f" ({name})" if name else "")
     no = f"{head}: no prediction against vanilla SGLang on {n} GPU{'s' if n > 1 else ''}: "
     if result is None:

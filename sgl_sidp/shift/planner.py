@@ -8,7 +8,6 @@ import math
 
 from sgl_sidp.calibration.memory import GIB
 from sgl_sidp.plan.configs import Configuration, shard_of
-from sgl_sidp.plan.sim import ReplicaLimits
 from sgl_sidp.plan.technique import Technique
 
 #: GiB a Shift GPU holds before SGLang sizes its KV pool beyond its base weights and a TP group's reserve: measured at
@@ -80,12 +79,12 @@ class ShiftTechnique(Technique):
         p = c.sp * c.tp
         return {"shift": shard_of(shapes, p, p, p), "base": shard_of(shapes, c.tp, c.tp, p, 1 / c.sp)}
 
-    def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots):
+    def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots, chunk):
         """The base configuration's weights (the shift configuration's are views of them), `RESERVE_GIB` and, with the
-        overlapped exchanges, their receive buffer: two slots of a chunked prefill's QKV blocks (`ShiftRuntime.
-        make_exchange`; 101 MB on Qwen3-8B at SP2, measured as 1,394 KV tokens fewer than NCCL's server beside it)."""
+        overlapped exchanges, their receive buffer: two slots of a `chunk`-token prefill's QKV blocks (`ShiftRuntime.
+        make_exchange`, sized by `--chunked-prefill-size`; 101 MB on Qwen3-8B at SP2 and 8,192 tokens, measured as
+        1,394 KV tokens fewer than NCCL's server beside it)."""
         p = c.sp * c.tp
-        chunk = ReplicaLimits.chunked_prefill  # SGLang's default on H100 and H200, which sizes the buffer
         exchange = 0 if self.by_nccl(c) else 2 * (-(-chunk // c.sp) * c.sp) * shapes.qkv_width(p) * elt
         return {"gpu": shapes.weight_bytes(attn_tp=c.tp, mlp_tp=c.tp, vocab_tp=p, elt=elt) + int(RESERVE_GIB * GIB)
                 + exchange}

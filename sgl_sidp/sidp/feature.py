@@ -108,7 +108,7 @@ def resolve(cfg, server_args):
 
     dp, tp = int(server_args.dp_size), int(server_args.tp_size)
     row, why = planned_row(server_args.model_path, dp, tp, gpu_name(int(server_args.base_gpu_id or 0)), "sidp", s,
-                           cfg.plan_workload)
+                           cfg.plan_workload, server_args)
     b_th = (row.decisions or {}).get("b_th") if row is not None else None
     if b_th is None:
         return cfg, [f"--sidp-service auto (the default) needs B_th, which this server cannot measure at start-up "

@@ -67,7 +67,7 @@ class SiDPTechnique(Technique):
         """The WaS ring's slots at the default `--sidp-slots` (`settings.ring_slots`: 3 at DP4, 2 at DP2)."""
         return {"slots": ring_slots(0, c.dp)}
 
-    def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots):
+    def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots, chunk):
         """A rank owning its share of the FFN layers, with `slots` slots for the others', and its reserve
         (`RANK_RESERVE_GIB`)."""
         owned = tuple(i for i in range(shapes.layers) if i % c.dp == 0)  # rank 0's share; every rank alike

@@ -175,7 +175,7 @@ def declines(cfg, raw: argparse.Namespace) -> str:
 
     dp, tp = int(raw.dp_size), int(raw.tp_size)
     gpu = gpu_name(int(getattr(raw, "base_gpu_id", 0) or 0))
-    result, name, _ = planned(raw.model_path, dp, tp, gpu, "zerodp", z, cfg.plan_workload, cfg.plan_slo)
+    result, name, _ = planned(raw.model_path, dp, tp, gpu, "zerodp", z, cfg.plan_workload, cfg.plan_slo, raw)
     rows = [r for r in (result or {}).get("configurations", []) if r.predicted]
     ours = next((r for r in rows if r.name == name), None)
     plain = next((r for r in rows if r.technique == "vanilla" and (r.dp, r.tp) == (dp, tp)), None)

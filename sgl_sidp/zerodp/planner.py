@@ -56,7 +56,7 @@ class ZeroDPTechnique(Technique):
         expected = f"prefill:{opts['pf']}" if "pf" in opts else f"kv:{opts['kv']}" if "kv" in opts else None
         return flags + ["--overlay-mode", "zerodp"] + (["--zerodp-expected-batch", expected] if expected else [])
 
-    def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots):
+    def weight_bytes_per_gpu(self, c, shapes, elt, sink_offload, slots, chunk):
         """The source's (every weight) and a sink's, whose `sink_offload` layers' experts it pulls into `slots`
         slots."""
         full = shapes.weight_bytes(c.tp, c.tp, c.tp, elt)

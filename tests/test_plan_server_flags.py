@@ -1,0 +1,131 @@
+"""The SGLang flags the planner models (`plan.server_flags.ServerFlags`): read off a command line or SGLang's parsed
+flags, and what each changes in a plan (the prefill chunk and budget, the KV pool's memory fraction, the largest
+decode graph), in the CLI, `--overlay-mode auto` and an explicit mode's start-up line."""
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags, ServerFlagsError
+
+DENSE = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-8B"
+needs_models = pytest.mark.skipif(not DENSE.is_dir(), reason=f"{DENSE} not found (the shared model configs)")
+
+
+def test_flags_are_read_off_a_command_line_as_argparse_would():
+    words = ["python", "-m", "sglang.launch_server", "--chunked-prefill-size", "4096", "--mem-fraction-static=0.8",
+             "--cuda-graph-max-bs", "512", "--max-prefill-tokens", "8192", "--tp", "2"]
+    f = ServerFlags.from_words(words)
+    assert f == ServerFlags(chunked_prefill_size=4096, max_prefill_tokens=8192, mem_fraction_static=0.8,
+                            decode_graph_max_bs=512)
+    assert ServerFlags.from_words(f.words()) == f  # the words say the same again
+    assert f.describe() == ("--chunked-prefill-size 4096 --max-prefill-tokens 8192 --mem-fraction-static 0.8 "
+                            "--cuda-graph-max-bs-decode 512")
+    # the last of a repeated flag wins; SGLang's new spelling; graphs off whatever the largest batch says
+    assert ServerFlags.from_words(["--chunked-prefill-size", "1", "--chunked-prefill-size=2048"]).chunked_prefill_size == 2048
+    assert ServerFlags.from_words(["--cuda-graph-max-bs-decode", "384"]).decode_graph_max_bs == 384
+    off = ServerFlags.from_words(["--disable-cuda-graph", "--cuda-graph-max-bs", "512"])
+    assert off.decode_graph_max_bs == 0 and off.words() == ["--disable-decode-cuda-graph"]
+    assert ServerFlags.from_words(["--disable-decode-cuda-graph"]).decode_graph_max_bs == 0
+    assert ServerFlags.from_words(["--tp", "2", "--enable-mixed-chunk"]) == DEFAULTS and DEFAULTS.describe() == ""
+
+
+@pytest.mark.parametrize("words, why", [
+    (["--chunked-prefill-size", "-1"], "simulates chunked prefill only"),
+    (["--chunked-prefill-size", "big"], "expected a number"),
+    (["--mem-fraction-static", "1.2"], "between 0 and 1"),
+    (["--max-prefill-tokens", "0"], "at least 1"),
+    (["--cuda-graph-max-bs"], "expected a number"),  # no value left
+])
+def test_a_value_the_planner_cannot_use_is_one_line(words, why):
+    with pytest.raises(ServerFlagsError, match=why):
+        ServerFlags.from_words(words)
+
+
+def test_sglangs_parsed_flags_give_the_same_flags():
+    from sglang.srt.server_args import ServerArgs
+
+    ap = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(ap)
+    assert ServerFlags.from_namespace(ap.parse_args(["--model-path", "m"])) == DEFAULTS  # SGLang's defaults: unset
+    ns = ap.parse_args(["--model-path", "m", "--cuda-graph-max-bs", "512", "--chunked-prefill-size", "4096",
+                        "--mem-fraction-static", "0.85"])
+    assert ServerFlags.from_namespace(ns) == ServerFlags(chunked_prefill_size=4096, mem_fraction_static=0.85,
+                                                         decode_graph_max_bs=512)
+    assert ServerFlags.from_namespace(ap.parse_args(["--model-path", "m", "--disable-cuda-graph"])).decode_graph_max_bs == 0
+
+
+def test_replica_limits_take_the_chunk_and_budget_dp_attention_dividing_the_chunk():
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.plan.planner import replica_limits
+
+    f = ServerFlags(chunked_prefill_size=4096, max_prefill_tokens=8192)
+    assert (replica_limits(configuration_named("tp2"), 10, f).chunked_prefill,
+            replica_limits(configuration_named("tp2"), 10, f).max_prefill_tokens) == (4096, 8192)
+    assert replica_limits(configuration_named("dp2_attn"), 10, f).chunked_prefill == 2048
+    assert replica_limits(configuration_named("dp2_attn"), 10).chunked_prefill == 4096  # SGLang's 8,192 / 2
+    assert replica_limits(configuration_named("tp2"), 10).max_prefill_tokens == 16384
+
+
+@needs_models
+def test_each_flag_moves_the_plan_as_sglang_would():
+    from sgl_sidp.plan.planner import plan, table
+
+    def rows(**flags):
+        result = plan(str(DENSE), 2, "H200", "offline:64:2048:64", server=ServerFlags(**flags))
+        return result, {r.name: r for r in result["configurations"]}
+
+    base, at = rows()
+    # SGLang's default memory fraction reserves 1.5 MiB per chunk token: a smaller chunk leaves more KV
+    _, small = rows(chunked_prefill_size=2048)
+    assert small["tp2"].kv_tokens_total > at["tp2"].kv_tokens_total
+    assert small["tp2"].ttft_ms_p50 != at["tp2"].ttft_ms_p50  # 2,048-token prefill forwards, not 8,192
+    # Shift's exchange buffer holds two slots of a chunk's QKV blocks: a quarter of the chunk frees 3/4 of its 101 MB,
+    # about 1,000 KV tokens more than TP2 gains from the same memory fraction
+    freed = ((small["shift_sp2_tp1"].kv_tokens_total - at["shift_sp2_tp1"].kv_tokens_total)
+             - (small["tp2"].kv_tokens_total - at["tp2"].kv_tokens_total))
+    assert 500 < freed < 1500, freed
+    fixed, lower = rows(mem_fraction_static=0.8)
+    assert lower["tp2"].kv_tokens_total < at["tp2"].kv_tokens_total and lower["tp2"].mem_fraction_static == 0.8
+    # more decode graphs reserve more memory (2 MiB a captured batch size); none at all prices every step eagerly
+    _, graphs = rows(decode_graph_max_bs=512)
+    assert graphs["dp2"].kv_tokens_total < at["dp2"].kv_tokens_total
+    _, eager = rows(decode_graph_max_bs=0)
+    assert eager["dp2"].decode_step_ms["256"]["8"] > at["dp2"].decode_step_ms["256"]["8"]
+    assert base["server_flags"] == "" and fixed["server_flags"] == "--mem-fraction-static 0.8"
+    text = table(fixed)
+    assert "SGLang flags --mem-fraction-static 0.8 (every number below is a prediction)" in text
+    assert text.split("Launch: ")[1].split("\n")[0].endswith(" --mem-fraction-static 0.8")
+
+
+@needs_models
+def test_the_cli_auto_and_an_explicit_mode_plan_with_the_users_flags(monkeypatch, capsys):
+    import types
+
+    from sgl_sidp import launch_server as ls
+    from sgl_sidp.config import SidpConfig, SidpConfigError
+    from sgl_sidp.plan import __main__ as cli
+    from sgl_sidp.plan import planner
+
+    cli.main(["--model-path", str(DENSE), "--gpus", "2", "--workload", "offline:64:2048:64", "--cuda-graph-max-bs", "512"])
+    assert "SGLang flags --cuda-graph-max-bs-decode 512" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["--model-path", str(DENSE), "--gpus", "2", "--chunked-prefill-size", "-1"])
+    assert capsys.readouterr().err.strip() == ("sgl-sidp plan: error: --chunked-prefill-size -1: the planner "
+                                               "simulates chunked prefill only (a chunk of at least 1 token)")
+    monkeypatch.setattr("sgl_sidp.peer.topology.gpu_name", lambda i: "NVIDIA H200")
+    monkeypatch.setattr("sgl_sidp.peer.topology.visible_gpu_count", lambda: 2)
+    seen = []
+    real = planner.plan
+    monkeypatch.setattr(planner, "plan", lambda *a, **k: seen.append(k.get("server")) or real(*a, **k))
+    argv = ["--model-path", str(DENSE), "--overlay-mode", "auto", "--chunked-prefill-size", "4096"]
+    chosen = ls.resolve_auto(argv)
+    assert seen[-1] == ServerFlags(chunked_prefill_size=4096) and chosen.count("--chunked-prefill-size") == 1
+    with pytest.raises(SidpConfigError, match="--overlay-mode auto: --chunked-prefill-size -1: the planner simulates"):
+        ls.resolve_auto(argv[:-1] + ["-1"])
+    cfg = SidpConfig.from_cli_args(ls.split_args(["--overlay-mode", "shift"])[0])
+    server_args = types.SimpleNamespace(model_path=str(DENSE), dp_size=1, tp_size=2, base_gpu_id=0)
+    raw = ls.sglang_raw_args(["--model-path", str(DENSE), "--tp-size", "2", "--mem-fraction-static", "0.8"])
+    assert ls.mode_verdict(cfg, server_args, raw).startswith("sgl-sidp: --overlay-mode shift (shift_sp2_tp1)")
+    assert seen[-1] == ServerFlags(mem_fraction_static=0.8)
