@@ -355,18 +355,29 @@ def test_a_server_started_with_a_switch_the_planner_does_not_model_is_left_out_a
 
 
 def test_a_server_started_with_a_flag_the_planner_does_not_model_is_left_out_and_named(tmp_path):
-    """`compare_report.unmodelled`: a shared server flag of `UNMODELLED_FLAGS` at other than the planner's value (a
-    chunk of 2,048 tokens; `--enable-mixed-chunk`, which has none) leaves the server out; SGLang's default chunk
-    written out (8,192) does not."""
+    """`compare_report.unmodelled`: a shared server flag of `UNMODELLED_FLAGS` (`--enable-mixed-chunk`) or a modelled
+    flag's value the planner cannot use (no chunking) leaves the server out; a chunk of 2,048 tokens is predicted with
+    it (`compare_report.server_flags_of`), SGLang's default chunk written out (8,192) as the default."""
+    from sgl_sidp.plan.planner import plan
+    from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags
+
     folder = as_compare(tmp_path / "Qwen3-8B")
     for name, extra in (("tp2", " --chunked-prefill-size 2048 --tp-size 2"), ("dp2", " --enable-mixed-chunk"),
-                        ("dp2_attn", " --chunked-prefill-size=8192")):
+                        ("dp2_attn", " --chunked-prefill-size=8192"), ("shift_sp2_tp1_th1", " --chunked-prefill-size -1")):
         r = json.loads((folder / f"{name}.json").read_text())
         (folder / f"{name}.json").write_text(json.dumps(r | {"command": "python -m sglang.launch_server" + extra}))
-    assert sorted(MOD["load"](folder)[2]) == ["dp2_attn", "shift_sp2_tp1", "shift_sp2_tp1_th1"]
+    got = MOD["load"](folder)[2]
+    assert sorted(got) == ["dp2_attn", "shift_sp2_tp1", "tp2"]
+    assert got["tp2"]["server"] == ServerFlags(chunked_prefill_size=2048)
+    assert got["dp2_attn"]["server"] == ServerFlags(chunked_prefill_size=8192) and got["shift_sp2_tp1"]["server"] == DEFAULTS
     assert MOD["unmodelled_results"](folder) == [
         "dp2: started with --enable-mixed-chunk, which the planner does not model",
-        "tp2: started with --chunked-prefill-size 2048, which the planner does not model"]
+        "shift_sp2_tp1_th1: started with --chunked-prefill-size -1: the planner simulates chunked prefill only (a chunk "
+        "of at least 1 token), which the planner does not model"]
+    # predicted with its chunk: SGLang's default memory fraction reserves less for it, so its pool holds more
+    kv = {name: pred for name, what, _, pred, _ in MOD["rows"](got, str(QWEN3_8B), "H200", 2) if what.startswith("KV")}
+    by_default = {r.name: r for r in plan(str(QWEN3_8B), 2, "H200", "latency:2048:4")["configurations"]}
+    assert kv["tp2"] > by_default["tp2"].kv_tokens_total and kv["dp2_attn"] == by_default["dp2_attn"].kv_tokens_total
 
 
 def test_a_burst_traced_from_its_start_is_measured_without_its_lone_first_forward():

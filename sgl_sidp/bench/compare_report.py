@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from sgl_sidp.bench import exact
-from sgl_sidp.plan.sim import ReplicaLimits
+from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags, ServerFlagsError, only_server_flags
 
 #: SGLang's environment switches whose effect the planner does not model: a configuration whose server started with
 #: one (`bench.compare` records them as "sglang_env") is left out of the predictions (`unmodelled`: `validate.load`
@@ -32,12 +32,10 @@ from sgl_sidp.plan.sim import ReplicaLimits
 UNMODELLED_ENV = ("SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP",)
 
 #: SGLang's flags shared by a run's servers (`compare --extra-args`, in each result's "command") whose effect the
-#: planner does not model, with the value it assumes (`sim.ReplicaLimits`' defaults; None: any value): the same
-#: treatment as `UNMODELLED_ENV`. A chunk of other than 8,192 tokens changes every prefill forward, and SGLang sizes
-#: its KV pool by the chunk too (`q8_overlap_on_ch2048_2gpu_h200`: 3.1 % more KV tokens than at 8,192).
-UNMODELLED_FLAGS = {"--chunked-prefill-size": str(ReplicaLimits.chunked_prefill),
-                    "--max-prefill-tokens": str(ReplicaLimits.max_prefill_tokens), "--enable-mixed-chunk": None,
-                    "--mem-fraction-static": None}
+#: planner does not model, with the value it assumes (None: any value): the same treatment as `UNMODELLED_ENV`. The
+#: chunk, the prefill budget, the memory fraction and the decode graphs it models (`server_flags_of`: each result
+#: predicted with its server's).
+UNMODELLED_FLAGS = {"--enable-mixed-chunk": None}
 
 #: (key, label, higher is better, read from a result)
 FACTS: list[tuple[str, str, bool, Callable[[dict], float | None]]] = [
@@ -201,12 +199,33 @@ def ran_as(r: dict, folder: Path | None = None) -> str:
     return name if th is None or float(th) == float("inf") else f"{name}_th{int(float(th))}"  # "inf": JSON's word
 
 
+def server_flags_of(result: dict) -> ServerFlags:
+    """The SGLang flags the planner models that `bench.compare`'s result of one configuration started its server with
+    (its "command": the chunk, the prefill budget, the memory fraction, the decode graphs), to predict it with.
+
+    Raises:
+        ServerFlagsError: a value the planner cannot use (`unmodelled` names it).
+    """
+    return ServerFlags.from_words(shlex.split(result.get("command") or ""))
+
+
+def unmodelled_config_args(result: dict) -> bool:
+    """Whether the flags `bench.compare --config-args` gave this one configuration hold any the planner does not model
+    (`server_flags.only_server_flags`; those it models are in the server's command, `server_flags_of`)."""
+    args = result.get("config_args")
+    return bool(args) and not only_server_flags(shlex.split(args))
+
+
 def unmodelled(result: dict) -> str | None:
     """Why `bench.compare`'s result of one configuration is not predicted: the switches of `UNMODELLED_ENV` its
-    server started with (its "sglang_env") and its flags of `UNMODELLED_FLAGS` at other than the planner's value (its
-    "command"), as one phrase; None when there are none."""
+    server started with (its "sglang_env"), its flags of `UNMODELLED_FLAGS` at other than the planner's value and
+    a modelled flag's value the planner cannot use (its "command"), as one phrase; None when there are none."""
     env = result.get("sglang_env") or {}
     found = [f"{k}={env[k]}" for k in UNMODELLED_ENV if k in env]
+    try:
+        server_flags_of(result)
+    except ServerFlagsError as e:
+        found.append(str(e))
     words = shlex.split(result.get("command") or "")  # as `bench.compare` wrote it (`shlex.join`)
     for i, word in enumerate(words):
         flag, _, value = word.partition("=")
@@ -218,7 +237,8 @@ def unmodelled(result: dict) -> str | None:
 
 
 def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str | None,
-                names: Sequence[str] = (), ran: dict[str, str] | None = None) -> tuple[dict, str]:
+                names: Sequence[str] = (), ran: dict[str, str] | None = None,
+                servers: dict[str, ServerFlags] | None = None) -> tuple[dict, str]:
     """The planner's rows ({configuration: `PlanRow`}) for the burst of a group, and a note naming each of the group's
     configurations that the planner did not predict, and why ("" when it predicted them all);
     `names`: the group's configurations, predicted too where the planner does not list them (`plan`'s `names`), each
@@ -242,13 +262,20 @@ def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str 
         return {}, f"no prediction: the planner knows {', '.join(GPUS)}, not {gpu_name}"
     ran = {n: (ran or {}).get(n, n) for n in names}
     s, i, o = (int(x) for x in burst.split("+"))
-    try:
-        result = plan(str(out_dir / model), gpus, kind, f"offline:{s}:{i}:{o}",
-                      names=[ran[n] for n in names if on_these_gpus(n)])
-    except PlanError as e:
-        return {}, f"no prediction: {e}"
-    rows = {r.name: r for r in result["configurations"]}
-    rows.update({n: rows[ran[n]] for n in names if ran[n] in rows})
+    by_flags: dict[ServerFlags, list[str]] = {}
+    for n in names:
+        by_flags.setdefault((servers or {}).get(n, DEFAULTS), []).append(n)
+    rows: dict = {}
+    for flags, group in by_flags.items():  # one plan per set of flags; the planner's own rows from SGLang's defaults
+        try:
+            result = plan(str(out_dir / model), gpus, kind, f"offline:{s}:{i}:{o}",
+                          names=[ran[n] for n in group if on_these_gpus(n)], server=flags)
+        except PlanError as e:
+            return {}, f"no prediction: {e}"
+        got = {r.name: r for r in result["configurations"]}
+        if flags == DEFAULTS:
+            rows.update({k: v for k, v in got.items() if k not in rows})
+        rows.update({n: got[ran[n]] for n in group if ran[n] in got})
     missing = [f"{n}: {rows[n].not_predicted}" for n in names if n in rows and rows[n].not_predicted is not None]
     return rows, "; ".join(missing)
 
@@ -288,8 +315,9 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
     summary, plot = [], {}
     for (model, gpu, count), group in groups(results).items():
         burst_spec = next((r["burst"]["spec"] for r in group.values() if r.get("burst")), None)
+        servers = {n: server_flags_of(r) for n, r in group.items() if not unmodelled(r)}
         pred, pred_note = (predictions(out_dir, model, gpu, count, burst_spec, list(group),
-                                       {n: ran_as(r, out_dir / model) for n, r in group.items()})
+                                       {n: ran_as(r, out_dir / model) for n, r in group.items()}, servers)
                            if predict else ({}, ""))
         ex = exactness(group, results[model])
         lines += [f"## {model} on {count} x {gpu}", ""]
@@ -308,7 +336,7 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                 lines.append(f"| {name} | {(r.get('commit') or '')[:7]} | - | - | - | {'refused: ' if r.get('refused') else ''}{why} |")
                 continue
             kv = FACTS[0][3](r)
-            row = None if r.get("config_args") else pred.get(name)  # flags the planner does not model: none
+            row = None if unmodelled_config_args(r) else pred.get(name)  # flags the planner does not model: none
             p = (row.kv_tokens_total or None) if row else None  # 0: no memory sized (an option it does not model)
             per_rank = ", ".join(f"{v:,}" for _, v in sorted((r.get("kv_tokens") or {}).items(), key=lambda kv: int(kv[0])))
             launched = (f" -> {r['auto_choice']}" if r.get("auto_choice") else
@@ -344,7 +372,7 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
                       "|---|" + "---:|" * len(BURST) + "---|"]
             bests = {k: best_vanilla(with_burst, lambda r, k=k: r["burst"].get(k), hi) for k, _, hi in BURST}
             for name, r in with_burst.items():
-                row = None if r.get("config_args") else pred.get(name)  # flags the planner does not model: none
+                row = None if unmodelled_config_args(r) else pred.get(name)  # flags the planner does not model: none
                 cells = [cell(r["burst"].get(k), bests[k], getattr(row, PREDICTED[k]) if row else None) for k, _, _ in BURST]
                 ranks = ", ".join(f"{int(v.get('decode_tokens', 0)):,}" for _, v in sorted(r["burst"].get("per_rank", {}).items()))
                 lines.append(f"| {name} | " + " | ".join(cells) + f" | {ranks or '-'} |")

@@ -118,23 +118,33 @@ def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slos:
     with `replay_args`, on as many GPUs as the configurations used, from one simulation of each configuration
     (`plan_requests`' `more_slos`), each predicted as its server ran (`compare_report.ran_as`: a Shift server at the
     threshold it calibrated, read from its result or its log under `folder`, as `bench.validate` predicts it);
-    none for one run with flags the planner does not model (its `config_args`, as `bench.validate` leaves them out)."""
-    from sgl_sidp.bench.compare_report import ran_as
+    none for one run with flags the planner does not model (`compare_report.unmodelled_config_args`, `unmodelled`, as
+    `bench.validate` leaves them out), each with the SGLang flags its server started with
+    (`compare_report.server_flags_of`)."""
+    from sgl_sidp.bench.compare_report import ran_as, server_flags_of, unmodelled, unmodelled_config_args
+    from sgl_sidp.plan.server_flags import DEFAULTS
 
-    names = [c for c in names if not results.get(c, {}).get("config_args")]
+    names = [c for c in names if not unmodelled_config_args(results.get(c, {})) and not unmodelled(results.get(c, {}))]
     if not names:
         return [{} for _ in slos]
     n = max(int(results.get(c, {}).get("gpu_count") or 0) for c in names) or 2
     ran = {c: ran_as(results[c], folder) if c in results else c for c in names}
-    rows = {r.name: r for r in replay_rows(model_path, gpu, n, replay_args, slos, trace_dir, list(ran.values()))}
-    return [{c: rows[ran[c]].goodput_by_slo[slo_key(slo)] for c in names if ran[c] in rows} for slo in slos]
+    by_flags: dict = {}
+    for c in names:
+        by_flags.setdefault(server_flags_of(results[c]) if c in results else DEFAULTS, []).append(c)
+    rows = {}
+    for server, group in by_flags.items():
+        got = replay_rows(model_path, gpu, n, replay_args, slos, trace_dir, [ran[c] for c in group], server)
+        rows.update({c: r for c in group for r in got if r.name == ran[c]})
+    return [{c: rows[c].goodput_by_slo[slo_key(slo)] for c in names if c in rows} for slo in slos]
 
 
 def replay_rows(model_path: str, gpu: str, n_gpus: int, replay_args: str, slos: list[SLO], trace_dir: Path | None,
-                names: list[str] = ()) -> list:
+                names: list[str] = (), server=None) -> list:
     """The planner's predicted `PlanRow`s for the requests `python -m sgl_sidp.replay REPLAY_ARGS` sends, on `n_gpus`
     GPUs of kind `gpu`, `names` besides its own configurations, each with its goodput under every objective of `slos`
-    (`goodput_by_slo`, keys `slo_key`; one simulation per configuration, `plan_requests`' `more_slos`).
+    (`goodput_by_slo`, keys `slo_key`; one simulation per configuration, `plan_requests`' `more_slos`), with the
+    SGLang flags `server` (`ServerFlags`; None: SGLang's defaults).
 
     Raises:
         PlanError: as `plan_requests`.
@@ -142,8 +152,11 @@ def replay_rows(model_path: str, gpu: str, n_gpus: int, replay_args: str, slos: 
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan_requests
 
+    from sgl_sidp.plan.server_flags import DEFAULTS
+
     plan = plan_requests(model_path, n_gpus, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
-                         names=names, more_slos=[(slo.ttft_ms, slo.tpot_ms) for slo in slos])
+                         names=names, more_slos=[(slo.ttft_ms, slo.tpot_ms) for slo in slos],
+                         server=server or DEFAULTS)
     return [r for r in plan["configurations"] if r.predicted]
 
 

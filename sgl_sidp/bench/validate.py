@@ -37,7 +37,8 @@ import json
 import shlex
 from pathlib import Path
 
-from sgl_sidp.bench.compare_report import compare_results, unmodelled
+from sgl_sidp.bench.compare_report import compare_results, server_flags_of, unmodelled, unmodelled_config_args
+from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags
 from sgl_sidp.plan.planner import plan
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf, add_what_if_args, what_if_from_args
 
@@ -91,7 +92,7 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
     named = [(r, None if r.get("config") == "auto" else ran_as(r, folder)) for r in results]
     alone = {name for _, name in named if name is not None}
     out: dict[int, dict[str, dict]] = {}
-    for r, name in named:
+    for r, name in sorted(named, key=lambda rn: bool(rn[0].get("config_args"))):  # a configuration's own flags last
         if name is None:
             r = started_as(r)
             if r is None or (name := ran_as(r, folder)) in alone:
@@ -99,15 +100,27 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
         if not r.get("kv_tokens"):
             continue
         b = r.get("burst")
-        if r.get("config_args"):  # flags the planner does not model: listed, not predicted
-            out.setdefault(int(r["gpu_count"]), {})[f"{r['config']} ({r['config_args']})"] = {"unmodeled": True}
+        group = out.setdefault(int(r["gpu_count"]), {})
+        if unmodelled_config_args(r) or (r.get("config_args") and name in group):
+            # flags the planner does not model, or a second server of the same name: listed, not predicted
+            group[f"{r['config']} ({r['config_args']})"] = {"unmodeled": True}
             continue
-        out.setdefault(int(r["gpu_count"]), {})[name] = {"config": r.get("ran", r["config"]),
+        group[name] = {"config": r.get("ran", r["config"]),
             "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
             "burst": b and b.get("total_tok_s") and {
                 "shape": tuple(int(x) for x in b["spec"].split("+")),
                 **{k: b[k] for k in ("total_tok_s", "ttft_ms_p50", "tpot_ms_p50")}},
-            "traces": {k: t for k, t in (r.get("traces") or {}).items() if t.get("request_goodput") is not None}}
+            "traces": {k: t for k, t in (r.get("traces") or {}).items() if t.get("request_goodput") is not None},
+            "server": server_flags_of(r)}
+    return out
+
+
+def by_server(measured: dict[str, dict], names) -> dict[ServerFlags, list[str]]:
+    """`names` of `measured` by the SGLang flags their servers started with (`compare_report.server_flags_of`;
+    SGLang's defaults where `measured` has none), each group to be predicted by one call of the planner with them."""
+    out: dict[ServerFlags, list[str]] = {}
+    for name in names:
+        out.setdefault(measured[name].get("server") or DEFAULTS, []).append(name)
     return out
 
 
@@ -172,8 +185,11 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
             continue
         args, slo = replays[key]
         names = [k for k, m in measured.items() if key in m.get("traces", {})]
-        pred = {r.name: r for r in plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir),
-                                                 names=names, slo=slo, what_if=what_if)["configurations"]}
+        pred = {}
+        for server, group in by_server(measured, names).items():
+            got = plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir), names=group,
+                                slo=slo, what_if=what_if, server=server)["configurations"]
+            pred.update({r.name: r for r in got if r.name in group})
         for name in names:
             t, p = measured[name]["traces"][key], pred.get(name)
             if p is None or not p.predicted:
@@ -304,8 +320,11 @@ def per_request(folder: Path, measured: dict[str, dict], model_path: str, gpu: s
         names = [k for k, m in measured.items() if key in m.get("traces", {})]
         if not names:
             continue
-        rows = {r.name: r for r in plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir),
-                                                 names=names, keep_schedule=True, what_if=what_if)["configurations"]}
+        rows = {}
+        for server, group in by_server(measured, names).items():
+            got = plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir), names=group,
+                                keep_schedule=True, what_if=what_if, server=server)["configurations"]
+            rows.update({r.name: r for r in got if r.name in group})
         for name in names:
             reqs, row = measured_requests(folder, measured[name].get("config", name), key), rows.get(name)
             out += ["", f"### {name}, {key}", ""]
@@ -363,8 +382,11 @@ def burst_requests(folder: Path, measured: dict[str, dict], model_path: str, gpu
         if reqs is not None:
             by_spec.setdefault("offline:%d:%d:%d" % m["burst"]["shape"], []).append((name, reqs))
     for spec, named in sorted(by_spec.items()):
-        rows = {r.name: r for r in plan_requests(model_path, n, gpu, spec, workload(spec), names=[k for k, _ in named],
-                                                 keep_schedule=True, what_if=what_if)["configurations"]}
+        rows = {}
+        for server, group in by_server(measured, [k for k, _ in named]).items():
+            got = plan_requests(model_path, n, gpu, spec, workload(spec), names=group, keep_schedule=True,
+                                what_if=what_if, server=server)["configurations"]
+            rows.update({r.name: r for r in got if r.name in group})
         for name, reqs in named:
             s_, in_, out_ = spec.split(":")[1:]
             out += ["", f"### {name}, burst {s_} x ({in_} in, {out_} out)", ""]
@@ -425,11 +447,12 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
     ic, host = Interconnect.load(GPUS[gpu]["name"]), host_time_alone_ms(GPUS[gpu]["name"])
     for r in compare_results(folder):
         prof = r.get("profile")
-        if not prof or r.get("config_args") or r.get("config") == "auto":
+        if not prof or unmodelled_config_args(r) or r.get("config") == "auto":
             continue
         c = configuration_named(r["config"])
         s, inp, outp = (int(x) for x in prof["spec"].split("+"))
-        model = step_model(c, hf, gpu, ic, inp + outp / 2, host, what_if=what_if)[0]
+        server = DEFAULTS if unmodelled(r) else server_flags_of(r)  # a profile's spans as measured either way
+        model = step_model(c, hf, gpu, ic, inp + outp / 2, host, what_if=what_if, server=server)[0]
         if model is None:
             continue
         share = math.ceil(s / max(1, int(r.get("dp") or 1)))  # requests a replica gets (round robin)
@@ -466,9 +489,10 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int, what_if: 
     lat = {}
     shape = next((m["burst"]["shape"] for m in measured.values() if m.get("burst")), None)
     workload = "offline:%d:%d:%d" % shape if shape else "latency:2048:4"  # without a burst, for the KV tokens
-    pred_burst = {r.name: r for r in plan(model_path, n, gpu, workload, what_if=what_if,
-                                          names=[k for k, m in measured.items() if not m.get("unmodeled")])
-                  ["configurations"]}
+    pred_burst = {}
+    for server, group in by_server(measured, [k for k, m in measured.items() if not m.get("unmodeled")]).items():
+        got = plan(model_path, n, gpu, workload, what_if=what_if, names=group, server=server)["configurations"]
+        pred_burst.update({r.name: r for r in got if r.name in group})
     for name, m in measured.items():
         if m.get("unmodeled"):
             out.append((name, "not predicted: run with flags the planner does not model", "", None, None))
@@ -482,10 +506,10 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int, what_if: 
             label, ranks, tokens = m["kv"]
             out.append((name, label, "tokens", p.kv_tokens_total / ranks, tokens))
         for tokens, ms in sorted(m.get("ttft_ms", {}).items(), key=lambda kv: int(kv[0])):
-            key = (tokens,)
+            key = (tokens, m.get("server") or DEFAULTS)
             if key not in lat:
-                lat[key] = {r.name: r for r in plan(model_path, n, gpu, f"latency:{tokens}:4",
-                                                    what_if=what_if)["configurations"]}
+                lat[key] = {r.name: r for r in plan(model_path, n, gpu, f"latency:{tokens}:4", what_if=what_if,
+                                                    server=key[1])["configurations"]}
             out.append((name, f"TTFT of one {int(tokens):,}-token prompt", "ms", lat[key][name].ttft_ms_p50, ms))
         if m.get("burst"):
             b = m["burst"]

@@ -123,6 +123,21 @@ class ServerFlags:
         return " ".join(self.words())
 
 
+def only_server_flags(words: Sequence[str]) -> bool:
+    """Whether `words` hold nothing but flags `ServerFlags` models, each with its value ("--flag value" or
+    "--flag=value"): a configuration started with such extra flags (`bench.compare --config-args`) is predicted."""
+    words, i = list(words), 0
+    while i < len(words):
+        flag, eq, _ = words[i].partition("=")
+        if flag in SWITCHES and not eq:
+            i += 1
+        elif flag in VALUED:
+            i += 1 if eq else 2
+        else:
+            return False
+    return True
+
+
 #: SGLang 0.5.17's `--max-prefill-tokens` default (`ServerArgs.max_prefill_tokens`)
 DEFAULT_MAX_PREFILL_TOKENS = 16384
 
