@@ -316,14 +316,15 @@
 #                DP2 > Shift > TP2 or a near tie between the first two. Found at 67b8091: DP2 16,540 (-0.6 %), Shift
 #                15,768 (+2.2 %; 0.95x DP2), TP2 15,420 (+0.8 %), in that order; TTFT and TPOT p50 within 2 %
 #   q8_graphs512 Shift SP2, TP2 and DP2 on 512 x (1,024 in, 256 out) at once, then Shift and TP2 again with
-#                --cuda-graph-max-bs 512 (q8_graphs512_on). SGLang 0.5.17 captures decode graphs up to 256 rows below TP4
+#                --cuda-graph-max-bs-decode 512 (q8_graphs512_on). SGLang 0.5.17 captures decode graphs up to 256 rows below TP4
 #                on H200 and H100 and runs a larger batch eagerly; on a TP2 server such steps took 68-77 ms served at
 #                430-512 rows where the planner prices 35-43 ms (q8_shift_stats_2gpu_h200, after its replay's backlog
 #                drained, both Shift, whose decodes run TP2 below its threshold, and TP2; qwen3_8b_2xh200_decode_log),
 #                while TP1's eager steps on one GPU came as priced (q8_tp1_stats_1gpu_h200: 40-60 ms at 387 rows). DP2's
 #                replicas decode 256 rows each in graphs. Predicted (planner of the commit that adds this entry, which
 #                prices an eager step as GPU-bound): DP2 53,280 tok/s, TPOT p50 35.5 ms; Shift 49,406 (0.93x), 38.8 ms;
-#                TP2 45,143, 41.3 ms. Expected: with SGLang's graphs Shift's and TP2's TPOT p50 >= 60 ms (eager) and
+#                TP2 45,143, 41.3 ms; with the flag (planned since a2ccd4b) Shift 50,277, 37.9 ms, TP2 45,869,
+#                40.4 ms. Expected: with SGLang's graphs Shift's and TP2's TPOT p50 >= 60 ms (eager) and
 #                their throughput >= 15 % under the prediction; with --cuda-graph-max-bs 512 each within 10 % of its
 #                prediction. If so, Shift's SGLang default becomes 512 (its decodes below the threshold are TP at those
 #                batches), and the comparison names that TP2 gains the same from the flag
@@ -638,7 +639,7 @@ for RUN in "$@"; do
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q8_graphs512)
       compare_run "q8_graphs512_on_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --burst 512+1024+256 \
-        --extra-args "$X --cuda-graph-max-bs 512"
+        --extra-args "$X --cuda-graph-max-bs-decode 512"
       compare_run "q8_graphs512_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2,dp2 --burst 512+1024+256 ;;
     q8_shift_prof_cont)
       compare_run "q8_shift_prof_cont_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 16+16384+8 \
