@@ -328,6 +328,13 @@
 #                their throughput >= 15 % under the prediction; with --cuda-graph-max-bs 512 each within 10 % of its
 #                prediction. If so, Shift's SGLang default becomes 512 (its decodes below the threshold are TP at those
 #                batches), and the comparison names that TP2 gains the same from the flag
+#   q8_flags_1gpu  Qwen3-8B TP1 on one GPU, 384 x (1,024 in, 128 out) at once, as SGLang starts it and then with
+#                --chunked-prefill-size 4096 --cuda-graph-max-bs-decode 512 (q8_flags_on_1gpu): the SGLang flags the
+#                planner models since a2ccd4b, held against one GPU (KV pool by SGLang's memory-fraction default, the
+#                chunk, decode steps of 384 rows eager or in graphs). Predicted (planner of a2ccd4b): KV 803,751 and
+#                830,092 tokens; 33,721 and 33,273 tok/s; TPOT p50 65.2 and 65.9 ms. Expected: KV within 0.5 %, burst
+#                throughput within 10 %; on one GPU the eager steps are GPU-bound (q8_tp1_stats_1gpu_h200), so graphs
+#                gain TP1 under 5 %
 #   q8_decode2   Shift SP2 against DP2 under a decode-heavier high load: Qwen3-8B, 256 x (1,024 in, 512 out) at once, DP2,
 #                Shift SP2 and TP2 on 2 x H200 (pairs at once on 4). Shift ran 0.92-0.95x DP2 on the prefill-heavy
 #                64 x (2,048 in, 32 out); its decodes run TP2, whose steps cost less GPU time a token than DP2's at these
@@ -637,6 +644,10 @@ for RUN in "$@"; do
       SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_tp1_stats_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 \
         --trace "$AZURE" --rates 1.5 --extra-args "$X --enable-request-time-stats-logging" \
         --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    q8_flags_1gpu)
+      compare_run "q8_flags_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+1024+128
+      compare_run "q8_flags_on_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+1024+128 \
+        --extra-args "$X --chunked-prefill-size 4096 --cuda-graph-max-bs-decode 512" ;;
     q8_graphs512)
       compare_run "q8_graphs512_on_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --burst 512+1024+256 \
         --extra-args "$X --cuda-graph-max-bs-decode 512"
