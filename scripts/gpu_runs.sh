@@ -334,7 +334,16 @@
 #                chunk, decode steps of 384 rows eager or in graphs). Predicted (planner of a2ccd4b): KV 803,751 and
 #                830,092 tokens; 33,721 and 33,273 tok/s; TPOT p50 65.2 and 65.9 ms. Expected: KV within 0.5 %, burst
 #                throughput within 10 %; on one GPU the eager steps are GPU-bound (q8_tp1_stats_1gpu_h200), so graphs
-#                gain TP1 under 5 %
+#                gain TP1 under 5 %. Found at 20d0532 (1 x H200): KV 803,502 and 829,855 (+0.03 % both); but the eager
+#                steps of 384 rows took 47.5 ms (SGLang's log: 384 rows at 8,078 tok/s) against 28.6 in graphs (13,420),
+#                so as SGLang starts it TP1 ran 27,097 tok/s, TPOT p50 89 ms (predicted 33,721 and 65.2: +24 %, -27 %),
+#                and with the flags 32,090 tok/s, 68 ms (+3.7 %, -3.1 %): 1.18x from the decode graphs on one GPU
+#   q8_eager_prof_1gpu  Where an eager decode step's extra 19 ms go: TP1, 384 x (1,024 in, 16 out) profiled (3
+#                decode steps of 384 rows) as SGLang starts it (eager) and with --cuda-graph-max-bs-decode 512 (graphs).
+#                Expected: if the eager steps' kernels run as long as the graph's (28.6 ms) and the rest is gaps, the
+#                host's launches and the scheduler's per-request work are serial with the GPU's (a model: step = GPU +
+#                host); if the kernels themselves take longer (attention's split chosen per batch in eager mode), the
+#                attention class shows it
 #   q8_decode2   Shift SP2 against DP2 under a decode-heavier high load: Qwen3-8B, 256 x (1,024 in, 512 out) at once, DP2,
 #                Shift SP2 and TP2 on 2 x H200 (pairs at once on 4). Shift ran 0.92-0.95x DP2 on the prefill-heavy
 #                64 x (2,048 in, 32 out); its decodes run TP2, whose steps cost less GPU time a token than DP2's at these
@@ -648,6 +657,10 @@ for RUN in "$@"; do
       compare_run "q8_flags_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+1024+128
       compare_run "q8_flags_on_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+1024+128 \
         --extra-args "$X --chunked-prefill-size 4096 --cuda-graph-max-bs-decode 512" ;;
+    q8_eager_prof_1gpu)
+      compare_run "q8_eager_prof_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+1024+16 --profile-steps 3
+      compare_run "q8_graph_prof_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+1024+16 --profile-steps 3 \
+        --extra-args "$X --cuda-graph-max-bs-decode 512" ;;
     q8_graphs512)
       compare_run "q8_graphs512_on_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --burst 512+1024+256 \
         --extra-args "$X --cuda-graph-max-bs-decode 512"
