@@ -344,6 +344,13 @@
 #                host's launches and the scheduler's per-request work are serial with the GPU's (a model: step = GPU +
 #                host); if the kernels themselves take longer (attention's split chosen per batch in eager mode), the
 #                attention class shows it
+#   q8_eager_ctx_1gpu  Qwen3-8B TP1 eager 384-row decode steps at two more contexts: 384 x (128 in, 128 out) and
+#                384 x (2,048 in, 128 out) as SGLang starts it (graphs to 256 rows). With q8_flags_1gpu_h200's 1,024
+#                tokens (47.5 ms served; kernels 31.1 ms, graphs 28.6) they say whether the scheduler's work between
+#                eager forwards grows with the context (16.4 ms for 384 requests at about 1,100 tokens, where the
+#                calibration's probe at 16-217 tokens found 4.4 ms). Predicted (planner of ea8db34: max(GPU, eager step)
+#                + the calibrated work): the steps at about 190 and 2,110 tokens of context. Expected: served minus the
+#                graph model's GPU step, per request, the same at all three contexts if the work does not grow
 #   q8_decode2   Shift SP2 against DP2 under a decode-heavier high load: Qwen3-8B, 256 x (1,024 in, 512 out) at once, DP2,
 #                Shift SP2 and TP2 on 2 x H200 (pairs at once on 4). Shift ran 0.92-0.95x DP2 on the prefill-heavy
 #                64 x (2,048 in, 32 out); its decodes run TP2, whose steps cost less GPU time a token than DP2's at these
@@ -661,6 +668,9 @@ for RUN in "$@"; do
       compare_run "q8_eager_prof_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+1024+16 --profile-steps 3
       compare_run "q8_graph_prof_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+1024+16 --profile-steps 3 \
         --extra-args "$X --cuda-graph-max-bs-decode 512" ;;
+    q8_eager_ctx_1gpu)
+      compare_run "q8_eager_ctx128_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+128+128
+      compare_run "q8_eager_ctx2048_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+2048+128 ;;
     q8_graphs512)
       compare_run "q8_graphs512_on_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --burst 512+1024+256 \
         --extra-args "$X --cuda-graph-max-bs-decode 512"
