@@ -343,14 +343,19 @@
 #                Expected: if the eager steps' kernels run as long as the graph's (28.6 ms) and the rest is gaps, the
 #                host's launches and the scheduler's per-request work are serial with the GPU's (a model: step = GPU +
 #                host); if the kernels themselves take longer (attention's split chosen per batch in eager mode), the
-#                attention class shows it
+#                attention class shows it. Found at a7caf76: the eager forward's kernels span 31.1 ms (busy 28.7;
+#                graphs 29.4 and 29.1): the other 16.4 ms of a served eager step are outside the kernels, the host's
 #   q8_eager_ctx_1gpu  Qwen3-8B TP1 eager 384-row decode steps at two more contexts: 384 x (128 in, 128 out) and
 #                384 x (2,048 in, 128 out) as SGLang starts it (graphs to 256 rows). With q8_flags_1gpu_h200's 1,024
 #                tokens (47.5 ms served; kernels 31.1 ms, graphs 28.6) they say whether the scheduler's work between
 #                eager forwards grows with the context (16.4 ms for 384 requests at about 1,100 tokens, where the
 #                calibration's probe at 16-217 tokens found 4.4 ms). Predicted (planner of ea8db34: max(GPU, eager step)
 #                + the calibrated work): the steps at about 190 and 2,110 tokens of context. Expected: served minus the
-#                graph model's GPU step, per request, the same at all three contexts if the work does not grow
+#                graph model's GPU step, per request, the same at all three contexts if the work does not grow. Found
+#                at f8408b9: 342 rows at about 225 tokens 27.1-27.7 ms, 376 rows at about 2,100 tokens 44.5-45.0 ms
+#                (GPU-bound: the 2,048 burst came within 0.0 % of its prediction), less than at 1,100 (47.5): neither
+#                a per-request constant nor the requests' work after the forward (tried at ea8db34, reverted) fits all
+#                three; max(GPU, launches + 0.022-0.072 ms a request) does. The 128-token burst +45.8 % (TTFT -56 %)
 #   q8_decode2   Shift SP2 against DP2 under a decode-heavier high load: Qwen3-8B, 256 x (1,024 in, 512 out) at once, DP2,
 #                Shift SP2 and TP2 on 2 x H200 (pairs at once on 4). Shift ran 0.92-0.95x DP2 on the prefill-heavy
 #                64 x (2,048 in, 32 out); its decodes run TP2, whose steps cost less GPU time a token than DP2's at these

@@ -69,9 +69,8 @@ def test_vanilla_tp_adds_two_all_reduces_per_layer():
 
 def test_batches_past_the_largest_decode_graph_take_at_least_the_eager_step():
     """SGLang runs a decode batch larger than its largest CUDA graph eagerly, bound by the host's launches: the step
-    is the graph model's or the calibrated eager step (interpolated in the batch), whichever is longer, and then the
-    scheduler's work for the running requests; up to the graph limit, and for a calibration without eager points, the
-    graph model or that work, whichever is longer."""
+    is the graph model's or the calibrated eager step (interpolated in the batch), whichever is longer; up to the
+    graph limit, and for a calibration without eager points, the graph model alone."""
     import dataclasses
 
     from sgl_sidp.calibration.memory import default_decode_graph_max_bs
@@ -85,13 +84,6 @@ def test_batches_past_the_largest_decode_graph_take_at_least_the_eager_step():
     assert model.decode_ms(384, 0) == pytest.approx(25.0)  # eager, host-bound
     assert model.decode_ms(4000, 0) == pytest.approx(1 + 0.01 * 4000)  # eager, but the GPU's work is longer
     assert StepModel(tp1, SHAPES, {"forward": eager}, IC).decode_ms(384, 0) == pytest.approx(1 + 0.01 * 384)
-    # the scheduler's work for each running request: beside a graph forward (overlapped), after an eager one (the host
-    # launched the forward's kernels the whole forward long; q8_eager_prof_1gpu_h200)
-    busy = ShardClock(dataclasses.replace(eager.cal, host_ms_per_request=0.01), SHAPES.kv_bytes_per_token(1))
-    model = StepModel(tp1, SHAPES, {"forward": busy}, IC, graph_max_bs=256)
-    assert model.decode_ms(256, 0) == pytest.approx(max(1 + 0.01 * 256, 0.01 * 256))
-    assert model.decode_ms(384, 0) == pytest.approx(25.0 + 0.01 * 384)  # eager: launches, then the requests' work
-    assert model.decode_ms(4000, 0) == pytest.approx(1 + 0.01 * 4000 + 0.01 * 4000)
     # SGLang 0.5.17's `ServerArgs._handle_gpu_memory_settings`: H200 (143,771 MiB) and H100 (81,559 MiB) capture
     # decode graphs up to 256 below TP4 and 512 from TP4
     assert [default_decode_graph_max_bs(m, tp) for m in (143_771, 81_559) for tp in (1, 2, 4, 8)] == [256, 256, 512, 512] * 2

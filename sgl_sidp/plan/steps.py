@@ -31,18 +31,18 @@ for ZeroDP, SiDP and Shift, from the pieces `StepModel` shares):
   the TP_b all-reduces of b / SP tokens. The threshold is `cost.shift_threshold` of the two, as Shift's runtime
   picks it.
 
-Every technique: in a CUDA graph a decode step lasts the GPU's forward or the host's work, whichever is longer: the
-host runs the scheduler's work for each running request (`ShardClock.host_ms`, where the calibration measured it)
-while the GPU runs. A batch past SGLang's largest decode graph (`memory.default_decode_graph_max_bs` of the server's TP
-size: 256 below TP4 on H200, or `--cuda-graph-max-bs-decode`) runs eagerly: the host launches the kernels the whole
-forward long (at least the shard's calibrated eager step, `ShardClock.eager_ms`), and does the requests' work only
-after it, the GPU idle (`StepModel._host_ms`; one H200, 384 rows of Qwen3-8B TP1: 47.5 ms served, its kernels
-spanning 31.1 ms, 28.6 ms in graphs).
+Every technique: a decode step lasts the GPU's forward or the host's work, whichever is longer. The host runs the
+scheduler's work for each running request (`ShardClock.host_ms`, where the calibration measured it), and for a batch
+past SGLang's largest decode graph (`memory.default_decode_graph_max_bs` of the server's TP size: 256 below TP4 on
+H200), which runs eagerly, the kernel launches too: the shard's calibrated eager step (`ShardClock.eager_ms`).
 
 Left out: CPU launch time of eager forwards elsewhere (CaS without graphs), what eager steps cost more on several
 ranks (on 2 x H200 a TP2 step of 512 rows: 40 ms against its shard's 32 ms), the host's work per request beyond the
-calibration's probe (0.0115 ms a request there, at 16-217 tokens of context; 16.4 ms for 384 requests at about 1,100,
-0.043 ms, in `q8_eager_prof_1gpu_h200`, whose burst is still predicted 19 % fast), imbalance between DP ranks, the overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard
+calibration's probe (0.0115 ms a request, probed at 16-217 tokens of context; one H200 served Qwen3-8B TP1's eager steps
+of 342-384 rows in 27.4 ms at about 225 tokens, 47.5 ms at 1,100 and 44.5 ms at 2,100, where the kernels of one at
+1,024 spanned 31.1 ms and the GPU's work grows with the context: max(GPU, launches + 0.022-0.072 ms a request) fits
+all three, the work a request not a function of the batch alone; `q8_eager_ctx*_1gpu_h200`, `q8_flags_1gpu_h200`,
+`q8_eager_prof_1gpu_h200`), imbalance between DP ranks, the overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard
 signature (`model_info.model_signature`, which has no vocabulary) matches a calibration of another vocabulary split.
 """
 
@@ -552,7 +552,7 @@ class StepModel:
         self._stream_memo: tuple | None = None  # (bytes, decode's slowdown ms, a prefill's slowdown ms, copy_ms)
         # role -> the memos of `prefill_ms` of that role (`_prefill_runner`)
         self._prefill_memos: dict[str, tuple[dict, dict]] = {}
-        self._host_memo: dict[float, tuple[float, float]] = {}  # b -> the host's work of a decode step (`_host_ms`)
+        self._host_memo: dict[float, float] = {}  # b -> the host's work of a decode step (`_host_ms`)
         cal = next(iter(self.clocks.values())).cal
         self.copy_gbps = ic.links["peer_copy"][2].busbw_gbps if "peer_copy" in ic.links else (cal.copy_gbps or 0.0)
         self.copy_rate = cal.copy_rate_in_forward or DEFAULT_COPY_RATE_IN_FORWARD
@@ -741,39 +741,35 @@ class StepModel:
                 if terms is None:
                     shard, sp, add1, add2, add3, at_least = self._terms(b, role)
                     terms = batch_terms[b] = (shard.decode_ms, b if sp == 1 else b / sp, add1, add2, add3, at_least,
-                                              *self._host_ms(b))
-                decode, rows, add1, add2, add3, at_least, beside, after = terms
+                                              self._host_ms(b))
+                decode, rows, add1, add2, add3, at_least, host = terms
                 ms = decode(rows, step * q) + add1 + add2 + add3
                 ms = at_least if at_least > ms else ms
-                hit = memo[q] = ((beside if beside > ms else ms) + after, step * q + half, q % 2)
+                hit = memo[q] = (host if host > ms else ms, step * q + half, q % 2)
             ms, h, odd = hit  # ctx <= h (< h when q is odd): steps >= 1
             return ms, ceil(h - ctx) if odd else floor(h - ctx) + 1
 
         return run
 
     def _decode_uncached(self, b: float, ctx: int, role: str) -> float:
-        """max(the GPU's step (`_terms`), what the host does beside it) + what the host does after it
-        (`_host_ms`; `_decode_runner` computes it so, each batch's terms once)."""
+        """The GPU's step (`_terms`) or the host's, whichever is longer: the host runs the scheduler's work for `b`
+        requests (`ShardClock.host_ms`), which the overlap scheduler hides behind a graph forward, and past the
+        largest decode graph (SGLang runs the batch eagerly) the forward's kernel launches too, at least the
+        calibrated eager step (`ShardClock.eager_ms`). (`_decode_runner` computes it so, each batch's terms once.)"""
         ms = self._decode_with(self._terms(b, role), b, ctx)
-        beside, after = self._host_ms(b)
-        return (beside if beside > ms else ms) + after  # max(ms, beside) + after
+        host = self._host_ms(b)
+        return host if host > ms else ms  # max(ms, host)
 
-    def _host_ms(self, b: float) -> tuple[float, float]:
-        """The host's work of a decode step of `b` running requests as (beside the GPU's forward, after it), computed
-        once per batch. In a CUDA graph the host launches the forward at once, and the overlap scheduler runs the
-        scheduler's work for `b` requests (`ShardClock.host_ms`: the last step's results, the next batch) while the
-        GPU runs: (that work, 0). Past the largest decode graph SGLang runs the forward eagerly: the host launches its
-        kernels the whole forward long (the calibrated eager step, `ShardClock.eager_ms`, which the GPU's forward
-        overlaps), and only then does that work, with the GPU idle: (eager step, that work). Measured on one H200
-        (Qwen3-8B TP1, 384 rows at about 1,100 tokens, `q8_flags_1gpu_h200`, `q8_eager_prof_1gpu_h200`): 28.6 ms a
-        step in graphs, 47.5 eagerly, where the eager forward's kernels spanned 31.1 ms: 16.4 ms between forwards."""
-        got = self._host_memo.get(b)
-        if got is None:
+    def _host_ms(self, b: float) -> float:
+        """The host's work of a decode step of `b` running requests (`_decode_uncached`), computed once per batch."""
+        host = self._host_memo.get(b)
+        if host is None:
             clock = self.clocks[self.kind.host_role]
-            work = clock.host_ms(b)
-            eager = self.graph_max_bs is not None and b > self.graph_max_bs
-            got = self._host_memo[b] = (clock.eager_ms(b), work) if eager else (work, 0.0)
-        return got
+            host = clock.host_ms(b)
+            if self.graph_max_bs is not None and b > self.graph_max_bs:
+                host += clock.eager_ms(b)
+            self._host_memo[b] = host
+        return host
 
     def prefill_ms(self, parts, role: str = "") -> float:
         """One prefill forward of `parts` ((new tokens, tokens in KV) per request) on one replica (a one-request
