@@ -20,6 +20,8 @@ one GPU. Every figure it gives is a prediction and is labelled so.
   `sim_reference`;
 - `planner`: the library: `plan` / `plan_requests` predict every configuration and rank them, `table` and
   `write_png` render the result, `launch_flags` gives the flags the launcher's auto mode starts the winner with;
+- `server_flags`: the SGLang flags every configuration runs with alike (`ServerFlags`: the prefill chunk and budget,
+  the memory fraction, the largest decode graph), read off a command line or SGLang's parsed flags;
 - `__main__`: the command (`python -m sgl_sidp.plan`: argument parsing and printing, the table, `--json`, `--png`).
 
 Measured against: `benchmarks/results/plan/` (one H200) and `benchmarks/results/plan_multi_gpu/`.
