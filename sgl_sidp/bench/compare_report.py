@@ -209,6 +209,15 @@ def server_flags_of(result: dict) -> ServerFlags:
     return ServerFlags.from_words(shlex.split(result.get("command") or ""))
 
 
+def by_flags(names, flags: dict) -> dict[ServerFlags, list[str]]:
+    """`names` grouped by their SGLang flags (`flags`: name -> `ServerFlags`, SGLang's defaults where missing or
+    None), in order: each group is predicted by one call of the planner with its flags."""
+    out: dict[ServerFlags, list[str]] = {}
+    for name in names:
+        out.setdefault(flags.get(name) or DEFAULTS, []).append(name)
+    return out
+
+
 def unmodelled_config_args(result: dict) -> bool:
     """Whether the flags `bench.compare --config-args` gave this one configuration hold any the planner does not model
     (`server_flags.only_server_flags`; those it models are in the server's command, `server_flags_of`)."""
@@ -262,11 +271,8 @@ def predictions(out_dir: Path, model: str, gpu_name: str, gpus: int, burst: str 
         return {}, f"no prediction: the planner knows {', '.join(GPUS)}, not {gpu_name}"
     ran = {n: (ran or {}).get(n, n) for n in names}
     s, i, o = (int(x) for x in burst.split("+"))
-    by_flags: dict[ServerFlags, list[str]] = {}
-    for n in names:
-        by_flags.setdefault((servers or {}).get(n, DEFAULTS), []).append(n)
     rows: dict = {}
-    for flags, group in by_flags.items():  # one plan per set of flags; the planner's own rows from SGLang's defaults
+    for flags, group in by_flags(names, servers or {}).items():  # the planner's own rows from SGLang's defaults
         try:
             result = plan(str(out_dir / model), gpus, kind, f"offline:{s}:{i}:{o}",
                           names=[ran[n] for n in group if on_these_gpus(n)], server=flags)

@@ -37,7 +37,8 @@ import json
 import shlex
 from pathlib import Path
 
-from sgl_sidp.bench.compare_report import compare_results, server_flags_of, unmodelled, unmodelled_config_args
+from sgl_sidp.bench.compare_report import (by_flags, compare_results, server_flags_of, unmodelled,
+                                           unmodelled_config_args)
 from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags
 from sgl_sidp.plan.planner import plan
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf, add_what_if_args, what_if_from_args
@@ -116,12 +117,8 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
 
 
 def by_server(measured: dict[str, dict], names) -> dict[ServerFlags, list[str]]:
-    """`names` of `measured` by the SGLang flags their servers started with (`compare_report.server_flags_of`;
-    SGLang's defaults where `measured` has none), each group to be predicted by one call of the planner with them."""
-    out: dict[ServerFlags, list[str]] = {}
-    for name in names:
-        out.setdefault(measured[name].get("server") or DEFAULTS, []).append(name)
-    return out
+    """`names` of `measured` by the SGLang flags their servers started with (`compare_report.by_flags`)."""
+    return by_flags(names, {name: measured[name].get("server") for name in names})
 
 
 def replay_settings(folder: Path) -> dict:
@@ -291,9 +288,9 @@ def prefill_rate_lines(input_lens: list[int], first_tok: list[float], sim_first:
     when its last chunk ends, on both sides alike. All lists in the replay's order (tokens; s from its start).
 
     Why: on a saturated replay, how long the backlog of prompts takes to drain sets the decode windows (SGLang runs a
-    waiting prefill before the running requests' decode steps). On `q8_shift_stats_2gpu_h200` Shift's server
-    prefilled 63.7K prompt tokens a second in the saturated 20-30 s against 64.7K simulated and was 30K tokens
-    behind at 30 s, so the requests that arrived then decoded about 1.3 s later than simulated (TP2 within 1 %)."""
+    waiting prefill before the running requests' decode steps). On `q8_shift_stats_2gpu_h200` Shift's server was at
+    most 11K prompt tokens behind the simulation by 5-s window (23K by 1-s window, about 0.4 s of prefill), so its
+    requests' 1.0 s later last tokens came mostly after the drain (their eager decode steps)."""
     by: dict[int, list[int]] = {}
     for tokens, measured, simulated in zip(input_lens, first_tok, sim_first):
         by.setdefault(int(measured // width_s), [0, 0])[0] += tokens
