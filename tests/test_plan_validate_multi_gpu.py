@@ -128,6 +128,17 @@ def test_profiled_forwards_stand_beside_the_planners_steps(tmp_path):
     prefill = got["dp2", "profiled prefill forward"]
     assert "4 x 2,048 tokens" in prefill[1] and prefill[3:] == (model.prefill_ms([(2048, 0)] * 4), 215.0)
     assert got["dp2", "profiled decode step"][3:] == (model.decode_ms(8, 2048), 11.0)
+    # a Shift server profiled before its exchanges were overlapped, at its own threshold: named and priced as it ran
+    # (`compare_report.ran_as`), as `load` names its burst, so the row reaches the run's table
+    (folder / "shift_sp2_tp1.json").write_text(json.dumps({
+        "config": "shift_sp2_tp1", "technique": "shift", "dp": 1, "gpu_count": 2, "kv_tokens": {"0": 1000},
+        "shift_threshold": 1024,
+        "profile": {"spec": "16+2048+8", "chunked_prefill_size": 8192,
+                    "ranks": {"TP-0": {"prefill": stage(120.0), "decode": stage(9.0)}}}}))
+    got = {(r[0], r[1].split(",")[0]): r for r in MOD["profile_rows"](folder, str(QWEN3_8B), "H100")}
+    nccl = step_model(configuration_named("shift_sp2_tp1_nccl_th1024"), hf, gpu, Interconnect.load(GPUS[gpu]["name"]),
+                      2052, host_time_alone_ms(GPUS[gpu]["name"]))[0]
+    assert got["shift_sp2_tp1_nccl_th1024", "profiled prefill forward"][3:] == (nccl.prefill_ms([(2048, 0)] * 4), 120.0)
 
 
 def test_a_prompt_longer_than_the_chunk_is_profiled_chunk_by_chunk(tmp_path):

@@ -433,7 +433,7 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
     others (SiDP's CaS, DP attention), which the planner's step does not."""
     import math
 
-    from sgl_sidp.bench.compare_report import replica_leaders
+    from sgl_sidp.bench.compare_report import ran_as, replica_leaders
     from sgl_sidp.model_info import read_hf_config
     from sgl_sidp.plan.comm import Interconnect
     from sgl_sidp.plan.configs import configuration_named
@@ -446,7 +446,8 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
         prof = r.get("profile")
         if not prof or unmodelled_config_args(r) or r.get("config") == "auto":
             continue
-        c = configuration_named(r["config"])
+        name = ran_as(r, folder)  # a Shift server as it ran (its threshold, its exchanges), as `load` names it
+        c = configuration_named(name)
         s, inp, outp = (int(x) for x in prof["spec"].split("+"))
         server = DEFAULTS if unmodelled(r) else server_flags_of(r)  # a profile's spans as measured either way
         model = step_model(c, hf, gpu, ic, inp + outp / 2, host, what_if=what_if, server=server)[0]
@@ -470,11 +471,11 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
                 what = (f"mean of {len(traced)}: chunks of {chunk:,} tokens after "
                         + ", ".join(f"{p:,}" for _, p in traced) + " in the KV")
                 ms = sum(model.prefill_ms([part]) for part in traced) / len(traced)
-            out.append((r["config"], f"profiled prefill forward, {what}"
+            out.append((name, f"profiled prefill forward, {what}"
                         + (f" (the slowest of {len(leaders)} replicas)" if len(leaders) > 1 else ""), "ms",
                         ms, prefill))
         if decode is not None and not c.kind.lockstep(c):
-            out.append((r["config"], f"profiled decode step, {share} rows at {inp:,} tokens", "ms",
+            out.append((name, f"profiled decode step, {share} rows at {inp:,} tokens", "ms",
                         model.decode_ms(share, inp), decode))
     return out
 
