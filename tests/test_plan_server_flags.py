@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags, ServerFlagsError
+from sgl_sidp.calibration.memory import default_mem_fraction_static, prefill_graph_bucket_count
+from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags, ServerFlagsError, only_server_flags
 
 DENSE = Path(__file__).resolve().parents[2] / "shared" / "models" / "Qwen3-8B"
 needs_models = pytest.mark.skipif(not DENSE.is_dir(), reason=f"{DENSE} not found (the shared model configs)")
@@ -26,9 +27,17 @@ def test_flags_are_read_off_a_command_line_as_argparse_would():
     assert ServerFlags.from_words(["--chunked-prefill-size", "1", "--chunked-prefill-size=2048"]).chunked_prefill_size == 2048
     assert ServerFlags.from_words(["--cuda-graph-max-bs-decode", "384"]).decode_graph_max_bs == 384
     off = ServerFlags.from_words(["--disable-cuda-graph", "--cuda-graph-max-bs", "512"])
-    assert off.decode_graph_max_bs == 0 and off.words() == ["--disable-decode-cuda-graph"]
-    assert ServerFlags.from_words(["--disable-decode-cuda-graph"]).decode_graph_max_bs == 0
+    assert (off.decode_graph_limit(256), off.prefill_graphs) == (0, False)
+    assert off.words() == ["--cuda-graph-max-bs-decode", "512", "--disable-cuda-graph"]  # as given
+    decode_off = ServerFlags.from_words(["--disable-decode-cuda-graph"])
+    assert (decode_off.decode_graphs, decode_off.prefill_graphs, decode_off.words()) == (False, True, [
+        "--disable-decode-cuda-graph"])
+    backend = ServerFlags.from_words(["--cuda-graph-backend-prefill", "disabled", "--cuda-graph-backend-decode=full"])
+    assert (backend.decode_graphs, backend.prefill_graphs) == (True, False)  # another backend: planned as the default
+    assert ServerFlags(decode_graph_max_bs=384).decode_graph_limit(256) == 384 and DEFAULTS.decode_graph_limit(256) == 256
     assert ServerFlags.from_words(["--tp", "2", "--enable-mixed-chunk"]) == DEFAULTS and DEFAULTS.describe() == ""
+    assert only_server_flags(["--chunked-prefill-size", "4096", "--disable-cuda-graph", "--mem-fraction-static=0.8"])
+    assert not only_server_flags(["--chunked-prefill-size"]) and not only_server_flags(["--enable-mixed-chunk"])
 
 
 @pytest.mark.parametrize("words, why", [
@@ -53,7 +62,22 @@ def test_sglangs_parsed_flags_give_the_same_flags():
                         "--mem-fraction-static", "0.85"])
     assert ServerFlags.from_namespace(ns) == ServerFlags(chunked_prefill_size=4096, mem_fraction_static=0.85,
                                                          decode_graph_max_bs=512)
-    assert ServerFlags.from_namespace(ap.parse_args(["--model-path", "m", "--disable-cuda-graph"])).decode_graph_max_bs == 0
+    off = ServerFlags.from_namespace(ap.parse_args(["--model-path", "m", "--disable-cuda-graph"]))
+    assert (off.decode_graphs, off.prefill_graphs) == (False, False)
+    off = ServerFlags.from_namespace(ap.parse_args(["--model-path", "m", "--disable-decode-cuda-graph"]))
+    assert (off.decode_graphs, off.prefill_graphs) == (False, True)
+
+
+def test_sglangs_memory_default_follows_the_chunk_and_the_graphs():
+    """`default_mem_fraction_static` as SGLang 0.5.17's `reserve_for_graph_mb`: 8 MiB per prefill graph, one per
+    captured token count up to the chunk (`_generate_prefill_cuda_graph_batch_sizes`), 2 MiB per decode graph size."""
+    assert [prefill_graph_bucket_count(t) for t in (2048, 4096, 8192, 16384)] == [42, 50, 58, 74]
+    at = default_mem_fraction_static(81_559)  # H100: 8,192-token chunk, 58 prefill graphs, 256 decode sizes
+    assert default_mem_fraction_static(81_559, prefill_graph_buckets=58) == at
+    assert default_mem_fraction_static(81_559, chunked_prefill=16384) == round(
+        (81_559 - (512 + 16384 * 1.5 + 1024 / 8 + 256 * 2 + 74 * 8)) / 81_559, 3)
+    assert default_mem_fraction_static(81_559, decode_graphs=False) == round(
+        (81_559 - (512 + 8192 * 1.5 + 1024 / 8 + 58 * 8)) / 81_559, 3)
 
 
 def test_replica_limits_take_the_chunk_and_budget_dp_attention_dividing_the_chunk():
@@ -91,8 +115,14 @@ def test_each_flag_moves_the_plan_as_sglang_would():
     # more decode graphs reserve more memory (2 MiB a captured batch size); none at all prices every step eagerly
     _, graphs = rows(decode_graph_max_bs=512)
     assert graphs["dp2"].kv_tokens_total < at["dp2"].kv_tokens_total
-    _, eager = rows(decode_graph_max_bs=0)
+    _, eager = rows(decode_graphs=False)
     assert eager["dp2"].decode_step_ms["256"]["8"] > at["dp2"].decode_step_ms["256"]["8"]
+    assert eager["dp2"].kv_tokens_total > at["dp2"].kv_tokens_total  # no decode graphs reserved
+    # DP attention's padding reserve stays sized by SGLang's largest decode graph with the graphs off
+    # (`ServerArgs.reserve_for_graph_mb`); no prefill graphs, no prefill graphs' reserve
+    _, none = rows(decode_graphs=False, prefill_graphs=False)
+    assert none["dp2_attn"].mem_fraction_static == pytest.approx(
+        default_mem_fraction_static(143_771, 2, decode_graphs=False, prefill_graph_buckets=0, dp_attention_dp=2))
     assert base["server_flags"] == "" and fixed["server_flags"] == "--mem-fraction-static 0.8"
     text = table(fixed)
     assert "SGLang flags --mem-fraction-static 0.8 (every number below is a prediction)" in text
@@ -127,5 +157,6 @@ def test_the_cli_auto_and_an_explicit_mode_plan_with_the_users_flags(monkeypatch
     cfg = SidpConfig.from_cli_args(ls.split_args(["--overlay-mode", "shift"])[0])
     server_args = types.SimpleNamespace(model_path=str(DENSE), dp_size=1, tp_size=2, base_gpu_id=0)
     raw = ls.sglang_raw_args(["--model-path", str(DENSE), "--tp-size", "2", "--mem-fraction-static", "0.8"])
-    assert ls.mode_verdict(cfg, server_args, raw).startswith("sgl-sidp: --overlay-mode shift (shift_sp2_tp1)")
+    line = ls.mode_verdict(cfg, server_args, raw)
+    assert line.startswith("sgl-sidp: --overlay-mode shift (shift_sp2_tp1)") and "no prediction" not in line
     assert seen[-1] == ServerFlags(mem_fraction_static=0.8)

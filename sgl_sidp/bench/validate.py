@@ -39,7 +39,7 @@ from pathlib import Path
 
 from sgl_sidp.bench.compare_report import (by_flags, compare_results, server_flags_of, unmodelled,
                                            unmodelled_config_args)
-from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags
+from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags, ServerFlagsError
 from sgl_sidp.plan.planner import plan
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf, add_what_if_args, what_if_from_args
 
@@ -449,7 +449,10 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
         name = ran_as(r, folder)  # a Shift server as it ran (its threshold, its exchanges), as `load` names it
         c = configuration_named(name)
         s, inp, outp = (int(x) for x in prof["spec"].split("+"))
-        server = DEFAULTS if unmodelled(r) else server_flags_of(r)  # a profile's spans as measured either way
+        try:  # a profile's spans are as measured whatever else the planner does not model
+            server = server_flags_of(r)
+        except ServerFlagsError:
+            server = DEFAULTS
         model = step_model(c, hf, gpu, ic, inp + outp / 2, host, what_if=what_if, server=server)[0]
         if model is None:
             continue

@@ -158,21 +158,34 @@ def default_decode_graph_max_bs(gpu_mib: float, tp: int = 1) -> int:
     return 512
 
 
+def prefill_graph_bucket_count(chunk: int) -> int:
+    """How many token counts SGLang 0.5.17 captures breakable prefill graphs for when its largest is `chunk` (the
+    chunked prefill size; `ServerArgs._generate_prefill_cuda_graph_batch_sizes`): 4-32 by 4, 48-256 by 16, 288-512 by
+    32, 576-1,024 by 64, 1,280-4,096 by 256, then by 512: 42 at 2,048, 58 at 8,192, 74 at 16,384."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32)) + list(range(576, 1025, 64))
+             + list(range(1280, 4097, 256)) + list(range(4608, chunk + 1, 512)))
+    return sum(1 for t in sizes if t <= chunk)
+
+
 def default_mem_fraction_static(gpu_mib: float, tp: int = 1, chunked_prefill: int | None = None,
-                                decode_graph_max_bs: int | None = None, prefill_graph_buckets: int = 58,
-                                mla: bool = False, dp_attention_dp: int = 0) -> float:
+                                decode_graph_max_bs: int | None = None, prefill_graph_buckets: int | None = None,
+                                mla: bool = False, dp_attention_dp: int = 0, decode_graphs: bool = True) -> float:
     """SGLang 0.5.17's default `--mem-fraction-static` for a GPU of `gpu_mib` MiB, as
-    `ServerArgs._handle_gpu_memory_settings` computes it (decode CUDA graphs on, no PP, no disaggregation, no
+    `ServerArgs._handle_gpu_memory_settings` and `reserve_for_graph_mb` compute it (no PP, no disaggregation, no
     speculative decoding): reserve 512 MiB + 1.5 MiB per activation token (the chunked prefill size, at least 2,048) +
-    TP/8 GiB + 2 MiB per captured decode batch size + the prefill graphs' share (8 MiB per bucket; MLA: 1.5 GiB;
-    `prefill_graph_buckets` 0: prefill graphs off, as SGLang has them for DeepSeek's MLA), at least 10 GiB on GPUs of
-    more than 60 GiB. `chunked_prefill` and `decode_graph_max_bs` default to SGLang's for that GPU size;
-    `dp_attention_dp` > 0 adds DP attention's padding reserve."""
+    TP/8 GiB + 2 MiB per captured decode batch size (none with `decode_graphs` False, decode graphs off) + the prefill
+    graphs' share (8 MiB per bucket, `prefill_graph_buckets`, by default one per captured size up to the chunk,
+    `prefill_graph_bucket_count(chunk)`; MLA: 1.5 GiB; 0: prefill graphs off, as SGLang has them for DeepSeek's MLA), at
+    least 10 GiB on GPUs of more than 60 GiB. `chunked_prefill` and `decode_graph_max_bs` default to SGLang's for that
+    GPU size; `dp_attention_dp` > 0 adds DP attention's padding reserve (by the largest decode batch, graphs on or
+    off)."""
     if chunked_prefill is None:
         chunked_prefill = 2048 if gpu_mib < 35 * 1024 else 4096 if gpu_mib < 60 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384
     if decode_graph_max_bs is None:
         decode_graph_max_bs = default_decode_graph_max_bs(gpu_mib, tp)
-    reserved = 512 + max(chunked_prefill, 2048) * 1.5 + tp / 8 * 1024 + decode_graph_max_bs * 2
+    if prefill_graph_buckets is None:
+        prefill_graph_buckets = prefill_graph_bucket_count(chunked_prefill)
+    reserved = 512 + max(chunked_prefill, 2048) * 1.5 + tp / 8 * 1024 + (decode_graph_max_bs * 2 if decode_graphs else 0)
     if dp_attention_dp:
         reserved += decode_graph_max_bs * dp_attention_dp * (3 + (1.5 if decode_graph_max_bs > 300 else 0))
     if prefill_graph_buckets:

@@ -184,7 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     sglang.add_argument("--mem-fraction-static", type=float, default=None, metavar="F")
     sglang.add_argument("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", dest="cuda_graph_max_bs_decode", type=int,
                         default=None, metavar="BS", help="the largest decode batch in a CUDA graph; larger run eagerly")
-    sglang.add_argument("--disable-cuda-graph", action="store_true", help="every decode step eager")
+    sglang.add_argument("--disable-cuda-graph", action="store_true", help="no CUDA graphs: every decode step eager")
+    sglang.add_argument("--disable-decode-cuda-graph", action="store_true", help="every decode step eager")
+    sglang.add_argument("--disable-prefill-cuda-graph", action="store_true", help="no prefill graphs")
     a = ap.parse_args(argv)
     try:
         if a.gpus < 1:

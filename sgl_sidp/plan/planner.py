@@ -304,7 +304,8 @@ def slo_key(ttft_ms: float, tpot_ms: float) -> str:
 def replica_limits(c, kv_tokens: int, server: ServerFlags = DEFAULTS) -> ReplicaLimits:
     """SGLang's limits of one replica of configuration `c` (`configs.Configuration`) with `kv_tokens` KV tokens:
     `server`'s `--chunked-prefill-size` and `--max-prefill-tokens` where given, else SGLang's defaults on H100 and H200
-    (8,192 and 16,384, `ServerArgs._handle_gpu_memory_settings`), the chunk divided by `--dp-size` under DP attention
+    (8,192 from `ServerArgs._handle_gpu_memory_settings`, and `ServerArgs.max_prefill_tokens`' 16,384), the chunk
+    divided by `--dp-size` under DP attention
     (`ServerArgs`: "DP attention is enabled. chunked prefill size is adjusted"; 4,096-token chunks in its log on
     2 x H100)."""
     chunk = server.chunked_prefill_size or ReplicaLimits.chunked_prefill
@@ -375,8 +376,9 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
         free = free_before_load_bytes(gpu, server_tp)
         frac = server.mem_fraction_static or default_mem_fraction_static(
             kind["mib"], server_tp, chunked_prefill=server.chunked_prefill_size,
-            decode_graph_max_bs=server.decode_graph_max_bs, prefill_graph_buckets=0 if shapes.mla else 58,
-            mla=shapes.mla, dp_attention_dp=c.kind.dp_attention_dp(c))
+            decode_graph_max_bs=server.decode_graph_max_bs, decode_graphs=server.decode_graphs,
+            prefill_graph_buckets=0 if shapes.mla or not server.prefill_graphs else None, mla=shapes.mla,
+            dp_attention_dp=c.kind.dp_attention_dp(c))
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
                "mem_fraction_static": frac}  # the `PlanRow`'s fields so far
         unmodeled = [o for o in c.options if option(o)[0] not in c.kind.modeled_options]
@@ -516,7 +518,7 @@ def step_model(c, hf: dict, gpu: str, ic: Interconnect, context: float, host_ms:
     """The step model of configuration `c` of the model whose config.json is `hf` on GPU kind `gpu` (a `GPUS` key):
     its shards' calibrations (`find_calibration`) as `ShardClock`s, `ic` its interconnect, `context` (tokens) the
     workload's mean context, `host_ms` the host time a forward alone takes (`host_time_alone_ms`), its largest decode
-    graph `server`'s where given (`ServerFlags.decode_graph_max_bs`), else SGLang's default.
+    graph `server`'s where given (`ServerFlags.decode_graph_limit`), else SGLang's default.
 
     Returns (model, or None where a shard has no calibration; the calibration file of each role found; each missing
     shard's signature with how to calibrate it or why it cannot be; whether `plan calibrate` can time the missing)."""
@@ -535,8 +537,7 @@ def step_model(c, hf: dict, gpu: str, ic: Interconnect, context: float, host_ms:
                                   what_if)
         found[role] = str(hit[1])
     decide = host_ms if host_ms is not None else DEFAULT_DECIDE_MS
-    graphs = server.decode_graph_max_bs
-    graphs = default_decode_graph_max_bs(kind["mib"], c.server_tp) if graphs is None else graphs
+    graphs = server.decode_graph_limit(default_decode_graph_max_bs(kind["mib"], c.server_tp))
     model = StepModel(c, shapes, clocks, ic, elt, int(context), graphs, decide) if not missing else None
     return model, found, missing, calibratable
 

@@ -10,7 +10,9 @@ line (`from_words`: the launcher's argv, `bench.compare`'s recorded server comma
 
 Source: SGLang 0.5.17 `ServerArgs` (`--chunked-prefill-size`, `--max-prefill-tokens`, `--mem-fraction-static`,
 `--cuda-graph-max-bs-decode` and its deprecated spelling `--cuda-graph-max-bs`, `--disable-cuda-graph`,
-`--disable-decode-cuda-graph`), `ServerArgs._handle_gpu_memory_settings` for the defaults.
+`--disable-decode-cuda-graph`, `--disable-prefill-cuda-graph`, `--cuda-graph-backend-decode/-prefill disabled`),
+`ServerArgs._handle_gpu_memory_settings` and `reserve_for_graph_mb` for the defaults. Other graph backends
+(`full`, `tc_piecewise`) are planned as SGLang's default ones.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-#: flag -> (field, type) of the flags that take a value; `SWITCHES`: the flags that turn decode graphs off
+#: flag -> (field, type) of the flags that take a value
 VALUED = {"--chunked-prefill-size": ("chunked_prefill_size", int), "--max-prefill-tokens": ("max_prefill_tokens", int),
           "--mem-fraction-static": ("mem_fraction_static", float),
-          "--cuda-graph-max-bs-decode": ("decode_graph_max_bs", int), "--cuda-graph-max-bs": ("decode_graph_max_bs", int)}
-SWITCHES = {"--disable-cuda-graph": "decode_graph_max_bs", "--disable-decode-cuda-graph": "decode_graph_max_bs"}
+          "--cuda-graph-max-bs-decode": ("decode_graph_max_bs", int), "--cuda-graph-max-bs": ("decode_graph_max_bs", int),
+          "--cuda-graph-backend-decode": ("decode_backend", str), "--cuda-graph-backend-prefill": ("prefill_backend", str)}
+#: switch -> the graphs it turns off ("decode", "prefill")
+SWITCHES = {"--disable-cuda-graph": ("decode", "prefill"), "--disable-decode-cuda-graph": ("decode",),
+            "--disable-prefill-cuda-graph": ("prefill",)}
 
 
 class ServerFlagsError(ValueError):
@@ -39,13 +44,18 @@ class ServerFlags:
         max_prefill_tokens: `--max-prefill-tokens`, the new tokens one prefill batch admits at most (SGLang: 16,384).
         mem_fraction_static: `--mem-fraction-static`, the share of a GPU's memory for weights and the KV pool (0-1).
         decode_graph_max_bs: `--cuda-graph-max-bs-decode` (or `--cuda-graph-max-bs`), the largest decode batch run
-            in a CUDA graph, larger ones eagerly; 0 with `--disable-cuda-graph` or `--disable-decode-cuda-graph`.
+            in a CUDA graph, larger ones eagerly (SGLang still sizes DP attention's padding by it with graphs off).
+        decode_graphs, prefill_graphs: False where the flags turn those graphs off (`--disable-cuda-graph`: both;
+            `--disable-decode-cuda-graph`, `--disable-prefill-cuda-graph`, `--cuda-graph-backend-* disabled`): every
+            decode step eager; no prefill graphs' memory reserve.
     """
 
     chunked_prefill_size: int | None = None
     max_prefill_tokens: int | None = None
     mem_fraction_static: float | None = None
     decode_graph_max_bs: int | None = None
+    decode_graphs: bool = True
+    prefill_graphs: bool = True
 
     def __post_init__(self):
         problems = self.problems()
@@ -75,11 +85,11 @@ class ServerFlags:
             ServerFlagsError: a value that is not a number, or one `problems` names.
         """
         found: dict = {}
-        words, off = list(words), False
+        words, off = list(words), set()
         for i, word in enumerate(words):
             flag, eq, value = word.partition("=")
             if flag in SWITCHES:
-                off = True
+                off.update(SWITCHES[flag])
             elif flag in VALUED:
                 field, kind = VALUED[flag]
                 if not eq:
@@ -88,22 +98,26 @@ class ServerFlags:
                     found[field] = kind(value)
                 except ValueError:
                     raise ServerFlagsError(f"{flag} {value!r}: expected a number") from None
-        if off:  # no decode graphs at all, whatever the largest batch says
-            found["decode_graph_max_bs"] = 0
-        return cls(**found)
+        for stage in ("decode", "prefill"):
+            if found.pop(f"{stage}_backend", None) == "disabled":
+                off.add(stage)
+        return cls(**found, decode_graphs="decode" not in off, prefill_graphs="prefill" not in off)
 
     @classmethod
     def from_namespace(cls, ns) -> "ServerFlags":
-        """The flags of SGLang's parsed arguments (`argparse.Namespace` of `ServerArgs.add_cli_args`, or a
-        `ServerArgs`): a value SGLang left unset (None) stays unset; `--max-prefill-tokens` at SGLang's default
-        (16,384) counts as unset."""
-        graphs_off = bool(getattr(ns, "disable_cuda_graph", False) or getattr(ns, "disable_decode_cuda_graph", False))
-        max_bs = getattr(ns, "cuda_graph_max_bs_decode", None)
+        """The flags of SGLang's parsed arguments (`argparse.Namespace` of `ServerArgs.add_cli_args`: a value the
+        user left unset, None, stays unset; or a resolved `ServerArgs`: SGLang's resolved values, this server's own);
+        `--max-prefill-tokens` at SGLang's default (16,384) counts as unset."""
+        def off(stage: str) -> bool:
+            return bool(getattr(ns, "disable_cuda_graph", False) or getattr(ns, f"disable_{stage}_cuda_graph", False)
+                        or getattr(ns, f"cuda_graph_backend_{stage}", None) == "disabled")
+
         budget = getattr(ns, "max_prefill_tokens", None)
         return cls(chunked_prefill_size=getattr(ns, "chunked_prefill_size", None),
                    max_prefill_tokens=None if budget == DEFAULT_MAX_PREFILL_TOKENS else budget,
                    mem_fraction_static=getattr(ns, "mem_fraction_static", None),
-                   decode_graph_max_bs=0 if graphs_off else max_bs)
+                   decode_graph_max_bs=getattr(ns, "cuda_graph_max_bs_decode", None),
+                   decode_graphs=not off("decode"), prefill_graphs=not off("prefill"))
 
     def words(self) -> list[str]:
         """The flags as SGLang's command-line words (those given only), for a launch command."""
@@ -112,11 +126,20 @@ class ServerFlags:
                             ("--max-prefill-tokens", self.max_prefill_tokens),
                             ("--mem-fraction-static", self.mem_fraction_static),
                             ("--cuda-graph-max-bs-decode", self.decode_graph_max_bs)):
-            if value is not None and not (flag == "--cuda-graph-max-bs-decode" and value == 0):
+            if value is not None:
                 out += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-        if self.decode_graph_max_bs == 0:
-            out.append("--disable-decode-cuda-graph")
+        if not (self.decode_graphs or self.prefill_graphs):
+            out.append("--disable-cuda-graph")
+        elif not self.decode_graphs or not self.prefill_graphs:
+            out.append("--disable-decode-cuda-graph" if not self.decode_graphs else "--disable-prefill-cuda-graph")
         return out
+
+    def decode_graph_limit(self, default: int) -> int:
+        """The largest decode batch run in a CUDA graph (0: none), `default` (SGLang's for the GPU and TP size)
+        where not given."""
+        if not self.decode_graphs:
+            return 0
+        return default if self.decode_graph_max_bs is None else self.decode_graph_max_bs
 
     def describe(self) -> str:
         """The flags given, as one phrase ("" for none), for a plan's title."""
@@ -131,7 +154,7 @@ def only_server_flags(words: Sequence[str]) -> bool:
         flag, eq, _ = words[i].partition("=")
         if flag in SWITCHES and not eq:
             i += 1
-        elif flag in VALUED:
+        elif flag in VALUED and (eq or i + 1 < len(words)):
             i += 1 if eq else 2
         else:
             return False

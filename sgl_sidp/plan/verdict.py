@@ -29,8 +29,10 @@ def planned(model_path: str, dp: int, tp_size: int, gpu_name: str | None, mode: 
             (`Technique.launched_name`).
         workload: the planner's workload spec (`--overlay-plan-workload`).
         slo: (TTFT ms, TPOT ms) to rank by goodput (`--overlay-plan-slo-ttft-ms`, `--overlay-plan-slo-tpot-ms`).
-        sglang_args: SGLang's parsed flags (a namespace or `ServerArgs`), whose chunk, memory fraction and largest
-            decode graph every planned configuration runs with (`ServerFlags.from_namespace`); None: SGLang's
+        sglang_args: SGLang's parsed flags, whose chunk, memory fraction and decode graphs every planned
+            configuration runs with (`ServerFlags.from_namespace`): the user's, unresolved, to compare configurations
+            (the launcher's verdict, ZeroDP's decline); a resolved `ServerArgs` plans every configuration with this
+            server's own values, right for this server's row alone (SiDP's launch-time B_th); None: SGLang's
             defaults.
 
     Never raises: what the planner cannot predict is the reason.
