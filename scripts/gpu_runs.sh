@@ -356,6 +356,9 @@
 #                (GPU-bound: the 2,048 burst came within 0.0 % of its prediction), less than at 1,100 (47.5): neither
 #                a per-request constant nor the requests' work after the forward (tried at ea8db34, reverted) fits all
 #                three; max(GPU, launches + 0.022-0.072 ms a request) does. The 128-token burst +45.8 % (TTFT -56 %)
+#   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
+#                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
+#                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x
 #   q8_decode2   Shift SP2 against DP2 under a decode-heavier high load: Qwen3-8B, 256 x (1,024 in, 512 out) at once, DP2,
 #                Shift SP2 and TP2 on 2 x H200 (pairs at once on 4). Shift ran 0.92-0.95x DP2 on the prefill-heavy
 #                64 x (2,048 in, 32 out); its decodes run TP2, whose steps cost less GPU time a token than DP2's at these
@@ -676,6 +679,10 @@ for RUN in "$@"; do
     q8_eager_ctx_1gpu)
       compare_run "q8_eager_ctx128_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+128+128
       compare_run "q8_eager_ctx2048_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+2048+128 ;;
+    q8_graphs512_shift)
+      compare_run "q8_graphs512_shift_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256
+      compare_run "q8_graphs512_shift_on_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256 \
+        --extra-args "$X --cuda-graph-max-bs-decode 512" ;;
     q8_graphs512)
       compare_run "q8_graphs512_on_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --burst 512+1024+256 \
         --extra-args "$X --cuda-graph-max-bs-decode 512"
