@@ -358,7 +358,10 @@
 #                three; max(GPU, launches + 0.022-0.072 ms a request) does. The 128-token burst +45.8 % (TTFT -56 %)
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
-#                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x
+#                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
+#                eagerly 21,503 tok/s, TPOT p50 102 ms (SGLang's log: 512 rows at 73.9 ms a step; predicted 49,406 and
+#                38.8: +130 %); with the flag 38,632 tok/s (1.80x), TPOT p50 46.6 ms (458 rows at 21.7 ms; predicted
+#                50,277 and 37.9: +30 %, -19 %); KV 0.4 % less. Shift's SGLang default is 512 since (shift.feature)
 #   q8_decode2   Shift SP2 against DP2 under a decode-heavier high load: Qwen3-8B, 256 x (1,024 in, 512 out) at once, DP2,
 #                Shift SP2 and TP2 on 2 x H200 (pairs at once on 4). Shift ran 0.92-0.95x DP2 on the prefill-heavy
 #                64 x (2,048 in, 32 out); its decodes run TP2, whose steps cost less GPU time a token than DP2's at these
@@ -414,7 +417,8 @@
 #                at the looser objectives
 #   overlap_graph  tests/gpu/test_shift_overlap_gpu.py: both overlapped exchanges of two Qwen3-8B SP2 layers (4,096
 #                tokens) captured in one CUDA graph on a side stream, as SGLang's breakable prefill graphs capture them,
-#                replayed 8 times on fresh inputs against NCCL's all-to-alls run eagerly. The servers of the overlap runs
+#                replayed 8 times on fresh inputs against NCCL's all-to-alls run eagerly. Found at 6281f80 (2 x H200): SP2
+#                passes, QKV blocks equal to the bit (16 of 16), O error 0.0; SP4 not run (2 GPUs). The servers of the overlap runs
 #                measured speed on dummy weights, not answers. Expected: passes at SP2 and, on 4 GPUs, SP4 (QKV blocks
 #                NCCL's to the bit, O within bf16 rounding). Not run yet: the session that wrote it (30c098b) had no
 #                device time left. Since 1b13b69 the exchange holds each put source until its barrier; the SP4 runs before

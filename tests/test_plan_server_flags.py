@@ -97,7 +97,8 @@ def test_each_flag_moves_the_plan_as_sglang_would():
     from sgl_sidp.plan.planner import plan, table
 
     def rows(**flags):
-        result = plan(str(DENSE), 2, "H200", "offline:64:2048:64", server=ServerFlags(**flags))
+        result = plan(str(DENSE), 2, "H200", "offline:64:2048:64", server=ServerFlags(**flags),
+                      names=["shift_sp2_tp1_nccl"])
         return result, {r.name: r for r in result["configurations"]}
 
     base, at = rows()
@@ -106,9 +107,9 @@ def test_each_flag_moves_the_plan_as_sglang_would():
     assert small["tp2"].kv_tokens_total > at["tp2"].kv_tokens_total
     assert small["tp2"].ttft_ms_p50 != at["tp2"].ttft_ms_p50  # 2,048-token prefill forwards, not 8,192
     # Shift's exchange buffer holds two slots of a chunk's QKV blocks: a quarter of the chunk frees 3/4 of its 101 MB,
-    # about 1,000 KV tokens more than TP2 gains from the same memory fraction
+    # about 1,000 KV tokens more than Shift by NCCL (no buffer) gains from the same memory fraction
     freed = ((small["shift_sp2_tp1"].kv_tokens_total - at["shift_sp2_tp1"].kv_tokens_total)
-             - (small["tp2"].kv_tokens_total - at["tp2"].kv_tokens_total))
+             - (small["shift_sp2_tp1_nccl"].kv_tokens_total - at["shift_sp2_tp1_nccl"].kv_tokens_total))
     assert 500 < freed < 1500, freed
     fixed, lower = rows(mem_fraction_static=0.8)
     assert lower["tp2"].kv_tokens_total < at["tp2"].kv_tokens_total and lower["tp2"].mem_fraction_static == 0.8
@@ -160,3 +161,48 @@ def test_the_cli_auto_and_an_explicit_mode_plan_with_the_users_flags(monkeypatch
     line = ls.mode_verdict(cfg, server_args, raw)
     assert line.startswith("sgl-sidp: --overlay-mode shift (shift_sp2_tp1)") and "no prediction" not in line
     assert seen[-1] == ServerFlags(mem_fraction_static=0.8)
+
+
+@needs_models
+def test_shift_raises_sglangs_decode_graphs_unless_the_user_sets_them():
+    """Shift's SGLang default (`shift.feature.sglang_defaults`): decode graphs up to 512 rows, its decodes below the
+    threshold being TP at those batches (q8_graphs512_shift_2gpu_h200: 1.80x on 512 x (1,024, 256)); the planner
+    prices Shift's server so (`Technique.decode_graph_max_bs`) and the user's flags win."""
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.plan.planner import plan
+    from sgl_sidp.shift.feature import DECODE_GRAPH_MAX_BS, sglang_defaults
+
+    assert sglang_defaults(["--tp-size", "2"]) == ["--tp-size", "2", "--cuda-graph-max-bs-decode", "512"]
+    for given in (["--cuda-graph-max-bs", "128"], ["--disable-cuda-graph"], ["--cuda-graph-max-bs-decode=64"],
+                  ["--cuda-graph-backend-decode", "disabled"]):
+        assert sglang_defaults(given) == given
+    shift, tp2 = configuration_named("shift_sp2_tp1"), configuration_named("tp2")
+    assert (shift.kind.decode_graph_max_bs(shift, 256), tp2.kind.decode_graph_max_bs(tp2, 256)) == (DECODE_GRAPH_MAX_BS, 256)
+    assert shift.kind.decode_graph_max_bs(shift, 1024) == 1024
+
+    def kv(**flags):
+        return {r.name: r.kv_tokens_total
+                for r in plan(str(DENSE), 2, "H200", "latency:2048:4", server=ServerFlags(**flags))["configurations"]}
+
+    default, at_256 = kv(), kv(decode_graph_max_bs=256)
+    # 256 more captured sizes at 2 MiB each: 512 MiB less KV pool (measured 1,600,829 -> 1,594,791 tokens, -0.38 %)
+    assert at_256["shift_sp2_tp1"] - default["shift_sp2_tp1"] == pytest.approx(1_600_829 - 1_594_791, rel=0.02)
+    assert at_256["tp2"] == default["tp2"]
+
+
+def test_a_servers_captured_decode_graphs_are_read_off_its_log(tmp_path):
+    """`compare_report.server_flags_of`: where the command sets no largest decode graph, the server's log says what
+    it captured (a feature's own default is not in the command: Shift's servers before it raised the limit)."""
+    import gzip
+
+    from sgl_sidp.bench.compare_report import server_flags_of
+
+    (tmp_path / "logs").mkdir()
+    with gzip.open(tmp_path / "logs" / "shift_sp2_tp1.log.gz", "wt") as f:
+        f.write("[TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4, 248, 256], "
+                "avail mem=10.35 GB\n")
+    result = {"config": "shift_sp2_tp1", "command": "python -m sgl_sidp.launch_server --tp-size 2 --overlay-mode shift"}
+    assert server_flags_of(result, tmp_path) == ServerFlags(decode_graph_max_bs=256)
+    assert server_flags_of(result) == DEFAULTS  # no folder: the command alone
+    given = {**result, "command": result["command"] + " --cuda-graph-max-bs-decode 384"}
+    assert server_flags_of(given, tmp_path).decode_graph_max_bs == 384  # the command wins

@@ -16,9 +16,11 @@ mode that declined at launch started instead).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Callable, Sequence
@@ -199,14 +201,30 @@ def ran_as(r: dict, folder: Path | None = None) -> str:
     return name if th is None or float(th) == float("inf") else f"{name}_th{int(float(th))}"  # "inf": JSON's word
 
 
-def server_flags_of(result: dict) -> ServerFlags:
+#: SGLang's log line of the decode graphs a server captured (`CudaGraphRunner`), their batch sizes in brackets
+DECODE_CAPTURE = re.compile(r"Capture target decode CUDA graph begin\..*?bs=\[([0-9, ]+)\]")
+
+
+def server_flags_of(result: dict, folder: Path | None = None) -> ServerFlags:
     """The SGLang flags the planner models that `bench.compare`'s result of one configuration started its server with
-    (its "command": the chunk, the prefill budget, the memory fraction, the decode graphs), to predict it with.
+    (its "command": the chunk, the prefill budget, the memory fraction, the decode graphs), to predict it with; the
+    largest decode graph, where the command does not set it, as the server's log in `folder`/logs shows it captured
+    (a feature's own default, `Feature.sglang_defaults`, is not in the command: Shift's servers before it raised the
+    limit captured SGLang's 256).
 
     Raises:
         ServerFlagsError: a value the planner cannot use (`unmodelled` names it).
     """
-    return ServerFlags.from_words(shlex.split(result.get("command") or ""))
+    import gzip
+
+    flags = ServerFlags.from_words(shlex.split(result.get("command") or ""))
+    log = folder / "logs" / f"{result.get('config')}.log.gz" if folder is not None else None
+    if flags.decode_graph_max_bs is None and flags.decode_graphs and log is not None and log.is_file():
+        with gzip.open(log, "rt", errors="replace") as f:
+            found = DECODE_CAPTURE.search(f.read())
+        if found:
+            flags = dataclasses.replace(flags, decode_graph_max_bs=max(int(b) for b in found.group(1).split(",")))
+    return flags
 
 
 def by_flags(names, flags: dict) -> dict[ServerFlags, list[str]]:
@@ -321,7 +339,7 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
     summary, plot = [], {}
     for (model, gpu, count), group in groups(results).items():
         burst_spec = next((r["burst"]["spec"] for r in group.values() if r.get("burst")), None)
-        servers = {n: server_flags_of(r) for n, r in group.items() if not unmodelled(r)}
+        servers = {n: server_flags_of(r, out_dir / model) for n, r in group.items() if not unmodelled(r)}
         pred, pred_note = (predictions(out_dir, model, gpu, count, burst_spec, list(group),
                                        {n: ran_as(r, out_dir / model) for n, r in group.items()}, servers)
                            if predict else ({}, ""))

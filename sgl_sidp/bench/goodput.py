@@ -129,7 +129,7 @@ def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slos:
     n = max(int(results.get(c, {}).get("gpu_count") or 0) for c in names) or 2
     ran = {c: ran_as(results[c], folder) if c in results else c for c in names}
     rows = {}
-    for server, group in by_flags(names, {c: server_flags_of(results[c]) for c in names if c in results}).items():
+    for server, group in by_flags(names, {c: server_flags_of(results[c], folder) for c in names if c in results}).items():
         got = replay_rows(model_path, gpu, n, replay_args, slos, trace_dir, [ran[c] for c in group], server)
         rows.update({c: r for c in group for r in got if r.name == ran[c]})
     return [{c: rows[c].goodput_by_slo[slo_key(slo)] for c in names if c in rows} for slo in slos]

@@ -112,7 +112,7 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
                 "shape": tuple(int(x) for x in b["spec"].split("+")),
                 **{k: b[k] for k in ("total_tok_s", "ttft_ms_p50", "tpot_ms_p50")}},
             "traces": {k: t for k, t in (r.get("traces") or {}).items() if t.get("request_goodput") is not None},
-            "server": server_flags_of(r)}
+            "server": server_flags_of(r, folder)}
     return out
 
 
@@ -450,7 +450,7 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
         c = configuration_named(name)
         s, inp, outp = (int(x) for x in prof["spec"].split("+"))
         try:  # a profile's spans are as measured whatever else the planner does not model
-            server = server_flags_of(r)
+            server = server_flags_of(r, folder)
         except ServerFlagsError:
             server = DEFAULTS
         model = step_model(c, hf, gpu, ic, inp + outp / 2, host, what_if=what_if, server=server)[0]

@@ -131,6 +131,11 @@ class Technique:
         token. Default: the configuration's KV layout (`attn_tp`)."""
         return self.attn_tp(c)
 
+    def decode_graph_max_bs(self, c, sglang_default: int) -> int:
+        """The largest decode batch the technique's server runs in a CUDA graph where the user sets none: SGLang's
+        default for the GPU and TP size (`sglang_default`), unless the feature raises it (`Feature.sglang_defaults`)."""
+        return sglang_default
+
     def dp_attention_dp(self, c) -> int:
         """The `--dp-size` SGLang's memory default sees with `--enable-dp-attention` (`memory.
         default_mem_fraction_static`'s `dp_attention_dp`); 0 without DP attention."""

@@ -41,6 +41,12 @@ class ShiftTechnique(Technique):
     modeled_options = frozenset({"th", "nccl", "overlap"})  # exact: its base forward's cost is not modeled
     host_role = "shift"
 
+    def decode_graph_max_bs(self, c, sglang_default):
+        """At least `feature.DECODE_GRAPH_MAX_BS` (Shift's SGLang default)."""
+        from sgl_sidp.shift.feature import DECODE_GRAPH_MAX_BS
+
+        return max(sglang_default, DECODE_GRAPH_MAX_BS)
+
     def node_configurations(self, shapes, n_gpus):
         if n_gpus == 1 or shapes.moe_layers:
             return []
