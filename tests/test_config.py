@@ -135,14 +135,16 @@ def dense_moe(tmp_path):
 
 
 def test_shift_keeps_breakable_prefill_graphs_and_refuses_the_others(tmp_path, monkeypatch):
-    """Shift changes no SGLang default; SGLang's own parser reads the prefill backend (JSON over the per-phase flag
-    over the legacy aliases) and the full / tc_piecewise backends are refused."""
+    """Shift changes one SGLang default, its largest decode graph (`shift.feature.sglang_defaults`); SGLang's own
+    parser reads the prefill backend (JSON over the per-phase flag over the legacy aliases) and the full /
+    tc_piecewise backends are refused."""
     from sgl_sidp import launch_server as ls
     from sgl_sidp.features import FEATURES
     from sgl_sidp.shift.feature import prefill_graph_backend
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert FEATURES["shift"].sglang_defaults(["--tp-size", "2"]) == ["--tp-size", "2"]
+    assert FEATURES["shift"].sglang_defaults(["--tp-size", "2"]) == ["--tp-size", "2", "--cuda-graph-max-bs-decode", "512"]
+    assert FEATURES["shift"].sglang_defaults(["--cuda-graph-config", "{}"]) == ["--cuda-graph-config", "{}"]
     model = ["--model-path", qwen3(tmp_path), "--tp-size", "2"]
     cases = {(): None, ("--disable-prefill-cuda-graph",): None, ("--cuda-graph-backend-prefill", "breakable"): "breakable",
              ("--enforce-piecewise-cuda-graph",): "tc_piecewise", ("--cuda-graph-backend-prefill", "full"): "full",

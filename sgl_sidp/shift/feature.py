@@ -52,7 +52,8 @@ DECODE_GRAPH_MAX_BS = 512
 
 #: the flags by which the user sets the decode graphs' sizes or turns them off: Shift's default then stays out
 _DECODE_GRAPH_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", "--cuda-graph-bs-decode", "--cuda-graph-bs",
-                       "--disable-cuda-graph", "--disable-decode-cuda-graph", "--cuda-graph-backend-decode")
+                       "--disable-cuda-graph", "--disable-decode-cuda-graph", "--cuda-graph-backend-decode",
+                       "--cuda-graph-config")
 
 
 def sglang_defaults(argv: list[str]) -> list[str]:
