@@ -174,6 +174,20 @@ def compare_results(folder: Path) -> list[dict]:
     return [r for r in results if isinstance(r, dict) and r.get("config")]
 
 
+@functools.lru_cache(maxsize=16)
+def server_log(folder: Path | None, config: str) -> str | None:
+    """The text of configuration `config`'s server log, which `bench.compare` keeps gzipped in `folder`/logs; None
+    where there is none (or no folder). Cached for the few results of one folder: validation reads a result's log for
+    its Shift threshold (`ran_as`) and its decode graphs (`server_flags_of`)."""
+    import gzip
+
+    log = folder / "logs" / f"{config}.log.gz" if folder is not None else None
+    if log is None or not log.is_file():
+        return None
+    with gzip.open(log, "rt", errors="replace") as f:
+        return f.read()
+
+
 def ran_as(r: dict, folder: Path | None = None) -> str:
     """The planner's name for what the server of result `r` ran: its configuration, a Shift server's with `_nccl`
     where its base configuration exchanged by NCCL (its result's "shift_exchange"; every Shift server before that
@@ -181,8 +195,6 @@ def ran_as(r: dict, folder: Path | None = None) -> str:
     "shift_threshold", or for results kept before that field its log in `folder`/logs), where the name does not set
     one and the threshold is finite. A server's start-up calibration may differ from the planner's own threshold
     (2,048 tokens measured where the planner put 512-1,024)."""
-    import gzip
-
     from sgl_sidp.bench.server_stats import shift_threshold_logged
 
     config = name = r.get("config") or ""
@@ -194,10 +206,8 @@ def ran_as(r: dict, folder: Path | None = None) -> str:
     if "_th" in name:
         return name
     th = r.get("shift_threshold")
-    log = folder / "logs" / f"{config}.log.gz" if folder is not None else None
-    if th is None and log is not None and log.is_file():
-        with gzip.open(log, "rt", errors="replace") as f:
-            th = shift_threshold_logged(f.read())
+    if th is None and (text := server_log(folder, config)) is not None:
+        th = shift_threshold_logged(text)
     return name if th is None or float(th) == float("inf") else f"{name}_th{int(float(th))}"  # "inf": JSON's word
 
 
@@ -215,13 +225,9 @@ def server_flags_of(result: dict, folder: Path | None = None) -> ServerFlags:
     Raises:
         ServerFlagsError: a value the planner cannot use (`unmodelled` names it).
     """
-    import gzip
-
     flags = ServerFlags.from_words(shlex.split(result.get("command") or ""))
-    log = folder / "logs" / f"{result.get('config')}.log.gz" if folder is not None else None
-    if flags.decode_graph_max_bs is None and flags.decode_graphs and log is not None and log.is_file():
-        with gzip.open(log, "rt", errors="replace") as f:
-            found = DECODE_CAPTURE.search(f.read())
+    if flags.decode_graph_max_bs is None and flags.decode_graphs:
+        found = DECODE_CAPTURE.search(server_log(folder, result.get("config") or "") or "")
         if found:
             flags = dataclasses.replace(flags, decode_graph_max_bs=max(int(b) for b in found.group(1).split(",")))
     return flags

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import re
 import sys
 from collections import Counter
@@ -107,7 +106,7 @@ def folder_lines(folder: Path) -> list[str]:
     configuration's JSON with its "burst" or else "profile" spec, its server log in logs/<configuration>.log.gz); a
     configuration whose log has no `ReqTimeStats` line says so."""
     from sgl_sidp.bench.compare import triple
-    from sgl_sidp.bench.compare_report import compare_results
+    from sgl_sidp.bench.compare_report import compare_results, server_log
 
     out = []
     for res in compare_results(folder):
@@ -116,12 +115,7 @@ def folder_lines(folder: Path) -> list[str]:
             continue
         name = res["config"]
         s, i, o = triple(spec)
-        log = folder / "logs" / f"{name}.log.gz"
-        text = ""
-        if log.is_file():
-            with gzip.open(log, "rt", errors="replace") as f:
-                text = f.read()
-        found = bursts(request_times(text), s, i, o)
+        found = bursts(request_times(server_log(folder, name) or ""), s, i, o)
         out += ["", f"### {name}, burst {s} x ({i} in, {o} out)", ""]
         if not found:
             out.append("no ReqTimeStats lines of that burst (a server run without --enable-request-time-stats-logging)")

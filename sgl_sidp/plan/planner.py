@@ -374,11 +374,10 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
     for c in configs:
         server_tp = c.server_tp  # SGLang's --tp-size of one replica
         free = free_before_load_bytes(gpu, server_tp)
-        graphs = server.decode_graph_max_bs or c.kind.decode_graph_max_bs(
-            c, default_decode_graph_max_bs(kind["mib"], server_tp))
         frac = server.mem_fraction_static or default_mem_fraction_static(
             kind["mib"], server_tp, chunked_prefill=server.chunked_prefill_size,
-            decode_graph_max_bs=graphs, decode_graphs=server.decode_graphs,
+            decode_graph_max_bs=server.decode_graph_size(decode_graph_default(c, kind["mib"])),
+            decode_graphs=server.decode_graphs,
             prefill_graph_buckets=0 if shapes.mla or not server.prefill_graphs else None, mla=shapes.mla,
             dp_attention_dp=c.kind.dp_attention_dp(c))
         row = {"name": c.name, "technique": c.technique, "variant": c.variant, "dp": c.dp, "tp": c.tp, "sp": c.sp,
@@ -514,6 +513,12 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             "stream_tokens_per_s": stream}
 
 
+def decode_graph_default(c, gpu_mib: float) -> int:
+    """The largest decode batch configuration `c`'s server captures in a graph where the user sets none: SGLang's for
+    a GPU of `gpu_mib` MiB at its TP size, as the technique's feature may raise it (`Technique.decode_graph_max_bs`)."""
+    return c.kind.decode_graph_max_bs(c, default_decode_graph_max_bs(gpu_mib, c.server_tp))
+
+
 def step_model(c, hf: dict, gpu: str, ic: Interconnect, context: float, host_ms: float | None,
                calibration_dirs: list[Path] | None = None, what_if: WhatIf = NO_WHAT_IF, server: ServerFlags = DEFAULTS
                ) -> tuple[StepModel | None, dict[str, str], list[str], bool]:
@@ -539,7 +544,7 @@ def step_model(c, hf: dict, gpu: str, ic: Interconnect, context: float, host_ms:
                                   what_if)
         found[role] = str(hit[1])
     decide = host_ms if host_ms is not None else DEFAULT_DECIDE_MS
-    graphs = server.decode_graph_limit(c.kind.decode_graph_max_bs(c, default_decode_graph_max_bs(kind["mib"], c.server_tp)))
+    graphs = server.decode_graph_limit(decode_graph_default(c, kind["mib"]))
     model = StepModel(c, shapes, clocks, ic, elt, int(context), graphs, decide) if not missing else None
     return model, found, missing, calibratable
 

@@ -134,12 +134,14 @@ class ServerFlags:
             out.append("--disable-decode-cuda-graph" if not self.decode_graphs else "--disable-prefill-cuda-graph")
         return out
 
-    def decode_graph_limit(self, default: int) -> int:
-        """The largest decode batch run in a CUDA graph (0: none), `default` (SGLang's for the GPU and TP size)
-        where not given."""
-        if not self.decode_graphs:
-            return 0
+    def decode_graph_size(self, default: int) -> int:
+        """The largest decode batch SGLang sizes its decode graphs' memory by, graphs on or off: the given one, else
+        `default` (the server's without the flag)."""
         return default if self.decode_graph_max_bs is None else self.decode_graph_max_bs
+
+    def decode_graph_limit(self, default: int) -> int:
+        """The largest decode batch run in a CUDA graph (0: none; `decode_graph_size` otherwise)."""
+        return self.decode_graph_size(default) if self.decode_graphs else 0
 
     def describe(self) -> str:
         """The flags given, as one phrase ("" for none), for a plan's title."""
