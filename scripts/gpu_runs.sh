@@ -358,6 +358,15 @@
 #                (GPU-bound: the 2,048 burst came within 0.0 % of its prediction), less than at 1,100 (47.5): neither
 #                a per-request constant nor the requests' work after the forward (tried at ea8db34, reverted) fits all
 #                three; max(GPU, launches + 0.022-0.072 ms a request) does. The 128-token burst +45.8 % (TTFT -56 %)
+#   q8_eager_host_1gpu  where an eager decode step's 16.4 ms outside its kernels go, from the host's side: TP1 as SGLang
+#                starts it, 384 x (1,024 in, 16 out) profiled with the host traced by aten op and CUDA call
+#                (--profile-host calls, little overhead), again by Python function (frames: the tracer slows the
+#                host, for names only), and 384 x (128 in, 16 out) by calls (q8_eager_ctx128's 27.4 ms steps).
+#                profile.host_timeline gives per forward the launches' span, the GPU's lag behind the last launch and
+#                the host's gap before the next forward. Expected at 1,024: launches about 30 ms with the GPU close
+#                behind (lag under 3 ms: launch-bound), a gap of about 16 ms in which the GPU idles (step = launches +
+#                gap, not max(GPU, ...)); at 128, launches shorter (the attention kernels' work per launch smaller)
+#                or the gap shorter: which one says which term grows with the context
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
@@ -685,6 +694,13 @@ for RUN in "$@"; do
     q8_eager_ctx_1gpu)
       compare_run "q8_eager_ctx128_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+128+128
       compare_run "q8_eager_ctx2048_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+2048+128 ;;
+    q8_eager_host_1gpu)
+      compare_run "q8_eager_host_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+1024+16 --profile-steps 3 \
+        --profile-host calls
+      compare_run "q8_eager_frames_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+1024+16 --profile-steps 3 \
+        --profile-host frames
+      compare_run "q8_eager_host128_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+128+16 --profile-steps 3 \
+        --profile-host calls ;;
     q8_graphs512_shift)
       compare_run "q8_graphs512_shift_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256
       compare_run "q8_graphs512_shift_on_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256 \

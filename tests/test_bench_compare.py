@@ -69,8 +69,9 @@ def test_bad_input_is_one_line_each_before_any_server(tmp_path, capsys, fake):
     dense = model(tmp_path, "dense", DENSE)
     rc = compare.main(["--model-path", str(dense), "--out-dir", str(tmp_path / "o"), "--configs", "tp2,xx",
                        "--burst", "8+16", "--trace", str(tmp_path / "missing.csv"), "--servers-per-gpu", "2",
-                       "--alone", "0+1+1"])
+                       "--alone", "0+1+1", "--profile-host", "calls"])
     err = capsys.readouterr().err.splitlines()
+    assert "compare: error: --profile-host: give --profile too (the forwards to trace)" in err
     assert rc == 2 and not fake
     assert "compare: error: --burst 8+16: expected S+IN+OUT (three integers)" in err
     assert "compare: error: --alone 0+1+1: each of N, IN, OUT at least 1" in err
@@ -562,6 +563,21 @@ def test_the_prefill_forwards_one_by_one_are_aligned_across_gpus():
     # a profile summarised without its forwards counted (older results) has no such table
     del prof["ranks"]["TP-0"]["prefill"]["forwards"], prof["ranks"]["TP-1"]["prefill"]["forwards"]
     assert not any("forward 1" in ln for ln in profile_table({"tp2": {"profile": prof}}))
+
+
+def test_the_host_timeline_is_shown_per_stage_where_the_host_was_traced():
+    """--profile-host: each forward's launches / GPU span / lag / gap, then the host's heaviest functions."""
+    tl = {"forwards": [{"launch_ms": 30.0, "gpu_ms": 31.1, "lag_ms": 1.1, "gap_ms": 16.4},
+                       {"launch_ms": 29.5, "gpu_ms": 30.0, "lag_ms": 0.5, "gap_ms": None}],
+          "in_gaps": [["scheduler.py(9): process_batch_result", 9.0]], "in_launches": [["cudaLaunchKernel", 8.0]]}
+    prof = {"spec": "384+1024+16", "steps": 2, "chunked_prefill_size": 8192,
+            "ranks": {"TP-0": {"decode": {"span_ms": 1.0, "busy_ms": 1.0, "by_class_ms": {}, "top": [], "host": tl}}}}
+    lines = profile_table({"tp1": {"profile": prof}})
+    assert "| tp1 | TP-0 | decode | 30 / 31.1 / 1.1 / 16.4; 29.5 / 30 / 0.5 / - |" in lines
+    assert "| tp1 | TP-0 | decode | gaps | scheduler.py(9): process_batch_result 9 |" in lines
+    assert "| tp1 | TP-0 | decode | launches | cudaLaunchKernel 8 |" in lines
+    del prof["ranks"]["TP-0"]["decode"]["host"]
+    assert not any("Host timeline" in ln for ln in profile_table({"tp1": {"profile": prof}}))
 
 
 def test_a_server_started_with_a_switch_the_planner_does_not_model_gets_no_prediction(tmp_path):

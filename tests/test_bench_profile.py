@@ -112,3 +112,52 @@ def test_the_hosts_long_cuda_calls_are_listed_where_the_cpu_was_traced():
     s = profile.summarize_trace({"traceEvents": events}, steps=1)
     assert s["host_waits"] == [[-0.2, 1.5, "cuLaunchKernel"], [0.1, 2.5, "cudaStreamSynchronize"]]
     assert "host_waits" not in profile.summarize_trace({"traceEvents": events[:2]}, steps=1)  # GPU activity only
+
+
+def host(name, ts, dur, cat="python_function", tid=7, corr=None):
+    e = {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid}
+    if corr is not None:
+        e["args"] = {"correlation": corr}
+    return e
+
+
+def test_the_host_timeline_ties_each_kernel_to_its_launch_and_names_the_work_between_forwards():
+    # two eager forwards of a 1-layer model: the host launches a GEMM and an attention kernel each (launches 10-30 and
+    # 60-80 us into its forward frame, the GPU runs each kernel right after), then works 500 us between them (result
+    # processing 300, schedule 200 with one aten op inside); the second forward's GPU lags its launches by 400 us
+    events, corr = [], 0
+    for t0, gpu_late in ((0, 0), (800, 400)):
+        events.append(host("sglang/srt/model_executor/model_runner.py(1): forward", t0, 100))
+        for j, (name, dur) in enumerate((("nvjet", 30), ("_fwd_kernel", 20))):
+            corr += 1
+            events.append(host("cudaLaunchKernel", t0 + 10 + 50 * j, 20, cat="cuda_runtime", corr=corr))
+            k = kernel(name, t0 + 30 + 50 * j + gpu_late, dur)
+            k["args"] = {"correlation": corr}
+            events.append(k)
+    events += [host("/x/site-packages/sglang/srt/managers/scheduler.py(9): process_batch_result", 100, 300),
+               host("/x/site-packages/sglang/srt/managers/scheduler.py(5): get_next_batch_to_run", 400, 200),
+               host("aten::copy_", 450, 50, cat="cpu_op"),
+               host("other thread", 100, 600, tid=8)]
+    s = profile.summarize_trace({"traceEvents": events}, steps=2, layers=1)
+    tl = s["host"]
+    assert tl["forwards"] == [
+        {"launch_ms": 0.07, "gpu_ms": 0.07, "lag_ms": 0.02, "gap_ms": 0.73},
+        {"launch_ms": 0.07, "gpu_ms": 0.07, "lag_ms": 0.42, "gap_ms": None}]
+    # the gap 80..810 us: the result processing 300, the schedule 150 of its own, the aten op 50, the forward frames'
+    # edges 30 (the first's tail 80-100, the second's head 800-810); the other thread is not the launching one
+    assert tl["in_gaps"] == [["sglang/srt/managers/scheduler.py(9): process_batch_result", 0.3],
+                             ["sglang/srt/managers/scheduler.py(5): get_next_batch_to_run", 0.15],
+                             ["aten::copy_", 0.05], ["sglang/srt/model_executor/model_runner.py(1): forward", 0.03]]
+    assert tl["in_launches"] == [["cudaLaunchKernel", 0.04],
+                                 ["sglang/srt/model_executor/model_runner.py(1): forward", 0.03]]
+    # recorded without the CPU activity: no timeline
+    gpu_only = [e for e in events if e["cat"] == "kernel"]
+    assert "host" not in profile.summarize_trace({"traceEvents": gpu_only}, steps=2, layers=1)
+
+
+def test_exclusive_pieces_leave_each_frame_its_own_time_only():
+    pieces = profile._exclusive_pieces([host("a", 0, 100), host("b", 10, 20), host("c", 50, 80)])  # c sticks out
+    by = {}
+    for name, lo, hi in pieces:
+        by[name] = by.get(name, 0) + hi - lo
+    assert by == {"a": 100 - 20 - 50, "b": 20, "c": 50}

@@ -31,7 +31,9 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   per forward by kernel class (`sgl_sidp.bench.profile`: GEMM, attention, communication, ...). Pick S x IN large
   enough that the prefill forwards traced are full chunks (SGLang's `chunked_prefill_size`, recorded beside).
   `--profile-at-start` traces from the burst's first forward instead, each GPU's prefill forwards also one by one,
-  and the host's CUDA calls over 1 ms (its waits for the GPU): where a burst's late start goes.
+  and the host's CUDA calls over 1 ms (its waits for the GPU): where a burst's late start goes. `--profile-host
+  calls|frames` traces the host too (by aten op and CUDA call, or by Python function): per forward, how long its launches took, how far the GPU lagged them and the
+  host's work between forwards, by function (`profile.host_timeline`): where an eager step's time goes.
 
 Resumable: a step already in the JSON is not run again, and a configuration with every step done (or refused) is
 not started, so the next call of a 10-minute device lease goes on where the last stopped (`--deadline-s` starts no
@@ -580,18 +582,19 @@ class Measurement:
         info = http_json(self.srv.base_url + "/server_info", timeout_s=30)
         bodies = [(ids, o, None) for ids in prompts(s, i, PROMPT_SEEDS["profile"])]
         sender = threading.Thread(target=run_batch, args=(self.srv.base_url, bodies))
+        host, stacks = bool(self.a.profile_at_start or self.a.profile_host), self.a.profile_host == "frames"
         if self.a.profile_at_start:  # from the burst's first forward (one request alone) on, the host's CUDA calls too
-            profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name, host=True)
+            profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name, host=True, stacks=stacks)
             sender.start()
         else:
             sender.start()
             time.sleep(1.0)  # past the first, partly filled, prefill forwards
-            profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name)
+            profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name, host=host, stacks=stacks)
         sender.join()
         found = profile.wait_for_traces(folder, expected=2 * len(self.gpus))
         layers = read_model_config(self.job.model).get("num_hidden_layers")
         self.res["profile"] = {"spec": self.a.profile, "steps": self.a.profile_steps, "traces": found,
-                               "at_start": self.a.profile_at_start,
+                               "at_start": self.a.profile_at_start, "host": self.a.profile_host,
                                "chunked_prefill_size": info.get("chunked_prefill_size"),
                                "ranks": profile.summarize_dir(folder, self.a.profile_steps, layers=layers)}
 
@@ -877,6 +880,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="S requests at once, their prefill and decode forwards traced by SGLang's profiler")
     p.add_argument("--profile-steps", type=int, default=3,
                    help="forwards of each stage --profile traces (default: %(default)s)")
+    p.add_argument("--profile-host", choices=("calls", "frames"), default=None,
+                   help="trace --profile's host side too: per forward, the host's launches and its work between "
+                        "forwards (profile.host_timeline), by aten op and CUDA call (calls: little overhead) or by "
+                        "Python function (frames: the tracer slows the host, traces several times larger)")
     p.add_argument("--profile-at-start", action="store_true",
                    help="trace --profile's forwards from the burst's first (one request alone) instead of 1 s in, "
                    "and the host's CUDA calls (its waits for the GPU)")
@@ -939,6 +946,9 @@ def check(a: argparse.Namespace) -> list[str]:
         problems.append(f"--burst-gap-s {a.burst_gap_s:g}: must be at least 0")
     if a.profile and a.profile_steps < 1:
         problems.append(f"--profile-steps {a.profile_steps}: must be at least 1")
+    for flag, on in (("--profile-host", a.profile_host), ("--profile-at-start", a.profile_at_start)):
+        if on and not a.profile:
+            problems.append(f"{flag}: give --profile too (the forwards to trace)")
     if any(r <= 0 for r in a.rates):
         problems.append("--rates: every factor must be positive")
     problems += [f"--trace {t}: no such file" for t in a.trace if not t.is_file()]

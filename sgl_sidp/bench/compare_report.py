@@ -471,7 +471,33 @@ def profile_table(group: dict[str, dict]) -> list[str]:
             lines.append(f"| {name} | {rank} | {stage} | {fmt(sm['span_ms'])} | {fmt(sm['busy_ms'])} | "
                          + " | ".join(fmt(sm["by_class_ms"].get(c)) for c in classes)
                          + f" | {top[0][:60] + ' (' + fmt(top[1]) + ')' if top else '-'} |")
-    return lines + [""] + forwards_table(with_prof)
+    return lines + [""] + forwards_table(with_prof) + host_table(with_prof)
+
+
+def host_table(with_prof: dict[str, dict]) -> list[str]:
+    """Markdown lines of each replica's first GPU's host timeline (`profile.host_timeline`, `--profile-host`), per
+    stage: every forward's launches, GPU span, the GPU's lag behind the last launch and the host's gap before the
+    next forward, then the host's heaviest functions in those gaps and in the launch windows; [] where none was
+    traced."""
+    rows, heavy = [], []
+    for name, prof in with_prof.items():
+        for rank, stage in itertools.product(replica_leaders(prof["ranks"]), ("prefill", "decode")):
+            tl = (prof["ranks"][rank].get(stage) or {}).get("host")
+            if not tl:
+                continue
+            rows.append(f"| {name} | {rank} | {stage} | " + "; ".join(
+                f"{fmt(f['launch_ms'])} / {fmt(f['gpu_ms'])} / {fmt(f['lag_ms'])} / {fmt(f['gap_ms'])}"
+                for f in tl["forwards"]) + " |")
+            for where in ("in_gaps", "in_launches"):
+                heavy.append(f"| {name} | {rank} | {stage} | {where[3:]} | "
+                             + "; ".join(f"{fn} {fmt(ms)}" for fn, ms in tl[where]) + " |")
+    if not rows:
+        return []
+    return (["Host timeline, each replica's first GPU, per forward: launches / GPU span / the GPU's lag behind the "
+             "last launch / the host's gap before the next forward's first launch (ms; `profile.host_timeline`)", "",
+             "| configuration | GPU | stage | forwards |", "|---|---|---|---|"] + rows + [""]
+            + ["The host's own time by function (ms per gap or launch window)", "",
+               "| configuration | GPU | stage | window | functions |", "|---|---|---|---|---|"] + heavy + [""])
 
 
 def forwards_table(with_prof: dict[str, dict]) -> list[str]:

@@ -38,6 +38,8 @@ _CLASS_RES = [(name, re.compile(rx, re.I)) for name, rx in KERNEL_CLASSES]
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 #: Chrome-trace categories of the host's CUDA calls (recorded with the "CPU" activity)
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
+#: Chrome-trace categories of the host's own work: Python frames (traced with stacks), aten ops, CUDA calls
+HOST_CATEGORIES = ("python_function", "cpu_op", "user_annotation") + RUNTIME_CATEGORIES
 #: a host CUDA call at least this long (ms) is listed in `host_waits`: where the scheduler's thread stood waiting
 HOST_WAIT_MS = 1.0
 STAGES = {"EXTEND": "prefill", "DECODE": "decode"}
@@ -94,8 +96,8 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
         the trace): span = first GPU event's start to the last one's end (idle gaps included), busy = the union of
         GPU events (overlapping streams counted once), a class = the sum of its events' durations (overlap counted
         twice, so classes may add up to more than busy). Where `layers` counted the forwards, also `"first_us"` (the
-        first GPU event's timestamp, us) and `"forwards"` (`each_forward`); where the host was traced,
-        `"host_waits"` (`host_waits`).
+        first GPU event's timestamp, us), `"forwards"` (`each_forward`) and, where the host was traced, `"host"`
+        (`host_timeline`); where the host was traced, also `"host_waits"` (`host_waits`).
 
     Raises:
         ValueError: `steps` < 1, or the trace has no GPU event (a profile that saw no forward).
@@ -126,7 +128,10 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
            "by_class_ms": {c: round(v / per, 3) for c, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
            "top": [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in heaviest]}
     if counted:  # one by one, from the trace's first GPU event (first_us: its own clock, the host's across ranks)
-        out["first_us"], out["forwards"] = start, each_forward(events, by_name, counted)
+        slices = forward_slices(events, by_name, counted)
+        out["first_us"], out["forwards"] = start, each_forward(slices)
+        if (timeline := host_timeline(trace, slices)) is not None:
+            out["host"] = timeline
     waits = host_waits(trace, start)
     if waits is not None:
         out["host_waits"] = waits
@@ -147,14 +152,11 @@ def host_waits(trace: Mapping, t0_us: float, top: int = 24) -> list[list] | None
             for e in sorted(long, key=lambda e: float(e["ts"]))]
 
 
-def each_forward(events: list[Mapping], by_name: Mapping[str, tuple[float, int]], n: int) -> list[dict]:
-    """The trace's `n` forwards one by one (`forwards_in` counted them): `{"start_ms"` (from the trace's first GPU
-    event), `"span_ms"`, `"busy_ms"`, `"comm_ms"}` each. Forward k starts after the longest idle gap between forward
-    k-1's last and forward k's first call of the most-called attention kernel (its layers' attention), so the
-    embedding, norms and GEMMs before the first layer's attention count to their own forward (forwards back to
-    back, with no gap, are cut right before that attention kernel). Why per forward: a burst's first forward (one
-    request alone) can run apart from the rest (`compare --profile-at-start`); with NCCL, a rank that waits for a
-    late peer shows it as communication time."""
+def forward_slices(events: list[Mapping], by_name: Mapping[str, tuple[float, int]], n: int) -> list[list[Mapping]]:
+    """The trace's GPU events cut into its `n` forwards (`forwards_in` counted them), in time order. Forward k starts
+    after the longest idle gap between forward k-1's last and forward k's first call of the most-called attention
+    kernel (its layers' attention), so the embedding, norms and GEMMs before the first layer's attention count to their
+    own forward (forwards back to back, with no gap, are cut right before that attention kernel)."""
     ev = sorted(events, key=lambda e: float(e["ts"]))
     attn = max((name for name, _ in by_name.items() if kernel_class(name) == "attention"), key=lambda k: by_name[k][1])
     marks = [i for i, e in enumerate(ev) if e.get("name", "")[:100] == attn and e["cat"] == "kernel"]
@@ -168,15 +170,104 @@ def each_forward(events: list[Mapping], by_name: Mapping[str, tuple[float, int]]
             best = max(best, (float(ev[j + 1]["ts"]) - done, j + 1))
         cuts.append(best[1])
     cuts.append(len(ev))
-    t0, out = float(ev[0]["ts"]), []
-    for a, b in zip(cuts, cuts[1:]):
-        part = ev[a:b]
+    return [ev[a:b] for a, b in zip(cuts, cuts[1:])]
+
+
+def each_forward(slices: list[list[Mapping]]) -> list[dict]:
+    """The trace's forwards one by one (`forward_slices`): `{"start_ms"` (from the trace's first GPU event),
+    `"span_ms"`, `"busy_ms"`, `"comm_ms"}` each. Why per forward: a burst's first forward (one request alone) can run
+    apart from the rest (`compare --profile-at-start`); with NCCL, a rank that waits for a late peer shows it as
+    communication time."""
+    t0, out = float(slices[0][0]["ts"]), []
+    for part in slices:
         iv = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in part]
         comm = sum(float(e["dur"]) for e in part if kernel_class(e.get("name", ""), e["cat"]) == "comm")
         out.append({"start_ms": round((iv[0][0] - t0) / 1e3, 3),
                     "span_ms": round((max(e for _, e in iv) - iv[0][0]) / 1e3, 3),
                     "busy_ms": round(_union_us(iv) / 1e3, 3), "comm_ms": round(comm / 1e3, 3)})
     return out
+
+
+def _short(name: str) -> str:
+    """A host event's name without the interpreter's path: "sglang/srt/managers/scheduler.py(1234): run_batch"."""
+    return re.sub(r"^.*?(site-packages|dist-packages)/", "", name)[:90]
+
+
+def _exclusive_pieces(events: list[Mapping]) -> list[tuple[str, float, float]]:
+    """(name, start us, end us) pieces of the time each host event of one thread ran outside its children: Kineto's
+    python frames, aten ops and CUDA calls nest on a thread; a child sticking out of its parent is clipped to it."""
+    pieces, stack = [], []  # stack entries: [name, end, resumed at (None while a child runs)]
+    def close(until: float) -> None:
+        while stack and stack[-1][1] <= until:
+            name, end, since = stack.pop()
+            pieces.append((name, since, end))
+            if stack:
+                stack[-1][2] = end
+    for e in sorted(events, key=lambda e: (float(e["ts"]), -float(e["dur"]))):
+        s = float(e["ts"])
+        close(s)
+        end = s + float(e["dur"])
+        if stack:
+            parent = stack[-1]
+            pieces.append((parent[0], parent[2], s))
+            end = min(end, parent[1])
+        stack.append([_short(e.get("name", "")), end, s])
+    close(float("inf"))
+    return [(n, a, b) for n, a, b in pieces if b > a]
+
+
+def _self_ms_in(pieces: list[tuple[str, float, float]], windows: list[tuple[float, float]], n_windows: int,
+                top: int) -> list[list]:
+    """The `top` host events by their own time inside `windows` (us), as [name, ms per window]."""
+    by: dict[str, float] = {}
+    for name, a, b in pieces:
+        for lo, hi in windows:
+            if a < hi and b > lo:
+                by[name] = by.get(name, 0.0) + min(b, hi) - max(a, lo)
+    return [[name, round(us / 1e3 / n_windows, 3)] for name, us in sorted(by.items(), key=lambda kv: -kv[1])[:top]]
+
+
+def host_timeline(trace: Mapping, slices: list[list[Mapping]], top: int = 12) -> dict | None:
+    """The host's side of each traced forward, from a trace recorded with the "CPU" activity (`compare
+    --profile-host`): where an eager step's time goes when the GPU is not the bottleneck (SGLang launches every
+    kernel of a forward from Python outside CUDA graphs; its overlap scheduler prepares the next batch and reads the
+    last one's tokens between forwards on the same thread).
+
+    Each GPU event is tied to the host call that launched it by Kineto's `args.correlation`. Per forward
+    (`forward_slices`): `launch_ms` (the first launch's start to the last launch's end), `gpu_ms` (its first kernel's
+    start to its last kernel's end), `lag_ms` (last kernel's end minus last launch's end: about 0 when the GPU keeps
+    up with the launches, the forward's launch-bound tail), `gap_ms` (the last launch's end to the next forward's first
+    launch: the host's work between forwards; None after the last). `in_gaps` and `in_launches`: the `top` host events
+    of the launching thread by their own (exclusive) time inside those gaps / launch windows, ms per window (Python
+    frames where the trace has stacks, else aten ops and CUDA calls).
+
+    Returns None where no GPU event has a host call with its correlation (a trace without the "CPU" activity)."""
+    host = [e for e in trace.get("traceEvents", [])
+            if e.get("ph") == "X" and "dur" in e and "ts" in e and e.get("cat") in HOST_CATEGORIES]
+    by_corr = {e["args"]["correlation"]: e for e in host
+               if e.get("cat") in RUNTIME_CATEGORIES and "correlation" in (e.get("args") or {})}
+    launches = [[by_corr[c] for g in part if (c := (g.get("args") or {}).get("correlation")) in by_corr]
+                for part in slices]
+    if not any(launches):
+        return None
+    tids = [e.get("tid") for part in launches for e in part]
+    tid = max(set(tids), key=tids.count)
+    fwd, gaps, spans = [], [], []
+    for k, (part, calls) in enumerate(zip(slices, launches)):
+        calls = [c for c in calls if c.get("tid") == tid]
+        if not calls:
+            return None
+        first, last = min(float(c["ts"]) for c in calls), max(float(c["ts"]) + float(c["dur"]) for c in calls)
+        g0, g1 = float(part[0]["ts"]), max(float(e["ts"]) + float(e["dur"]) for e in part)
+        fwd.append({"launch_ms": round((last - first) / 1e3, 3), "gpu_ms": round((g1 - g0) / 1e3, 3),
+                    "lag_ms": round((g1 - last) / 1e3, 3), "gap_ms": None})
+        spans.append((first, last))
+    for k in range(len(spans) - 1):
+        fwd[k]["gap_ms"] = round((spans[k + 1][0] - spans[k][1]) / 1e3, 3)
+        gaps.append((spans[k][1], spans[k + 1][0]))
+    pieces = _exclusive_pieces([e for e in host if e.get("tid") == tid])
+    return {"forwards": fwd, "in_gaps": _self_ms_in(pieces, gaps, len(gaps), top) if gaps else [],
+            "in_launches": _self_ms_in(pieces, spans, len(spans), top)}
 
 
 def trace_key(path: Path) -> tuple[str, str] | None:
@@ -205,10 +296,12 @@ def summarize_dir(folder: Path, steps: int, remove: bool = True,
     return out
 
 
-def start(base_url: str, folder: Path, steps: int, profile_id: str, host: bool = False) -> None:
+def start(base_url: str, folder: Path, steps: int, profile_id: str, host: bool = False,
+          stacks: bool = False) -> None:
     """Ask the server to trace its next `steps` prefill and `steps` decode forwards (GPU activity only, no stacks
-    or shapes: small traces, little overhead; `host`: the CPU activity too, for `host_waits`) into `folder` (a path
-    on the server's host).
+    or shapes: small traces, little overhead; `host`: the CPU activity too, for `host_waits` and `host_timeline`;
+    `stacks`: with Python frames, so `host_timeline` names the functions, traces several times larger) into
+    `folder` (a path on the server's host).
 
     Raises:
         urllib.error.URLError / HTTPError: the server refused (e.g. a profile already running).
@@ -216,7 +309,7 @@ def start(base_url: str, folder: Path, steps: int, profile_id: str, host: bool =
     folder.mkdir(parents=True, exist_ok=True)
     body = {"output_dir": str(folder.resolve()), "num_steps": steps, "activities": ["CPU", "GPU"] if host else ["GPU"],
             "profile_by_stage": True,
-            "with_stack": False, "record_shapes": False, "profile_id": profile_id}
+            "with_stack": bool(host and stacks), "record_shapes": False, "profile_id": profile_id}
     req = urllib.request.Request(base_url + "/start_profile", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
