@@ -367,6 +367,17 @@
 #                behind (lag under 3 ms: launch-bound), a gap of about 16 ms in which the GPU idles (step = launches +
 #                gap, not max(GPU, ...)); at 128, launches shorter (the attention kernels' work per launch smaller)
 #                or the gap shorter: which one says which term grows with the context
+#                Found at 69f6109: the first eager decode forward of 384 rows is slow (launches 174 ms, 16 tokens'
+#                burst: Triton's first launches of those shapes, load_binary among them); the next two took 25-30 ms of
+#                launches with the GPU right behind (29-30 ms span, busy 27.5) and a gap of 5.6 ms (process_batch_result
+#                2.5, by frames the output streamer's accept 5.3 of its slowed host): about 31-35 ms a step, where
+#                SGLang's log of q8_flags gave 47.5 averaged over 40. At 128 tokens: launches 24-33 ms with the GPU
+#                behind (busy 13.6 of 32.1: launch-bound), gaps 1.4-4.8; the forward's Python 14.6 ms
+#   q8_eager_late_1gpu  q8_flags' burst 384 x (1,024 in, 128 out), its decode traced 13 s in (about 60 steps after the
+#                first: --profile-after-s 13; prefill about 10 s), host by calls, then by frames. Expected: if late steps
+#                run as q8_eager_host's second and third (31-35 ms), SGLang's 47.5 ms average over 40 steps hides
+#                something else (a periodic slow step, or work growing with the output length); if they take
+#                about 47 ms, the gap or the launches grow along the decode, and the table says which
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
@@ -701,6 +712,11 @@ for RUN in "$@"; do
         --profile-host frames
       compare_run "q8_eager_host128_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+128+16 --profile-steps 3 \
         --profile-host calls ;;
+    q8_eager_late_1gpu)
+      compare_run "q8_eager_late_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+1024+128 --profile-steps 3 \
+        --profile-host calls --profile-after-s 13
+      compare_run "q8_eager_late_frames_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+1024+128 \
+        --profile-steps 3 --profile-host frames --profile-after-s 13 ;;
     q8_graphs512_shift)
       compare_run "q8_graphs512_shift_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256
       compare_run "q8_graphs512_shift_on_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256 \

@@ -161,3 +161,8 @@ def test_exclusive_pieces_leave_each_frame_its_own_time_only():
     for name, lo, hi in pieces:
         by[name] = by.get(name, 0) + hi - lo
     assert by == {"a": 100 - 20 - 50, "b": 20, "c": 50}
+
+
+def test_waiting_for_traces_settles_on_fewer_when_told_no_forward_is_left(tmp_path):
+    (tmp_path / "p-TP-0-DECODE.trace.json.gz").write_bytes(b"x")  # a decode trace only: the prefill stage never began
+    assert profile.wait_for_traces(tmp_path, expected=2, timeout_s=10.0, settle_s=1.0) == 1

@@ -34,6 +34,7 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   and the host's CUDA calls over 1 ms (its waits for the GPU): where a burst's late start goes. `--profile-host
   calls|frames` traces the host too (by aten op and CUDA call, or by Python function): per forward, how long its launches took, how far the GPU lagged them and the
   host's work between forwards, by function (`profile.host_timeline`): where an eager step's time goes.
+  `--profile-after-s T` starts the trace T s into the burst (decode forwards deep in it; default 1).
 
 Resumable: a step already in the JSON is not run again, and a configuration with every step done (or refused) is
 not started, so the next call of a 10-minute device lease goes on where the last stopped (`--deadline-s` starts no
@@ -588,13 +589,14 @@ class Measurement:
             sender.start()
         else:
             sender.start()
-            time.sleep(1.0)  # past the first, partly filled, prefill forwards
+            time.sleep(self.a.profile_after_s)  # past the first, partly filled, prefill forwards
             profile.start(self.srv.base_url, folder, self.a.profile_steps, self.job.name, host=host, stacks=stacks)
-        sender.join()
-        found = profile.wait_for_traces(folder, expected=2 * len(self.gpus))
+        sender.join()  # every forward has run: a stage that never began (no prefill after the start) has no trace
+        found = profile.wait_for_traces(folder, expected=2 * len(self.gpus), settle_s=10.0)
         layers = read_model_config(self.job.model).get("num_hidden_layers")
         self.res["profile"] = {"spec": self.a.profile, "steps": self.a.profile_steps, "traces": found,
                                "at_start": self.a.profile_at_start, "host": self.a.profile_host,
+                               "after_s": None if self.a.profile_at_start else self.a.profile_after_s,
                                "chunked_prefill_size": info.get("chunked_prefill_size"),
                                "ranks": profile.summarize_dir(folder, self.a.profile_steps, layers=layers)}
 
@@ -884,6 +886,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="trace --profile's host side too: per forward, the host's launches and its work between "
                         "forwards (profile.host_timeline), by aten op and CUDA call (calls: little overhead) or by "
                         "Python function (frames: the tracer slows the host, traces several times larger)")
+    p.add_argument("--profile-after-s", type=float, default=1.0,
+                   help="start --profile's trace this long after the burst was sent (default: %(default)s: past its "
+                        "first, partly filled, prefill forwards; longer: decode forwards deep in the burst, whose "
+                        "prefill then has no trace)")
     p.add_argument("--profile-at-start", action="store_true",
                    help="trace --profile's forwards from the burst's first (one request alone) instead of 1 s in, "
                    "and the host's CUDA calls (its waits for the GPU)")
@@ -946,6 +952,8 @@ def check(a: argparse.Namespace) -> list[str]:
         problems.append(f"--burst-gap-s {a.burst_gap_s:g}: must be at least 0")
     if a.profile and a.profile_steps < 1:
         problems.append(f"--profile-steps {a.profile_steps}: must be at least 1")
+    if a.profile_after_s < 0 or (a.profile_after_s != 1.0 and a.profile_at_start):
+        problems.append(f"--profile-after-s {a.profile_after_s:g}: at least 0, and not with --profile-at-start")
     for flag, on in (("--profile-host", a.profile_host), ("--profile-at-start", a.profile_at_start)):
         if on and not a.profile:
             problems.append(f"{flag}: give --profile too (the forwards to trace)")

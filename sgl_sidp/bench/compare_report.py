@@ -453,8 +453,9 @@ def profile_table(group: dict[str, dict]) -> list[str]:
         return []
     first = next(iter(with_prof.values()))
     classes = ["gemm", "attention", "comm", "norm", "moe", "copy", "other"]
+    late = f", from {first['after_s']:g} s into the burst" if (first.get("after_s") or 1.0) != 1.0 else ""
     lines = [f"Profile {first['spec']} (S+IN+OUT; ms per forward on each DP replica's first GPU, {first['steps']} "
-             f"forwards a stage "
+             f"forwards a stage{late} "
              f"traced by SGLang's torch profiler; SGLang's chunked prefill size "
              f"{first.get('chunked_prefill_size')}): span = first to last kernel, busy = time any kernel ran", "",
              "| configuration | GPU | stage | span | busy | " + " | ".join(classes) + " | heaviest kernel (ms) |",

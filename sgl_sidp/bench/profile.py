@@ -316,9 +316,11 @@ def start(base_url: str, folder: Path, steps: int, profile_id: str, host: bool =
         r.read()
 
 
-def wait_for_traces(folder: Path, expected: int, timeout_s: float = 120.0) -> int:
+def wait_for_traces(folder: Path, expected: int, timeout_s: float = 120.0, settle_s: float | None = None) -> int:
     """Wait until `expected` per-stage traces are in `folder` and none has grown for 2 s (SGLang writes them after
-    the forwards, seconds later); returns how many there are at the end (fewer on timeout)."""
+    the forwards, seconds later), or, with `settle_s`, until at least one is there and none has changed for that
+    long (the caller knows no forward is left to trace: a stage that never began writes nothing); returns how many
+    there are at the end (fewer on timeout)."""
     deadline, last, stable_since = time.time() + timeout_s, None, time.time()
     while time.time() < deadline:
         files = sorted(p for p in folder.glob("*.trace.json.gz") if trace_key(p))
@@ -326,6 +328,8 @@ def wait_for_traces(folder: Path, expected: int, timeout_s: float = 120.0) -> in
         if state != last:
             last, stable_since = state, time.time()
         elif len(files) >= expected and time.time() - stable_since >= 2.0:
+            return len(files)
+        elif files and settle_s is not None and time.time() - stable_since >= settle_s:
             return len(files)
         time.sleep(0.5)
     return len(last or [])
