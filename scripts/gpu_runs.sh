@@ -378,6 +378,18 @@
 #                run as q8_eager_host's second and third (31-35 ms), SGLang's 47.5 ms average over 40 steps hides
 #                something else (a periodic slow step, or work growing with the output length); if they take
 #                about 47 ms, the gap or the launches grow along the decode, and the table says which
+#                Found at abb77c0: late steps launch-bound (launches 57-70 ms, the GPU's span the same, lag 0.002), gaps
+#                10.7-10.9 ms (process_batch_result 9.5); every host item about 2x the second and third steps' (aten::mm's
+#                host time 7.7 against 2.9 ms a forward), by frames 3.5x (the output streamer's accept 19.7 against 5.3 ms
+#                a gap). SGLang's log: 40-step averages 46-49 ms from the first 40 on, so the fast steps are the first
+#                few, not a growth along the decode. The host (a 16-vCPU VM, 2.1 GHz) ran one spinning process 30 %
+#                slower with 4-16 spinning beside it; no cgroup throttling (cpu.stat nr_throttled 0)
+#   q8_eager_si8_1gpu  whether streaming is what slows the host's eager steps: the same burst and late profile with
+#                --stream-interval 8 (the scheduler sends each stream's tokens every 8 steps: its output streamer,
+#                the detokenizer, the tokenizer manager and the client do an eighth of the per-step work), beside
+#                interval 1 (SGLang's default) in the same call. Expected: if streaming (the scheduler's own work or
+#                the other processes' contention for the host) is the cause, interval 8's late steps near 32 ms
+#                (launches about 27, gap about 5) and its burst faster; if not, both about 47 ms
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
@@ -717,6 +729,12 @@ for RUN in "$@"; do
         --profile-host calls --profile-after-s 13
       compare_run "q8_eager_late_frames_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --profile 384+1024+128 \
         --profile-steps 3 --profile-host frames --profile-after-s 13 ;;
+    q8_eager_si8_1gpu)
+      for si in 1 8; do
+        compare_run "q8_eager_si${si}_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+1024+128 \
+          --profile 384+1024+128 --profile-steps 3 --profile-host calls --profile-after-s 13 \
+          --extra-args "$X --stream-interval $si"
+      done ;;
     q8_graphs512_shift)
       compare_run "q8_graphs512_shift_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256
       compare_run "q8_graphs512_shift_on_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256 \
