@@ -390,6 +390,13 @@
 #                interval 1 (SGLang's default) in the same call. Expected: if streaming (the scheduler's own work or
 #                the other processes' contention for the host) is the cause, interval 8's late steps near 32 ms
 #                (launches about 27, gap about 5) and its burst faster; if not, both about 47 ms
+#                Found at e2bda12: neither. Each burst's eager steps settle at one of two speeds, whatever the interval:
+#                interval 1's burst 28.5-29.5 ms a step (SGLang's log: 13,550 and 13,005 tok/s, the GPU's own 28.6),
+#                its profiled burst 29.9; interval 8's burst 43.8 (8,756 and 8,771), its profiled burst 28.8;
+#                q8_flags' 47.5. Traced late: 45-50 ms (launches 35-41, gaps 9.5) at interval 1, 34-36 (30-33, 3.1-3.7)
+#                at 8. The lent VM's vCPUs run one spinning Python process at 4.5 to 8.0 M loop turns a second
+#                (taskset on each of 16, with another on vCPU 0: up to 1.7x apart, not by sibling pairs): a
+#                launch-bound step takes as long as the vCPU the scheduler landed on makes it, 1.5-1.7x apart
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
