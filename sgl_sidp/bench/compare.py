@@ -32,8 +32,9 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   enough that the prefill forwards traced are full chunks (SGLang's `chunked_prefill_size`, recorded beside).
   `--profile-at-start` traces from the burst's first forward instead, each GPU's prefill forwards also one by one,
   and the host's CUDA calls over 1 ms (its waits for the GPU): where a burst's late start goes. `--profile-host
-  calls|frames` traces the host too (by aten op and CUDA call, or by Python function): per forward, how long its launches took, how far the GPU lagged them and the
-  host's work between forwards, by function (`profile.host_timeline`): where an eager step's time goes.
+  calls|frames` traces the host too (by aten op and CUDA call, or by Python function): per forward, how long its
+  launches took, how far the GPU lagged them and the host's work between forwards, by function
+  (`profile.host_timeline`): where an eager step's time goes.
   `--profile-after-s T` starts the trace T s into the burst (decode forwards deep in it; default 1).
 
 Resumable: a step already in the JSON is not run again, and a configuration with every step done (or refused) is

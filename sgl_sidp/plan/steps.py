@@ -37,12 +37,13 @@ past SGLang's largest decode graph (`memory.default_decode_graph_max_bs` of the 
 H200), which runs eagerly, the kernel launches too: the shard's calibrated eager step (`ShardClock.eager_ms`).
 
 Left out: CPU launch time of eager forwards elsewhere (CaS without graphs), what eager steps cost more on several
-ranks (on 2 x H200 a TP2 step of 512 rows: 40 ms against its shard's 32 ms), the host's work per request beyond the
-calibration's probe (0.0115 ms a request, probed at 16-217 tokens of context; one H200 served Qwen3-8B TP1's eager steps
-of 342-384 rows in 27.4 ms at about 225 tokens, 47.5 ms at 1,100 and 44.5 ms at 2,100, where the kernels of one at
-1,024 spanned 31.1 ms and the GPU's work grows with the context: max(GPU, launches + 0.022-0.072 ms a request) fits
-all three, the work a request not a function of the batch alone; `q8_eager_ctx*_1gpu_h200`, `q8_flags_1gpu_h200`,
-`q8_eager_prof_1gpu_h200`), imbalance between DP ranks, the overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard
+ranks (on 2 x H200 a TP2 step of 512 rows: 40 ms against its shard's 32 ms), and how fast the host runs: a
+launch-bound eager step takes as long as the vCPU the scheduler landed on makes it. On one lent H200 VM, Qwen3-8B TP1's
+eager steps of 384 rows at about 1,100 tokens of context settled per burst at 28.5-29.9 ms (the GPU's step, as
+priced here) or at 43.8-47.5 ms (host-bound: launches 35-41 ms, 9.5 ms between forwards), and that VM's vCPUs ran a
+spinning Python loop 1.0-1.7x apart (`q8_eager_si*_1gpu_h200`, `q8_eager_late_1gpu_h200`, `q8_flags_1gpu_h200`);
+the same spread showed on 2 x H200 (TP2's eager steps at 35-40 ms in one run, 55-70 in another); imbalance between
+DP ranks, the overlap of collectives with compute, the vocabulary split's effect on a shard's lm_head where the shard
 signature (`model_info.model_signature`, which has no vocabulary) matches a calibration of another vocabulary split.
 """
 
