@@ -139,6 +139,11 @@ def test_profiled_forwards_stand_beside_the_planners_steps(tmp_path):
     nccl = step_model(configuration_named("shift_sp2_tp1_nccl_th1024"), hf, gpu, Interconnect.load(GPUS[gpu]["name"]),
                       2052, host_time_alone_ms(GPUS[gpu]["name"]))[0]
     assert got["shift_sp2_tp1_nccl_th1024", "profiled prefill forward"][3:] == (nccl.prefill_ms([(2048, 0)] * 4), 120.0)
+    # traced with the host (--profile-host): the tracer slows the host, so its decode step is left out
+    r = json.loads((folder / "dp2.json").read_text())
+    (folder / "dp2.json").write_text(json.dumps(r | {"profile": r["profile"] | {"host": "calls"}}))
+    got = {(r[0], r[1].split(",")[0]) for r in MOD["profile_rows"](folder, str(QWEN3_8B), "H100")}
+    assert ("dp2", "profiled decode step") not in got and ("dp2", "profiled prefill forward") in got
 
 
 def test_a_prompt_longer_than_the_chunk_is_profiled_chunk_by_chunk(tmp_path):
@@ -427,3 +432,14 @@ def test_a_what_if_reaches_the_replays_predictions():
             for what_if in (validate.NO_WHAT_IF, WhatIf(prefill_factor=2.0))}
     calibrated, slow = rows.values()
     assert slow[f"{key}: TTFT p50"] > 1.3 * calibrated[f"{key}: TTFT p50"]
+
+
+def test_a_stream_interval_other_than_sglangs_default_is_named_as_unmodelled():
+    """`compare_report.UNMODELLED_FLAGS`: the planner prices the scheduler's per-step output of every stream
+    (`--stream-interval 1`, SGLang's default); q8_eager_si8_1gpu_h200 sent every 8th."""
+    from sgl_sidp.bench.compare_report import unmodelled
+
+    launch = "python -m sglang.launch_server --tp-size 1 --stream-interval "
+    assert unmodelled({"command": launch + "1"}) is None
+    assert unmodelled({"command": launch + "8"}) == (
+        "started with --stream-interval 8, which the planner does not model")

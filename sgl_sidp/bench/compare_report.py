@@ -37,7 +37,7 @@ UNMODELLED_ENV = ("SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP",)
 #: planner does not model, with the value it assumes (None: any value): the same treatment as `UNMODELLED_ENV`. The
 #: chunk, the prefill budget, the memory fraction and the decode graphs it models (`server_flags_of`: each result
 #: predicted with its server's).
-UNMODELLED_FLAGS = {"--enable-mixed-chunk": None}
+UNMODELLED_FLAGS = {"--enable-mixed-chunk": None, "--stream-interval": "1"}
 
 #: (key, label, higher is better, read from a result)
 FACTS: list[tuple[str, str, bool, Callable[[dict], float | None]]] = [

@@ -430,7 +430,8 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
     chunk by chunk, each after the prompt's earlier chunks in the KV, so the row is the mean of the traced forwards
     (`profile.steps` of them) in that order; a decode step, that share at IN tokens of
     context. Decode steps of replicas in lockstep are left out: a rank's profiled step includes its waits for the
-    others (SiDP's CaS, DP attention), which the planner's step does not."""
+    others (SiDP's CaS, DP attention), which the planner's step does not; so are those traced with the host
+    (`compare --profile-host`): the tracer slows the host, and an eager step's kernels follow its launches."""
     import math
 
     from sgl_sidp.bench.compare_report import ran_as, replica_leaders
@@ -477,7 +478,7 @@ def profile_rows(folder: Path, model_path: str, gpu: str, what_if: WhatIf = NO_W
             out.append((name, f"profiled prefill forward, {what}"
                         + (f" (the slowest of {len(leaders)} replicas)" if len(leaders) > 1 else ""), "ms",
                         ms, prefill))
-        if decode is not None and not c.kind.lockstep(c):
+        if decode is not None and not c.kind.lockstep(c) and not prof.get("host"):
             out.append((name, f"profiled decode step, {share} rows at {inp:,} tokens", "ms",
                         model.decode_ms(share, inp), decode))
     return out
