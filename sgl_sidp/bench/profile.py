@@ -196,7 +196,8 @@ def _short(name: str) -> str:
 def _exclusive_pieces(events: list[Mapping]) -> list[tuple[str, float, float]]:
     """(name, start us, end us) pieces of the time each host event of one thread ran outside its children: Kineto's
     python frames, aten ops and CUDA calls nest on a thread; a child sticking out of its parent is clipped to it."""
-    pieces, stack = [], []  # stack entries: [name, end, resumed at (None while a child runs)]
+    pieces, stack = [], []  # stack entries: [name, end, since] (since: its start, then its last child's end)
+
     def close(until: float) -> None:
         while stack and stack[-1][1] <= until:
             name, end, since = stack.pop()
@@ -253,7 +254,7 @@ def host_timeline(trace: Mapping, slices: list[list[Mapping]], top: int = 12) ->
     tids = [e.get("tid") for part in launches for e in part]
     tid = max(set(tids), key=tids.count)
     fwd, gaps, spans = [], [], []
-    for k, (part, calls) in enumerate(zip(slices, launches)):
+    for part, calls in zip(slices, launches):
         calls = [c for c in calls if c.get("tid") == tid]
         if not calls:
             return None
