@@ -397,6 +397,13 @@
 #                at 8. The lent VM's vCPUs run one spinning Python process at 4.5 to 8.0 M loop turns a second
 #                (taskset on each of 16, with another on vCPU 0: up to 1.7x apart, not by sibling pairs): a
 #                launch-bound step takes as long as the vCPU the scheduler landed on makes it, 1.5-1.7x apart
+#   q8_intake128_1gpu  where the 128-token burst's first tokens go (q8_eager_ctx128_1gpu_h200: TTFT p50 1,345 ms against
+#                588 simulated, +46 % on throughput): Qwen3-8B TP1, 384 x (128 in, 128 out) with SGLang's per-request
+#                time stats (bench.intake). Its log then showed 42 requests prefilled within about 0.1 s, 0.7 s of
+#                decode steps of those 42 with no request queued, then the other 342 at once. Expected, if the server
+#                takes the burst in late (the HTTP side, not the scheduler): entry times of about 40 requests within
+#                0.1 s and the rest 0.7-1.2 s later, each with a queue time of a few ms at most; if the scheduler
+#                holds them, entries within 0.1 s and long queue times
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
@@ -742,6 +749,9 @@ for RUN in "$@"; do
           --profile 384+1024+128 --profile-steps 3 --profile-host calls --profile-after-s 13 \
           --extra-args "$X --stream-interval $si"
       done ;;
+    q8_intake128_1gpu)
+      compare_run "q8_intake128_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+128+128 \
+        --extra-args "$X --enable-request-time-stats-logging" ;;
     q8_graphs512_shift)
       compare_run "q8_graphs512_shift_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256
       compare_run "q8_graphs512_shift_on_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256 \
