@@ -404,6 +404,15 @@
 #                takes the burst in late (the HTTP side, not the scheduler): entry times of about 40 requests within
 #                0.1 s and the rest 0.7-1.2 s later, each with a queue time of a few ms at most; if the scheduler
 #                holds them, entries within 0.1 s and long queue times
+#                Found at 0e2b7bc: the server took the burst in late, in clumps: 94 requests within 83 ms, 13 at 197 ms,
+#                none until 591 ms, then 140 by 632 and 145 at 774-779 ms (the client had sent all 384 within 92 ms); each
+#                prefill started within 3 ms of its intake, but the first tokens of the first 94 reached the client only
+#                at 786 ms: the HTTP process (tokenizer manager) took 0.78 s for the burst and delivered nothing
+#                meanwhile. TTFT p50 1,051 ms (13,824 tok/s, TPOT 44 ms: this burst's eager steps host-bound)
+#   q8_intake_gc_1gpu  the same with SGLang's --gc-warning-threshold-secs 0.02 (a line for every garbage collection
+#                over 20 ms in the tokenizer manager): expected, if the 400 ms pause in the intake is a full collection
+#                of the HTTP process's objects, one such line of 0.2-0.4 s during the burst; if none, the pause is
+#                the event loop's own work (the first streams' outputs, the requests' parsing)
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
@@ -752,6 +761,9 @@ for RUN in "$@"; do
     q8_intake128_1gpu)
       compare_run "q8_intake128_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+128+128 \
         --extra-args "$X --enable-request-time-stats-logging" ;;
+    q8_intake_gc_1gpu)
+      compare_run "q8_intake_gc_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+128+128 \
+        --extra-args "$X --enable-request-time-stats-logging --gc-warning-threshold-secs 0.02" ;;
     q8_graphs512_shift)
       compare_run "q8_graphs512_shift_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256
       compare_run "q8_graphs512_shift_on_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256 \
