@@ -413,6 +413,10 @@
 #                over 20 ms in the tokenizer manager): expected, if the 400 ms pause in the intake is a full collection
 #                of the HTTP process's objects, one such line of 0.2-0.4 s during the burst; if none, the pause is
 #                the event loop's own work (the first streams' outputs, the requests' parsing)
+#                Found at 185b32a: one generation-2 collection of 0.376 s (857,374 objects) in the tokenizer manager during
+#                the burst, the only long one of the run; the intake paused from 306 to 756 ms (94 requests taken in
+#                by 151 ms, 72 at 303-306 ms, 146 at 756-761 ms). TTFT p50 879 ms, 18,747 tok/s, TPOT 33.3 ms (its eager
+#                steps fast this time). SGLang's /freeze_gc is its remedy; no server here calls it
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):

@@ -30,7 +30,11 @@ What it leaves out: the overlap scheduler's CPU time (an iteration lasts its for
 host's share in), its look-ahead for what is not an arrival (here a batch is chosen knowing which requests the
 forward before it finishes and the KV they free; SGLang's is chosen before that forward's results), mixed chunks,
 priorities, retraction of a request mid-prefill and eviction below a block. The tokenizer manager, one process for
-all DP replicas, comes after the schedule where its rate is known (`deliver`, from the replicas' `tokens_log`).
+all DP replicas, comes after the schedule where its rate is known (`deliver`, from the replicas' `tokens_log`); not
+its intake of a burst, nor its garbage collections: on one H200 VM a full collection of its 857K objects stopped it
+for 0.38 s in the middle of a burst of 384 short requests, which then reached the scheduler over 0.76-0.78 s in clumps
+and saw their first tokens no sooner (`q8_intake128_1gpu_h200`, `q8_intake_gc_1gpu_h200`; SGLang's `/freeze_gc` is
+its own remedy, called by no server measured here).
 
 How it runs (an hour-long trace of 12,000 requests under one configuration in about half a second): an iteration
 costs O(1) besides the requests it admits, finishes or retracts. Running sums stand for the sums over the running
