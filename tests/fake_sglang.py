@@ -112,6 +112,7 @@ def main(argv: list[str]) -> None:
     app.router.add_get("/health", lambda r: web.Response(text="ok"))
     app.router.add_post("/generate", generate)
     app.router.add_post("/flush_cache", lambda r: web.Response(text="ok"))
+    app.router.add_post("/freeze_gc", lambda r: web.Response(text="Garbage collection frozen.\n"))
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/loads", lambda r: web.json_response(
         {"loads": [{"dp_rank": i, "max_total_num_tokens": c} for i, c in enumerate(caps)]}))

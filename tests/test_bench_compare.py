@@ -529,6 +529,15 @@ def test_burst_twice_runs_the_shapes_once_before_and_keeps_both(tmp_path, fake, 
             assert len([json.loads(line) for line in f]) == 4
 
 
+def test_freeze_gc_freezes_each_server_after_its_warm_up(tmp_path, fake):
+    """`--freeze-gc`: SGLang's /freeze_gc (a plain-text answer) once the server is warmed up, recorded as "freeze_gc"."""
+    dense = model(tmp_path, "dense", DENSE)
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst", "4+16+3",
+                             "--freeze-gc")) == 0
+    res = json.loads((tmp_path / "out" / "dense" / "tp2.json").read_text())
+    assert res["freeze_gc"] is True and res["burst"]["failed"] == 0
+
+
 def test_burst_gap_idles_the_server_between_the_two_bursts(tmp_path, fake, capsys, monkeypatch):
     """`--burst-gap-s S`: the server idles S seconds between `--burst-twice`'s bursts (recorded as "gap_s"); without
     `--burst-twice`, or below 0, it is refused before any server starts."""

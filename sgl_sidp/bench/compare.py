@@ -36,6 +36,8 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   launches took, how far the GPU lagged them and the host's work between forwards, by function
   (`profile.host_timeline`): where an eager step's time goes.
   `--profile-after-s T` starts the trace T s into the burst (decode forwards deep in it; default 1).
+* `--freeze-gc`: SGLang's `/freeze_gc` on each server after its warm-up (what SGLang's own warning of a long garbage
+  collection advises); off by default, as SGLang starts.
 
 Resumable: a step already in the JSON is not run again, and a configuration with every step done (or refused) is
 not started, so the next call of a 10-minute device lease goes on where the last stopped (`--deadline-s` starts no
@@ -469,6 +471,11 @@ class Measurement:
         self.ranks = max(1, len(self.res["kv_tokens"]))
         self.save()
         self.warm_up()
+        if self.a.freeze_gc:  # SGLang's own remedy for its processes' full garbage collections, after the warm-up
+            with urllib.request.urlopen(urllib.request.Request(self.srv.base_url + "/freeze_gc", data=b""),
+                                        timeout=60) as r:  # answers in plain text
+                r.read()
+            self.res["freeze_gc"] = True
         return True
 
     def warm_up(self) -> None:
@@ -883,6 +890,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="S requests at once, their prefill and decode forwards traced by SGLang's profiler")
     p.add_argument("--profile-steps", type=int, default=3,
                    help="forwards of each stage --profile traces (default: %(default)s)")
+    p.add_argument("--freeze-gc", action="store_true",
+                   help="call SGLang's /freeze_gc after each server's warm-up (its tokenizer manager and schedulers "
+                        "then never collect the objects they hold: no pause of a full collection mid-burst)")
     p.add_argument("--profile-host", choices=("calls", "frames"), default=None,
                    help="trace --profile's host side too: per forward, the host's launches and its work between "
                         "forwards (profile.host_timeline), by aten op and CUDA call (calls: little overhead) or by "
