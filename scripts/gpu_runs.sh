@@ -421,6 +421,12 @@
 #                GC warnings: expected no long collection, the intake over about 0.3-0.4 s (94 requests in 151 ms
 #                before, 72 more by 306 ms) and TTFT p50 300-400 ms under q8_intake_gc's 879 ms; what remains over the
 #                planner's 588 ms is the HTTP process's own pace (about 1 ms a request)
+#                Found at c32a60d: frozen (SGLang's log: 778K, 857K and 699K objects frozen in the tokenizer manager,
+#                scheduler and detokenizer), one 20 ms collection; the intake took 0.441 s (0.76-0.78 before), still in
+#                clumps (48 by 82 ms, 55 at 255-283, 120 at 330-334, 161 at 434-441 ms). TTFT p50 897 ms, not lower:
+#                the prefill backlog left at 441 ms (about 290 prompts) took five forwards of 8,192 tokens, 180-190 ms
+#                each, to 1.0 s; its eager steps ran host-bound again (TPOT 45.9 ms, 14,277 tok/s). A uniform intake of
+#                1.1 ms a request would move the simulated TTFT p50 little (the clumps come late)
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
