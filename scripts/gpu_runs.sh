@@ -330,6 +330,12 @@
 #                batches), and the comparison names that TP2 gains the same from the flag. Shift's half ran as
 #                q8_graphs512_shift (1.80x) and its default is 512 since 845f4b5, so this run now sets Shift (512 either
 #                way) and TP2 with the flag beside TP2 and DP2 as SGLang starts them: the ratios to the best vanilla
+#   q8_graphs512_pair  the short form of q8_graphs512 for a call with under 6 minutes of device time: Shift SP2 as it now
+#                starts (512-row decode graphs, its default since 845f4b5: the default's first run on GPU) and DP2 at
+#                SGLang's defaults, one after the other on 512 x (1,024 in, 256 out). Predicted (planner of 185b32a):
+#                DP2 53,280 tok/s, TPOT p50 35.5 ms; Shift 50,277 (0.94x), 37.9 ms. Expected: Shift's log shows decode
+#                graphs to 512 rows ("cuda graph: True" at 458-512 rows); Shift about 38,600 tok/s as with the flag by
+#                hand (q8_graphs512_shift_on_2gpu_h200), so 0.72-0.80x DP2 if DP2 comes within 10 % of its prediction
 #   q8_flags_1gpu  Qwen3-8B TP1 on one GPU, 384 x (1,024 in, 128 out) at once, as SGLang starts it and then with
 #                --chunked-prefill-size 4096 --cuda-graph-max-bs-decode 512 (q8_flags_on_1gpu): the SGLang flags the
 #                planner models since a2ccd4b, held against one GPU (KV pool by SGLang's memory-fraction default, the
@@ -785,6 +791,8 @@ for RUN in "$@"; do
       compare_run "q8_graphs512_shift_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256
       compare_run "q8_graphs512_shift_on_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256 \
         --extra-args "$X --cuda-graph-max-bs-decode 512" ;;
+    q8_graphs512_pair)
+      compare_run "q8_graphs512_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 --burst 512+1024+256 ;;
     q8_graphs512)
       compare_run "q8_graphs512_on_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --burst 512+1024+256 \
         --extra-args "$X --cuda-graph-max-bs-decode 512"
