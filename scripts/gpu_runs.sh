@@ -433,6 +433,11 @@
 #                the prefill backlog left at 441 ms (about 290 prompts) took five forwards of 8,192 tokens, 180-190 ms
 #                each, to 1.0 s; its eager steps ran host-bound again (TPOT 45.9 ms, 14,277 tok/s). A uniform intake of
 #                1.1 ms a request would move the simulated TTFT p50 little (the clumps come late)
+#   q8_intake512_1gpu  the large-burst intake on one GPU: Qwen3-8B TP1, 512 x (1,024 in, 64 out) with the request stats and
+#                SGLang's garbage-collection warnings. In both 512 x (1,024, 256) Shift bursts on 2 x H200 the first 33
+#                and 54 requests were taken in, then decoded alone for 1-2 s before the rest reached the scheduler.
+#                Expected, if that is the tokenizer manager's full collection: one LONG GARBAGE COLLECTION line of
+#                0.4 s or more during the burst, and the intake paused as long
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
@@ -786,6 +791,9 @@ for RUN in "$@"; do
         --extra-args "$X --enable-request-time-stats-logging --gc-warning-threshold-secs 0.02" ;;
     q8_intake_frozen_1gpu)
       compare_run "q8_intake_frozen_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 384+128+128 --freeze-gc \
+        --extra-args "$X --enable-request-time-stats-logging --gc-warning-threshold-secs 0.02" ;;
+    q8_intake512_1gpu)
+      compare_run "q8_intake512_1gpu_$TAG" Qwen3-8B --gpus 0 --configs tp1 --burst 512+1024+64 \
         --extra-args "$X --enable-request-time-stats-logging --gc-warning-threshold-secs 0.02" ;;
     q8_graphs512_shift)
       compare_run "q8_graphs512_shift_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256
