@@ -438,6 +438,9 @@
 #                and 54 requests were taken in, then decoded alone for 1-2 s before the rest reached the scheduler.
 #                Expected, if that is the tokenizer manager's full collection: one LONG GARBAGE COLLECTION line of
 #                0.4 s or more during the burst, and the intake paused as long
+#                Found at f7c3df4: one generation-2 collection of 0.448 s (853,928 objects); 36 requests taken in by 60 ms,
+#                none until 909 ms, all 512 by 1,128 ms. The scheduler prefilled the 36 meanwhile (to 552 ms), then
+#                had nothing to prefill for about 0.37 s. Burst 35,164 tok/s, predicted 37,252 (+5.9 %), TTFT p50 -1.1 %
 #   q8_graphs512_shift  q8_graphs512's Shift alone, SGLang's decode graphs then --cuda-graph-max-bs-decode 512, where a
 #                call has time for two servers only. Expected as there: Shift's TPOT p50 >= 60 ms eagerly, within 10 %
 #                of its prediction (37.9 ms) with the flag, its throughput >= 1.15x. Found at 60b29fb (2 x H200):
