@@ -28,6 +28,7 @@ from pathlib import Path
 from sgl_sidp.bench.compare_report import best_vanilla, cell
 from sgl_sidp.bench.metrics import SLO
 from sgl_sidp.bench.report import REQUESTS_CSV, REQUESTS_JSONL, read_jsonl
+from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags
 
 
 def parse_slo(text: str) -> SLO:
@@ -136,11 +137,11 @@ def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slos:
 
 
 def replay_rows(model_path: str, gpu: str, n_gpus: int, replay_args: str, slos: list[SLO], trace_dir: Path | None,
-                names: list[str] = (), server=None) -> list:
+                names: list[str] = (), server: ServerFlags = DEFAULTS) -> list:
     """The planner's predicted `PlanRow`s for the requests `python -m sgl_sidp.replay REPLAY_ARGS` sends, on `n_gpus`
     GPUs of kind `gpu`, `names` besides its own configurations, each with its goodput under every objective of `slos`
     (`goodput_by_slo`, keys `slo_key`; one simulation per configuration, `plan_requests`' `more_slos`), with the
-    SGLang flags `server` (`ServerFlags`; None: SGLang's defaults).
+    SGLang flags `server` (default: SGLang's).
 
     Raises:
         PlanError: as `plan_requests`.
@@ -148,11 +149,8 @@ def replay_rows(model_path: str, gpu: str, n_gpus: int, replay_args: str, slos: 
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan_requests
 
-    from sgl_sidp.plan.server_flags import DEFAULTS
-
     plan = plan_requests(model_path, n_gpus, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
-                         names=names, more_slos=[(slo.ttft_ms, slo.tpot_ms) for slo in slos],
-                         server=server or DEFAULTS)
+                         names=names, more_slos=[(slo.ttft_ms, slo.tpot_ms) for slo in slos], server=server)
     return [r for r in plan["configurations"] if r.predicted]
 
 

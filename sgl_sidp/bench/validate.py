@@ -121,6 +121,15 @@ def by_server(measured: dict[str, dict], names) -> dict[ServerFlags, list[str]]:
     return by_flags(names, {name: measured[name].get("server") for name in names})
 
 
+def predicted_by_server(measured: dict[str, dict], names, predict) -> dict:
+    """{name: the planner's `PlanRow`} of `names`, one call of `predict(group, server)` (a plan's "configurations")
+    per group of them whose servers started with the same SGLang flags (`by_server`)."""
+    out = {}
+    for server, group in by_server(measured, names).items():
+        out.update({r.name: r for r in predict(group, server) if r.name in group})
+    return out
+
+
 def replay_settings(folder: Path) -> dict:
     """{trace key ("<stem>@<rate>x"): (the replay's arguments, (TTFT, TPOT) objectives in ms)} of the compare runs
     whose results are in `folder` (OUT/<model>), read from their `commands.txt` (OUT/commands.txt)."""
@@ -182,11 +191,9 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
             continue
         args, slo = replays[key]
         names = [k for k, m in measured.items() if key in m.get("traces", {})]
-        pred = {}
-        for server, group in by_server(measured, names).items():
-            got = plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir), names=group,
-                                slo=slo, what_if=what_if, server=server)["configurations"]
-            pred.update({r.name: r for r in got if r.name in group})
+        pred = predicted_by_server(measured, names, lambda group, server: plan_requests(
+            model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir), names=group, slo=slo,
+            what_if=what_if, server=server)["configurations"])
         for name in names:
             t, p = measured[name]["traces"][key], pred.get(name)
             if p is None or not p.predicted:
@@ -317,11 +324,9 @@ def per_request(folder: Path, measured: dict[str, dict], model_path: str, gpu: s
         names = [k for k, m in measured.items() if key in m.get("traces", {})]
         if not names:
             continue
-        rows = {}
-        for server, group in by_server(measured, names).items():
-            got = plan_requests(model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir), names=group,
-                                keep_schedule=True, what_if=what_if, server=server)["configurations"]
-            rows.update({r.name: r for r in got if r.name in group})
+        rows = predicted_by_server(measured, names, lambda group, server: plan_requests(
+            model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir), names=group, keep_schedule=True,
+            what_if=what_if, server=server)["configurations"])
         for name in names:
             reqs, row = measured_requests(folder, measured[name].get("config", name), key), rows.get(name)
             out += ["", f"### {name}, {key}", ""]
@@ -379,11 +384,9 @@ def burst_requests(folder: Path, measured: dict[str, dict], model_path: str, gpu
         if reqs is not None:
             by_spec.setdefault("offline:%d:%d:%d" % m["burst"]["shape"], []).append((name, reqs))
     for spec, named in sorted(by_spec.items()):
-        rows = {}
-        for server, group in by_server(measured, [k for k, _ in named]).items():
-            got = plan_requests(model_path, n, gpu, spec, workload(spec), names=group, keep_schedule=True,
-                                what_if=what_if, server=server)["configurations"]
-            rows.update({r.name: r for r in got if r.name in group})
+        rows = predicted_by_server(measured, [k for k, _ in named], lambda group, server: plan_requests(
+            model_path, n, gpu, spec, workload(spec), names=group, keep_schedule=True, what_if=what_if,
+            server=server)["configurations"])
         for name, reqs in named:
             s_, in_, out_ = spec.split(":")[1:]
             out += ["", f"### {name}, burst {s_} x ({in_} in, {out_} out)", ""]
@@ -491,10 +494,10 @@ def rows(measured: dict[str, dict], model_path: str, gpu: str, n: int, what_if: 
     lat = {}
     shape = next((m["burst"]["shape"] for m in measured.values() if m.get("burst")), None)
     workload = "offline:%d:%d:%d" % shape if shape else "latency:2048:4"  # without a burst, for the KV tokens
-    pred_burst = {}
-    for server, group in by_server(measured, [k for k, m in measured.items() if not m.get("unmodeled")]).items():
-        got = plan(model_path, n, gpu, workload, what_if=what_if, names=group, server=server)["configurations"]
-        pred_burst.update({r.name: r for r in got if r.name in group})
+    pred_burst = predicted_by_server(
+        measured, [k for k, m in measured.items() if not m.get("unmodeled")],
+        lambda group, server: plan(model_path, n, gpu, workload, what_if=what_if, names=group,
+                                   server=server)["configurations"])
     for name, m in measured.items():
         if m.get("unmodeled"):
             out.append((name, "not predicted: run with flags the planner does not model", "", None, None))
