@@ -19,6 +19,8 @@ download.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
 import traceback
@@ -138,14 +140,32 @@ def sglang_raw_args(argv: list[str]) -> argparse.Namespace:
 
     parser = ArgumentParser()
     ServerArgs.add_cli_args(parser)
-    if "--config" in argv:
-        from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+    with _deprecated_aliases_quiet():
+        if "--config" in argv:
+            from sglang.srt.server_args_config_parser import ConfigArgumentMerger
 
-        try:
-            argv = ConfigArgumentMerger(parser).merge_config_with_args(argv)
-        except ValueError as e:
-            raise SidpConfigError([f"--config: {e}"]) from None
-    return parser.parse_args(argv)
+            try:
+                argv = ConfigArgumentMerger(parser).merge_config_with_args(argv)
+            except ValueError as e:
+                raise SidpConfigError([f"--config: {e}"]) from None
+        return parser.parse_args(argv)
+
+
+#: the logger of SGLang's argparse actions for deprecated flags (`DeprecatedAliasStoreAction`, ...): each logs its
+#: warning whenever argparse meets the flag
+SGLANG_ARGPARSE_LOGGER = "sglang.srt.arg_groups.argparse_actions"
+
+
+@contextlib.contextmanager
+def _deprecated_aliases_quiet():
+    """SGLang's deprecated-flag warnings off while the launcher parses SGLang's flags for itself (`sglang_raw_args`,
+    up to three times a start): SGLang's own parse (`prepare_server_args`) still warns, once, as vanilla SGLang does."""
+    log = logging.getLogger(SGLANG_ARGPARSE_LOGGER)
+    was, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = was
 
 
 def _drop_flags(argv: list[str], flags: dict[str, bool]) -> list[str]:

@@ -1,6 +1,7 @@
 """The launcher: default model, flag split, clear errors before any device work, --help."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -42,6 +43,25 @@ def test_our_flags_split_from_sglang_flags():
 def test_raw_sglang_args_parse_without_server_args():
     raw = ls.sglang_raw_args(ls.with_default_model(["--dp-size", "2"]))
     assert raw.dp_size == 2 and raw.model_path == str(ls.DEFAULT_MODEL_DIR)
+
+
+def test_deprecated_sglang_flag_warns_once_as_in_sglang(caplog):
+    """The launcher's own parses of SGLang's flags stay quiet about a deprecated alias; SGLang's parser (what
+    `prepare_server_args` runs once) still warns, so the user sees SGLang's one warning."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    argv = ls.with_default_model(["--cuda-graph-max-bs", "512"])
+    with caplog.at_level(logging.WARNING, logger=ls.SGLANG_ARGPARSE_LOGGER):
+        assert ls.sglang_raw_args(argv).cuda_graph_max_bs_decode == 512
+        assert ls.sglang_raw_args(argv).cuda_graph_max_bs_decode == 512
+        assert not [r for r in caplog.records if r.name == ls.SGLANG_ARGPARSE_LOGGER]
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        parser.parse_args(argv)
+    warned = [r.getMessage() for r in caplog.records if r.name == ls.SGLANG_ARGPARSE_LOGGER]
+    assert len(warned) == 1 and "--cuda-graph-max-bs" in warned[0]
 
 
 def test_entry_point_visibility_respects_sglang_plugins(monkeypatch):
