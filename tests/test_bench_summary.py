@@ -106,3 +106,69 @@ def test_auto_s_pick_on_each_burst_against_the_run_s_best(tmp_path, monkeypatch)
     md = summary.auto_markdown(picks)
     assert "| a | Qwen3-30B-A3B | 2 x NVIDIA H100 80GB HBM3 | burst 128+8192+16 | dp2 | dp2 (60,000 tok/s) | 1.00x |" in md
     assert "| tp2 | dp2_attn (44,924 tok/s) | not measured in the run |" in md
+
+
+def write_run(root, run, rows, commands=""):
+    (root / run).mkdir(parents=True)
+    (root / run / "summary.json").write_text(json.dumps(rows))
+    (root / run / "commands.txt").write_text(commands)
+
+
+def test_rows_carry_their_run_s_date_and_replay_objectives(tmp_path):
+    """A README line names a replay's objectives (runs of one trace used TPOT 8 and 50 ms) and takes the last run."""
+    trace = "trace AzureLLMInferenceTrace_code@3x"
+    cmd = ("2026-11-27T01:00:00+00:00 commit abc: python -m sgl_sidp.bench.compare --model-path m --configs tp2 --out-dir o "
+           "--trace t/AzureLLMInferenceTrace_code.csv --rates 3 --slo-ttft-ms 1000 --slo-tpot-ms 8\n"
+           "2026-11-27T02:00:00+00:00 commit abc: python -m sgl_sidp.bench.compare --model-path m --configs tp2 --out-dir o\n")
+    write_run(tmp_path, "a", [row("tp2", 1.0, workload=trace, metric="request_goodput", best=("tp2", 1.0)),
+                              row("shift_sp2_tp1", 1.5, workload=trace, metric="request_goodput", best=("tp2", 1.0))],
+              cmd)
+    (out,) = summary.combine(tmp_path)
+    assert out["when"] == "2026-11-27T02:00:00+00:00" and out["slo_ms"] == [1000.0, 8.0]
+    assert summary.workload_label(out) == "Azure code at 3x; goodput under TTFT 1 s, TPOT 8 ms"
+    assert summary.workload_label(row("tp2", 1.0, workload="burst 256+2048+32")) == "256 x (2,048 in, 32 out) at once"
+
+
+def test_a_better_vanilla_configuration_another_run_measured_is_named():
+    """q8_shift_chunk2x_2gpu_h100 ran no TP2: Shift's 2.22x there is against DP2, which TP2 beat under the same
+    objectives in another run; the README line says so instead of reading as a win over the best vanilla."""
+    runs = {"with_both": {"tp2": 0.9, "dp2": 0.5}, "dp2_only": {"dp2": 0.4}, "other": {"dp2": 0.3}}
+    r = {"run": "dp2_only", "best_vanilla": "dp2"}
+    assert summary.beaten_elsewhere(r, runs) == "tp2 (measured above dp2 in with_both)"
+    assert summary.beaten_elsewhere({"run": "with_both", "best_vanilla": "tp2"}, runs) is None
+
+
+def test_readme_table_one_line_per_technique_node_workload_and_baseline(tmp_path):
+    write_run(tmp_path, "old", [row("dp2", 60_000.0), row("zerodp_dp2", 30_000.0)], "2026-11-26T00:00:00+00:00 commit a:\n")
+    write_run(tmp_path, "new", [row("dp2", 60_000.0), row("zerodp_dp2", 54_000.0)], "2026-11-27T00:00:00+00:00 commit b:\n")
+    write_run(tmp_path, "tp2_only", [row("tp2", 50_000.0, best=("tp2", 50_000.0)),
+                                     row("zerodp_dp2", 55_000.0, best=("tp2", 50_000.0))],
+              "2026-11-28T00:00:00+00:00 commit c:\n")
+    write_run(tmp_path, "both", [row("tp2", 50_000.0), row("dp2", 60_000.0)], "2026-11-28T00:00:00+00:00 commit c:\n")
+    table = summary.readme_table(summary.combine(tmp_path)).splitlines()
+    assert table[2] == ("| zerodp | Qwen3-30B-A3B | 2 x H100 | 128 x (8,192 in, 16 out) at once | dp2 | 0.90x | "
+                        "0.50-0.90x, median 0.70x (2 runs) | - | new |")  # the last run's ratio, the range of both
+    assert table[3] == ("| zerodp | Qwen3-30B-A3B | 2 x H100 | 128 x (8,192 in, 16 out) at once | tp2 | 1.10x | - | "
+                        "dp2 (measured above tp2 in both) | tp2_only |")  # another baseline: a line of its own
+    assert len(table) == 4
+
+
+def test_readme_block_is_replaced_and_a_file_without_it_is_one_line(tmp_path):
+    text = f"intro\n{summary.README_BEGIN}\nold table\n{summary.README_END}\nrest\n"
+    new = summary.with_readme_table(text, [])
+    assert new.startswith(f"intro\n{summary.README_BEGIN}\n| technique |") and new.endswith(f"{summary.README_END}\nrest\n")
+    assert "old table" not in new and summary.with_readme_table(new, []) == new
+    (tmp_path / "run").mkdir()
+    (tmp_path / "README.md").write_text("no markers\n")
+    with pytest.raises(SystemExit, match="--readme .*README.md: no '<!-- bench.summary --readme: begin -->' line"):
+        summary.main([str(tmp_path), "--readme", str(tmp_path / "README.md")])
+
+
+def test_the_readme_table_is_the_committed_rows_table():
+    """The README's "which mode for which workload" table is `readme_table` of the committed summary.json (issue 35:
+    written from these rows alone): rerun `python -m sgl_sidp.bench.summary benchmarks/results/multi_gpu
+    --models-dir ../shared/models --readme README.md` after a run."""
+    repo = Path(__file__).resolve().parents[1]
+    rows = json.loads((repo / "benchmarks/results/multi_gpu/summary.json").read_text())
+    text = (repo / "README.md").read_text()
+    assert summary.with_readme_table(text, rows) == text

@@ -16,12 +16,19 @@ the run did not measure it, with its predicted ratio to the run's best vanilla c
 planner for the same model, GPU kind and count), so such a row is never read as a win over every vanilla choice;
 and summary.md gains a second table: what `--overlay-mode auto` would start on each burst (the planner's winner over
 every configuration) and, where the run measured it, its measured ratio to the run's best (`auto_picks`).
+
+    python -m sgl_sidp.bench.summary benchmarks/results/multi_gpu --models-dir ../shared/models --readme README.md
+
+also rewrites, in the file named, the table between `README_BEGIN` and `README_END` (`readme_table`): one line per
+technique, model, node, workload and best vanilla configuration, from the rows alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -80,13 +87,51 @@ def technique_rows(rows: list[dict], run: str) -> list[dict]:
 def combine(root: Path, models_dir: Path | None = None) -> list[dict]:
     """`technique_rows` of every run folder below `root` that holds a compare summary.json (the folder's path
     relative to `root` names the run); with `models_dir`, each burst row's `unrun_vanilla` (module docstring)."""
-    out = []
+    out, vanilla = [], {}
     for run, rows in run_summaries(root):
         found = technique_rows(rows, run)
-        for row in found if models_dir else []:
-            row["unrun_vanilla"] = unrun_vanilla(row, rows, models_dir)
+        when, objectives = run_facts(root / run)
+        for row in found:
+            row["when"] = when
+            if row["workload"].startswith("trace "):
+                row["slo_ms"] = objectives.get(row["workload"][6:])
+            if models_dir:
+                row["unrun_vanilla"] = unrun_vanilla(row, rows, models_dir)
+        for r in rows:
+            if r.get("metric") in HEADLINE and r.get("value") and not r.get("flags") and technique_of(
+                    r.get("configuration", "")) not in techniques_reported() | {None}:
+                slo = objectives.get(r["workload"][6:]) if r["workload"].startswith("trace ") else None
+                key = (r["model"], r["gpus"], r["gpu_name"], r["workload"], str(slo))
+                vanilla.setdefault(key, {}).setdefault(run, {})[r["configuration"]] = r["value"]
         out += found
+    for row in out:
+        row["beaten_elsewhere"] = beaten_elsewhere(row, vanilla.get((row["model"], row["gpus"], row["gpu_name"],
+                                                                     row["workload"], str(row.get("slo_ms")))) or {})
     return out
+
+
+def beaten_elsewhere(row: dict, runs: dict[str, dict[str, float]]) -> str | None:
+    """A vanilla configuration `row`'s run did not measure that another run of the same model, GPUs and workload
+    (a replay: under the same objectives) measured above the row's best vanilla configuration, "tp2 (measured above
+    dp2 in RUN)" (the first such, by run name), or None. `runs`: {run: {vanilla configuration: value}}."""
+    here, best = runs.get(row["run"], {}), row.get("best_vanilla")
+    for run, got in sorted(runs.items()):
+        for name, value in sorted(got.items(), key=lambda kv: -kv[1]):
+            if name not in here and best in got and value > got[best]:
+                return f"{name} (measured above {best} in {run})"
+    return None
+
+
+def run_facts(run_dir: Path) -> tuple[str, dict[str, list[float]]]:
+    """(when the run's last compare command started, ISO 8601 or "" where `run_dir`/commands.txt does not say; each
+    replay's (TTFT, TPOT) objectives in ms by trace key, `validate.replay_settings`)."""
+    from sgl_sidp.bench.validate import replay_settings
+
+    commands = run_dir / "commands.txt"
+    text = commands.read_text() if commands.is_file() else ""
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\dT\S+) commit", text, flags=re.M)
+    slo = {k: list(v[1]) for k, v in replay_settings(run_dir / "model").items()}
+    return max(stamps, default=""), slo
 
 
 def run_summaries(root: Path):
@@ -196,15 +241,80 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: the lines between which `--readme` writes `readme_table`
+README_BEGIN, README_END = "<!-- bench.summary --readme: begin -->", "<!-- bench.summary --readme: end -->"
+
+#: how the README names a trace file's stem
+TRACE_NAMES = {"AzureLLMInferenceTrace_code": "Azure code", "mooncake_head400": "Mooncake conversation (first 400 lines)"}
+
+
+def workload_label(row: dict) -> str:
+    """A row's workload in words: "burst 256+2048+32" -> "256 x (2,048 in, 32 out) at once"; "trace T@3x" with its
+    objectives -> "T at 3x; goodput under TTFT 1 s, TPOT 8 ms"."""
+    kind, spec = row["workload"].split(" ", 1)
+    if kind == "burst":
+        s, i, o = (int(x) for x in spec.split("+"))
+        return f"{s} x ({i:,} in, {o:,} out) at once"
+    stem, _, rate = spec.rpartition("@")
+    slo = row.get("slo_ms")
+    return (f"{TRACE_NAMES.get(stem, stem)} at {rate}" +
+            (f"; goodput under TTFT {slo[0] / 1000:g} s, TPOT {slo[1]:g} ms" if slo and None not in slo else "; goodput"))
+
+
+def readme_table(rows: list[dict]) -> str:
+    """The README's "which mode for which workload" table from `combine`'s rows alone (issue 35): one line per
+    technique, model, node (GPU count and kind), workload (a replay with its objectives) and the run's best vanilla
+    configuration, with the ratio of the run measured last (`when`), the range over every run of that line and their
+    count, and a vanilla configuration the last run lacked: one another run measured above its best
+    (`beaten_elsewhere`), else the one the planner ranks first (`unrun_vanilla`, predicted).
+    A ratio against another best vanilla configuration is a line of its own, never a range with this one."""
+    from sgl_sidp.plan.comm import gpu_kind
+
+    lines: dict[tuple, list[dict]] = {}
+    for r in rows:
+        node = f"{r['gpus']} x {gpu_kind(r['gpu_name']).upper()}"
+        key = (r["technique"], r["model"], node, workload_label(r), r["best_vanilla"])
+        lines.setdefault(key, []).append(r)
+    out = ["| technique | model | GPUs | workload | best vanilla in the run | ours / it, last run | all runs | a better "
+           "vanilla the run lacks | last run |", "|---|---|---|---|---|---:|---|---|---|"]
+    for key in sorted(lines):
+        runs = sorted(lines[key], key=lambda r: (r.get("when") or "", r["run"]))
+        last, ratios = runs[-1], [r["ratio"] for r in runs]
+        spread = (f"{min(ratios):.2f}-{max(ratios):.2f}x, median {statistics.median(ratios):.2f}x ({len(runs)} runs)"
+                  if len(runs) > 1 else "-")
+        lacks = last.get("beaten_elsewhere") or last.get("unrun_vanilla") or "-"
+        out.append(f"| {' | '.join(key)} | {last['ratio']:.2f}x | {spread} | {lacks} | {last['run']} |")
+    return "\n".join(out) + "\n"
+
+
+def with_readme_table(text: str, rows: list[dict]) -> str:
+    """`text` with `readme_table(rows)` between its `README_BEGIN` and `README_END` lines.
+
+    Raises:
+        ValueError: `text` lacks either line, or has them out of order.
+    """
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"no {README_BEGIN!r} line followed by a {README_END!r} line")
+    return text[:begin + len(README_BEGIN)] + "\n" + readme_table(rows) + text[end:]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.summary", description=__doc__.split("\n\n")[0])
     ap.add_argument("root", type=Path, help="folder whose run folders hold compare's summary.json files")
     ap.add_argument("--models-dir", type=Path, default=None,
                     help="the models' config folders (DIR/<model>): name the vanilla configuration the planner ranks "
                          "first on a burst where the run did not measure it")
+    ap.add_argument("--readme", type=Path, default=None,
+                    help=f"rewrite the table between {README_BEGIN!r} and {README_END!r} in this file (`readme_table`)")
     a = ap.parse_args(argv)
     if not a.root.is_dir():
         sys.exit(f"summary: {a.root} is not a folder")
+    if a.readme is not None:
+        try:
+            with_readme_table(a.readme.read_text(), [])
+        except (OSError, ValueError) as e:
+            sys.exit(f"summary: --readme {a.readme}: {e}")
     if a.models_dir is not None and not a.models_dir.is_dir():
         sys.exit(f"summary: --models-dir {a.models_dir} is not a folder")
     rows = combine(a.root, a.models_dir)
@@ -216,6 +326,8 @@ def main(argv: list[str] | None = None) -> None:
     (a.root / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     (a.root / "summary.md").write_text(text)
     print(text, end="")
+    if a.readme is not None:
+        a.readme.write_text(with_readme_table(a.readme.read_text(), rows))
 
 
 if __name__ == "__main__":
