@@ -320,13 +320,35 @@ def gpu_name(index: str) -> str | None:
 
 def gzip_in_place(path: Path) -> None:
     """`path` replaced by `path`.gz (no timestamp: the same bytes each time); nothing when `path` is not there. For a
-    server's log, and a replay's per-request file with each token's time (some 450 KB a configuration): a results
-    folder travels to every GPU host with the repository, under the device tool's 64 MiB with the SGLang wheelhouse."""
+    server's log: a results folder travels to every GPU host with the repository, under the device tool's 64 MiB with
+    the SGLang wheelhouse."""
     if not path.is_file():
         return
     with open(path, "rb") as src, open(path.with_name(path.name + ".gz"), "wb") as raw, \
             gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as dst:
         shutil.copyfileobj(src, dst)
+    path.unlink()
+
+
+#: the per-token gaps of a replay's per-request file, kept apart (`keep_requests`; git-ignored)
+ITL_FILE = "itl_ms.jsonl.gz"
+
+
+def keep_requests(folder: Path) -> None:
+    """A replay's `folder`/requests.jsonl (`sgl_sidp.replay`) as a results folder keeps it: `requests.jsonl.gz` with
+    every column but each token's gap (`itl_ms`, about 95 % of its bytes: 134 of 141 KB gzipped for 152 Mooncake
+    requests), which goes to `ITL_FILE` beside it, one {"id", "itl_ms"} line a request. The results commit the
+    first and ignore the second (.gitignore): the tree travels to every GPU host under the device tool's 64 MiB with
+    the SGLang wheelhouse, and no tool reads the gaps of a committed run (the replay's summary.json keeps their
+    statistics; each request keeps its TPOT). Nothing when there is no requests.jsonl."""
+    path = folder / "requests.jsonl"
+    if not path.is_file():
+        return
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for name, lines in (("requests.jsonl.gz", [{k: v for k, v in r.items() if k != "itl_ms"} for r in rows]),
+                        (ITL_FILE, [{"id": r.get("id"), "itl_ms": r["itl_ms"]} for r in rows if "itl_ms" in r])):
+        with open(folder / name, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as dst:
+            dst.write("".join(json.dumps(line) + "\n" for line in lines).encode())
     path.unlink()
 
 
@@ -634,7 +656,7 @@ class Measurement:
         folder = self.job.result.parent / "traces" / self.job.name / key.replace("@", "_")
         summary, counted = self.counted(lambda: replay(key, shlex.join(args), self.srv.base_url, folder, self.job.name))
         self.res.setdefault("traces", {})[key] = {"rate": rate, **{k: summary.get(k) for k in TRACE_KEYS}, **counted}
-        gzip_in_place(folder / "requests.jsonl")  # what bench.validate and bench.goodput read
+        keep_requests(folder)  # what bench.validate and bench.goodput read
         (folder / "requests.csv").unlink(missing_ok=True)  # the same rows, uncompressed
 
     def run_step(self, name: str, body: Callable[[], None]) -> None:
