@@ -143,7 +143,8 @@ def test_timed_rounds_run_side_by_side_and_give_ratios_to_the_best_vanilla(tmp_p
     with gzip.open(kept / "requests.jsonl.gz", "rt") as f:  # each token's gap apart, in the git-ignored file
         assert [json.loads(line).get("itl_ms") for line in f] == [None] * 3
     with gzip.open(kept / compare.ITL_FILE, "rt") as f:
-        assert [(r["id"], len(r["itl_ms"])) for r in map(json.loads, f)] == [(0, 1), (1, 1), (2, 1)]
+        gaps = [json.loads(line) for line in f]
+    assert [r["id"] for r in gaps] == [0, 1, 2] and all(r["itl_ms"] for r in gaps)
     from sgl_sidp.bench.goodput import replays
     assert len(replays(out / "dense")["az@2x"]["sidp_dp2_cas"][0]) == 3
     from sgl_sidp.bench.validate import measured_requests
