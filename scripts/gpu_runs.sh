@@ -309,6 +309,11 @@
 #                bound) and 17,858: the longer probe was faster on two of three (the stand-in's 47 % fall is not the
 #                server's). Predictions move under 1 % with these entries (q8_decode2_alone TP2 +5.9 %), so the bundled
 #                tables keep their one rate (plan_multi_gpu/h200/calibrate_q8_stream/)
+#                Again on H200 with decode points at 384 and 512 rows in graphs (calibration.table.DECODE_BATCHES): past
+#                256 the planner went on along the 128-256 slope and priced the TP2 steps of Shift's server at 458-512
+#                rows (ctx 1,100-1,250, q8_graphs512_shift_on_2gpu_h200) at 23.9-24.7 ms against 21.7-22.0 measured.
+#                Expected: the TP2 shard's 512-row step at 256 tokens of context under the 10.1 ms the slope gives, and
+#                the planner's TP2 step there within 5 % of the server's once the tables take the points
 #   q32_burst2   out of sample for the H200 tables' several-prompt prefills and the sustained clock (4a422b9): Qwen3-32B,
 #                64 x (2,048 in, 32 out), DP2, Shift SP2 and TP2 on 2 x H200 (pairs at once on 4), a model and node no
 #                burst of these three had run on. Predicted before the run (plan --workload offline:64:2048:32): DP2

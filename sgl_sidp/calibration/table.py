@@ -34,8 +34,12 @@ class CalibrationError(RuntimeError):
 
 #: Default decode batch sizes and the two contexts each is timed at; prefill chunk sizes (`measure` times them; they
 #: are here so that `plan calibrate` reads them without importing torch, 2-6 s before its first server starts).
-#: (Decode time is concave in the batch for MoE models, so the batches are spaced by 4x at most.)
-DECODE_BATCHES = (1, 4, 16, 32, 64, 128, 256)
+#: (Decode time is concave in the batch for MoE models, so the batches are spaced by 4x at most.) 384 and 512: in
+#: graphs up to 512 rows where Shift captures them (`shift.feature.DECODE_GRAPH_MAX_BS`) or the user asks
+#: (`--cuda-graph-max-bs-decode`); without them the planner went on along the slope of 128 and 256, and priced
+#: Qwen3-8B's TP2 steps of 458-512 rows on 2 x H200 at 23.9-24.7 ms where Shift's server ran 21.7-22.0
+#: (`q8_graphs512_shift_on_2gpu_h200`).
+DECODE_BATCHES = (1, 4, 16, 32, 64, 128, 256, 384, 512)
 DECODE_CONTEXTS = (256, 2048)
 #: decode batches also timed eagerly (no CUDA graph): SGLang runs a batch larger than its largest decode graph that
 #: way (on H200 below TP4 the graphs stop at 256, `ServerArgs` `cuda_graph_config.decode.max_bs`), and on 2 x H200 a
