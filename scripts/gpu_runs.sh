@@ -314,6 +314,9 @@
 #                rows (ctx 1,100-1,250, q8_graphs512_shift_on_2gpu_h200) at 23.9-24.7 ms against 21.7-22.0 measured.
 #                Expected: the TP2 shard's 512-row step at 256 tokens of context under the 10.1 ms the slope gives, and
 #                the planner's TP2 step there within 5 % of the server's once the tables take the points
+#                Found at ab5c019 (1 x H200, 130 s): the TP2 shard's 512-row step 10.50 ms (the slope's 10.12), at 2,048
+#                tokens 31.86 (the slope's 37.8); the planner's TP2 step of Shift's server at 458-512 rows now -4.9 and
+#                +0.6 % (+9.6 and +12.6 % before); the points joined the bundled tables (plan_multi_gpu/h200/calibrate_q8_512/)
 #   q32_burst2   out of sample for the H200 tables' several-prompt prefills and the sustained clock (4a422b9): Qwen3-32B,
 #                64 x (2,048 in, 32 out), DP2, Shift SP2 and TP2 on 2 x H200 (pairs at once on 4), a model and node no
 #                burst of these three had run on. Predicted before the run (plan --workload offline:64:2048:32): DP2
