@@ -86,8 +86,9 @@ def technique_rows(rows: list[dict], run: str) -> list[dict]:
 
 def combine(root: Path, models_dir: Path | None = None) -> list[dict]:
     """`technique_rows` of every run folder below `root` that holds a compare summary.json (the folder's path
-    relative to `root` names the run); with `models_dir`, each burst row's `unrun_vanilla` (module docstring)."""
-    out, vanilla = [], {}
+    relative to `root` names the run), each row with its run's `when` and a replay's `slo_ms` (`run_facts`) and
+    `beaten_elsewhere`; with `models_dir`, each burst row's `unrun_vanilla` (module docstring)."""
+    out, vanilla, ours = [], {}, techniques_reported() | {None}
     for run, rows in run_summaries(root):
         found = technique_rows(rows, run)
         when, objectives = run_facts(root / run)
@@ -98,8 +99,8 @@ def combine(root: Path, models_dir: Path | None = None) -> list[dict]:
             if models_dir:
                 row["unrun_vanilla"] = unrun_vanilla(row, rows, models_dir)
         for r in rows:
-            if r.get("metric") in HEADLINE and r.get("value") and not r.get("flags") and technique_of(
-                    r.get("configuration", "")) not in techniques_reported() | {None}:
+            if (r.get("metric") in HEADLINE and r.get("value") and not r.get("flags")
+                    and technique_of(r.get("configuration", "")) not in ours):  # a vanilla configuration's number
                 slo = objectives.get(r["workload"][6:]) if r["workload"].startswith("trace ") else None
                 key = (r["model"], r["gpus"], r["gpu_name"], r["workload"], str(slo))
                 vanilla.setdefault(key, {}).setdefault(run, {})[r["configuration"]] = r["value"]
@@ -125,13 +126,12 @@ def beaten_elsewhere(row: dict, runs: dict[str, dict[str, float]]) -> str | None
 def run_facts(run_dir: Path) -> tuple[str, dict[str, list[float]]]:
     """(when the run's last compare command started, ISO 8601 or "" where `run_dir`/commands.txt does not say; each
     replay's (TTFT, TPOT) objectives in ms by trace key, `validate.replay_settings`)."""
-    from sgl_sidp.bench.validate import replay_settings
+    from sgl_sidp.bench.validate import replay_settings_of
 
     commands = run_dir / "commands.txt"
     text = commands.read_text() if commands.is_file() else ""
     stamps = re.findall(r"^(\d{4}-\d\d-\d\dT\S+) commit", text, flags=re.M)
-    slo = {k: list(v[1]) for k, v in replay_settings(run_dir / "model").items()}
-    return max(stamps, default=""), slo
+    return max(stamps, default=""), {k: list(v[1]) for k, v in replay_settings_of(commands).items()}
 
 
 def run_summaries(root: Path):

@@ -133,10 +133,14 @@ def predicted_by_server(measured: dict[str, dict], names, predict) -> dict:
 def replay_settings(folder: Path) -> dict:
     """{trace key ("<stem>@<rate>x"): (the replay's arguments, (TTFT, TPOT) objectives in ms)} of the compare runs
     whose results are in `folder` (OUT/<model>), read from their `commands.txt` (OUT/commands.txt)."""
+    return replay_settings_of(folder.parent / "commands.txt")
+
+
+def replay_settings_of(commands: Path) -> dict:
+    """`replay_settings` of the compare commands in the file `commands` (a run's commands.txt; {} where there is none)."""
     from sgl_sidp.bench.compare import parse_args, trace_key
 
     out = {}
-    commands = folder.parent / "commands.txt"
     for line in commands.read_text().splitlines() if commands.is_file() else []:
         if "sgl_sidp.bench.compare" not in line:
             continue
