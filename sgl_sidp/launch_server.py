@@ -159,7 +159,7 @@ SGLANG_ARGPARSE_LOGGER = "sglang.srt.arg_groups.argparse_actions"
 @contextlib.contextmanager
 def _deprecated_aliases_quiet():
     """SGLang's deprecated-flag warnings off while the launcher parses SGLang's flags for itself (`sglang_raw_args`,
-    up to three times a start): SGLang's own parse (`prepare_server_args`) still warns, once, as vanilla SGLang does."""
+    in `resolve_auto` and `parse`): SGLang's own parse (`prepare_server_args`) still warns, once, as vanilla SGLang does."""
     log = logging.getLogger(SGLANG_ARGPARSE_LOGGER)
     was, log.disabled = log.disabled, True
     try:
@@ -233,7 +233,8 @@ def resolve_auto(argv: list[str]) -> list[str]:
 
 
 def parse(argv: list[str]):
-    """Split and validate `argv` into (SidpConfig, SGLang ServerArgs).
+    """Split and validate `argv` into (SidpConfig, SGLang ServerArgs, SGLang's flags as argparse parsed them, before
+    the feature's defaults: `sglang_raw_args`, what the start-up line plans with, `mode_verdict`).
 
     Our settings are checked against SGLang's raw flags before `ServerArgs` is built
     (which queries the GPU), so a bad combination never touches a device. The mode's feature
@@ -279,7 +280,7 @@ def parse(argv: list[str]):
         if problems:
             raise SidpConfigError(problems)
         cfg.to_env()
-    return cfg, server_args
+    return cfg, server_args, raw
 
 
 def _declined(cfg: SidpConfig, raw: argparse.Namespace) -> str:
@@ -347,13 +348,13 @@ def main(argv: list[str] | None = None) -> None:
         SidpConfig.from_cli_args(split_args(argv)[0])  # old spellings and our values: no SGLang import, no device
         require_cuda_gpu()
         argv = resolve_auto(argv)
-        cfg, server_args = parse(argv)
+        cfg, server_args, raw = parse(argv)
     except SidpConfigError as e:
         print(f"sgl-sidp: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     print(describe(cfg, server_args), flush=True)
     if cfg.feature is not None:
-        print(mode_verdict(cfg, server_args, sglang_raw_args(split_args(argv)[1])), flush=True)
+        print(mode_verdict(cfg, server_args, raw), flush=True)
 
     from sglang.launch_server import run_server
     from sglang.srt.utils import kill_process_tree

@@ -248,10 +248,10 @@ def test_zerodp_parse_passes_routing_default_to_sglang(monkeypatch, moe_dir):
     monkeypatch.setattr(preflight, "_nvml_p2p_read", lambda visible: lambda a, b: True)
     monkeypatch.setattr(sglang.srt.plugins, "load_plugins", lambda: None)
     monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", lambda argv: list(argv))
-    cfg, rest = ls.parse(["--overlay-mode", "zerodp", "--zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2"])
+    cfg, rest, _ = ls.parse(["--overlay-mode", "zerodp", "--zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2"])
     assert cfg.mode.value == "zerodp" and os.environ[ENV_VAR]
     assert rest[-2:] == ["--load-balance-method", "total_tokens"]
-    _, rest = ls.parse(["--overlay-mode", "zerodp", "--zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2", "--load-balance-method", "round_robin"])
+    _, rest, _ = ls.parse(["--overlay-mode", "zerodp", "--zerodp-layers", "all", "--model-path", moe_dir, "--dp-size", "2", "--load-balance-method", "round_robin"])
     assert rest.count("--load-balance-method") == 1 and "total_tokens" not in rest
 
 
@@ -279,7 +279,7 @@ def test_zerodp_auto_needs_no_calibration_file(monkeypatch, moe_dir):
     monkeypatch.setattr(topology, "_nvml_p2p_read", lambda visible: lambda a, b: True)
     monkeypatch.setattr(sglang.srt.plugins, "load_plugins", lambda: None)
     monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", lambda argv: list(argv))
-    cfg, _ = ls.parse(["--overlay-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2", "--tp-size", "4"])
+    cfg, _, _ = ls.parse(["--overlay-mode", "zerodp", "--model-path", moe_dir, "--dp-size", "2", "--tp-size", "4"])
     assert cfg.zerodp.layers == "auto" and os.environ[LAUNCHER_PID_ENV] == str(os.getpid())
 
 
@@ -302,7 +302,7 @@ def test_zerodp_predicted_to_offload_nothing_starts_vanilla_dp_with_one_line(mon
     monkeypatch.setattr(sglang.srt.server_args, "prepare_server_args", lambda argv: list(argv))
     monkeypatch.setattr(topology, "gpu_name", lambda i: "NVIDIA H100 80GB HBM3")
     base = ["--overlay-mode", "zerodp", "--model-path", str(MOE), "--dp-size", "2"]
-    cfg, rest = ls.parse(base)
+    cfg, rest, _ = ls.parse(base)
     line = capsys.readouterr().out
     assert cfg.mode.value == "off" and cfg.feature is None and "total_tokens" not in rest and line.count("\n") == 1
     assert line.startswith("sgl-sidp: --overlay-mode zerodp declines: on 2 x NVIDIA H100 80GB HBM3 its policy is "
@@ -311,7 +311,7 @@ def test_zerodp_predicted_to_offload_nothing_starts_vanilla_dp_with_one_line(mon
     assert "starting vanilla SGLang (dp2: --dp-size 2 --tp-size 1" in line and "best vanilla configuration, dp2_attn" in line
     assert "predicted by the planner" in line and "--zerodp-layers auto (the sinks' own measurements decide)" in line
     for forced in (["--zerodp-layers", "all"], ["--zerodp-expected-batch", "prefill:8192"], ["--zerodp-layers", "auto"]):
-        cfg, rest = ls.parse(base + forced)
+        cfg, rest, _ = ls.parse(base + forced)
         assert cfg.mode.value == "zerodp" and "total_tokens" in rest and "declines" not in capsys.readouterr().out
     with monkeypatch.context() as m:  # the router alone predicted 1.2x round robin's: ZeroDP runs
         m.setattr(verdict, "objective_ratio", lambda objective, ours, other: 1.2)
