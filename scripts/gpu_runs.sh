@@ -343,7 +343,9 @@
 #                SGLang's defaults, one after the other on 512 x (1,024 in, 256 out). Predicted (planner of 185b32a):
 #                DP2 53,280 tok/s, TPOT p50 35.5 ms; Shift 50,277 (0.94x), 37.9 ms. Expected: Shift's log shows decode
 #                graphs to 512 rows ("cuda graph: True" at 458-512 rows); Shift about 38,600 tok/s as with the flag by
-#                hand (q8_graphs512_shift_on_2gpu_h200), so 0.72-0.80x DP2 if DP2 comes within 10 % of its prediction
+#                hand (q8_graphs512_shift_on_2gpu_h200), so 0.72-0.80x DP2 if DP2 comes within 10 % of its prediction.
+#                Predicted again at bb209a5 (Qwen3-8B's H200 tables with decode points to 512 rows): DP2 53,280, Shift
+#                52,556 (0.99x), TP2 45,302; the burst's intake delays (1.1-2.1 s at 512 requests) are not in these
 #   q8_flags_1gpu  Qwen3-8B TP1 on one GPU, 384 x (1,024 in, 128 out) at once, as SGLang starts it and then with
 #                --chunked-prefill-size 4096 --cuda-graph-max-bs-decode 512 (q8_flags_on_1gpu): the SGLang flags the
 #                planner models since a2ccd4b, held against one GPU (KV pool by SGLang's memory-fraction default, the
