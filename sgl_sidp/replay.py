@@ -366,7 +366,7 @@ def _request_row(item: PlannedRequest, out: RequestOutput, t0: float) -> dict:
         "success": ok,
         "error": out.error,
         "dp_rank": out.dp_rank,
-        "itl_ms": [round(x * 1000, 1) for x in out.itl],  # 0.1 ms: the bulk of a committed replay, steps take >= 5 ms
+        "itl_ms": [round(x * 1000, 1) for x in out.itl],  # 0.1 ms: decode steps take 5 ms and more
     }
 
 

@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from sgl_sidp.bench import exact
+from sgl_sidp.bench.profile import AFTER_S as PROFILE_AFTER_S
 from sgl_sidp.bench.server_stats import (auto_choice, declined_to, failure_lines, launch_problem,
                                          shift_exchange_logged, shift_threshold_logged)
 from sgl_sidp.model_info import DEFAULT_MODEL_DIR
@@ -345,11 +346,12 @@ def keep_requests(folder: Path) -> None:
     if not path.is_file():
         return
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    for name, lines in (("requests.jsonl.gz", [{k: v for k, v in r.items() if k != "itl_ms"} for r in rows]),
-                        (ITL_FILE, [{"id": r.get("id"), "itl_ms": r["itl_ms"]} for r in rows if "itl_ms" in r])):
-        with open(folder / name, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as dst:
-            dst.write("".join(json.dumps(line) + "\n" for line in lines).encode())
-    path.unlink()
+    gaps = folder / ITL_FILE.removesuffix(".gz")
+    gaps.write_text("".join(json.dumps({"id": r.get("id"), "itl_ms": r["itl_ms"]}) + "\n"
+                            for r in rows if "itl_ms" in r))
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "itl_ms"}) + "\n" for r in rows))
+    for plain in (path, gaps):
+        gzip_in_place(plain)
 
 
 #: a GPU that still holds more than this once a server is due to start runs something else: one server's CUDA
@@ -919,7 +921,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="trace --profile's host side too: per forward, the host's launches and its work between "
                         "forwards (profile.host_timeline), by aten op and CUDA call (calls: little overhead) or by "
                         "Python function (frames: the tracer slows the host, traces several times larger)")
-    p.add_argument("--profile-after-s", type=float, default=1.0,
+    p.add_argument("--profile-after-s", type=float, default=PROFILE_AFTER_S,
                    help="start --profile's trace this long after the burst was sent (default: %(default)s: past its "
                         "first, partly filled, prefill forwards; longer: decode forwards deep in the burst, whose "
                         "prefill then has no trace)")
@@ -985,7 +987,7 @@ def check(a: argparse.Namespace) -> list[str]:
         problems.append(f"--burst-gap-s {a.burst_gap_s:g}: must be at least 0")
     if a.profile and a.profile_steps < 1:
         problems.append(f"--profile-steps {a.profile_steps}: must be at least 1")
-    if a.profile_after_s < 0 or (a.profile_after_s != 1.0 and a.profile_at_start):
+    if a.profile_after_s < 0 or (a.profile_after_s != PROFILE_AFTER_S and a.profile_at_start):
         problems.append(f"--profile-after-s {a.profile_after_s:g}: at least 0, and not with --profile-at-start")
     for flag, on in (("--profile-host", a.profile_host), ("--profile-at-start", a.profile_at_start)):
         if on and not a.profile:

@@ -25,7 +25,7 @@ import shlex
 from pathlib import Path
 from typing import Callable, Sequence
 
-from sgl_sidp.bench import exact
+from sgl_sidp.bench import exact, profile
 from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags, ServerFlagsError, only_server_flags
 
 #: SGLang's environment switches whose effect the planner does not model: a configuration whose server started with
@@ -453,7 +453,8 @@ def profile_table(group: dict[str, dict]) -> list[str]:
         return []
     first = next(iter(with_prof.values()))
     classes = ["gemm", "attention", "comm", "norm", "moe", "copy", "other"]
-    late = f", from {first['after_s']:g} s into the burst" if (first.get("after_s") or 1.0) != 1.0 else ""
+    after = first.get("after_s") or profile.AFTER_S  # None: from the burst's start, or kept before the option
+    late = f", from {after:g} s into the burst" if after != profile.AFTER_S else ""
     lines = [f"Profile {first['spec']} (S+IN+OUT; ms per forward on each DP replica's first GPU, {first['steps']} "
              f"forwards a stage{late} "
              f"traced by SGLang's torch profiler; SGLang's chunked prefill size "

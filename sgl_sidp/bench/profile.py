@@ -42,6 +42,9 @@ RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
 HOST_CATEGORIES = ("python_function", "cpu_op", "user_annotation") + RUNTIME_CATEGORIES
 #: a host CUDA call at least this long (ms) is listed in `host_waits`: where the scheduler's thread stood waiting
 HOST_WAIT_MS = 1.0
+#: how long after a burst is sent `compare --profile` starts its trace unless told (s, `--profile-after-s`): past the
+#: burst's first, partly filled, prefill forwards
+AFTER_S = 1.0
 STAGES = {"EXTEND": "prefill", "DECODE": "decode"}
 
 
