@@ -317,6 +317,10 @@
 #                Found at ab5c019 (1 x H200, 130 s): the TP2 shard's 512-row step 10.50 ms (the slope's 10.12), at 2,048
 #                tokens 31.86 (the slope's 37.8); the planner's TP2 step of Shift's server at 458-512 rows now -4.9 and
 #                +0.6 % (+9.6 and +12.6 % before); the points joined the bundled tables (plan_multi_gpu/h200/calibrate_q8_512/)
+#                cal_q32_4 and cal_l70 (and plan calibrate of Qwen3-30B-A3B and Mixtral-8x7B for 2 and 4 GPUs) again on
+#                H200 for the same points. Found at de6319a (1 x H200, 197-394 s a model): 512-row steps of the dense
+#                shards 5-12 % over the slope; joined the bundled tables; 4 x H200 replay TTFT/TPOT 24 -> 25 of 28
+#                (q32_overlap_1.5x Shift SP4 TPOT -16.6 -> -12.0 %) (plan_multi_gpu/h200/calibrate_512/)
 #   q32_burst2   out of sample for the H200 tables' several-prompt prefills and the sustained clock (4a422b9): Qwen3-32B,
 #                64 x (2,048 in, 32 out), DP2, Shift SP2 and TP2 on 2 x H200 (pairs at once on 4), a model and node no
 #                burst of these three had run on. Predicted before the run (plan --workload offline:64:2048:32): DP2
