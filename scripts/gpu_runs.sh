@@ -510,7 +510,7 @@
 #                and DP4 less). Expected: >= 1.2x TP2 x DP2's goodput
 #   q32_overlap15x_all  q32_overlap15x with every vanilla configuration beside Shift SP4 (its exchanges overlapped, the
 #                default since 28d7023): TP4, TP2 x DP2, DP4, one after another (two calls: the second resumes the first
-#                from .gpu/prev/). Predicted before the run (bench.goodput --predict, 1055dca, 4 x H200): at TTFT 1 s /
+#                from .gpu/prev/). Predicted before the run (bench.goodput --predict, 1055dca, 4 x H200; the same at 7ebe71e but 1.07x DP4 at 2 s / 100 ms): at TTFT 1 s /
 #                TPOT 15 ms SP4 0.717 req/s, TP4 0.368, TP2 x DP2 0.261, DP4 0; at 20 ms SP4 1.29x TP2 x DP2; at 50 ms
 #                1.16x TP2 x DP2; at 2 s / 100 ms 1.09x DP4. Expected: SP4 >= 1.2x the best vanilla at 15 ms and >= 1.0x
 #                at the looser objectives
