@@ -85,6 +85,22 @@ def test_more_gpus_than_any_measured_node_is_called_an_extrapolation(qwen3_8b, c
         assert "extrapolation" not in capsys.readouterr().out
 
 
+def test_decode_graphs_past_a_table_are_named_in_the_row_and_under_the_table(qwen3_8b, capsys):
+    """A server whose decode graphs run more rows than its shard's table timed (SGLang's TP4 captures 512 rows on
+    H100, whose bundled tables stop at 256) is priced along the table's slope and says so; on H200, whose tables reach
+    512 rows, nothing is said."""
+    by = {c.name: c for c in plan(qwen3_8b, 4, "H100", "latency:512:16")["configurations"]}
+    assert by["tp4"].graphs_past_calibration == ("decode steps of 257-512 rows in CUDA graphs priced along the slope of "
+                                                 "the calibration's two largest batches (forward's table ends at 256)")
+    assert by["dp4"].graphs_past_calibration is None  # SGLang's TP1 server captures 256 rows: its table reaches them
+    h200 = plan(qwen3_8b, 4, "H200", "latency:512:16")["configurations"]
+    assert all(c.graphs_past_calibration is None for c in h200)
+    main(["--model-path", qwen3_8b, "--gpus", "4", "--gpu", "H100", "--workload", "latency:512:16"])
+    out = capsys.readouterr().out
+    assert (f"Past the calibrations (python -m sgl_sidp.plan calibrate --model-path {qwen3_8b} --gpus 4 times them):"
+            in out and "\n- tp4: decode steps of 257-512 rows" in out)
+
+
 @pytest.mark.parametrize("args, says", [
     (["--model-path", "/nonexistent", "--gpus", "2"], "no config.json there"),
     (["--gpus", "2", "--gpu", "A10"], "known kinds are"),

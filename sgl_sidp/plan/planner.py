@@ -81,6 +81,8 @@ class PlanRow:
         decisions: what the technique decides from this cost model (`steps.StepModel.decisions`: SiDP's "b_th",
             Shift's "shift_threshold", ZeroDP's "offload_layers" and "copy_ms_per_forward" ms); {}
             for vanilla; None when not predicted.
+        graphs_past_calibration: where the server's decode graphs run batches larger than a shard's calibration
+            timed, priced along its slope (`steps.StepModel.graphs_past_calibration`); None where none does.
         decode_step_ms: context tokens -> batch -> one decode step (ms), keys as strings (`DECODE_CONTEXTS` x
             `DECODE_BATCHES`).
         prefill_ms: prompt tokens -> one fresh prefill of that many tokens (ms), keys as strings (`PREFILL_TOKENS`).
@@ -123,6 +125,7 @@ class PlanRow:
     kv_tokens_total: int
     not_predicted: str | None = None
     decisions: dict | None = None
+    graphs_past_calibration: str | None = None
     decode_step_ms: dict[str, dict[str, float]] | None = None
     prefill_ms: dict[str, float] | None = None
     decode_at: list[float] | None = None
@@ -408,6 +411,7 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
             rows.append(PlanRow(**row))
             continue
         row["decisions"] = model.decisions()
+        row["graphs_past_calibration"] = model.graphs_past_calibration()
         row["decode_step_ms"] = {str(ctx): {str(b): round(model.decode_ms(b, ctx), 3) for b in DECODE_BATCHES}
                                  for ctx in DECODE_CONTEXTS}
         row["prefill_ms"] = {str(t): round(model.prefill_ms([(t, 0)]), 2) for t in PREFILL_TOKENS}
@@ -586,7 +590,11 @@ def table(result: dict) -> str:
     lines += ["", f"Winner (predicted): {result['reason']}.",
               "Launch: " + " ".join(result["launch"]) + (f" {result['server_flags']}" if flags else "")]
     missing = [f"- {r.name}: {r.not_predicted}" for r in result["configurations"] if r.not_predicted is not None]
-    return "\n".join(lines + (["", "Not predicted:"] + missing if missing else [])) + "\n"
+    sloped = [f"- {r.name}: {r.graphs_past_calibration}" for r in result["configurations"]
+              if r.graphs_past_calibration is not None]
+    return "\n".join(lines + (["", "Not predicted:"] + missing if missing else [])
+                     + (["", f"Past the calibrations (python -m sgl_sidp.plan calibrate --model-path {result['model']} "
+                             f"--gpus {result['gpus']} times them):"] + sloped if sloped else [])) + "\n"
 
 
 def write_png(result: dict, path: Path) -> None:

@@ -829,6 +829,22 @@ class StepModel:
         """What the technique decides from this cost model (for the table and the launch command)."""
         return self.kind.decisions(self)
 
+    def graphs_past_calibration(self) -> str | None:
+        """Where the server's decode graphs run batches larger than a shard's calibration timed, as one phrase ("decode
+        steps of 257-512 rows in CUDA graphs ..."); None where every role's table reaches `graph_max_bs`. Such steps
+        are priced along the slope of the table's two largest batches (`ShardClock.decode_ms`): on H200, before the
+        tables took 384 and 512 rows, that slope priced the dense shards' 512-row steps 5-12 % low
+        (`benchmarks/results/plan_multi_gpu/h200/calibrate_512/`)."""
+        if not self.graph_max_bs:
+            return None
+        short = {role: clock.cal.decode_batches[-1] for role, clock in self.clocks.items()
+                 if clock.cal.decode_batches[-1] < self.graph_max_bs}
+        if not short:
+            return None
+        tables = ", ".join(f"{role}'s table ends at {rows}" for role, rows in short.items())
+        return (f"decode steps of {min(short.values()) + 1}-{self.graph_max_bs} rows in CUDA graphs priced along the "
+                f"slope of the calibration's two largest batches ({tables})")
+
 
 def shard_roles(config: Configuration, shapes: ModelShapes) -> dict[str, Shard]:
     """The shards whose calibrations `StepModel` needs: role -> shard."""
