@@ -242,6 +242,15 @@ def by_flags(names, flags: dict) -> dict[ServerFlags, list[str]]:
     return out
 
 
+def predicted_by_flags(names, flags: dict, predict) -> dict:
+    """{name: the planner's `PlanRow`} of `names`, one call of `predict(group, server)` (a plan's "configurations")
+    per group of them with the same SGLang flags (`by_flags`; `flags`: name -> `ServerFlags` or None)."""
+    out = {}
+    for server, group in by_flags(names, flags).items():
+        out.update({r.name: r for r in predict(group, server) if r.name in group})
+    return out
+
+
 def unmodelled_config_args(result: dict) -> bool:
     """Whether the flags `bench.compare --config-args` gave this one configuration hold any the planner does not model
     (`server_flags.only_server_flags`; those it models are in the server's command, `server_flags_of`)."""

@@ -122,18 +122,18 @@ def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slos:
     none for one run with flags the planner does not model (`compare_report.unmodelled_config_args`, `unmodelled`, as
     `bench.validate` leaves them out), each with the SGLang flags its server started with
     (`compare_report.server_flags_of`)."""
-    from sgl_sidp.bench.compare_report import by_flags, ran_as, server_flags_of, unmodelled, unmodelled_config_args
+    from sgl_sidp.bench.compare_report import (predicted_by_flags, ran_as, server_flags_of, unmodelled,
+                                               unmodelled_config_args)
 
     names = [c for c in names if not unmodelled_config_args(results.get(c, {})) and not unmodelled(results.get(c, {}))]
     if not names:
         return [{} for _ in slos]
     n = max(int(results.get(c, {}).get("gpu_count") or 0) for c in names) or 2
     ran = {c: ran_as(results[c], folder) if c in results else c for c in names}
-    rows = {}
-    for server, group in by_flags(names, {c: server_flags_of(results[c], folder) for c in names if c in results}).items():
-        got = replay_rows(model_path, gpu, n, replay_args, slos, trace_dir, [ran[c] for c in group], server)
-        rows.update({c: r for c in group for r in got if r.name == ran[c]})
-    return [{c: rows[c].goodput_by_slo[slo_key(slo)] for c in names if c in rows} for slo in slos]
+    flags = {ran[c]: server_flags_of(results[c], folder) for c in names if c in results}
+    rows = predicted_by_flags([ran[c] for c in names], flags, lambda group, server: replay_rows(
+        model_path, gpu, n, replay_args, slos, trace_dir, group, server))
+    return [{c: rows[ran[c]].goodput_by_slo[slo_key(slo)] for c in names if ran[c] in rows} for slo in slos]
 
 
 def replay_rows(model_path: str, gpu: str, n_gpus: int, replay_args: str, slos: list[SLO], trace_dir: Path | None,

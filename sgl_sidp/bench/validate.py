@@ -37,9 +37,9 @@ import json
 import shlex
 from pathlib import Path
 
-from sgl_sidp.bench.compare_report import (by_flags, compare_results, server_flags_of, unmodelled,
+from sgl_sidp.bench.compare_report import (compare_results, predicted_by_flags, server_flags_of, unmodelled,
                                            unmodelled_config_args)
-from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags, ServerFlagsError
+from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlagsError
 from sgl_sidp.plan.planner import plan
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf, add_what_if_args, what_if_from_args
 
@@ -116,18 +116,10 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
     return out
 
 
-def by_server(measured: dict[str, dict], names) -> dict[ServerFlags, list[str]]:
-    """`names` of `measured` by the SGLang flags their servers started with (`compare_report.by_flags`)."""
-    return by_flags(names, {name: measured[name].get("server") for name in names})
-
-
 def predicted_by_server(measured: dict[str, dict], names, predict) -> dict:
-    """{name: the planner's `PlanRow`} of `names`, one call of `predict(group, server)` (a plan's "configurations")
-    per group of them whose servers started with the same SGLang flags (`by_server`)."""
-    out = {}
-    for server, group in by_server(measured, names).items():
-        out.update({r.name: r for r in predict(group, server) if r.name in group})
-    return out
+    """{name: the planner's `PlanRow`} of `names` of `measured`, one call of `predict(group, server)` per group of them
+    whose servers started with the same SGLang flags (`compare_report.predicted_by_flags`)."""
+    return predicted_by_flags(names, {name: measured[name].get("server") for name in names}, predict)
 
 
 def replay_settings(folder: Path) -> dict:
