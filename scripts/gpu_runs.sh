@@ -321,6 +321,10 @@
 #                H200 for the same points. Found at de6319a (1 x H200, 197-394 s a model): 512-row steps of the dense
 #                shards 5-12 % over the slope; joined the bundled tables; 4 x H200 replay TTFT/TPOT 24 -> 25 of 28
 #                (q32_overlap_1.5x Shift SP4 TPOT -16.6 -> -12.0 %) (plan_multi_gpu/h200/calibrate_512/)
+#   cal_mx       Mixtral-8x7B's shards for 2 and 4 GPUs (its TP1 and DP-attention shards; SGLang cannot serve its TP
+#                shards on one GPU). cal_q8 and cal_q30 now time 4 GPUs' shards too: on H100 every table stops
+#                at 256 decode rows (plan names the configurations priced past them); cal_q8, cal_q30, cal_q32_4, cal_l70
+#                and cal_mx on an H100 host give each the 384- and 512-row points, as calibrate_512 did on H200
 #   q32_burst2   out of sample for the H200 tables' several-prompt prefills and the sustained clock (4a422b9): Qwen3-32B,
 #                64 x (2,048 in, 32 out), DP2, Shift SP2 and TP2 on 2 x H200 (pairs at once on 4), a model and node no
 #                burst of these three had run on. Predicted before the run (plan --workload offline:64:2048:32): DP2
@@ -656,9 +660,9 @@ for RUN in "$@"; do
         --burst 64+2048+32 --burst-twice
       compare_run "q32_overlap2_${NG}gpu_$TAG" Qwen3-32B $PAIRS --configs shift_sp2_tp1_overlap,dp2 \
         --burst 64+2048+32 --burst-twice ;;
-    cal_q32|cal_q30|cal_l70|cal_q8|cal_q32_4)
-      case $RUN in cal_q32) M=Qwen3-32B G=2;; cal_q30) M=Qwen3-30B-A3B G=2;; cal_q8) M=Qwen3-8B G=2;;
-        cal_q32_4) M=Qwen3-32B G=2,4;; *) M=Llama-3.1-70B G=2,4;; esac
+    cal_q32|cal_q30|cal_l70|cal_q8|cal_q32_4|cal_mx)
+      case $RUN in cal_q32) M=Qwen3-32B G=2;; cal_q30) M=Qwen3-30B-A3B G=2,4;; cal_q8) M=Qwen3-8B G=2,4;;
+        cal_q32_4) M=Qwen3-32B G=2,4;; cal_mx) M=Mixtral-8x7B G=2,4;; *) M=Llama-3.1-70B G=2,4;; esac
       mkdir -p "$OUT/${RUN}_$TAG"
       SIDP_CALIBRATION_DIR="$OUT/${RUN}_$TAG" timeout -s TERM $((L - 15)) python3 -m sgl_sidp.plan calibrate \
         --model-path ".gpu/models/$M" --gpus $G > "$OUT/${RUN}_$TAG/calibrate.log" 2>&1
