@@ -639,3 +639,23 @@ def test_dp_attention_with_ep_is_priced_as_dp_attention_on_moe_and_refused_on_de
     dense = plan(str(models / "Qwen3-8B"), 2, "H200", "offline:64:2048:32", names=["dp2_attn_ep"])
     assert {x.name: x for x in dense["configurations"]}["dp2_attn_ep"].not_predicted == \
         "expert parallelism needs an MoE model"
+
+
+def test_shift_base_prefills_cost_what_busy_servers_took_beyond_their_calibrated_price():
+    """`shift.planner.SERVED_BASE_PREFILL`: the base shard's clock (and only its, only at SP > 1) scales its per-token
+    prefill terms by the GPU kind's factor; decode steps and other techniques' shards are priced as before."""
+    from sgl_sidp.plan.configs import configuration_named
+    from sgl_sidp.shift.planner import SERVED_BASE_PREFILL, TECHNIQUE
+
+    shift, tp2 = configuration_named("shift_sp2_tp1"), configuration_named("tp2")
+    assert SERVED_BASE_PREFILL == {"H100": 1.05, "H200": 1.03}
+    for gpu, f in SERVED_BASE_PREFILL.items():
+        assert TECHNIQUE.served_prefill_factor(shift, "base", gpu) == f
+        assert TECHNIQUE.served_prefill_factor(shift, "shift", gpu) == 1.0
+        assert tp2.kind.served_prefill_factor(tp2, "forward", gpu) == 1.0
+    assert TECHNIQUE.served_prefill_factor(configuration_named("shift_sp1_tp2"), "base", "H200") == 1.0
+    plain, served = clock(0.9), ShardClock(clock(0.9).cal, clock(0.9).kv_bytes_per_token, served_prefill=1.05)
+    c, a, b = plain.prefill_fit
+    assert served.prefill_ms([(8192, 0)]) - plain.prefill_ms([(8192, 0)]) == pytest.approx(
+        0.05 * (plain.prefill_ms([(8192, 0)]) - c), rel=1e-6)
+    assert served.decode_ms(64, 1024) == plain.decode_ms(64, 1024)

@@ -26,7 +26,7 @@ from sgl_sidp.plan.calibrate import unservable
 from sgl_sidp.plan.comm import Interconnect, InterconnectError
 from sgl_sidp.plan.configs import configuration_named, configurations, option, shard_of
 from sgl_sidp.plan.server_flags import DEFAULTS, ServerFlags
-from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, deliver, goodput,
+from sgl_sidp.plan.sim import (PrivateBlocks, ReplicaLimits, ReplicaSim, SimRequest, StepTimes, deliver, goodput,
                                no_cycle_collection, simulate, summarize)
 from sgl_sidp.plan.steps import (GPUS, ShardClock, StepModel, find_calibration, free_before_load_bytes,
                                  host_time_alone_ms, output_mean_index, request_overhead_ms,
@@ -304,6 +304,21 @@ def slo_key(ttft_ms: float, tpot_ms: float) -> str:
     return f"{ttft_ms:g}/{tpot_ms:g}"
 
 
+def observed(times: StepTimes, name: str, on_prefill: Callable | None) -> StepTimes:
+    """`times` whose prefill forwards are also reported to `on_prefill(name, parts, ms)` (`plan_requests`); `times`
+    itself without one."""
+    if on_prefill is None:
+        return times
+
+    def prefill_ms(parts) -> float:
+        ms = times.prefill_ms(parts)
+        on_prefill(name, list(parts), ms)
+        return ms
+
+    return StepTimes(times.decode_ms, prefill_ms, times.decode_run, times.longest_row, times.decide_ms,
+                     times.release_share, times.release_min_ms)
+
+
 def replica_limits(c, kv_tokens: int, server: ServerFlags = DEFAULTS) -> ReplicaLimits:
     """SGLang's limits of one replica of configuration `c` (`configs.Configuration`) with `kv_tokens` KV tokens:
     `server`'s `--chunked-prefill-size` and `--max-prefill-tokens` where given, else SGLang's defaults on H100 and H200
@@ -321,11 +336,15 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                   calibration_dirs: list[Path] | None = None, decode_points: list[tuple[int, int]] | None = None,
                   objective: str = "latency", what_if: WhatIf = NO_WHAT_IF, names: Sequence[str] = (),
                   slo: tuple[float, float] | None = None, more_slos: Sequence[tuple[float, float]] = (),
-                  keep_schedule: bool = False, server: ServerFlags = DEFAULTS) -> dict:
+                  keep_schedule: bool = False, server: ServerFlags = DEFAULTS,
+                  on_prefill: Callable[[str, list[tuple[int, int]], float], None] | None = None) -> dict:
     """`plan` of an explicit request list (`label` names it in the result; `objective` as `rank`; `what_if`, `names`,
     `slo` and `server` as `plan`'s). `more_slos`: other (TTFT ms, TPOT ms) objectives, each counted on the same simulated
     requests (`PlanRow.goodput_by_slo`; one simulation for them all, `bench.goodput`). `keep_schedule`: each
     predicted row keeps every request's simulated times (`PlanRow.schedule`; `bench.validate --per-request`).
+    `on_prefill(name, parts, ms)`: called for every simulated prefill forward, `parts` its (new tokens, tokens already
+    in the KV) per request, under the name of the configuration simulated (one of configurations that step alike and
+    share a schedule; `bench.cadence`).
 
     Raises:
         PlanError: as `plan`, but for the spec.
@@ -424,7 +443,8 @@ def plan_requests(model_path: str, n_gpus: int, gpu: str, label: str, requests: 
                 lockstep, tuple(sorted(kv.items())))
         if twin not in simulated:
             def fresh_replicas(log_tokens: bool = False) -> list[ReplicaSim]:
-                return [ReplicaSim(replica_limits(c, r.kv_tokens, server), r.times, log_tokens=log_tokens)
+                return [ReplicaSim(replica_limits(c, r.kv_tokens, server), observed(r.times, c.name, on_prefill),
+                                   log_tokens=log_tokens)
                         for r in model.replicas(kv)]
 
             replicas = fresh_replicas(bool(stream))
@@ -545,7 +565,7 @@ def step_model(c, hf: dict, gpu: str, ic: Interconnect, context: float, host_ms:
                            f"'{sig}' (--json-model-override-args '{json.dumps(shard.override_args(shapes))}')")
             continue
         clocks[role] = ShardClock(hit[0].pipelined(host_ms), shapes.kv_bytes_per_token(shard_attn_tp(c, role), elt),
-                                  what_if)
+                                  what_if, c.kind.served_prefill_factor(c, role, gpu))
         found[role] = str(hit[1])
     decide = host_ms if host_ms is not None else DEFAULT_DECIDE_MS
     graphs = server.decode_graph_limit(decode_graph_default(c, kind["mib"]))

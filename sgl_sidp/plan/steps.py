@@ -287,11 +287,14 @@ class ShardClock:
         kv_bytes_per_token: the shard's KV bytes per token (all layers), for the context term of decode steps.
         what_if: numbers set by hand in place of the calibration's (`prefix_factor`, `host_ms`; validation
             scripts' sensitivity checks); `NO_WHAT_IF`: none.
+        served_prefill: what the technique's served prefill forwards of this shard take beyond the sustained clock's
+            price (`technique.Technique.served_prefill_factor`; dimensionless, 1.0: nothing).
     """
 
     cal: Calibration
     kv_bytes_per_token: int
     what_if: WhatIf = NO_WHAT_IF
+    served_prefill: float = 1.0
     #: `decode_ms`'s answers, (batch, whole context) -> ms: each computed once, for every `StepModel` given an equal
     #: clock (`shared_clock`; a planning run asks the same shards, under several configurations, for thousands)
     _decode_memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -470,7 +473,7 @@ class ShardClock:
         line = self.prefix_line
         c, a, b = self.prefill_fit
         f = self.what_if.prefill_factor  # the served clock against the calibration's
-        f = PREFILL_SUSTAINED_FACTOR.get(gpu_key(self.cal.gpu), 1.0) if f is None else f
+        f = (PREFILL_SUSTAINED_FACTOR.get(gpu_key(self.cal.gpu), 1.0) if f is None else f) * self.served_prefill
         return (c, a * f, b * f, 2 * self.prefix_factor, (2 * line[0], 2 * line[1], line[2]) if line else None,
                 self.prefill_floor, self.prefill_ramp)
 

@@ -131,6 +131,12 @@ class Technique:
         token. Default: the configuration's KV layout (`attn_tp`)."""
         return self.attn_tp(c)
 
+    def served_prefill_factor(self, c, role: str, gpu: str) -> float:
+        """How much longer a served prefill forward of shard `role` takes than its calibration (with the GPU kind's
+        sustained clock, `steps.PREFILL_SUSTAINED_FACTOR`) gives, on GPU kind `gpu` (a `steps.GPUS` key): scales the
+        shard's per-token prefill terms (`steps.ShardClock.served_prefill`). Default 1.0."""
+        return 1.0
+
     def decode_graph_max_bs(self, c, sglang_default: int) -> int:
         """The largest decode batch the technique's server runs in a CUDA graph where the user sets none: SGLang's
         default for the GPU and TP size (`sglang_default`), unless the feature raises it (`Feature.sglang_defaults`)."""

@@ -26,6 +26,19 @@ RESERVE_GIB = 0.64
 #: forward. Not measured on H100 (taken the same).
 OVERLAP_STEP_US = 5.0
 
+#: How much longer the base configuration's prefill forwards take in a busy server than their price (the shard's
+#: calibration at the GPU kind's sustained clock, `steps.PREFILL_SUSTAINED_FACTOR`), by GPU kind: it scales the base
+#: shard's per-token prefill terms (`Technique.served_prefill_factor`). Fitted on the time between back-to-back full
+#: prefill chunks while prompts queued, in the logs of twelve replays of eleven committed runs, against the chunks
+#: simulated for them (`bench.cadence`; `benchmarks/results/plan_multi_gpu/shift_served_prefill.md`): Shift's ran
+#: 1.8-6.5 % longer than priced (median 3.7 %; H100 3.6-6.5 %, H200 1.8-4.5 %), TP's 0.1-4.2 % shorter. So a Shift
+#: replay near its prefill capacity drained its prompts in the simulation and not in the server (Qwen3-8B at 2x on 2 x
+#: H100: TPOT p50 46 ms predicted, 91 measured; 86 with every prefill priced 8 % longer). With these factors Shift's
+#: chunks come within -1.8 to +1.5 %. Not located: the profiled base forwards of bursts ran as priced
+#: (`multi_gpu/README.md`), so the cost is a busy server's, between or inside forwards (the power limit without TP's
+#: all-reduce spells is one candidate; not profiled).
+SERVED_BASE_PREFILL = {"H100": 1.05, "H200": 1.03}
+
 
 class ShiftTechnique(Technique):
     name = "shift"
@@ -64,6 +77,10 @@ class ShiftTechnique(Technique):
     def launched_name(self, dp, tp_size, settings):
         sp = settings.sp or tp_size  # 0 is resolved at launch (`shift.feature.resolve`); unresolved, SP = P
         return f"shift_sp{sp}_tp{tp_size // sp}" if dp == 1 else None
+
+    def served_prefill_factor(self, c, role, gpu):
+        """`SERVED_BASE_PREFILL` for the base shard (its forwards above the threshold), 1.0 for the shift shard."""
+        return SERVED_BASE_PREFILL.get(gpu, 1.0) if role == "base" and c.sp > 1 else 1.0
 
     def attn_tp(self, c):
         """SP x TP: its one cache in the TP = P layout."""
