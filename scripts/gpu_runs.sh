@@ -353,7 +353,7 @@
 #                graphs to 512 rows ("cuda graph: True" at 458-512 rows); Shift about 38,600 tok/s as with the flag by
 #                hand (q8_graphs512_shift_on_2gpu_h200), so 0.72-0.80x DP2 if DP2 comes within 10 % of its prediction.
 #                Predicted again at bb209a5 (Qwen3-8B's H200 tables with decode points to 512 rows): DP2 53,280, Shift
-#                52,556 (0.99x), TP2 45,302; the burst's intake delays (1.1-2.1 s at 512 requests) are not in these
+#                52,556 (0.99x), TP2 45,302 (b0aaf56, Shift's served base prefills priced: Shift 51,771, 0.97x); the burst's intake delays (1.1-2.1 s at 512 requests) are not in these
 #   q8_flags_1gpu  Qwen3-8B TP1 on one GPU, 384 x (1,024 in, 128 out) at once, as SGLang starts it and then with
 #                --chunked-prefill-size 4096 --cuda-graph-max-bs-decode 512 (q8_flags_on_1gpu): the SGLang flags the
 #                planner models since a2ccd4b, held against one GPU (KV pool by SGLang's memory-fraction default, the
@@ -514,7 +514,7 @@
 #                and DP4 less). Expected: >= 1.2x TP2 x DP2's goodput
 #   q32_overlap15x_all  q32_overlap15x with every vanilla configuration beside Shift SP4 (its exchanges overlapped, the
 #                default since 28d7023): TP4, TP2 x DP2, DP4, one after another (two calls: the second resumes the first
-#                from .gpu/prev/). Predicted before the run (bench.goodput --predict, 1055dca, 4 x H200; the same at 7ebe71e but 1.07x DP4 at 2 s / 100 ms): at TTFT 1 s /
+#                from .gpu/prev/). Predicted before the run (bench.goodput --predict, 1055dca, 4 x H200; the same at 7ebe71e but 1.07x DP4 at 2 s / 100 ms; at b0aaf56, Shift's served base prefills priced: SP4 0.688 req/s, 1.24x at 20 ms, 1.07x at 50 ms, 1.03x at 2 s / 100 ms): at TTFT 1 s /
 #                TPOT 15 ms SP4 0.717 req/s, TP4 0.368, TP2 x DP2 0.261, DP4 0; at 20 ms SP4 1.29x TP2 x DP2; at 50 ms
 #                1.16x TP2 x DP2; at 2 s / 100 ms 1.09x DP4. Expected: SP4 >= 1.2x the best vanilla at 15 ms and >= 1.0x
 #                at the looser objectives
