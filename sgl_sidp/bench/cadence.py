@@ -60,7 +60,8 @@ def simulated_full_chunks(model_path: str, gpu: str, n_gpus: int, replay_args: s
                           trace_dir: Path | None, chunk: int) -> dict[str, list[float]]:
     """{configuration: ms of every simulated prefill forward of `chunk` new tokens} for the requests `python -m
     sgl_sidp.replay REPLAY_ARGS` sends, `names` predicted with the SGLang flags `server` (`planner.plan_requests`'
-    `on_prefill`)."""
+    `on_prefill`). A configuration the planner simulated as another (the same steps, decisions and KV: one schedule)
+    gets that one's forwards."""
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan_requests
 
@@ -70,8 +71,18 @@ def simulated_full_chunks(model_path: str, gpu: str, n_gpus: int, replay_args: s
         if sum(t for t, _ in parts) == chunk:
             out.setdefault(name, []).append(ms)
 
-    plan_requests(model_path, n_gpus, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
-                  names=names, server=server, on_prefill=seen)
+    result = plan_requests(model_path, n_gpus, gpu, f"replay {replay_args}", sim_requests(replay_args, trace_dir),
+                           names=names, server=server, on_prefill=seen)
+
+    def schedule(r):  # what a shared schedule leaves alike
+        return (r.technique, r.dp, r.tp, r.sp, repr(r.decisions), r.kv_tokens_total, r.total_tok_s, r.ttft_ms_p50)
+
+    rows = [r for r in result["configurations"] if r.predicted]
+    for r in rows:
+        if r.name not in out:
+            twin = next((o.name for o in rows if o.name in out and schedule(o) == schedule(r)), None)
+            if twin is not None:
+                out[r.name] = out[twin]
     return out
 
 
@@ -80,6 +91,7 @@ def rows(folder: Path, model_path: str, gpu: str, trace_dir: Path | None) -> lis
     `bench.compare` results in `folder` (OUT/<model>) and replay it ran, for those with full chunks in both."""
     from sgl_sidp.bench.compare_report import compare_results, ran_as, server_flags_of
     from sgl_sidp.bench.validate import replay_settings
+    from sgl_sidp.plan.sim import ReplicaLimits
 
     results = {r["config"]: r for r in compare_results(folder) if r.get("config") != "auto"}
     settings = replay_settings(folder)
@@ -90,7 +102,7 @@ def rows(folder: Path, model_path: str, gpu: str, trace_dir: Path | None) -> lis
         if not log.is_file() or not replays or int(r.get("dp") or 1) > 1:
             continue
         server = server_flags_of(r, folder)
-        chunk = server.chunked_prefill_size or 8192
+        chunk = server.chunked_prefill_size or ReplicaLimits.chunked_prefill  # SGLang's on H100 and H200
         segments = full_chunk_gaps(gzip.open(log, "rt").read(), chunk)[-len(replays):]  # one per replay
         name = ran_as(r, folder)
         for key, gaps in zip(replays, segments):
