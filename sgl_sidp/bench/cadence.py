@@ -12,7 +12,7 @@ ranks' lines interleaved: it is left out.
     python -m sgl_sidp.bench.cadence benchmarks/results/multi_gpu/q8_shift_stats_2gpu_h200/Qwen3-8B \\
         --model-path ../shared/models/Qwen3-8B --gpu H200 --trace-dir .gpu/traces
 
-What it found (`shift.planner.SERVED_BASE_PREFILL`, `benchmarks/results/plan_multi_gpu/shift_served_prefill.md`).
+What it found: `shift.planner.SERVED_BASE_PREFILL` and `benchmarks/results/plan_multi_gpu/shift_served_prefill.md`.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ PREFILL_LINE = re.compile(r"\d\d:\d\d:\d\d TP0\] Prefill batch, #new-seq: \d+, #
                           r".*input throughput \(token/s\): ([\d.]+)")
 #: a decode step's line of that rank: the chunks either side of it are not back to back
 DECODE_LINE = re.compile(r"\d\d:\d\d:\d\d TP0\] Decode batch")
-#: what `bench.compare` has the server log before each burst and replay (it flushes the radix cache)
+#: what the server logs as `bench.compare` flushes its radix cache before each replay
 SEGMENT = "Cache flushed"
 
 
 def full_chunk_gaps(log: str, chunk: int) -> list[list[float]]:
-    """Per segment of a server's log (what follows each `SEGMENT`: a burst or a replay, in order), the time (ms)
+    """Per segment of a server's log (what follows each `SEGMENT`: a replay, in order), the time (ms)
     between two back-to-back prefill chunks of `chunk` new tokens each, the first with prompts still queued: the
     second's tokens / its "input throughput". Lines of a DP rank ("DPn]") do not match; decode lines between two
     chunks drop that pair."""
