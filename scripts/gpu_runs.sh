@@ -325,6 +325,8 @@
 #                shards on one GPU). cal_q8 and cal_q30 now time 4 GPUs' shards too: on H100 every table stops
 #                at 256 decode rows (plan names the configurations priced past them); cal_q8, cal_q30, cal_q32_4, cal_l70
 #                and cal_mx on an H100 host give each the 384- and 512-row points, as calibrate_512 did on H200
+#                After cal_q8 on H100 (several-prompt prefills): shift.planner.SERVED_BASE_PREFILL's H100 factor derived again
+#                with bench.cadence over the H100 Shift replays (it rests on one-request prefill tables)
 #   q32_burst2   out of sample for the H200 tables' several-prompt prefills and the sustained clock (4a422b9): Qwen3-32B,
 #                64 x (2,048 in, 32 out), DP2, Shift SP2 and TP2 on 2 x H200 (pairs at once on 4), a model and node no
 #                burst of these three had run on. Predicted before the run (plan --workload offline:64:2048:32): DP2
