@@ -30,13 +30,24 @@ def test_gaps_are_full_chunks_back_to_back_with_prompts_queued_per_replay():
         line("TP0", 8192, 5, 8192 / 0.5),  # not counted: nothing was queued before it
         decode, line("TP0", 8192, 1, 8192 / 0.9),  # not counted: a decode step between
         line("TP0", 4000, 1, 4000 / 0.05), line("TP0", 8192, 1, 8192 / 0.7),  # not counted: a part chunk before
-        line("DP1 TP0", 8192, 9, 8192 / 0.3),  # a DP rank's line: not read
+        line("DP1 TP0", 8192, 9, 8192 / 0.3),  # another replica's line: not read
         "[2026-11-28 17:43:00 TP0] Cache flushed successfully!",
         line("TP0", 8192, 1, 1.0), line("TP0", 8192, 1, 8192 / 0.140),
     ])
     first, second = full_chunk_gaps(log, 8192)
     assert first == pytest.approx([125.0, 130.0]) and second == pytest.approx([140.0])
     assert full_chunk_gaps(log, 4096) == [[], []]
+
+
+def test_a_dp_server_is_read_from_its_first_replica():
+    """Of a server of DP replicas, the first replica's lines ("DP0]", or "DP0 TP0]" with TP) are read; each replica logs
+    the flush, and the segments between two flushes hold none of its lines."""
+    log = "\n".join([
+        "[2026-11-28 17:42:14 DP1] Cache flushed successfully!", "[2026-11-28 17:42:14 DP0] Cache flushed successfully!",
+        line("DP0", 8192, 2, 1.0), line("DP1", 8192, 2, 8192 / 0.9), line("DP0", 8192, 1, 8192 / 0.230),
+        line("DP0 TP0", 8192, 1, 8192 / 0.240), line("DP1 TP0", 8192, 1, 8192 / 0.9),
+    ])
+    assert full_chunk_gaps(log, 8192) == [pytest.approx([230.0, 240.0])]
 
 
 def test_a_committed_shift_replay_against_its_simulation(capsys):

@@ -6,8 +6,8 @@ throughput": so a chunk's tokens / that rate is the time between two chunks, a s
 everything between forwards in it. This tool takes the chunks that fill the prefill chunk (`--chunked-prefill-size`
 tokens) and follow one that did with prompts still queued, per server and replay of a `bench.compare` run, and puts
 the median next to the median of the full chunks the planner simulates for that replay (`planner.plan_requests`'
-`on_prefill`), each server predicted as it ran (`compare_report.ran_as`). A server of several DP replicas logs its
-ranks' lines interleaved: it is left out.
+`on_prefill`), each server predicted as it ran (`compare_report.ran_as`). Of a server of several DP replicas, the
+first replica's lines are read ("DP0]" or "DP0 TP0]"), against every simulated replica's chunks.
 
     python -m sgl_sidp.bench.cadence benchmarks/results/multi_gpu/q8_shift_stats_2gpu_h200/Qwen3-8B \\
         --model-path ../shared/models/Qwen3-8B --gpu H200 --trace-dir .gpu/traces
@@ -23,23 +23,28 @@ import re
 import statistics
 from pathlib import Path
 
-#: one "Prefill batch" line of the first TP rank of a server without DP replicas: its new tokens, queued requests and
-#: "input throughput" (the line's new tokens over the seconds since the line before)
-PREFILL_LINE = re.compile(r"\d\d:\d\d:\d\d TP0\] Prefill batch, #new-seq: \d+, #new-token: (\d+),.*#queue-req: (\d+),"
+#: the log prefix of the first rank of the first replica: "TP0]", or "DP0]" / "DP0 TP0]" on a server of DP replicas
+FIRST_RANK = r"\d\d:\d\d:\d\d (?:TP0|DP0|DP0 TP0)\]"
+#: one "Prefill batch" line of that rank: its new tokens, queued requests and "input throughput" (the line's new
+#: tokens over the seconds since the line before)
+PREFILL_LINE = re.compile(FIRST_RANK + r" Prefill batch, #new-seq: \d+, #new-token: (\d+),.*#queue-req: (\d+),"
                           r".*input throughput \(token/s\): ([\d.]+)")
 #: a decode step's line of that rank: the chunks either side of it are not back to back
-DECODE_LINE = re.compile(r"\d\d:\d\d:\d\d TP0\] Decode batch")
-#: what the server logs as `bench.compare` flushes its radix cache before each replay
+DECODE_LINE = re.compile(FIRST_RANK + r" Decode batch")
+#: what the server logs (each DP replica once) as `bench.compare` flushes its radix cache before each replay
 SEGMENT = "Cache flushed"
 
 
 def full_chunk_gaps(log: str, chunk: int) -> list[list[float]]:
-    """Per segment of a server's log (what follows each `SEGMENT`: a replay, in order), the time (ms)
-    between two back-to-back prefill chunks of `chunk` new tokens each, the first with prompts still queued: the
-    second's tokens / its "input throughput". Lines of a DP rank ("DPn]") do not match; decode lines between two
-    chunks drop that pair."""
+    """Per segment of a server's log (what follows a `SEGMENT`: a replay, in order; a segment without a prefill line of
+    the first rank, between two replicas' flushes, is dropped), the time (ms) between two back-to-back prefill chunks
+    of `chunk` new tokens each, the first with prompts still queued: the second's tokens / its "input throughput".
+    Only the first rank of the first replica is read (`FIRST_RANK`); its decode lines between two chunks drop that
+    pair."""
     out = []
     for segment in log.split(SEGMENT)[1:]:
+        if not PREFILL_LINE.search(segment):
+            continue
         gaps, last = [], None  # last: (new tokens, queued) of the line before, None after a decode line
         for line in segment.splitlines():
             if DECODE_LINE.search(line):
@@ -99,7 +104,7 @@ def rows(folder: Path, model_path: str, gpu: str, trace_dir: Path | None) -> lis
     for c, r in results.items():
         log = folder / "logs" / f"{c}.log.gz"
         replays = [k for k in r.get("traces") or [] if k in settings]  # in the order the server ran them
-        if not log.is_file() or not replays or int(r.get("dp") or 1) > 1:
+        if not log.is_file() or not replays:
             continue
         server = server_flags_of(r, folder)
         chunk = server.chunked_prefill_size or ReplicaLimits.chunked_prefill  # SGLang's on H100 and H200

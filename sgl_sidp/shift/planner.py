@@ -35,10 +35,11 @@ OVERLAP_STEP_US = 5.0
 #: replay near its prefill capacity drained its prompts in the simulation and not in the server (Qwen3-8B at 2x on 2 x
 #: H100: TPOT p50 46 ms predicted, 91 measured; 86 with every prefill priced 8 % longer). With these factors Shift's
 #: chunks come within -1.8 to +1.5 %. Not located: the profiled base forwards of bursts ran as priced
-#: (`multi_gpu/README.md`), so the cost is a busy server's, between or inside forwards (the power limit without TP's
-#: all-reduce spells is one candidate; not profiled). H100's factor rests on Qwen3-8B tables of one-request prefills
-#: alone (TP2's chunks there priced 2.4-4.1 % long): derive it again with `bench.cadence` once `plan calibrate` on H100
-#: adds prefills of several prompts (gpu_runs.sh cal_q8).
+#: (`multi_gpu/README.md`), so the cost is a busy server's, between or inside forwards; and it is Shift's own: DP
+#: replicas, whose TP1 forwards have no all-reduce spells either, ran their chunks within -3 to +2 % of the price (not a
+#: clock effect; not profiled). H100's factor rests on Qwen3-8B tables of one-request prefills alone (TP2's chunks there
+#: priced 2.4-4.1 % long): derive it again with `bench.cadence` once `plan calibrate` on H100 adds prefills of several
+#: prompts (gpu_runs.sh cal_q8).
 SERVED_BASE_PREFILL = {"H100": 1.05, "H200": 1.03}
 
 
