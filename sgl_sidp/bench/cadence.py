@@ -93,30 +93,36 @@ def simulated_full_chunks(model_path: str, gpu: str, n_gpus: int, replay_args: s
 
 def rows(folder: Path, model_path: str, gpu: str, trace_dir: Path | None) -> list[tuple]:
     """(configuration as it ran, replay, measured median ms, chunks, simulated median ms, chunks) per server of the
-    `bench.compare` results in `folder` (OUT/<model>) and replay it ran, for those with full chunks in both."""
-    from sgl_sidp.bench.compare_report import compare_results, ran_as, server_flags_of
+    `bench.compare` results in `folder` (OUT/<model>) and replay it ran, for those with full chunks in both. Each
+    replay is simulated once per group of servers on as many GPUs with the same SGLang flags
+    (`compare_report.by_flags`)."""
+    from sgl_sidp.bench.compare_report import by_flags, compare_results, ran_as, server_flags_of
     from sgl_sidp.bench.validate import replay_settings
     from sgl_sidp.plan.sim import ReplicaLimits
 
     results = {r["config"]: r for r in compare_results(folder) if r.get("config") != "auto"}
     settings = replay_settings(folder)
-    out = []
+    measured, flags, gpus = {}, {}, {}  # by server as it ran: {replay: gaps}, its SGLang flags, its GPU count
     for c, r in results.items():
         log = folder / "logs" / f"{c}.log.gz"
         replays = [k for k in r.get("traces") or [] if k in settings]  # in the order the server ran them
         if not log.is_file() or not replays:
             continue
-        server = server_flags_of(r, folder)
-        chunk = server.chunked_prefill_size or ReplicaLimits.chunked_prefill  # SGLang's on H100 and H200
-        segments = full_chunk_gaps(gzip.open(log, "rt").read(), chunk)[-len(replays):]  # one per replay
         name = ran_as(r, folder)
-        for key, gaps in zip(replays, segments):
-            args = settings[key][0]
-            sim = simulated_full_chunks(model_path, gpu, int(r.get("gpu_count") or 2), args, [name], server,
-                                        trace_dir, chunk).get(name, [])
-            if gaps and sim:
-                out.append((name, key, statistics.median(gaps), len(gaps), statistics.median(sim), len(sim)))
-    return out
+        flags[name], gpus[name] = server_flags_of(r, folder), int(r.get("gpu_count") or 2)
+        chunk = flags[name].chunked_prefill_size or ReplicaLimits.chunked_prefill  # SGLang's on H100 and H200
+        measured[name] = dict(zip(replays, full_chunk_gaps(gzip.open(log, "rt").read(), chunk)[-len(replays):]))
+    simulated = {}  # (server, replay) -> its simulated full chunks
+    for key, (args, _) in settings.items():
+        ran = [name for name, got in measured.items() if key in got]
+        for n in sorted({gpus[name] for name in ran}):
+            for server, group in by_flags([name for name in ran if gpus[name] == n], flags).items():
+                chunk = server.chunked_prefill_size or ReplicaLimits.chunked_prefill
+                sim = simulated_full_chunks(model_path, gpu, n, args, group, server, trace_dir, chunk)
+                simulated.update({(name, key): sim.get(name, []) for name in group})
+    return [(name, key, statistics.median(gaps), len(gaps), statistics.median(sim), len(sim))
+            for name, got in measured.items() for key, gaps in got.items()
+            if gaps and (sim := simulated[(name, key)])]
 
 
 def main(argv: list[str] | None = None) -> None:
