@@ -531,6 +531,13 @@
 #                while its copy read it (the same kernels, so speed as measured; their answers were not checked).
 #                Found at 5ff5c26 (1 x H200, reverted after): two processes on one GPU cannot stand in for it, torch
 #                refuses the rendezvous ("detected allocations from overlapping devices from different ranks")
+#   q8_shift_sp1_1gpu  is Shift's served-prefill cost (SERVED_BASE_PREFILL: busy servers' base chunks 1.8-6.5 % over
+#                their price, TP's and DP's not) in its hooks? On one GPU, `--shift-sp 1` runs every forward above the
+#                threshold through the overlay's own hooks and GEMMs on TP1's weights, with no exchange: Qwen3-8B
+#                shift_sp1_tp1_th1024 and TP1, one after the other, the burst 64 x (2,048, 32) and the Azure code window
+#                of 120 s at 2x (1 s / 8 ms), with SGLang's device timer and request stats. Expected, read by
+#                `bench.cadence`: if the hooks cost it, Shift SP1's full chunks >= 2 % longer than TP1's while their GPU
+#                seconds per prefill token agree; within 1 % if the cost is the SP exchange in a busy server
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -828,6 +835,11 @@ for RUN in "$@"; do
       compare_run "q8_graphs512_on_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --burst 512+1024+256 \
         --extra-args "$X --cuda-graph-max-bs-decode 512"
       compare_run "q8_graphs512_2gpu_$TAG" Qwen3-8B $PAIRS --configs tp2,dp2 --burst 512+1024+256 ;;
+    q8_shift_sp1_1gpu)
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_shift_sp1_1gpu_$TAG" Qwen3-8B --gpus 0 \
+        --configs shift_sp1_tp1_th1024,tp1 --burst 64+2048+32 --trace "$AZURE" --rates 2 \
+        --extra-args "$X --enable-request-time-stats-logging" \
+        --trace-args '--duration-s 120 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q8_shift_prof_cont)
       compare_run "q8_shift_prof_cont_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 16+16384+8 \
         --profile-steps 4 ;;
