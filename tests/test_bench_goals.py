@@ -66,6 +66,19 @@ def test_the_command_counts_a_committed_run_and_lists_what_it_skips(tmp_path, ca
     out = capsys.readouterr().out
     assert ("- off/Qwen3-32B tp4: started with SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP=1, which the planner does "
             "not model") in out and "off/Qwen3-32B: no bench.compare results" not in out
+    shutil.rmtree(tmp_path / "off")
+    shutil.copytree(RUN.parent / "q8_shift_sp1_4x_1gpu_h200", tmp_path / "sp1")  # Shift SP1: no planner configuration
+    assert goals.main([str(tmp_path), "--models-dir", str(SHARED / "models"), "--trace-dir", str(SHARED / "traces")]) == 0
+    out = capsys.readouterr().out
+    assert "- sp1/Qwen3-8B shift_sp1_tp1_th1024_nccl: not predicted: not a configuration of this model on 1 GPUs" in out
+    assert "| 1 x H200 | KV tokens | 2% | 1 of 1 |" in out  # TP1 beside it is counted
+    assert goals.main([str(tmp_path), "--models-dir", str(SHARED / "models"), "--trace-dir", str(SHARED / "traces"),
+                       "--per-run", str(tmp_path / "runs")]) == 0
+    written = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert written == ["1xH200.md", "2xH100.md"]
+    one = (tmp_path / "runs" / "1xH200.md").read_text()
+    assert "## sp1/Qwen3-8B" in one and "| tp1 | KV tokens, all ranks | tokens | 803,751.0 | 803,502.0 | +0.0% |" in one
+    assert "| shift_sp1_tp1_th1024_nccl | not predicted: not a configuration of this model on 1 GPUs |" in one
 
 
 def test_a_gpu_name_maps_to_the_planners_kind():

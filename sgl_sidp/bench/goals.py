@@ -8,12 +8,14 @@ as `bench.validate` predicts it (`validate.run_rows`: the planner of this checko
 saw the run) on the GPU kind its results name. Each number is held against issue 36's goal for it (`GOALS`), and the
 predicted winner of each burst and replay (`validate.rankings`) against the measured one. Prints one markdown table:
 a row per (node, number), the count within the goal, and the `--misses` largest misses. Folders skipped (a model or
-trace not here, no GPU kind the planner knows) are listed under it with the reason.
+trace not here, no GPU kind the planner knows) and servers the planner does not predict (a configuration it does not
+plan, e.g. Shift at SP1) are listed under it with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,9 +85,11 @@ def gpu_kind(folder: Path) -> str | None:
     return None
 
 
-def run_checks(root: Path, models_dir: Path, trace_dir: Path | None) -> tuple[list[Check], list[str]]:
-    """(every `Check` of every model folder under `root`, one line per folder skipped and why)."""
-    out, skipped = [], []
+def run_checks(root: Path, models_dir: Path, trace_dir: Path | None
+               ) -> tuple[list[Check], list[str], list[tuple[str, str, list[tuple]]]]:
+    """(every `Check` of every model folder under `root`, one line per folder or server skipped and why, and every
+    run's `validate.run_rows` table as (node, run, rows), in the order of the runs)."""
+    out, skipped, tables = [], [], []
     for config in sorted(root.rglob("config.json")):
         folder = config.parent
         run = str(folder.relative_to(root))
@@ -103,8 +107,12 @@ def run_checks(root: Path, models_dir: Path, trace_dir: Path | None) -> tuple[li
             skipped.append(f"{run}: {why}")
             continue
         for n, measured in sorted(groups.items()):
-            out += checks(f"{n} x {kind}", run, validate.run_rows(folder, measured, str(model), kind, n, trace_dir))
-    return out, skipped
+            rows = validate.run_rows(folder, measured, str(model), kind, n, trace_dir)
+            out += checks(f"{n} x {kind}", run, rows)
+            tables.append((f"{n} x {kind}", run, rows))
+            skipped += [f"{run} {name}: {what}" for name, what, _, pred, _ in rows  # those with flags: listed above
+                        if pred is None and what.startswith("not predicted: ") and not measured[name].get("unmodeled")]
+    return out, skipped, tables
 
 
 def table(found: list[Check], misses: int = 3) -> list[str]:
@@ -128,19 +136,48 @@ def table(found: list[Check], misses: int = 3) -> list[str]:
     return lines
 
 
+def write_per_run(out_dir: Path, tables: list[tuple[str, str, list[tuple]]], command: str) -> list[Path]:
+    """Write `run_checks`' tables, one markdown file per node (`out_dir`/2xH100.md, ...), a section per run in the
+    order given: every number predicted by this checkout's planner next to its measurement (`validate.table_lines`).
+    Returns the files written."""
+    by_node: dict[str, list[tuple[str, list[tuple]]]] = {}
+    for node, run, rows in tables:
+        by_node.setdefault(node, []).append((run, rows))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for node, runs in sorted(by_node.items()):
+        lines = [f"# Every committed run on {node}, predicted next to measured", "",
+                 f"Made by `{command}` (with `goals.md`): the planner of the commit that last wrote this file, which "
+                 "never saw these runs but for the constants `goals.md` names. `python -m sgl_sidp.bench.validate "
+                 "RUN/MODEL --model-path ... --gpu ...` prints one run's, with its profiled forwards; "
+                 "`--per-request` holds each replay's requests against the simulation's."]
+        for run, rows in runs:
+            lines += ["", f"## {run}", "", *validate.table_lines(rows)]
+        path = out_dir / f"{node.replace(' ', '')}.md"
+        path.write_text("\n".join(lines) + "\n")
+        written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.bench.goals", description=__doc__.split("\n\n")[0])
     ap.add_argument("root", type=Path, help="the results folder (benchmarks/results/multi_gpu)")
     ap.add_argument("--models-dir", type=Path, required=True, help="the models' config folders (../shared/models)")
     ap.add_argument("--trace-dir", type=Path, default=None, help="where the replayed traces are (../shared/traces)")
     ap.add_argument("--misses", type=int, default=3, help="largest misses named per row (default 3)")
+    ap.add_argument("--per-run", type=Path, default=None, metavar="DIR",
+                    help="also write every run's table, predicted next to measured, as DIR/<node>.md per node "
+                         "(e.g. 2xH100.md)")
     a = ap.parse_args(argv)
     if not a.root.is_dir():
         ap.error(f"{a.root}: not a folder")
-    found, skipped = run_checks(a.root, a.models_dir, a.trace_dir)
+    found, skipped, tables = run_checks(a.root, a.models_dir, a.trace_dir)
     print("\n".join(table(found, a.misses)))
     if skipped:
         print("\nNot counted:\n\n" + "\n".join(f"- {s}" for s in skipped))
+    if a.per_run:
+        for path in write_per_run(a.per_run, tables, " ".join(["python -m sgl_sidp.bench.goals", *(sys.argv[1:] if argv is None else argv)])):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -587,21 +587,27 @@ def main(argv: list[str] | None = None) -> None:
     for n, measured in sorted(groups.items()):
         if len(groups) > 1:
             print(f"\n## {n} GPU{'s' if n > 1 else ''}\n")
-        print("| configuration | number | unit | predicted | measured | error |\n|---|---|---|---:|---:|---:|")
         table = run_rows(a.dir, measured, a.model_path, a.gpu, n, a.trace_dir, what_if)
-        table += [row for row in profiled if row[0] in measured]
-        for name, what, unit, pred, meas in table:
-            if pred is None:
-                print(f"| {name} | {what} | | | | |")
-                continue
-            digits = 2 if unit == "req/s" else 1
-            print(f"| {name} | {what} | {unit} | {pred:,.{digits}f} | {meas:,.{digits}f} | {error_text(pred, meas)} |")
-        for title, got in rankings(table).items():
-            fmt = "{:,.0f}" if title == "Burst throughput" else "{:.2f}"
-            print(f"\n{title} ranking, measured: "
-                  + " > ".join(f"{n} ({fmt.format(m)})" for n, _, m in sorted(got, key=lambda x: -x[2])))
-            print(f"{title} ranking, predicted: "
-                  + " > ".join(f"{n} ({fmt.format(p)})" for n, p, _ in sorted(got, key=lambda x: -x[1])))
+        print("\n".join(table_lines(table + [row for row in profiled if row[0] in measured])))
+
+
+def table_lines(table: list[tuple]) -> list[str]:
+    """A `run_rows` table (rows of (configuration, what, unit, predicted, measured)) as markdown: one row per number
+    with its error, then, per burst and replay, the configurations ranked as measured and as predicted."""
+    out = ["| configuration | number | unit | predicted | measured | error |", "|---|---|---|---:|---:|---:|"]
+    for name, what, unit, pred, meas in table:
+        if pred is None:
+            out.append(f"| {name} | {what} | | | | |")
+            continue
+        digits = 2 if unit == "req/s" else 1
+        out.append(f"| {name} | {what} | {unit} | {pred:,.{digits}f} | {meas:,.{digits}f} | {error_text(pred, meas)} |")
+    for title, got in rankings(table).items():
+        fmt = "{:,.0f}" if title == "Burst throughput" else "{:.2f}"
+        out += ["", f"{title} ranking, measured: "
+                + " > ".join(f"{n} ({fmt.format(m)})" for n, _, m in sorted(got, key=lambda x: -x[2])),
+                f"{title} ranking, predicted: "
+                + " > ".join(f"{n} ({fmt.format(p)})" for n, p, _ in sorted(got, key=lambda x: -x[1]))]
+    return out
 
 
 def run_rows(folder: Path, measured: dict[str, dict], model_path: str, gpu: str, n: int,
