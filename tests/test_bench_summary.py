@@ -27,6 +27,15 @@ def test_best_configuration_of_each_technique_per_workload():
     assert z["best_vanilla"] == "dp2" and z["ratio"] == pytest.approx(59 / 60) and z["run"] == "run_a"
 
 
+def test_a_check_of_a_technique_s_wiring_is_no_row():
+    """Shift at SP1 runs the base configuration as TP1 on the overlay's hooks (nothing shifts): a check, no way to
+    serve, so neither a technique's row nor a vanilla configuration's number."""
+    rows = [row("tp1", 34_160.0, gpus=1, best=("tp1", 34_160.0)),
+            row("shift_sp1_tp1_th1024", 33_964.0, gpus=1, best=("tp1", 34_160.0))]
+    assert summary.technique_of("shift_sp1_tp1_th1024") is None and summary.technique_of("shift_sp2_tp1") == "shift"
+    assert summary.technique_rows(rows, "run") == []
+
+
 def test_combine_keeps_runs_apart_and_writes_both_files(tmp_path, capsys):
     for run, v in (("a", 30_000.0), ("b", 40_000.0)):
         (tmp_path / run).mkdir()

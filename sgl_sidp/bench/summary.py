@@ -48,13 +48,15 @@ def techniques_reported() -> set[str]:
 
 def technique_of(configuration: str) -> str | None:
     """The technique of a compare configuration name ("zerodp_dp2_pf8192" -> "zerodp"; "auto", the launcher's
-    `--overlay-mode auto`, is a row of its own), None for an unknown name."""
+    `--overlay-mode auto`, is a row of its own), None for an unknown name or a check of a technique's wiring
+    (`Technique.wiring_check`, e.g. Shift at SP1: no way to serve)."""
     if configuration == "auto":
         return "auto"
     try:
-        return configuration_named(configuration).technique
+        c = configuration_named(configuration)
     except ValueError:
         return None
+    return None if c.kind.wiring_check(c) else c.technique
 
 
 def technique_rows(rows: list[dict], run: str) -> list[dict]:

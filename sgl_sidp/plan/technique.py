@@ -109,9 +109,14 @@ class Technique:
         None."""
         return None
 
+    def wiring_check(self, c) -> bool:
+        """Whether `c` is a check of the technique's wiring, not a way to serve (never a row of `bench.summary`).
+        Default: no."""
+        return False
+
     def launchable_unplanned(self, c, shapes) -> bool:
-        """Whether `c`, which `configs.configurations` does not list for the model, still starts (a check of the
-        wiring, not a way to serve), so that compare runs it. Default: no."""
+        """Whether `c`, which `configs.configurations` does not list for the model, still starts (a `wiring_check`
+        the model allows), so that compare runs it. Default: no."""
         return False
 
     def check_name(self, name: str, groups: dict[str, str | None], options: tuple[str, ...]) -> None:

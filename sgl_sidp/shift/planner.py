@@ -73,9 +73,13 @@ class ShiftTechnique(Technique):
         if "nccl" in options and "overlap" in options:
             raise ValueError(f"configuration {name}: nccl and overlap are two ways of one exchange; name one")
 
+    def wiring_check(self, c):
+        """SP = 1: the base configuration is TP = P on the overlay's own hooks and GEMMs, nothing shifts."""
+        return c.sp == 1
+
     def launchable_unplanned(self, c, shapes):
-        """SP = 1 on a dense model: the base configuration is TP = P on the overlay's own GEMMs (a wiring check)."""
-        return c.sp == 1 and not shapes.moe_layers
+        """SP = 1 on a dense model (`wiring_check`)."""
+        return self.wiring_check(c) and not shapes.moe_layers
 
     def launched_name(self, dp, tp_size, settings):
         sp = settings.sp or tp_size  # 0 is resolved at launch (`shift.feature.resolve`); unresolved, SP = P
