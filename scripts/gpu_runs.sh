@@ -537,7 +537,14 @@
 #                shift_sp1_tp1_th1024 and TP1, one after the other, the burst 64 x (2,048, 32) and the Azure code window
 #                of 120 s at 2x (1 s / 8 ms), with SGLang's device timer and request stats. Expected, read by
 #                `bench.cadence`: if the hooks cost it, Shift SP1's full chunks >= 2 % longer than TP1's while their GPU
-#                seconds per prefill token agree; within 1 % if the cost is the SP exchange in a busy server
+#                seconds per prefill token agree; within 1 % if the cost is the SP exchange in a busy server. Found at
+#                b260206 (1 x H200; the window again at 4x in q8_shift_sp1_4x_1gpu_h200): no cost in the hooks. The
+#                window holds 63 requests (8.8 s at 2x, 6.0 s at 4x: short, busy). Full 8,192-token chunks back to
+#                back (SGLang's log): Shift SP1 median 210.0 ms against TP1 211.2 (burst and 2x window, 21 chunks
+#                each), 238.6 against 238.8 at 4x (11). GPU seconds busy over each replay (device timer): 6.782
+#                against 6.783 s, 5.594 against 5.596. Burst 33,964 against 34,160 tok/s (0.99x). So
+#                SERVED_BASE_PREFILL's cost is in what SP > 1 adds (the exchanges, the token split, GPUs in step),
+#                not in the hooks or the overlay's GEMMs
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -839,7 +846,10 @@ for RUN in "$@"; do
       SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_shift_sp1_1gpu_$TAG" Qwen3-8B --gpus 0 \
         --configs shift_sp1_tp1_th1024,tp1 --burst 64+2048+32 --trace "$AZURE" --rates 2 \
         --extra-args "$X --enable-request-time-stats-logging" \
-        --trace-args '--duration-s 120 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+        --trace-args '--duration-s 120 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_shift_sp1_4x_1gpu_$TAG" Qwen3-8B --gpus 0 \
+        --configs shift_sp1_tp1_th1024,tp1 --trace "$AZURE" --rates 4 --extra-args "$X --enable-request-time-stats-logging" \
+        --trace-args '--duration-s 100 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     q8_shift_prof_cont)
       compare_run "q8_shift_prof_cont_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 16+16384+8 \
         --profile-steps 4 ;;
