@@ -306,6 +306,43 @@ def test_a_shift_server_is_predicted_at_the_threshold_it_ran(tmp_path):
     assert measured["shift_sp2_tp1_nccl_th1024"]["config"] == "shift_sp2_tp1"
 
 
+def test_a_mode_that_declined_is_predicted_as_what_it_started(tmp_path):
+    """`compare_report.predicted_as`: a ZeroDP server predicted to gain nothing starts SGLang's DP (its result's
+    "declined_to") and is predicted as that, with SGLang's round robin, under its own name; beside a DP2 of the same
+    run both get DP2's row, and a winner named either way is the same server's (`goals.checks`)."""
+    from sgl_sidp.bench import goals
+    from sgl_sidp.bench.compare_report import predicted_as, predicted_by_flags
+
+    folder = tmp_path / "Qwen3-30B-A3B"
+    folder.mkdir()
+    declined = {"config": "zerodp_dp2_kv14459", "technique": "zerodp", "gpu_count": 2, "kv_tokens": {"0": 5, "1": 5},
+                "declined_to": "dp2"}
+    (folder / "zerodp_dp2_kv14459.json").write_text(json.dumps(declined))
+    (folder / "dp2.json").write_text(json.dumps({"config": "dp2", "technique": "vanilla", "gpu_count": 2,
+                                                 "kv_tokens": {"0": 5, "1": 5}}))
+    assert predicted_as(declined) == "dp2" and predicted_as({"config": "tp2", "technique": "vanilla"}) == "tp2"
+    measured = MOD["load"](folder)[2]
+    assert {k: m["predict_as"] for k, m in measured.items()} == {"dp2": "dp2", "zerodp_dp2_kv14459": "dp2"}
+    asked = []
+
+    class Row:
+        def __init__(self, name):
+            self.name = name
+
+    def predict(group, server):
+        asked.append(group)
+        return [Row(n) for n in group]
+
+    got = MOD["predicted_by_server"](measured, list(measured), predict)
+    assert asked == [["dp2"]] and {k: r.name for k, r in got.items()} == {"dp2": "dp2", "zerodp_dp2_kv14459": "dp2"}
+    assert predicted_by_flags(["tp2"], {}, predict)["tp2"].name == "tp2"
+    table = [(n, "A@1x: goodput (TTFT 2000 ms, TPOT 100 ms)", "req/s", 0.71, m)
+             for n, m in (("dp2", 0.76), ("zerodp_dp2_kv14459", 0.82))]
+    (winner,) = [c for c in goals.checks("2 x H200", "run/M", table, {"zerodp_dp2_kv14459": "dp2"})
+                 if c.number == "winner"]
+    assert winner.ok and not [c for c in goals.checks("2 x H200", "run/M", table) if c.number == "winner"][0].ok
+
+
 def test_an_auto_server_is_validated_as_the_configuration_it_started(tmp_path):
     """`validate.started_as`: an `--overlay-mode auto` server stands for the configuration it started (its result's
     "auto_choice"), under its folders' name "auto" for the per-request files, unless the run also ran that

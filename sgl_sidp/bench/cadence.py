@@ -95,14 +95,15 @@ def rows(folder: Path, model_path: str, gpu: str, trace_dir: Path | None) -> lis
     """(configuration as it ran, replay, measured median ms, chunks, simulated median ms, chunks) per server of the
     `bench.compare` results in `folder` (OUT/<model>) and replay it ran, for those with full chunks in both. Each
     replay is simulated once per group of servers on as many GPUs with the same SGLang flags
-    (`compare_report.by_flags`)."""
+    (`compare_report.by_flags`), a mode that declined as what it started (`compare_report.predicted_as`)."""
     from sgl_sidp.bench.compare_report import by_flags, compare_results, ran_as, server_flags_of
     from sgl_sidp.bench.validate import replay_settings
     from sgl_sidp.plan.sim import ReplicaLimits
 
     results = {r["config"]: r for r in compare_results(folder) if r.get("config") != "auto"}
     settings = replay_settings(folder)
-    measured, flags, gpus = {}, {}, {}  # by server as it ran: {replay: gaps}, its SGLang flags, its GPU count
+    # by server as it ran: {replay: gaps}, its SGLang flags, its GPU count, the planner's name to predict it with
+    measured, flags, gpus, as_ = {}, {}, {}, {}
     for c, r in results.items():
         log = folder / "logs" / f"{c}.log.gz"
         replays = [k for k in r.get("traces") or [] if k in settings]  # in the order the server ran them
@@ -110,6 +111,7 @@ def rows(folder: Path, model_path: str, gpu: str, trace_dir: Path | None) -> lis
             continue
         name = ran_as(r, folder)
         flags[name], gpus[name] = server_flags_of(r, folder), int(r.get("gpu_count") or 2)
+        as_[name] = r.get("declined_to") or name  # `predicted_as`, without reading a Shift server's log again
         chunk = flags[name].chunked_prefill_size or ReplicaLimits.chunked_prefill  # SGLang's on H100 and H200
         measured[name] = dict(zip(replays, full_chunk_gaps(gzip.open(log, "rt").read(), chunk)[-len(replays):]))
     simulated = {}  # (server, replay) -> its simulated full chunks
@@ -118,8 +120,9 @@ def rows(folder: Path, model_path: str, gpu: str, trace_dir: Path | None) -> lis
         for n in sorted({gpus[name] for name in ran}):
             for server, group in by_flags([name for name in ran if gpus[name] == n], flags).items():
                 chunk = server.chunked_prefill_size or ReplicaLimits.chunked_prefill
-                sim = simulated_full_chunks(model_path, gpu, n, args, group, server, trace_dir, chunk)
-                simulated.update({(name, key): sim.get(name, []) for name in group})
+                sim = simulated_full_chunks(model_path, gpu, n, args, list(dict.fromkeys(as_[x] for x in group)),
+                                            server, trace_dir, chunk)
+                simulated.update({(name, key): sim.get(as_[name], []) for name in group})
     return [(name, key, statistics.median(gaps), len(gaps), statistics.median(sim), len(sim))
             for name, got in measured.items() for key, gaps in got.items()
             if gaps and (sim := simulated[(name, key)])]

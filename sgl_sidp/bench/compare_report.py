@@ -211,6 +211,13 @@ def ran_as(r: dict, folder: Path | None = None) -> str:
     return name if th is None or float(th) == float("inf") else f"{name}_th{int(float(th))}"  # "inf": JSON's word
 
 
+def predicted_as(r: dict, folder: Path | None = None) -> str:
+    """The planner's name to predict the server of result `r` with: the vanilla configuration a mode that declined at
+    launch started instead (its result's "declined_to": a ZeroDP server predicted to gain nothing runs SGLang's DP,
+    with SGLang's round robin, not ZeroDP's router), else `ran_as`."""
+    return r.get("declined_to") or ran_as(r, folder)
+
+
 #: SGLang's log line of the decode graphs a server captured (`CudaGraphRunner`), their batch sizes in brackets
 DECODE_CAPTURE = re.compile(r"Capture target decode CUDA graph begin\..*?bs=\[([0-9, ]+)\]")
 
@@ -242,12 +249,16 @@ def by_flags(names, flags: dict) -> dict[ServerFlags, list[str]]:
     return out
 
 
-def predicted_by_flags(names, flags: dict, predict) -> dict:
+def predicted_by_flags(names, flags: dict, predict, predict_as: dict | None = None) -> dict:
     """{name: the planner's `PlanRow`} of `names`, one call of `predict(group, server)` (a plan's "configurations")
-    per group of them with the same SGLang flags (`by_flags`; `flags`: name -> `ServerFlags` or None)."""
+    per group of them with the same SGLang flags (`by_flags`; `flags`: name -> `ServerFlags` or None); a name of
+    `predict_as` (name -> the planner's name to predict it with, `predicted_as`) gets that configuration's row."""
+    want = {name: (predict_as or {}).get(name, name) for name in names}
     out = {}
     for server, group in by_flags(names, flags).items():
-        out.update({r.name: r for r in predict(group, server) if r.name in group})
+        asked = list(dict.fromkeys(want[name] for name in group))
+        rows = {r.name: r for r in predict(asked, server) if r.name in asked}
+        out.update({name: rows[want[name]] for name in group if want[name] in rows})
     return out
 
 

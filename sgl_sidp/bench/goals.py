@@ -55,8 +55,11 @@ def number_of(what: str, unit: str) -> str | None:
     return "burst TTFT / TPOT p50" if what.startswith("burst") else "replay TTFT / TPOT p50"
 
 
-def checks(node: str, run: str, table: list[tuple]) -> list[Check]:
-    """Every `Check` of one run's `validate` table (rows of (configuration, what, unit, predicted, measured))."""
+def checks(node: str, run: str, table: list[tuple], ran: dict[str, str] | None = None) -> list[Check]:
+    """Every `Check` of one run's `validate` table (rows of (configuration, what, unit, predicted, measured)); `ran`:
+    configuration -> what its server ran where that is another's (a mode that declined: the vanilla configuration it
+    started, `compare_report.predicted_as`), so that a winner named either way is the same server's."""
+    ran = ran or {}
     goal = dict(GOALS)
     out = []
     for name, what, unit, pred, meas in table:
@@ -71,8 +74,8 @@ def checks(node: str, run: str, table: list[tuple]) -> list[Check]:
     for title, got in validate.rankings(table).items():
         if len(got) > 1:
             measured, predicted = max(got, key=lambda x: x[2])[0], validate.predicted_first(got)
-            out.append(Check(node, run, predicted, "winner", None, predicted == measured,
-                             f"{title}: measured {measured}"))
+            out.append(Check(node, run, predicted, "winner", None,
+                             ran.get(predicted, predicted) == ran.get(measured, measured), f"{title}: measured {measured}"))
     return out
 
 
@@ -108,7 +111,8 @@ def run_checks(root: Path, models_dir: Path, trace_dir: Path | None
             continue
         for n, measured in sorted(groups.items()):
             rows = validate.run_rows(folder, measured, str(model), kind, n, trace_dir)
-            out += checks(f"{n} x {kind}", run, rows)
+            ran = {k: m["predict_as"] for k, m in measured.items() if "predict_as" in m}
+            out += checks(f"{n} x {kind}", run, rows, ran)
             tables.append((f"{n} x {kind}", run, rows))
             skipped += [f"{run} {name}: {what}" for name, what, _, pred, _ in rows  # those with flags: listed above
                         if pred is None and what.startswith("not predicted: ") and not measured[name].get("unmodeled")]

@@ -117,19 +117,20 @@ def predict(model_path: str, gpu: str, replay_args: str, names: list[str], slos:
             results: dict[str, dict], folder: Path | None = None) -> list[dict[str, float]]:
     """Per objective of `slos`, in order: {configuration: the planner's goodput (req/s)} for the replay compare sent
     with `replay_args`, on as many GPUs as the configurations used, from one simulation of each configuration
-    (`plan_requests`' `more_slos`), each predicted as its server ran (`compare_report.ran_as`: a Shift server at the
+    (`plan_requests`' `more_slos`), each predicted as its server ran (`compare_report.predicted_as`: a mode that
+    declined as what it started; `ran_as`: a Shift server at the
     threshold it calibrated, read from its result or its log under `folder`, as `bench.validate` predicts it);
     none for one run with flags the planner does not model (`compare_report.unmodelled_config_args`, `unmodelled`, as
     `bench.validate` leaves them out), each with the SGLang flags its server started with
     (`compare_report.server_flags_of`)."""
-    from sgl_sidp.bench.compare_report import (predicted_by_flags, ran_as, server_flags_of, unmodelled,
+    from sgl_sidp.bench.compare_report import (predicted_as, predicted_by_flags, server_flags_of, unmodelled,
                                                unmodelled_config_args)
 
     names = [c for c in names if not unmodelled_config_args(results.get(c, {})) and not unmodelled(results.get(c, {}))]
     if not names:
         return [{} for _ in slos]
     n = max(int(results.get(c, {}).get("gpu_count") or 0) for c in names) or 2
-    ran = {c: ran_as(results[c], folder) if c in results else c for c in names}
+    ran = {c: predicted_as(results[c], folder) if c in results else c for c in names}
     flags = {ran[c]: server_flags_of(results[c], folder) for c in names if c in results}
     rows = predicted_by_flags([ran[c] for c in names], flags, lambda group, server: replay_rows(
         model_path, gpu, n, replay_args, slos, trace_dir, group, server))

@@ -86,8 +86,9 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
     """`measured` of bench.compare's results (those that did not start left out; an `auto` server as the
     configuration it started, `started_as`, unless the run also ran that configuration alone; configurations with
     options are predicted by name, where the planner models the option; a Shift server as it ran,
-    `compare_report.ran_as`), each with its "config" as run (its folders' name) beside."""
-    from sgl_sidp.bench.compare_report import ran_as
+    `compare_report.ran_as`), each with its "config" as run (its folders' name) and "predict_as", the planner's name
+    to predict it with (`compare_report.predicted_as`: a mode that declined as what it started), beside."""
+    from sgl_sidp.bench.compare_report import predicted_as, ran_as
 
     # each result's name once: `ran_as` may read a Shift server's log
     named = [(r, None if r.get("config") == "auto" else ran_as(r, folder)) for r in results]
@@ -106,7 +107,7 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
             # flags the planner does not model, or a second server of the same name: listed, not predicted
             group[f"{r['config']} ({r['config_args']})"] = {"unmodeled": True}
             continue
-        group[name] = {"config": r.get("ran", r["config"]),
+        group[name] = {"config": r.get("ran", r["config"]), "predict_as": predicted_as(r, folder),
             "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
             "burst": b and b.get("total_tok_s") and {
                 "shape": tuple(int(x) for x in b["spec"].split("+")),
@@ -118,8 +119,10 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
 
 def predicted_by_server(measured: dict[str, dict], names, predict) -> dict:
     """{name: the planner's `PlanRow`} of `names` of `measured`, one call of `predict(group, server)` per group of them
-    whose servers started with the same SGLang flags (`compare_report.predicted_by_flags`)."""
-    return predicted_by_flags(names, {name: measured[name].get("server") for name in names}, predict)
+    whose servers started with the same SGLang flags (`compare_report.predicted_by_flags`), each predicted as its
+    "predict_as" (a mode that declined: what it started)."""
+    return predicted_by_flags(names, {name: measured[name].get("server") for name in names}, predict,
+                              {name: measured[name].get("predict_as", name) for name in names})
 
 
 def replay_settings(folder: Path) -> dict:
