@@ -103,9 +103,10 @@ def test_decode_step_adds_context_beyond_the_measured_one():
 def test_decode_step_with_two_contexts_uses_each_batchs_own_cost_per_token():
     """Measured at 256 and 2,048 tokens: up to 2,048, a step's cost per token of context is read per batch
     (interpolated between batches; past the largest, each row costs the largest batch's); past 2,048, max(batch 1's
-    cost, batch x the largest per-row cost of the batches at least twice batch 1's); attention_gbps is then unused."""
+    cost, batch x the largest per-row cost of the batches at least twice batch 1's); attention_gbps is then unused.
+    (On a GPU kind without a `LONG_CONTEXT_KV_GBPS`.)"""
     c = cal({1: 4.0, 4: 6.0, 16: 10.0}, decode_context={1: 256, 4: 256, 16: 256},
-            decode_ms_long={1: 5.792, 16: 17.168}, decode_context_long=2048, attention_gbps=1e-3)
+            decode_ms_long={1: 5.792, 16: 17.168}, decode_context_long=2048, attention_gbps=1e-3, gpu="H100")
     # per token of context: bs1 (5.792 - 4) / 1792 = 1e-3 ms a step, bs16 (17.168 - 10) / 1792 = 4e-3 (2.5e-4 a row)
     assert c.decode_step_ms(1, 2048, 1000) == pytest.approx(5.792)
     assert c.decode_step_ms(1, 1256, 1000) == pytest.approx(5.0)
@@ -118,6 +119,23 @@ def test_decode_step_with_two_contexts_uses_each_batchs_own_cost_per_token():
     assert c.decode_step_ms(2, 8192, 1000) == pytest.approx(4.0 + 2.0 / 3 + 1792 * 1.2e-3 + 6144 * 1e-3)  # bs1's floor
     assert c.decode_step_ms(64, 1256, 1000) == pytest.approx(10.0 + 64 * 1000 * 2.5e-4)  # per row past bs16
     assert c.decode_step_ms(4, 100, 1000) == pytest.approx(6.0)  # shorter contexts subtract nothing
+
+
+def test_far_past_the_long_context_a_row_reads_its_kv_at_least_at_the_gpu_kinds_rate():
+    """`LONG_CONTEXT_KV_GBPS`: past 2,048 tokens a row's cost per token of context is at most the time its KV bytes
+    per token take at the kind's rate (H200 2,800 GB/s), where the two contexts' per-row cost is higher; never below
+    batch 1's latency floor; up to 2,048 the measured slopes as before."""
+    from sgl_sidp.calibration.table import LONG_CONTEXT_KV_GBPS
+
+    assert LONG_CONTEXT_KV_GBPS == {"H200": 2800.0}
+    kw = dict(decode_context={1: 256, 16: 256}, decode_ms_long={1: 5.792, 16: 17.168}, decode_context_long=2048)
+    h200, h100 = cal({1: 4.0, 16: 10.0}, **kw), cal({1: 4.0, 16: 10.0}, gpu="NVIDIA H100 80GB HBM3", **kw)
+    kv = 280_000  # bytes a token: 1e-4 ms at 2,800 GB/s, below the measured 2.5e-4 a row
+    assert h200.decode_step_ms(16, 2048, kv) == h100.decode_step_ms(16, 2048, kv) == pytest.approx(17.168)
+    assert h200.decode_step_ms(16, 4096, kv) == pytest.approx(17.168 + 2048 * max(1e-3, 16 * 1e-4))
+    assert h100.decode_step_ms(16, 4096, kv) == pytest.approx(17.168 + 2048 * 16 * 2.5e-4)
+    assert h200.decode_step_ms(16, 4096, 10 * kv) == h100.decode_step_ms(16, 4096, 10 * kv)  # slower than measured
+    assert h200.decode_step_ms(4, 8192, kv) == pytest.approx(h200.decode_step_ms(4, 2048, kv) + 6144 * 1e-3)  # floor
 
 
 def test_compare_decode_lines():

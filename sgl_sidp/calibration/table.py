@@ -50,6 +50,17 @@ PREFILL_TOKENS = (16, 128, 512, 2048, 4096, 8192)
 #: chunks of SGLang's default 8,192 tokens as a burst of short prompts fills them
 PREFILL_MULTI = ((2, 4096), (4, 2048), (8, 1024))
 
+#: The rate (GB/s) at which SGLang 0.5.17's triton decode attention reads a batch's KV past `DECODE_CONTEXTS`' longer
+#: context, by GPU kind (a word of the calibration's GPU name; other kinds: none): a row's cost per token of context
+#: far past it is at most the time the shard's KV bytes per token take at this rate (`Calibration.decode_step_ms`).
+#: The two calibrated contexts put it lower where a step's short-context rows cost more per token than long ones do (Qwen3-32B TP1 2,180
+#: GB/s, Qwen3-30B-A3B's TP2 shard 2,100), and priced such steps up to 21 % long. Measured on one H200, rows read
+#: 2,600-3,110 GB/s at 8K-32K tokens of context once batches of 8-48 set the step (Qwen3-8B and Qwen3-32B TP1,
+#: `benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`; Qwen3-30B-A3B's TP2 shard,
+#: `validate_1gpu_h200_long_context_moe_2026-11-29/`); 2,800 prices their 26 steps best (rms 4.2 %; 2,600-3,100:
+#: 4.2-6.0 %). Not measured on H100.
+LONG_CONTEXT_KV_GBPS = {"H200": 2800.0}
+
 #: what a start-up calibration's `source` says before the points its time budget skipped
 #: (`startup.ensure_forward_times` writes it, `plan.calibrate.serve_calibrations` reports it)
 BUDGET_SKIPPED = "not measured, past the time budget"
@@ -225,10 +236,12 @@ class Calibration:
           decode kernel runs a few rows on part of the GPU: batch 1 and 4 cost the same); r, each row's
           cost where rows, not latency, set the step (batches at least twice s1), the median of those
           batches' (each is noisy: at short contexts part of the KV read hides behind the step's other
-          work, or does not). Measured on one H200 at 8K-32K tokens of context, batch 1-48: Qwen3-8B TP1
-          within -8.5 % to +0.9 % of 15 steps, Qwen3-32B TP1 within +0.9 % to +13.1 % of 5; extending
-          the short contexts' per-row cost linearly, as before, -21.6 % to +23.7 % on Qwen3-8B
-          (`benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`);
+          work, or does not), at least the KV bytes per token read at `LONG_CONTEXT_KV_GBPS`. Measured on
+          one H200 at 8K-32K tokens of context, batch 1-48: Qwen3-8B TP1 within -8.6 % to +0.9 % of 15 steps,
+          Qwen3-32B TP1 within -0.4 % to +1.3 % of 5, Qwen3-30B-A3B's TP2 shard within +0.9 % to +6.0 % of 6
+          (without the rate: Qwen3-32B up to +13.0 %, Qwen3-30B-A3B +21.4 %); extending the short contexts'
+          per-row cost linearly, as before, -21.6 % to +23.7 % on Qwen3-8B
+          (`benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`, `..._moe_2026-11-29/`);
         - else with `attention_gbps`: the extra KV bytes read at that rate;
         - else: the table as measured.
 
@@ -243,7 +256,14 @@ class Calibration:
         if extra_tokens <= 0:
             return ms
         if near is not None:
-            return ms + near * extra_tokens if extra_tokens <= span else ms + near * span + far * (extra_tokens - span)
+            if extra_tokens <= span:
+                return ms + near * extra_tokens
+            cap = self._long_context_gbps
+            if cap:  # a row reads its KV at `LONG_CONTEXT_KV_GBPS` at least
+                floor, per_row = self._far_slope
+                row = kv_bytes_per_token / (cap * 1e6)  # ms per token
+                far = max(floor, batch * (row if row < per_row else per_row))
+            return ms + near * span + far * (extra_tokens - span)
         if self.attention_gbps:
             return ms + batch * extra_tokens * kv_bytes_per_token / (self.attention_gbps * 1e9) * 1e3
         return ms
@@ -259,6 +279,11 @@ class Calibration:
         floor, per_row = self._far_slope
         near = _interp(batch, lx, slopes) if batch <= lx[-1] else slopes[-1] * batch / lx[-1]  # past it: per row
         return ms, point, near, max(0.0, self.decode_context_long - point), max(floor, batch * per_row)
+
+    @functools.cached_property
+    def _long_context_gbps(self) -> float | None:
+        """`LONG_CONTEXT_KV_GBPS` of this calibration's GPU kind, or None."""
+        return next((v for kind, v in LONG_CONTEXT_KV_GBPS.items() if kind in (self.gpu or "")), None)
 
     @functools.cached_property
     def _far_slope(self) -> tuple[float, float]:
