@@ -306,6 +306,14 @@ def test_a_shift_server_is_predicted_at_the_threshold_it_ran(tmp_path):
     assert measured["shift_sp2_tp1_nccl_th1024"]["config"] == "shift_sp2_tp1"
 
 
+def results_folder(folder: Path, *results: dict) -> Path:
+    """`folder` with each of `results` as bench.compare writes it (<config>.json)."""
+    folder.mkdir()
+    for r in results:
+        (folder / f"{r['config']}.json").write_text(json.dumps(r))
+    return folder
+
+
 def test_a_mode_that_declined_is_predicted_as_what_it_started(tmp_path):
     """`compare_report.predicted_as`: a ZeroDP server predicted to gain nothing starts SGLang's DP (its result's
     "declined_to") and is predicted as that, with SGLang's round robin, under its own name; beside a DP2 of the same
@@ -313,13 +321,10 @@ def test_a_mode_that_declined_is_predicted_as_what_it_started(tmp_path):
     from sgl_sidp.bench import goals
     from sgl_sidp.bench.compare_report import predicted_as, predicted_by_flags
 
-    folder = tmp_path / "Qwen3-30B-A3B"
-    folder.mkdir()
     declined = {"config": "zerodp_dp2_kv14459", "technique": "zerodp", "gpu_count": 2, "kv_tokens": {"0": 5, "1": 5},
                 "declined_to": "dp2"}
-    (folder / "zerodp_dp2_kv14459.json").write_text(json.dumps(declined))
-    (folder / "dp2.json").write_text(json.dumps({"config": "dp2", "technique": "vanilla", "gpu_count": 2,
-                                                 "kv_tokens": {"0": 5, "1": 5}}))
+    folder = results_folder(tmp_path / "Qwen3-30B-A3B", declined,
+                            {"config": "dp2", "technique": "vanilla", "gpu_count": 2, "kv_tokens": {"0": 5, "1": 5}})
     assert predicted_as(declined) == "dp2" and predicted_as({"config": "tp2", "technique": "vanilla"}) == "tp2"
     measured = MOD["load"](folder)[2]
     assert {k: m["predict_as"] for k, m in measured.items()} == {"dp2": "dp2", "zerodp_dp2_kv14459": "dp2"}
@@ -347,13 +352,10 @@ def test_an_auto_server_is_validated_as_the_configuration_it_started(tmp_path):
     """`validate.started_as`: an `--overlay-mode auto` server stands for the configuration it started (its result's
     "auto_choice"), under its folders' name "auto" for the per-request files, unless the run also ran that
     configuration alone; an auto server that does not say what it started is left out."""
-    folder = tmp_path / "Llama-3.1-70B"
-    folder.mkdir()
     auto = {"config": "auto", "technique": "auto", "gpu_count": 4, "kv_tokens": {"0": 5, "1": 5},
             "auto_choice": "sidp_dp4_auto"}
-    (folder / "auto.json").write_text(json.dumps(auto))
-    (folder / "tp2_dp2.json").write_text(json.dumps({"config": "tp2_dp2", "technique": "vanilla", "gpu_count": 4,
-                                                     "kv_tokens": {"0": 7, "1": 7}}))
+    folder = results_folder(tmp_path / "Llama-3.1-70B", auto,
+                            {"config": "tp2_dp2", "technique": "vanilla", "gpu_count": 4, "kv_tokens": {"0": 7, "1": 7}})
     measured = MOD["load"](folder)[4]
     assert sorted(measured) == ["sidp_dp4_auto", "tp2_dp2"] and measured["sidp_dp4_auto"]["config"] == "auto"
     assert measured["sidp_dp4_auto"]["kv"][2] == 10
