@@ -545,6 +545,12 @@
 #                against 6.783 s, 5.594 against 5.596. Burst 33,964 against 34,160 tok/s (0.99x). So
 #                SERVED_BASE_PREFILL's cost is in what SP > 1 adds (the exchanges, the token split, GPUs in step),
 #                not in the hooks or the overlay's GEMMs
+#   long_ctx_1gpu  decode steps far past the calibrated 2,048 tokens of context (`calibration.table.
+#                LONG_CONTEXT_KV_GBPS`): Qwen3-30B-A3B's TP2 shard on one GPU, batches 1, 16 and 40 at 2K, 8K and 16K.
+#                On H200 (f8a6cb6) the 40-row steps read their KV at 3.0-3.1 TB/s, so H200's rate is 2,800 GB/s
+#                (`benchmarks/results/plan/validate_1gpu_h200_long_context_moe_2026-11-29/`). Expected on H100, where
+#                the planner extrapolates the two calibrated contexts: rows at about 2,000 GB/s (H200's share of its
+#                4.8 TB/s, at 3.35) and the 40-row steps priced 10-20 % long, as on H200 before
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -850,6 +856,11 @@ for RUN in "$@"; do
       SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q8_shift_sp1_4x_1gpu_$TAG" Qwen3-8B --gpus 0 \
         --configs shift_sp1_tp1_th1024,tp1 --trace "$AZURE" --rates 4 --extra-args "$X --enable-request-time-stats-logging" \
         --trace-args '--duration-s 100 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
+    long_ctx_1gpu)
+      mkdir -p "$OUT/long_ctx_1gpu_$TAG"; echo "commit $SIDP_COMMIT" > "$OUT/long_ctx_1gpu_$TAG/commit.txt"
+      timeout -s TERM $(($(left) - 10)) python3 scripts/plan_validate_1gpu.py measure --model-path .gpu/models/Qwen3-30B-A3B \
+        --out-dir "$OUT/long_ctx_1gpu_$TAG" --ttft "" --burst "" --decode-contexts 2048,8192,16384 --decode-batches 1,16,40 \
+        --extra-args "$X --json-model-override-args '{\"num_attention_heads\": 16, \"num_key_value_heads\": 2, \"head_dim\": 128, \"vocab_size\": 75968, \"intermediate_size\": 3072, \"moe_intermediate_size\": 384}'" ;;
     q8_shift_prof_cont)
       compare_run "q8_shift_prof_cont_2gpu_$TAG" Qwen3-8B $PAIRS --configs shift_sp2_tp1,tp2 --profile 16+16384+8 \
         --profile-steps 4 ;;
