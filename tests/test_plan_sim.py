@@ -80,6 +80,22 @@ def test_radix_cache_hits_skip_the_cached_prefix():
     assert again.cached == 1023 and again.ttft_s == pytest.approx(0.000001)  # one token left to compute
 
 
+def test_a_running_requests_prompt_is_hit_once_its_prefill_is_done():
+    """SGLang inserts a prompt into its radix tree once the prefill forward is done (`maybe_cache_unfinished_req`):
+    a request arriving while the first still decodes finds the shared blocks (not its own last one); before the first
+    prefill ends it finds none; a retracted or finished request's live blocks go (`RadixBlocks.live` empty at the
+    end), as in the reference (`sim_reference`)."""
+    for make in (replica, lambda: ReferenceReplicaSim(ReplicaLimits(kv_tokens=100_000), TIMES)):
+        first = SimRequest(0.0, 1536, 200, hash_ids=(7, 8, 9))  # decodes for about 0.2 s
+        during = SimRequest(0.05, 1536, 4, hash_ids=(7, 8, 10))
+        early = SimRequest(0.0, 1536, 4, hash_ids=(7, 8, 11))  # in the first's prefill batch
+        rep = make()
+        (simulate if isinstance(rep, ReplicaSim) else reference_simulate)([first, early, during], [rep])
+        assert (early.cached, during.cached) == (0, 1024)
+        assert during.finish_s < first.finish_s
+        assert not {h: k for h, k in rep.cache.live.items() if k}  # none left live
+
+
 def test_retraction_when_decode_runs_out_of_kv_and_everything_still_finishes():
     """Admission counts 0.7 of the running requests' outputs: 1,000 tokens admit three requests of 10 + 400 (the
     third once the first two run), whose decodes need 1,230: one is retracted and recomputed later."""

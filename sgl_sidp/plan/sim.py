@@ -17,8 +17,10 @@ What it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.manag
   _NEW_TOKEN_RATIO_DECAY_STEPS, CLIP_MAX_NEW_TOKENS);
 - retraction: a decode step that finds fewer free tokens than running requests sends the request with the most
   output back to the waiting queue (its KV freed, its prompt and output recomputed later) and resets the ratio to 0.7;
-- the radix cache: a request's prompt blocks (Mooncake `hash_ids`, 512 tokens each) already cached skip prefill; a
-  finished request's blocks stay cached, evicted least recently used when their tokens are needed;
+- the radix cache: a request's prompt blocks (Mooncake `hash_ids`, 512 tokens each) already in the tree skip
+  prefill: those of every request whose prefill is done, running or finished (SGLang inserts a prompt once its
+  prefill forward is done, `maybe_cache_unfinished_req`); a finished request's blocks stay cached, evicted least
+  recently used when their tokens are needed;
 - the overlap scheduler's look-ahead: the batch that runs after a forward is chosen when that forward starts
   (`Scheduler.event_loop_overlap`), so a request that arrives while a forward runs waits for the iteration after
   the next one, and one that finds the replica idle is taken at once (`ReplicaSim.arrive`);
@@ -190,13 +192,22 @@ class RadixBlocks:
     (a planning run on the Mooncake trace inserts and evicts some 4 million blocks, two thirds of them private).
     `size` counts the blocks.
 
-    `version` counts the changes to the blocks or their order, so that a caller can tell that a `hit` repeated with
-    nothing changed in between would find the same tokens and leave the cache as it is."""
+    `live` counts, per block id, the running requests whose prefill has put that block's KV in the tree: SGLang
+    inserts a request's prompt once its prefill forward is done (`maybe_cache_unfinished_req` in
+    `process_batch_result_prefill`), so a later request finds it while the first still decodes. Those tokens are
+    the running request's (`SimRequest.held`), locked, not the cache's: a `hit` counts them, `evict` cannot drop them.
+    Left out: SGLang inserts each chunk of a chunked prompt too (here the blocks go live when the whole prompt is
+    in), and keeps a block locked while any running request reads it (here, once the request that put it in
+    finishes, it is the cache's and may be evicted under another that still reads it).
+
+    `version` counts the changes to the blocks, their order or the live ones, so that a caller can tell that a `hit`
+    repeated with nothing changed in between would find the same tokens and leave the cache as it is."""
 
     def __init__(self):
         #: block id -> None, or a run's key -> its blocks' ids; least recently used first
         self.blocks: collections.OrderedDict[object, tuple[int, ...] | None] = collections.OrderedDict()
         self.size = 0  # blocks held
+        self.live: dict[int, int] = {}  # block id -> running requests whose prefill put it in the tree
         self.version = 0
 
     @property
@@ -208,16 +219,35 @@ class RadixBlocks:
         return [h for key, run in self.blocks.items() for h in ((key,) if run is None else run)]
 
     def hit(self, hash_ids: Sequence[int] | None) -> int:
-        """Cached prompt tokens: the leading blocks present (touched as used)."""
-        n, blocks, touch = 0, self.blocks, self.blocks.move_to_end
+        """Cached prompt tokens: the leading blocks present or live (those present touched as used)."""
+        n, blocks, touch, live = 0, self.blocks, self.blocks.move_to_end, self.live
         for h in hash_ids or ():
-            if h not in blocks:
+            if h in blocks:
+                touch(h)
+            elif h not in live:
                 break
-            touch(h)
             n += 1
         if n:
             self.version += 1
         return n * BLOCK_TOKENS
+
+    def share(self, hash_ids: Sequence[int] | None, private: int = 0) -> None:
+        """A running request's prefill is done: its blocks, but the last `private` (which nothing looks up), go live."""
+        live = self.live
+        for h in (hash_ids[:-private] if private else hash_ids) or ():
+            live[h] = live.get(h, 0) + 1
+        self.version += 1
+
+    def unshare(self, hash_ids: Sequence[int] | None, private: int = 0) -> None:
+        """The request `share` named leaves the running batch (finished, before its `insert`, or retracted)."""
+        live = self.live
+        for h in (hash_ids[:-private] if private else hash_ids) or ():
+            k = live[h] - 1
+            if k:
+                live[h] = k
+            else:
+                del live[h]
+        self.version += 1
 
     def insert(self, hash_ids: Sequence[int] | None, private: int = 0) -> None:
         """Add the blocks, or touch those present: they become the most recently used, in their order. The last
@@ -481,6 +511,7 @@ class ReplicaSim:
                 continue
             req.decoded = 1  # the prefill forward samples the first token
             first_tokens += 1
+            cache.share(req.hash_ids, req.private_blocks)  # its prompt is in the tree (`RadixBlocks.live`)
             if not req.first_token_s:
                 req.first_token_s = clock
                 if share:
@@ -632,6 +663,7 @@ class ReplicaSim:
         req.finish_s = self.clock
         self.used -= req.held
         req.held = 0
+        self.cache.unshare(req.hash_ids, req.private_blocks)
         self.cache.insert(req.hash_ids, req.private_blocks)  # its prompt blocks stay cached (evictable)
 
     def _retract(self) -> None:
@@ -639,6 +671,7 @@ class ReplicaSim:
         steps = self._steps
         j = max(self._running, key=lambda k: self._running[k][0].decoded + steps - self._running[k][1])
         victim = self._leave(j)
+        self.cache.unshare(victim.hash_ids, victim.private_blocks)
         self.used -= victim.held
         victim.prefilled = victim.decoded = victim.held = 0
         victim.retractions += 1
@@ -864,6 +897,7 @@ class ReplicaSim:
                 req.finish_s = clock  # `_finished`
                 used -= req.held
                 req.held = 0
+                cache.unshare(req.hash_ids, req.private_blocks)
                 cache.insert(req.hash_ids, req.private_blocks)
         self.clock, self.used, self._steps, self._ctx_sum, self._out_sum, self._clipped = (
             clock, used, steps, ctx_sum, out, clipped)

@@ -12,8 +12,9 @@ it models, after SGLang's `Scheduler` and `PrefillAdder` (`sglang.srt.managers.s
 - KV admission as `PrefillAdder` does it: a request needs its uncached prompt + min(output, 4,096) + 1 tokens, less
   than the free and evictable KV tokens minus what the running requests reserve (each one's min(remaining output,
   4,096) x `new_token_ratio`; the ratio starts at 0.7 and decays to 0.098 over 600 decode steps);
-- the radix cache: prompt blocks (512 tokens, Mooncake `hash_ids`) already cached are not prefilled; a finished
-  request's blocks stay cached, least recently used evicted first when the KV tokens are needed;
+- the radix cache: prompt blocks (512 tokens, Mooncake `hash_ids`) already in the tree are not prefilled: a
+  request's blocks go in once its prefill is done (held by it while it runs: `live`) and stay cached after it
+  finishes, least recently used evicted first when the KV tokens are needed;
 - retraction: a decode step that finds fewer free and evictable KV tokens than running requests (it takes one each)
   sends the request with the most output back to the queue (its KV freed, recomputed later) and resets the ratio to
   0.7;
@@ -145,6 +146,7 @@ class ReferenceReplicaSim:
                     self.chunked = req
                     continue
                 req.decoded = 1
+                self.cache.share(req.hash_ids)
                 if not req.first_token_s:
                     req.first_token_s = self.clock
                     if self.times.release_share:
@@ -211,6 +213,7 @@ class ReferenceReplicaSim:
             req.finish_s = self.clock
             self.used -= req.held
             req.held = 0
+            self.cache.unshare(req.hash_ids)
             self.cache.insert(req.hash_ids)
         else:
             self.running.append(req)
@@ -218,6 +221,7 @@ class ReferenceReplicaSim:
     def _retract(self):
         victim = max(self.running, key=lambda r: r.decoded)
         self.running.remove(victim)
+        self.cache.unshare(victim.hash_ids)
         self.used -= victim.held
         victim.prefilled = victim.decoded = victim.held = 0
         victim.retractions += 1
@@ -243,6 +247,7 @@ class ReferenceRadixBlocks:
 
     def __init__(self):
         self.blocks = collections.OrderedDict()
+        self.live = collections.Counter()  # block id -> running requests whose prefill put it in the tree
 
     @property
     def tokens(self) -> int:
@@ -250,14 +255,23 @@ class ReferenceRadixBlocks:
         return len(self.blocks) * BLOCK_TOKENS
 
     def hit(self, hash_ids: Sequence[int] | None) -> int:
-        """Cached prompt tokens: the leading blocks present, touched as used."""
+        """Cached prompt tokens: the leading blocks present (touched as used) or live."""
         n = 0
         for h in hash_ids or ():
-            if h not in self.blocks:
+            if h in self.blocks:
+                self.blocks.move_to_end(h)
+            elif not self.live[h]:
                 break
-            self.blocks.move_to_end(h)
             n += 1
         return n * BLOCK_TOKENS
+
+    def share(self, hash_ids: Sequence[int] | None) -> None:
+        """A running request's prefill is done: its blocks go live (its own tokens, not the cache's)."""
+        self.live.update(hash_ids or ())
+
+    def unshare(self, hash_ids: Sequence[int] | None) -> None:
+        """That request leaves the running batch."""
+        self.live.subtract(hash_ids or ())
 
     def insert(self, hash_ids: Sequence[int] | None) -> None:
         """Add the blocks, or touch those present: they become the most recently used, in their order."""
