@@ -400,18 +400,30 @@ class ShardClock:
         The what-if's `WhatIf.prefix_factor` where it sets one."""
         if self.what_if.prefix_factor is not None:
             return self.what_if.prefix_factor
-        ks = [k for _, k in self._prefix_points]
+        ks = [k for _, _, k in self._prefix_points]
         return max(0.0, statistics.median(ks)) if ks else 1.0
 
     @functools.cached_property
-    def _prefix_points(self) -> tuple[tuple[int, float], ...]:
-        """(prefix tokens, k) of each calibrated prefill over a prefix (`prefix_factor`'s terms); none where the fit
-        has no attention term (e.g. Mixtral-8x7B's TP1 on H200: 0 fits best)."""
+    def _prefix_points(self) -> tuple[tuple[int, int, float], ...]:
+        """(new tokens, prefix tokens, k) of each calibrated prefill over a prefix (`prefix_factor`'s terms); none
+        where the fit has no attention term (e.g. Mixtral-8x7B's TP1 on H200: 0 fits best)."""
         c, a, b = self.prefill_fit
         if b <= 0:
             return ()
-        return tuple((p, (ms - (c + a * n + b * n * n)) / (2 * b * n * p))
+        return tuple((n, p, (ms - (c + a * n + b * n * n)) / (2 * b * n * p))
                      for n, p, ms in self.cal.prefill_prefix_ms if n and p)
+
+    @functools.cached_property
+    def _line_points(self) -> tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]]:
+        """The `_prefix_points` `prefix_line` is fitted on, as (prefix, k), and those `prefix_new_scale` sets apart, as
+        (new, k): the probes of the most new tokens, where the others span 2x in prefix (else none apart)."""
+        pts = self._prefix_points
+        top = max((n for n, _, _ in pts), default=0)
+        rest = [(p, k) for n, p, k in pts if n < top]
+        ps = [p for p, _ in rest]
+        if len(set(ps)) >= 2 and max(ps) >= 2 * min(ps) and len(rest) < len(pts):
+            return tuple(rest), tuple((n, k) for n, _, k in pts if n == top)
+        return tuple((p, k) for _, p, k in pts), ()
 
     @functools.cached_property
     def prefix_line(self) -> tuple[float, float, int] | None:
@@ -428,7 +440,7 @@ class ShardClock:
         slow and the prompts over 16K-token radix hits of the Mooncake replays fast."""
         if self.what_if.prefix_factor is not None:
             return None
-        pts = self._prefix_points
+        pts = self._line_points[0]
         ps = [p for p, _ in pts]
         if len(set(ps)) < 2 or max(ps) < 2 * min(ps):
             return None
@@ -439,18 +451,43 @@ class ShardClock:
             return None
         return alpha, beta, max(ps)
 
+    @functools.cached_property
+    def prefix_new_scale(self) -> tuple[float, float, float] | None:
+        """How k scales with a request's new tokens n, (n_lo, n_hi, r): 1 up to n_lo, r from n_hi, between them
+        linear in log n. `prefix_line` is fitted on the probes of fewer new tokens (n_lo, the most of them) and r is
+        the median of k / the line's k of the probes of the most (n_hi), at their prefix. None: one size of probes,
+        or no line.
+
+        Why: the probes of 8,192 new tokens over 8,192 cached come out at 0.28-1.04x (median about 0.9; the TP
+        shards, whose fewer heads leave a short query over a long prefix less parallel work, 0.64-0.80x) of the line
+        the probes of 2,048 new tokens set, on every bundled table; a full chunk over a long prefix took the line's
+        k: `q30_mooncake_2gpu_h200`'s TP2 forwards over more than 8,192 cached tokens were priced 11.5 % long
+        (median, paired one by one with the server's log; `benchmarks/results/plan_multi_gpu/README.md`)."""
+        line, apart = self.prefix_line, self._line_points[1]
+        if line is None or not apart:
+            return None
+        alpha, beta, p_max = line
+        n_hi = apart[0][0]
+        ratios = [k / (alpha + beta * min(p, p_max)) for n, p, k in self._prefix_points if n == n_hi]
+        n_lo = max(n for n, _, _ in self._prefix_points if n < n_hi)
+        return float(n_lo), float(n_hi), statistics.median(ratios)
+
     def prefill_ms(self, parts, share: float = 1.0) -> float:
         """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + share x (a x new
         tokens + b x each request's attention, new x (new + 2 k x prefix)) (`prefill_fit`; k from `prefix_line` at
-        that prefix, else `prefix_factor`), at least `prefill_floor` and, below `PREFILL_FIT_FROM` new tokens on this
-        GPU, the `prefill_ramp` line; `share` < 1 when this GPU runs only that part of the tokens' linears and attention
-        (Shift's base configuration: 1/SP)."""
+        that prefix, scaled by the request's new tokens, `prefix_new_scale`, else `prefix_factor`), at least
+        `prefill_floor` and, below `PREFILL_FIT_FROM` new tokens on this GPU, the `prefill_ramp` line; `share` < 1
+        when this GPU runs only that part of the tokens' linears and attention (Shift's base configuration: 1/SP)."""
         c, a, b, k2, line, floor, ramp = self._prefill_terms
         new = attention = 0
         for n, p in parts:  # one loop, not two sums of generators: the simulation calls this for every prefill
             new += n
-            if line and p:  # 2 k(p) = 2 alpha + 2 beta x min(p, p_max)
-                attention += n * (n + (line[0] + line[1] * (p if p < line[2] else line[2])) * p)
+            if line and p:  # 2 k(p) = 2 alpha + 2 beta x min(p, p_max), times the new tokens' scale
+                k = (line[0] + line[1] * (p if p < line[2] else line[2])) * p
+                scale = line[3]
+                if scale and n > scale[0]:
+                    k *= scale[2] if n >= scale[1] else 1.0 + (scale[2] - 1.0) * math.log(n / scale[0]) / scale[3]
+                attention += n * (n + k)
             else:
                 attention += n * (n + k2 * p)
         ms = c + share * (a * new + b * attention)
@@ -468,13 +505,15 @@ class ShardClock:
     @functools.cached_property
     def _prefill_terms(self) -> tuple[float, float, float, float, tuple | None, float, tuple]:
         """`prefill_ms`'s constants, (c, a, b) of `prefill_fit`, 2 x `prefix_factor`, `prefix_line` as (2 alpha,
-        2 beta, p_max) or None, `prefill_floor` and `prefill_ramp`, read as one attribute: the simulation calls it
-        some 200,000 times a planning run, and each cached property read costs about as much as the arithmetic."""
-        line = self.prefix_line
+        2 beta, p_max, `prefix_new_scale` as (n_lo, n_hi, r, log(n_hi / n_lo)) or None) or None, `prefill_floor` and
+        `prefill_ramp`, read as one attribute: the simulation calls it some 200,000 times a planning run, and each
+        cached property read costs about as much as the arithmetic."""
+        line, scale = self.prefix_line, self.prefix_new_scale
         c, a, b = self.prefill_fit
         f = self.what_if.prefill_factor  # the served clock against the calibration's
         f = (PREFILL_SUSTAINED_FACTOR.get(gpu_key(self.cal.gpu), 1.0) if f is None else f) * self.served_prefill
-        return (c, a * f, b * f, 2 * self.prefix_factor, (2 * line[0], 2 * line[1], line[2]) if line else None,
+        scale = (*scale, math.log(scale[1] / scale[0])) if scale else None
+        return (c, a * f, b * f, 2 * self.prefix_factor, (2 * line[0], 2 * line[1], line[2], scale) if line else None,
                 self.prefill_floor, self.prefill_ramp)
 
 
