@@ -233,15 +233,19 @@ class RadixBlocks:
 
     def share(self, hash_ids: Sequence[int] | None, private: int = 0) -> None:
         """A running request's prefill is done: its blocks, but the last `private` (which nothing looks up), go live."""
+        if not hash_ids:
+            return
         live = self.live
-        for h in (hash_ids[:-private] if private else hash_ids) or ():
+        for h in hash_ids[:-private] if private else hash_ids:
             live[h] = live.get(h, 0) + 1
         self.version += 1
 
     def unshare(self, hash_ids: Sequence[int] | None, private: int = 0) -> None:
         """The request `share` named leaves the running batch (finished, before its `insert`, or retracted)."""
+        if not hash_ids:
+            return
         live = self.live
-        for h in (hash_ids[:-private] if private else hash_ids) or ():
+        for h in hash_ids[:-private] if private else hash_ids:
             k = live[h] - 1
             if k:
                 live[h] = k
