@@ -96,7 +96,7 @@ def rows(folder: Path, model_path: str, gpu: str, trace_dir: Path | None) -> lis
     `bench.compare` results in `folder` (OUT/<model>) and replay it ran, for those with full chunks in both. Each
     replay is simulated once per group of servers on as many GPUs with the same SGLang flags
     (`compare_report.by_flags`), a mode that declined as what it started (`compare_report.predicted_as`)."""
-    from sgl_sidp.bench.compare_report import by_flags, compare_results, ran_as, server_flags_of
+    from sgl_sidp.bench.compare_report import by_flags, compare_results, predicted_as, ran_as, server_flags_of
     from sgl_sidp.bench.validate import replay_settings
     from sgl_sidp.plan.sim import ReplicaLimits
 
@@ -111,7 +111,7 @@ def rows(folder: Path, model_path: str, gpu: str, trace_dir: Path | None) -> lis
             continue
         name = ran_as(r, folder)
         flags[name], gpus[name] = server_flags_of(r, folder), int(r.get("gpu_count") or 2)
-        as_[name] = r.get("declined_to") or name  # `predicted_as`, without reading a Shift server's log again
+        as_[name] = predicted_as(r, ran=name)
         chunk = flags[name].chunked_prefill_size or ReplicaLimits.chunked_prefill  # SGLang's on H100 and H200
         measured[name] = dict(zip(replays, full_chunk_gaps(gzip.open(log, "rt").read(), chunk)[-len(replays):]))
     simulated = {}  # (server, replay) -> its simulated full chunks

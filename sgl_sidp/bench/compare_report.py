@@ -211,11 +211,12 @@ def ran_as(r: dict, folder: Path | None = None) -> str:
     return name if th is None or float(th) == float("inf") else f"{name}_th{int(float(th))}"  # "inf": JSON's word
 
 
-def predicted_as(r: dict, folder: Path | None = None) -> str:
+def predicted_as(r: dict, folder: Path | None = None, ran: str | None = None) -> str:
     """The planner's name to predict the server of result `r` with: the vanilla configuration a mode that declined at
     launch started instead (its result's "declined_to": a ZeroDP server predicted to gain nothing runs SGLang's DP,
-    with SGLang's round robin, not ZeroDP's router), else `ran_as`."""
-    return r.get("declined_to") or ran_as(r, folder)
+    with SGLang's round robin, not ZeroDP's router), else `ran_as` (`ran`, where the caller has it already: it may
+    read a Shift server's log)."""
+    return r.get("declined_to") or (ran if ran is not None else ran_as(r, folder))
 
 
 #: SGLang's log line of the decode graphs a server captured (`CudaGraphRunner`), their batch sizes in brackets

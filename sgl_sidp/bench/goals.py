@@ -74,8 +74,8 @@ def checks(node: str, run: str, table: list[tuple], ran: dict[str, str] | None =
     for title, got in validate.rankings(table).items():
         if len(got) > 1:
             measured, predicted = max(got, key=lambda x: x[2])[0], validate.predicted_first(got)
-            out.append(Check(node, run, predicted, "winner", None,
-                             ran.get(predicted, predicted) == ran.get(measured, measured), f"{title}: measured {measured}"))
+            same = ran.get(predicted, predicted) == ran.get(measured, measured)
+            out.append(Check(node, run, predicted, "winner", None, same, f"{title}: measured {measured}"))
     return out
 
 
@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print("\nNot counted:\n\n" + "\n".join(f"- {s}" for s in skipped))
     if a.per_run:
-        for path in write_per_run(a.per_run, tables, " ".join(["python -m sgl_sidp.bench.goals", *(sys.argv[1:] if argv is None else argv)])):
+        command = " ".join(["python -m sgl_sidp.bench.goals", *(sys.argv[1:] if argv is None else argv)])
+        for path in write_per_run(a.per_run, tables, command):
             print(f"wrote {path}", file=sys.stderr)
     return 0
 

@@ -107,7 +107,7 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
             # flags the planner does not model, or a second server of the same name: listed, not predicted
             group[f"{r['config']} ({r['config_args']})"] = {"unmodeled": True}
             continue
-        group[name] = {"config": r.get("ran", r["config"]), "predict_as": predicted_as(r, folder),
+        group[name] = {"config": r.get("ran", r["config"]), "predict_as": predicted_as(r, ran=name),
             "kv": ("KV tokens, all ranks", 1, sum(r["kv_tokens"].values())), "ttft_ms": {},
             "burst": b and b.get("total_tok_s") and {
                 "shape": tuple(int(x) for x in b["spec"].split("+")),

@@ -53,10 +53,10 @@ PREFILL_MULTI = ((2, 4096), (4, 2048), (8, 1024))
 #: The rate (GB/s) at which SGLang 0.5.17's triton decode attention reads a batch's KV past `DECODE_CONTEXTS`' longer
 #: context, by GPU kind (a word of the calibration's GPU name; other kinds: none): a row's cost per token of context
 #: far past it is at most the time the shard's KV bytes per token take at this rate (`Calibration.decode_step_ms`).
-#: The two calibrated contexts put it lower where a step's short-context rows cost more per token than long ones do (Qwen3-32B TP1 2,180
-#: GB/s, Qwen3-30B-A3B's TP2 shard 2,100), and priced such steps up to 21 % long. Measured on one H200, rows read
-#: 2,600-3,110 GB/s at 8K-32K tokens of context once batches of 8-48 set the step (Qwen3-8B and Qwen3-32B TP1,
-#: `benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`; Qwen3-30B-A3B's TP2 shard,
+#: The two calibrated contexts put it lower where a step's short-context rows cost more per token than long ones do
+#: (Qwen3-32B TP1 2,180 GB/s, Qwen3-30B-A3B's TP2 shard 2,100), and priced such steps up to 21 % long. Measured on
+#: one H200, rows read 2,600-3,110 GB/s at 8K-32K tokens of context once batches of 8-48 set the step (Qwen3-8B and
+#: Qwen3-32B TP1, `benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`; Qwen3-30B-A3B's TP2 shard,
 #: `validate_1gpu_h200_long_context_moe_2026-11-29/`); 2,800 prices their 26 steps best (rms 4.2 %; 2,600-3,100:
 #: 4.2-6.0 %). Not measured on H100.
 LONG_CONTEXT_KV_GBPS = {"H200": 2800.0}

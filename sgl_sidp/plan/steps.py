@@ -414,16 +414,16 @@ class ShardClock:
                      for n, p, ms in self.cal.prefill_prefix_ms if n and p)
 
     @functools.cached_property
-    def _line_points(self) -> tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]]:
-        """The `_prefix_points` `prefix_line` is fitted on, as (prefix, k), and those `prefix_new_scale` sets apart, as
-        (new, k): the probes of the most new tokens, where the others span 2x in prefix (else none apart)."""
+    def _line_points(self) -> tuple[tuple[tuple[int, int, float], ...], tuple[tuple[int, int, float], ...]]:
+        """`_prefix_points` split in those `prefix_line` is fitted on and those `prefix_new_scale` sets apart: the
+        probes of the most new tokens, where the others span 2x in prefix (else none apart)."""
         pts = self._prefix_points
         top = max((n for n, _, _ in pts), default=0)
-        rest = [(p, k) for n, p, k in pts if n < top]
-        ps = [p for p, _ in rest]
+        rest = tuple(pt for pt in pts if pt[0] < top)
+        ps = [p for _, p, _ in rest]
         if len(set(ps)) >= 2 and max(ps) >= 2 * min(ps) and len(rest) < len(pts):
-            return tuple(rest), tuple((n, k) for n, _, k in pts if n == top)
-        return tuple((p, k) for _, p, k in pts), ()
+            return rest, tuple(pt for pt in pts if pt[0] == top)
+        return pts, ()
 
     @functools.cached_property
     def prefix_line(self) -> tuple[float, float, int] | None:
@@ -440,7 +440,7 @@ class ShardClock:
         slow and the prompts over 16K-token radix hits of the Mooncake replays fast."""
         if self.what_if.prefix_factor is not None:
             return None
-        pts = self._line_points[0]
+        pts = [(p, k) for _, p, k in self._line_points[0]]
         ps = [p for p, _ in pts]
         if len(set(ps)) < 2 or max(ps) < 2 * min(ps):
             return None
@@ -463,14 +463,12 @@ class ShardClock:
         the probes of 2,048 new tokens set, on every bundled table; a full chunk over a long prefix took the line's
         k: `q30_mooncake_2gpu_h200`'s TP2 forwards over more than 8,192 cached tokens were priced 11.5 % long
         (median, paired one by one with the server's log; `benchmarks/results/plan_multi_gpu/README.md`)."""
-        line, apart = self.prefix_line, self._line_points[1]
+        line, (fitted, apart) = self.prefix_line, self._line_points
         if line is None or not apart:
             return None
         alpha, beta, p_max = line
-        n_hi = apart[0][0]
-        ratios = [k / (alpha + beta * min(p, p_max)) for n, p, k in self._prefix_points if n == n_hi]
-        n_lo = max(n for n, _, _ in self._prefix_points if n < n_hi)
-        return float(n_lo), float(n_hi), statistics.median(ratios)
+        ratio = statistics.median(k / (alpha + beta * min(p, p_max)) for _, p, k in apart)
+        return float(max(n for n, _, _ in fitted)), float(apart[0][0]), ratio
 
     def prefill_ms(self, parts, share: float = 1.0) -> float:
         """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + share x (a x new
