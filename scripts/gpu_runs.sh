@@ -551,6 +551,13 @@
 #                (`benchmarks/results/plan/validate_1gpu_h200_long_context_moe_2026-11-29/`). Expected on H100, where
 #                the planner extrapolates the two calibrated contexts: rows at about 2,000 GB/s (H200's share of its
 #                4.8 TB/s, at 3.35) and the 40-row steps priced 10-20 % long, as on H200 before
+#   prefix_probe_1gpu  prefills over 8K-24K of cached prefix, one at a time, on TP1 served by SGLang (the trace
+#                `python -m sgl_sidp.bench.traces prefix-probes` writes: two 24,576-token bases, then 8,192 and 2,048
+#                new tokens over 8,192, 16,384 and 24,576 of each): Qwen3-30B-A3B, Qwen3-8B, then Qwen3-32B. Checks
+#                `ShardClock.prefix_line` held past the calibration's longest prefix probe (16,384) and
+#                `prefix_new_scale` past 8,192 cached. Predicted TTFT (ms; planner of the commit adding it; 8,192 new
+#                over 8K/16K/24K, then 2,048 new over the same): Qwen3-30B-A3B 533, 1,044, 1,447; 126, 264, 373.
+#                Qwen3-8B 504, 854, 1,141; 117, 214, 293. Qwen3-32B 1,918, 3,391, 4,522; 422, 775, 1,047
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -872,6 +879,12 @@ for RUN in "$@"; do
       compare_run "q8_decode2_2gpu_$TAG" Qwen3-8B $PAIRS --configs dp2,shift_sp2_tp1,tp2 --burst 256+1024+512 ;;
     q8_decode2_alone)
       compare_run "q8_decode2_alone_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 256+1024+512 ;;
+    prefix_probe_1gpu)
+      python3 -m sgl_sidp.bench.traces prefix-probes .gpu/traces/prefix_probes.jsonl
+      for M in Qwen3-30B-A3B Qwen3-8B Qwen3-32B; do
+        compare_run "prefix_probe_1gpu_$TAG" "$M" --gpus 0 --configs tp1 --trace .gpu/traces/prefix_probes.jsonl \
+          --rates 1
+      done ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;

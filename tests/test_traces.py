@@ -320,3 +320,27 @@ def test_fetch_traces_copies_and_verifies(tmp_path):
     res = run_fetch("--from", str(bad), "--dest", str(tmp_path / "d2"), "--only", "azure_code_2023")
     assert res.returncode == 1 and "checksum" in res.stderr
     assert not (tmp_path / "d2" / AZURE_CODE.name).exists()
+
+
+def test_prefix_probe_trace_shares_exactly_the_cached_blocks(tmp_path):
+    from sgl_sidp.bench.traces import PREFIX_PROBE_PAIRS, prefix_probe_rows
+
+    path = tmp_path / "probes.jsonl"
+    subprocess.run([sys.executable, "-m", "sgl_sidp.bench.traces", "prefix-probes", str(path)], check=True)
+    reqs = load_trace(path)
+    per_base = 1 + len(PREFIX_PROBE_PAIRS)
+    assert len(reqs) == 2 * per_base
+    seen: set[int] = set()
+    for b in range(2):
+        base, probes = reqs[b * per_base], reqs[b * per_base + 1:(b + 1) * per_base]
+        assert base.input_len == 24576 and not seen & set(base.hash_ids)
+        seen |= set(base.hash_ids)
+        for (new, cached), r in zip(PREFIX_PROBE_PAIRS, probes):
+            assert r.input_len == new + cached and len(r.hash_ids) * 512 == r.input_len
+            assert r.hash_ids[:cached // 512] == base.hash_ids[:cached // 512]
+            assert not seen & set(r.hash_ids[cached // 512:])  # the new blocks: no other request has them
+            seen |= set(r.hash_ids)
+        gaps = np.diff([r.arrival_s for r in reqs[b * per_base:(b + 1) * per_base]])
+        assert gaps[0] == 8.0 and set(gaps[1:]) == {6.0}
+    with pytest.raises(ValueError, match="multiples of 512"):
+        prefix_probe_rows(pairs=((1000, 8192),))

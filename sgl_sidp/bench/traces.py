@@ -388,3 +388,51 @@ def trace_stats(requests: Sequence[TraceRequest]) -> dict:
         "input_tokens": int(sum(r.input_len for r in requests)),
         "output_tokens": int(sum(r.output_len for r in requests)),
     }
+
+
+#: (new tokens, cached tokens) of the requests `prefix_probe_rows` sends after each base prompt: a full chunk and a
+#: short extension over 8K-24K of cached prefix, where the calibration's prefix probes stop at 8,192 cached for a
+#: full chunk and 16,384 for a short one (`plan.calibrate.PREFIX_PROBES`, `ShardClock.prefix_line`)
+PREFIX_PROBE_PAIRS = ((8192, 8192), (8192, 16384), (8192, 24576), (2048, 8192), (2048, 16384), (2048, 24576))
+
+
+def prefix_probe_rows(bases: int = 2, pairs: Sequence[tuple[int, int]] = PREFIX_PROBE_PAIRS, base_gap_s: float = 8.0,
+                      gap_s: float = 6.0, output_len: int = 4) -> list[dict]:
+    """Mooncake-format rows (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``) of a trace that
+    times prefills over a cached prefix one at a time on a served model: for each of `bases` base prompts (as long as
+    the longest cached prefix of `pairs`, blocks of its own), the base, then `base_gap_s` later one request per
+    (new, cached) of `pairs`, `gap_s` apart, each the base's first cached / 512 blocks followed by new / 512 blocks
+    no other request has. SGLang's radix cache holds the base once it is prefilled, so each request's TTFT is one
+    prefill of `new` tokens over `cached` (plus what a request spends outside forwards), and the planner simulates the
+    same (`sim.RadixBlocks`). The gaps leave Qwen3-32B's TP1 on one H200 time for each prefill (predicted 6.4 s for
+    the base, 5.0 s for 8,192 new tokens over 24,576 cached) before the next request comes.
+
+    Raises:
+        ValueError: a pair not a positive multiple of 512 tokens (a Mooncake block) in both terms.
+    """
+    block = MOONCAKE_BLOCK_TOKENS
+    if any(n <= 0 or p <= 0 or n % block or p % block for n, p in pairs):
+        raise ValueError(f"prefix probes {list(pairs)}: new and cached tokens must be positive multiples of {block}")
+    longest = max(p for _, p in pairs) // block
+    rows, t_ms, fresh = [], 0.0, longest * bases  # fresh: the next block id no request has used
+    for b in range(bases):
+        base = list(range(b * longest, (b + 1) * longest))
+        rows.append({"timestamp": round(t_ms), "input_length": longest * block, "output_length": output_len,
+                     "hash_ids": base})
+        t_ms += base_gap_s * 1e3
+        for new, cached in pairs:
+            ids = base[:cached // block] + list(range(fresh, fresh + new // block))
+            fresh += new // block
+            rows.append({"timestamp": round(t_ms), "input_length": new + cached, "output_length": output_len,
+                         "hash_ids": ids})
+            t_ms += gap_s * 1e3
+        t_ms += base_gap_s * 1e3 - gap_s * 1e3
+    return rows
+
+
+if __name__ == "__main__":  # python -m sgl_sidp.bench.traces prefix-probes FILE: write `prefix_probe_rows`' trace
+    import sys
+
+    if sys.argv[1:2] != ["prefix-probes"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m sgl_sidp.bench.traces prefix-probes FILE (a Mooncake-format JSONL)")
+    Path(sys.argv[2]).write_text("".join(json.dumps(r) + "\n" for r in prefix_probe_rows()))
