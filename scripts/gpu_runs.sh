@@ -880,7 +880,7 @@ for RUN in "$@"; do
     q8_decode2_alone)
       compare_run "q8_decode2_alone_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 256+1024+512 ;;
     prefix_probe_1gpu)
-      python3 -m sgl_sidp.bench.traces prefix-probes .gpu/traces/prefix_probes.jsonl
+      mkdir -p .gpu/traces && python3 -m sgl_sidp.bench.traces prefix-probes .gpu/traces/prefix_probes.jsonl
       for M in Qwen3-30B-A3B Qwen3-8B Qwen3-32B; do
         compare_run "prefix_probe_1gpu_$TAG" "$M" --gpus 0 --configs tp1 --trace .gpu/traces/prefix_probes.jsonl \
           --rates 1
