@@ -558,6 +558,9 @@
 #                `prefix_new_scale` past 8,192 cached. Predicted TTFT (ms; planner of the commit adding it; 8,192 new
 #                over 8K/16K/24K, then 2,048 new over the same): Qwen3-30B-A3B 533, 1,044, 1,447; 126, 264, 373.
 #                Qwen3-8B 504, 854, 1,141; 117, 214, 293. Qwen3-32B 1,918, 3,391, 4,522; 422, 775, 1,047
+#   prefix_probe_shards_1gpu  prefix_probe_1gpu's trace on TP2 shards served alone (their shapes on one GPU, as
+#                long_ctx_1gpu): Qwen3-30B-A3B, Qwen3-8B, then Qwen3-32B (scripts/plan_validate_1gpu.py measure). The TP
+#                shards' probes of 8,192 new tokens sit lowest against the line (`prefix_new_scale` r 0.64-0.80)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -884,6 +887,21 @@ for RUN in "$@"; do
       for M in Qwen3-30B-A3B Qwen3-8B Qwen3-32B; do
         compare_run "prefix_probe_1gpu_$TAG" "$M" --gpus 0 --configs tp1 --trace .gpu/traces/prefix_probes.jsonl \
           --rates 1
+      done ;;
+    prefix_probe_shards_1gpu)
+      mkdir -p .gpu/traces && python3 -m sgl_sidp.bench.traces prefix-probes .gpu/traces/prefix_probes.jsonl
+      for M in Qwen3-30B-A3B Qwen3-8B Qwen3-32B; do
+        case $M in
+          Qwen3-30B-A3B) O='"num_attention_heads": 16, "num_key_value_heads": 2, "intermediate_size": 3072, "moe_intermediate_size": 384';;
+          Qwen3-8B) O='"num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 6144';;
+          Qwen3-32B) O='"num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 12800';;
+        esac
+        D="$OUT/prefix_probe_shards_1gpu_$TAG/$M-tp2-shard"; mkdir -p "$D"; echo "commit $SIDP_COMMIT" > "$D/commit.txt"
+        [ "$(left)" -lt 200 ] && { echo "skip $M: $(left) s left"; continue; }
+        timeout -s TERM $(($(left) - 10)) python3 scripts/plan_validate_1gpu.py measure --model-path ".gpu/models/$M" \
+          --out-dir "$D" --ttft "" --burst "" --decode-contexts "" \
+          --trace "prefix_probes=--trace .gpu/traces/prefix_probes.jsonl" \
+          --extra-args "$X --json-model-override-args '{$O, \"head_dim\": 128, \"vocab_size\": 75968}'" | tail -3
       done ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;

@@ -112,7 +112,7 @@ def compare_measured(results: list[dict], folder: Path | None = None) -> dict[in
             "burst": b and b.get("total_tok_s") and {
                 "shape": tuple(int(x) for x in b["spec"].split("+")),
                 **{k: b[k] for k in ("total_tok_s", "ttft_ms_p50", "tpot_ms_p50")}},
-            "traces": {k: t for k, t in (r.get("traces") or {}).items() if t.get("request_goodput") is not None},
+            "traces": {k: t for k, t in (r.get("traces") or {}).items() if t.get("median_ttft_ms") is not None},
             "server": server_flags_of(r, folder)}
     return out
 
@@ -178,7 +178,8 @@ def unmodelled_results(folder: Path) -> list[str]:
 def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: str, n: int,
                trace_dir: Path | None = None, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
     """(configuration, what, unit, predicted, measured) of every trace replay measured (`replay_settings` says how it
-    was sent): goodput under its objectives, TTFT and TPOT p50, each configuration predicted on the same requests
+    was sent): goodput under its objectives (where it was sent with them), TTFT and TPOT p50, each configuration
+    predicted on the same requests
     (under `what_if`'s hand-set numbers, if any)."""
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan_requests
@@ -189,6 +190,7 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
         if key not in replays:
             continue
         args, slo = replays[key]
+        slo = None if None in slo else slo  # a replay sent without objectives
         names = [k for k, m in measured.items() if key in m.get("traces", {})]
         pred = predicted_by_server(measured, names, lambda group, server: plan_requests(
             model_path, n, gpu, f"replay {args}", sim_requests(args, trace_dir), names=group, slo=slo,
@@ -198,9 +200,10 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
             if p is None or not p.predicted:
                 out.append((name, f"{key}: not predicted", "", None, None))
                 continue
-            out += [(name, f"{key}: goodput (TTFT {slo[0]:g} ms, TPOT {slo[1]:g} ms)", "req/s", p.request_goodput,
-                     t["request_goodput"]),
-                    (name, f"{key}: TTFT p50", "ms", p.ttft_ms_p50, t["median_ttft_ms"]),
+            if slo and t.get("request_goodput") is not None:
+                out.append((name, f"{key}: goodput (TTFT {slo[0]:g} ms, TPOT {slo[1]:g} ms)", "req/s", p.request_goodput,
+                            t["request_goodput"]))
+            out += [(name, f"{key}: TTFT p50", "ms", p.ttft_ms_p50, t["median_ttft_ms"]),
                     (name, f"{key}: TPOT p50", "ms", p.tpot_ms_p50, t["median_tpot_ms"])]
     return out
 
