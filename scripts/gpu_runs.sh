@@ -557,10 +557,24 @@
 #                `ShardClock.prefix_line` held past the calibration's longest prefix probe (16,384) and
 #                `prefix_new_scale` past 8,192 cached. Predicted TTFT (ms; planner of the commit adding it; 8,192 new
 #                over 8K/16K/24K, then 2,048 new over the same): Qwen3-30B-A3B 533, 1,044, 1,447; 126, 264, 373.
-#                Qwen3-8B 504, 854, 1,141; 117, 214, 293. Qwen3-32B 1,918, 3,391, 4,522; 422, 775, 1,047
+#                Qwen3-8B 504, 854, 1,141; 117, 214, 293. Qwen3-32B 1,918, 3,391, 4,522; 422, 775, 1,047. Found at
+#                f249308 (1 x H200; its commands labelled 1c0c3b1 by a typo, mended): 521, 1,079, 1,488; 128, 258, 363.
+#                488, 893, 1,204; 118, 213, 293. 1,851, 3,287, 4,393; 410, 757, 1,037: every probe within 5.2 %
 #   prefix_probe_shards_1gpu  prefix_probe_1gpu's trace on TP2 shards served alone (their shapes on one GPU, as
 #                long_ctx_1gpu): Qwen3-30B-A3B, Qwen3-8B, then Qwen3-32B (scripts/plan_validate_1gpu.py measure). The TP
-#                shards' probes of 8,192 new tokens sit lowest against the line (`prefix_new_scale` r 0.64-0.80)
+#                shards' probes of 8,192 new tokens sit lowest against the line (`prefix_new_scale` r 0.64-0.80). Found
+#                at cb2fe1b (1 x H200; Qwen3-32B in a second call): 8,192 new over 16K-24K at 0.89-1.01x the line's k,
+#                where r held had priced them 7-17 % short; so r now fades to 1 from 8,192 to 16,384 cached
+#                (`benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/`)
+#   prefix_probe_2gpu  prefix_probe_1gpu's trace on TP2 of Qwen3-30B-A3B and Qwen3-8B, 2 GPUs. On one H200 the TP2
+#                shards alone ran 8,192 new tokens over 16K-24K of cached prefix at the line's k (0.89-1.01x), which
+#                `prefix_new_scale` now fades to, while the Mooncake replay's served TP2 forwards over more than 8,192
+#                cached tokens had looked 11.5 % cheaper than the line (q30_mooncake_2gpu_h200; its TP2 TTFT p50 went
+#                from -2.7 to +15.5 % with the fade, H100's goodput from +23.3 to +2.8 %). Predicted TTFT (ms, planner of
+#                the commit adding it; base, then 8,192 new over 8K/16K/24K, 2,048 new over the same): Qwen3-30B-A3B TP2
+#                on H200 989; 291, 552, 755; 79, 133, 184 (on H100 1,000; 295, 556, 759; 77, 137, 188). Expected:
+#                within 5 % as on one GPU; if served TP2 runs the long-prefix probes 10 % under, a served forward
+#                differs from the shard alone there, and the fade is priced per configuration
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -902,6 +916,12 @@ for RUN in "$@"; do
           --out-dir "$D" --ttft "" --burst "" --decode-contexts "" \
           --trace "prefix_probes=--trace .gpu/traces/prefix_probes.jsonl" \
           --extra-args "$X --json-model-override-args '{$O, \"head_dim\": 128, \"vocab_size\": 75968}'" | tail -3
+      done ;;
+    prefix_probe_2gpu)
+      mkdir -p .gpu/traces && python3 -m sgl_sidp.bench.traces prefix-probes .gpu/traces/prefix_probes.jsonl
+      for M in Qwen3-30B-A3B Qwen3-8B; do
+        compare_run "prefix_probe_2gpu_$TAG" "$M" --gpus 0,1 --configs tp2 --trace .gpu/traces/prefix_probes.jsonl \
+          --rates 1
       done ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;

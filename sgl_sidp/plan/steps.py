@@ -452,23 +452,28 @@ class ShardClock:
         return alpha, beta, max(ps)
 
     @functools.cached_property
-    def prefix_new_scale(self) -> tuple[float, float, float] | None:
-        """How k scales with a request's new tokens n, (n_lo, n_hi, r): 1 up to n_lo, r from n_hi, between them
-        linear in log n. `prefix_line` is fitted on the probes of fewer new tokens (n_lo, the most of them) and r is
-        the median of k / the line's k of the probes of the most (n_hi), at their prefix. None: one size of probes,
-        or no line.
+    def prefix_new_scale(self) -> tuple[float, float, float, float] | None:
+        """How k scales with a request's new tokens n and its prefix p, (n_lo, n_hi, r, p_at): 1 up to n_lo new
+        tokens, r from n_hi, between them linear in log n; that up to a prefix of p_at, then back to 1 linearly at
+        `prefix_line`'s p_max and past it (held at p_at's where p_max is not above it). `prefix_line` is fitted on
+        the probes of fewer new tokens (n_lo, the most of them) and r is the median of k / the line's k of the probes
+        of the most (n_hi), at their prefix p_at. None: one size of probes, or no line.
 
         Why: the probes of 8,192 new tokens over 8,192 cached come out at 0.28-1.04x (median about 0.9; the TP
         shards, whose fewer heads leave a short query over a long prefix less parallel work, 0.64-0.80x) of the line
         the probes of 2,048 new tokens set, on every bundled table; a full chunk over a long prefix took the line's
         k: `q30_mooncake_2gpu_h200`'s TP2 forwards over more than 8,192 cached tokens were priced 11.5 % long
-        (median, paired one by one with the server's log; `benchmarks/results/plan_multi_gpu/README.md`)."""
+        (median, paired one by one with the server's log; `benchmarks/results/plan_multi_gpu/README.md`). Why it
+        fades with the prefix: the same 8,192 new tokens over 16,384 and 24,576 cached, served one at a time on one
+        H200, ran at 0.89-1.04x the line (12 of them: TP1 and TP2 shards of Qwen3-8B, Qwen3-32B and Qwen3-30B-A3B),
+        where 8,192 cached gave 0.79-1.00x: k levels off near 1.7 past 16K whatever the query
+        (`benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/`)."""
         line, (fitted, apart) = self.prefix_line, self._line_points
         if line is None or not apart:
             return None
         alpha, beta, p_max = line
         ratio = statistics.median(k / (alpha + beta * min(p, p_max)) for _, p, k in apart)
-        return float(max(n for n, _, _ in fitted)), float(apart[0][0]), ratio
+        return float(max(n for n, _, _ in fitted)), float(apart[0][0]), ratio, float(max(p for _, p, _ in apart))
 
     def prefill_ms(self, parts, share: float = 1.0) -> float:
         """One prefill forward of `parts`, each request's (new tokens, tokens already in its KV): c + share x (a x new
@@ -484,7 +489,10 @@ class ShardClock:
                 k = (line[0] + line[1] * (p if p < line[2] else line[2])) * p
                 scale = line[3]
                 if scale and n > scale[0]:
-                    k *= scale[2] if n >= scale[1] else 1.0 + (scale[2] - 1.0) * math.log(n / scale[0]) / scale[3]
+                    r = scale[2] if n >= scale[1] else 1.0 + (scale[2] - 1.0) * math.log(n / scale[0]) / scale[3]
+                    if p > scale[4] and scale[5]:  # faded back to 1 from p_at to p_max
+                        r = 1.0 + (r - 1.0) * (line[2] - p) / scale[5] if p < line[2] else 1.0
+                    k *= r
                 attention += n * (n + k)
             else:
                 attention += n * (n + k2 * p)
@@ -503,14 +511,15 @@ class ShardClock:
     @functools.cached_property
     def _prefill_terms(self) -> tuple[float, float, float, float, tuple | None, float, tuple]:
         """`prefill_ms`'s constants, (c, a, b) of `prefill_fit`, 2 x `prefix_factor`, `prefix_line` as (2 alpha,
-        2 beta, p_max, `prefix_new_scale` as (n_lo, n_hi, r, log(n_hi / n_lo)) or None) or None, `prefill_floor` and
-        `prefill_ramp`, read as one attribute: the simulation calls it some 200,000 times a planning run, and each
-        cached property read costs about as much as the arithmetic."""
+        2 beta, p_max, `prefix_new_scale` as (n_lo, n_hi, r, log(n_hi / n_lo), p_at, p_max - p_at or 0) or None) or
+        None, `prefill_floor` and `prefill_ramp`, read as one attribute: the simulation calls it some 200,000 times a
+        planning run, and each cached property read costs about as much as the arithmetic."""
         line, scale = self.prefix_line, self.prefix_new_scale
         c, a, b = self.prefill_fit
         f = self.what_if.prefill_factor  # the served clock against the calibration's
         f = (PREFILL_SUSTAINED_FACTOR.get(gpu_key(self.cal.gpu), 1.0) if f is None else f) * self.served_prefill
-        scale = (*scale, math.log(scale[1] / scale[0])) if scale else None
+        scale = (*scale[:3], math.log(scale[1] / scale[0]), scale[3],  # the fade's span, 0: held past p_at
+                 max(0.0, line[2] - scale[3])) if scale else None
         return (c, a * f, b * f, 2 * self.prefix_factor, (2 * line[0], 2 * line[1], line[2], scale) if line else None,
                 self.prefill_floor, self.prefill_ramp)
 

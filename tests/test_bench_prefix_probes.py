@@ -1,0 +1,32 @@
+"""`python -m sgl_sidp.bench.prefix_probes`: a prefix-probe replay request by request beside the planner's TTFT, on
+the committed replay of Qwen3-8B's TP2 shard on one H200."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sgl_sidp.bench.prefix_probes import main, probe_lines
+from sgl_sidp.bench.report import read_jsonl
+from sgl_sidp.bench.traces import prefix_probe_rows
+
+RUN = Path(__file__).resolve().parents[1] / "benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29"
+
+
+def test_each_probe_stands_beside_its_simulated_ttft(tmp_path, capsys):
+    trace = tmp_path / "prefix_probes.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in prefix_probe_rows()))
+    shard = RUN / "Qwen3-8B-tp2-shard"
+    rows = read_jsonl(shard / "requests.jsonl")
+    lines = probe_lines(rows, str(shard), "H200", trace)
+    body = [line.split(" | ") for line in lines[2:]]
+    assert [b[0].lstrip("| ") for b in body] == ["24,576", "8,192", "8,192", "8,192", "2,048", "2,048", "2,048"]
+    assert body[3][1] == "24,576 (24,576, 24,576)"  # the radix cache held every probe's prefix
+    assert all(abs(float(b[4].rstrip("%| "))) < 10 for b in body)  # the planner within 10 % on each
+    with pytest.raises(ValueError, match="not this trace's replay"):
+        probe_lines(rows[:-1], str(shard), "H200", trace)
+    main([str(shard / "requests.jsonl.gz"), "--model-path", str(shard), "--trace", str(trace)])
+    assert capsys.readouterr().out.splitlines() == lines
+    with pytest.raises(SystemExit):
+        main([str(shard / "requests.jsonl.gz"), "--model-path", str(shard), "--trace", str(tmp_path / "none")])
+    assert "prefix-probes" in capsys.readouterr().err
