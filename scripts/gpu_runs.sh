@@ -575,6 +575,11 @@
 #                on H200 989; 291, 552, 755; 79, 133, 184 (on H100 1,000; 295, 556, 759; 77, 137, 188). Expected:
 #                within 5 % as on one GPU; if served TP2 runs the long-prefix probes 10 % under, a served forward
 #                differs from the shard alone there, and the fade is priced per configuration
+#   q30_mooncake_1gpu  q30_mooncake's trace window on TP1 of Qwen3-30B-A3B on one GPU at half its rate: served
+#                chunks over long prefixes, one GPU, against the isolated probes (prefix_probe_1gpu). Predicted on H200
+#                (planner of the commit adding it): TTFT p50 6,325 ms, TPOT p50 115.1, goodput at 2 s / 100 ms 0.080
+#                req/s; with the new tokens' discount held past 8,192 cached (cb2fe1b) 5,564, 113.8, 0.140. Expected:
+#                the first, if a served forward over a long prefix costs what the probes do
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -923,6 +928,10 @@ for RUN in "$@"; do
         compare_run "prefix_probe_2gpu_$TAG" "$M" --gpus 0,1 --configs tp2 --trace .gpu/traces/prefix_probes.jsonl \
           --rates 1
       done ;;
+    q30_mooncake_1gpu)
+      compare_run "q30_mooncake_1gpu_$TAG" Qwen3-30B-A3B --gpus 0 --configs tp1 \
+        --trace .gpu/traces/mooncake_head400.jsonl --rates 0.5 --trace-args '--duration-s 60 --max-context-len 40960' \
+        --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
