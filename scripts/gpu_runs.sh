@@ -579,7 +579,9 @@
 #                chunks over long prefixes, one GPU, against the isolated probes (prefix_probe_1gpu). Predicted on H200
 #                (planner of the commit adding it): TTFT p50 6,325 ms, TPOT p50 115.1, goodput at 2 s / 100 ms 0.080
 #                req/s; with the new tokens' discount held past 8,192 cached (cb2fe1b) 5,564, 113.8, 0.140. Expected:
-#                the first, if a served forward over a long prefix costs what the probes do
+#                the first, if a served forward over a long prefix costs what the probes do. Found at bebe22a
+#                (1 x H200): TTFT p50 6,024 ms, TPOT p50 117, goodput 0.0831 (fade +5.0 %, -1.8 %, -3.7 %; held -7.6 %,
+#                -2.7 %, +68 %): on one GPU a served forward over a long prefix costs what the probes do
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
