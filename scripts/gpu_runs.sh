@@ -561,7 +561,7 @@
 #                f249308 (1 x H200; its commands labelled 1c0c3b1 by a typo, mended): 521, 1,079, 1,488; 128, 258, 363.
 #                488, 893, 1,204; 118, 213, 293. 1,851, 3,287, 4,393; 410, 757, 1,037: every probe within 5.2 %
 #   prefix_probe_shards_1gpu  prefix_probe_1gpu's trace on TP2 shards served alone (their shapes on one GPU, as
-#                long_ctx_1gpu): Qwen3-30B-A3B, Qwen3-8B, then Qwen3-32B (scripts/plan_validate_1gpu.py measure). The TP
+#                long_ctx_1gpu): Qwen3-30B-A3B, Qwen3-8B, then Qwen3-32B (python -m sgl_sidp.bench.validate_1gpu measure). The TP
 #                shards' probes of 8,192 new tokens sit lowest against the line (`prefix_new_scale` r 0.64-0.80). Found
 #                at cb2fe1b (1 x H200; Qwen3-32B in a second call): 8,192 new over 16K-24K at 0.89-1.01x the line's k,
 #                where r held had priced them 7-17 % short; so r now fades to 1 from 8,192 to 16,384 cached
@@ -889,7 +889,7 @@ for RUN in "$@"; do
         --trace-args '--duration-s 100 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 8 ;;
     long_ctx_1gpu)
       mkdir -p "$OUT/long_ctx_1gpu_$TAG"; echo "commit $SIDP_COMMIT" > "$OUT/long_ctx_1gpu_$TAG/commit.txt"
-      timeout -s TERM $(($(left) - 10)) python3 scripts/plan_validate_1gpu.py measure --model-path .gpu/models/Qwen3-30B-A3B \
+      timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure --model-path .gpu/models/Qwen3-30B-A3B \
         --out-dir "$OUT/long_ctx_1gpu_$TAG" --ttft "" --burst "" --decode-contexts 2048,8192,16384 --decode-batches 1,16,40 \
         --extra-args "$X --json-model-override-args '{\"num_attention_heads\": 16, \"num_key_value_heads\": 2, \"head_dim\": 128, \"vocab_size\": 75968, \"intermediate_size\": 3072, \"moe_intermediate_size\": 384}'" ;;
     q8_shift_prof_cont)
@@ -919,7 +919,7 @@ for RUN in "$@"; do
         esac
         D="$OUT/prefix_probe_shards_1gpu_$TAG/$M-tp2-shard"; mkdir -p "$D"; echo "commit $SIDP_COMMIT" > "$D/commit.txt"
         [ "$(left)" -lt 200 ] && { echo "skip $M: $(left) s left"; continue; }
-        timeout -s TERM $(($(left) - 10)) python3 scripts/plan_validate_1gpu.py measure --model-path ".gpu/models/$M" \
+        timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure --model-path ".gpu/models/$M" \
           --out-dir "$D" --ttft "" --burst "" --decode-contexts "" \
           --trace "prefix_probes=--trace .gpu/traces/prefix_probes.jsonl" \
           --extra-args "$X --json-model-override-args '{$O, \"head_dim\": 128, \"vocab_size\": 75968}'" | tail -3

@@ -1,5 +1,5 @@
 """What-if overrides of the planner's calibrated numbers, for the validation scripts
-(`scripts/plan_validate_1gpu.py report`, `scripts/plan_validate_multi_gpu.py`): each set by hand on every shard,
+(`python -m sgl_sidp.bench.validate_1gpu report`, `python -m sgl_sidp.bench.validate`): each set by hand on every shard,
 to see how far a prediction moves with it. A sensitivity check, never a prediction: the planner itself takes these numbers from
 `plan calibrate`'s probes (`calibrate.record_prefix_prefills`, `record_serving_step`, `record_stream_rate`).
 
