@@ -2,10 +2,10 @@
 (`bench.traces.prefix_probe_rows`) request by request, each (new tokens, cached tokens) beside the planner's TTFT.
 
 REQUESTS is the replay's `requests.jsonl` (or `.gz`): `bench.compare` keeps it under OUT/<model>/traces/<config>/,
-`python -m sgl_sidp.bench.validate_1gpu measure` under OUT/<name>/. M is the config folder of what the server ran: the model for
-TP1, or a shard's own config.json (its sizes on one GPU, as `--json-model-override-args` served them), which the
-planner then prices by that shard's calibration (`model_info.model_signature` names the shard, not the model). The
-prediction is `plan.planner.plan_requests` of the same trace on one GPU, no measured number entering it.
+`python -m sgl_sidp.bench.validate_1gpu measure` under OUT/<name>/. M is the config folder of what the server ran: the
+model for TP1, or a shard's own config.json (its sizes on one GPU, as `--json-model-override-args` served them), which
+the planner then prices by that shard's calibration (`model_info.model_signature` names the shard, not the model).
+The prediction is `plan.planner.plan_requests` of the same trace on one GPU, no measured number entering it.
 """
 
 from __future__ import annotations

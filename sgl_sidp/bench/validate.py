@@ -179,8 +179,7 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
                trace_dir: Path | None = None, what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
     """(configuration, what, unit, predicted, measured) of every trace replay measured (`replay_settings` says how it
     was sent): goodput under its objectives (where it was sent with them), TTFT and TPOT p50, each configuration
-    predicted on the same requests
-    (under `what_if`'s hand-set numbers, if any)."""
+    predicted on the same requests (under `what_if`'s hand-set numbers, if any)."""
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan_requests
 
@@ -201,8 +200,8 @@ def trace_rows(measured: dict[str, dict], replays: dict, model_path: str, gpu: s
                 out.append((name, f"{key}: not predicted", "", None, None))
                 continue
             if slo and t.get("request_goodput") is not None:
-                out.append((name, f"{key}: goodput (TTFT {slo[0]:g} ms, TPOT {slo[1]:g} ms)", "req/s", p.request_goodput,
-                            t["request_goodput"]))
+                out.append((name, f"{key}: goodput (TTFT {slo[0]:g} ms, TPOT {slo[1]:g} ms)", "req/s",
+                            p.request_goodput, t["request_goodput"]))
             out += [(name, f"{key}: TTFT p50", "ms", p.ttft_ms_p50, t["median_ttft_ms"]),
                     (name, f"{key}: TPOT p50", "ms", p.tpot_ms_p50, t["median_tpot_ms"])]
     return out
