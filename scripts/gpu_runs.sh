@@ -607,6 +607,12 @@ compare_run() {  # compare_run NAME MODEL COMPARE_ARGS...: bench.compare into $O
   timeout -s TERM $((L - 15)) python3 -m sgl_sidp.bench.compare --model-path ".gpu/models/$model" --load-format dummy \
     --extra-args "$X" --out-dir "$OUT/$name" --deadline-s $((L - 75)) --step-grace-s 40 --ready-timeout-s 320 --no-predict "$@"
 }
+PROBES=.gpu/traces/prefix_probes.jsonl  # `python -m sgl_sidp.bench.traces prefix-probes` writes it here (probe_trace)
+probe_trace() { mkdir -p .gpu/traces && python3 -m sgl_sidp.bench.traces prefix-probes "$PROBES"; }
+probe_runs() {  # probe_runs NAME GPUS CONFIG MODEL...: the prefix-probe trace replayed on CONFIG of each model
+  local name=$1 gpus=$2 config=$3 M; shift 3; probe_trace
+  for M in "$@"; do compare_run "$name" "$M" --gpus "$gpus" --configs "$config" --trace "$PROBES" --rates 1; done
+}
 pull_cost_run() {  # pull_cost_run NAME ARGS...: bench.pull_cost on Llama-3.1-70B over every GPU into $OUT/NAME
   local d="$OUT/$1" a; shift; mkdir -p "$d"
   a="--model-path .gpu/models/Llama-3.1-70B --gpus $(seq -s, 0 $((NG - 1))) $*"
@@ -904,13 +910,9 @@ for RUN in "$@"; do
     q8_decode2_alone)
       compare_run "q8_decode2_alone_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs tp2 --burst 256+1024+512 ;;
     prefix_probe_1gpu)
-      mkdir -p .gpu/traces && python3 -m sgl_sidp.bench.traces prefix-probes .gpu/traces/prefix_probes.jsonl
-      for M in Qwen3-30B-A3B Qwen3-8B Qwen3-32B; do
-        compare_run "prefix_probe_1gpu_$TAG" "$M" --gpus 0 --configs tp1 --trace .gpu/traces/prefix_probes.jsonl \
-          --rates 1
-      done ;;
+      probe_runs "prefix_probe_1gpu_$TAG" 0 tp1 Qwen3-30B-A3B Qwen3-8B Qwen3-32B ;;
     prefix_probe_shards_1gpu)
-      mkdir -p .gpu/traces && python3 -m sgl_sidp.bench.traces prefix-probes .gpu/traces/prefix_probes.jsonl
+      probe_trace
       for M in Qwen3-30B-A3B Qwen3-8B Qwen3-32B; do
         case $M in
           Qwen3-30B-A3B) O='"num_attention_heads": 16, "num_key_value_heads": 2, "intermediate_size": 3072, "moe_intermediate_size": 384';;
@@ -921,15 +923,11 @@ for RUN in "$@"; do
         [ "$(left)" -lt 200 ] && { echo "skip $M: $(left) s left"; continue; }
         timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure --model-path ".gpu/models/$M" \
           --out-dir "$D" --ttft "" --burst "" --decode-contexts "" \
-          --trace "prefix_probes=--trace .gpu/traces/prefix_probes.jsonl" \
+          --trace "prefix_probes=--trace $PROBES" \
           --extra-args "$X --json-model-override-args '{$O, \"head_dim\": 128, \"vocab_size\": 75968}'" | tail -3
       done ;;
     prefix_probe_2gpu)
-      mkdir -p .gpu/traces && python3 -m sgl_sidp.bench.traces prefix-probes .gpu/traces/prefix_probes.jsonl
-      for M in Qwen3-30B-A3B Qwen3-8B; do
-        compare_run "prefix_probe_2gpu_$TAG" "$M" --gpus 0,1 --configs tp2 --trace .gpu/traces/prefix_probes.jsonl \
-          --rates 1
-      done ;;
+      probe_runs "prefix_probe_2gpu_$TAG" 0,1 tp2 Qwen3-30B-A3B Qwen3-8B ;;
     q30_mooncake_1gpu)
       compare_run "q30_mooncake_1gpu_$TAG" Qwen3-30B-A3B --gpus 0 --configs tp1 \
         --trace .gpu/traces/mooncake_head400.jsonl --rates 0.5 --trace-args '--duration-s 60 --max-context-len 40960' \

@@ -1,21 +1,19 @@
 """`python -m sgl_sidp.bench.prefix_probes`: a prefix-probe replay request by request beside the planner's TTFT, on
 the committed replay of Qwen3-8B's TP2 shard on one H200."""
 
-import json
 from pathlib import Path
 
 import pytest
 
 from sgl_sidp.bench.prefix_probes import main, probe_lines
 from sgl_sidp.bench.report import read_jsonl
-from sgl_sidp.bench.traces import prefix_probe_rows
+from sgl_sidp.bench.traces import write_prefix_probes
 
 RUN = Path(__file__).resolve().parents[1] / "benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29"
 
 
 def test_each_probe_stands_beside_its_simulated_ttft(tmp_path, capsys):
-    trace = tmp_path / "prefix_probes.jsonl"
-    trace.write_text("".join(json.dumps(r) + "\n" for r in prefix_probe_rows()))
+    trace = write_prefix_probes(tmp_path / "prefix_probes.jsonl")
     shard = RUN / "Qwen3-8B-tp2-shard"
     rows = read_jsonl(shard / "requests.jsonl")
     lines = probe_lines(rows, str(shard), "H200", trace)

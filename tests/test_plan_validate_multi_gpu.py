@@ -487,10 +487,10 @@ def test_a_stream_interval_other_than_sglangs_default_is_named_as_unmodelled():
 def test_a_replay_sent_without_objectives_is_validated_on_its_ttft_and_tpot(tmp_path):
     """A replay sent with no --slo-* flags has no goodput, but its TTFT and TPOT p50 still stand beside the planner's
     (`prefix_probe_1gpu_h200`: prefills over 8K-24K of cached prefix, one at a time, on one H200)."""
-    from sgl_sidp.bench.traces import prefix_probe_rows
+    from sgl_sidp.bench.traces import write_prefix_probes
 
     run = ROOT / "benchmarks/results/multi_gpu/prefix_probe_1gpu_h200/Qwen3-8B"
-    (tmp_path / "prefix_probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in prefix_probe_rows()))
+    write_prefix_probes(tmp_path / "prefix_probes.jsonl")
     measured = validate.load(run)[1]
     rows = validate.trace_rows(measured, validate.replay_settings(run), str(QWEN3_8B), "H200", 1, tmp_path)
     assert [(name, what) for name, what, *_ in rows] == [("tp1", "prefix_probes@1x: TTFT p50"),

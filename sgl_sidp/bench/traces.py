@@ -430,9 +430,16 @@ def prefix_probe_rows(bases: int = 2, pairs: Sequence[tuple[int, int]] = PREFIX_
     return rows
 
 
-if __name__ == "__main__":  # python -m sgl_sidp.bench.traces prefix-probes FILE: write `prefix_probe_rows`' trace
+def write_prefix_probes(path: str | Path) -> Path:
+    """Write `prefix_probe_rows`' trace (its defaults) to `path` as Mooncake JSONL; returns the path."""
+    path = Path(path)
+    path.write_text("".join(json.dumps(r) + "\n" for r in prefix_probe_rows()))
+    return path
+
+
+if __name__ == "__main__":  # python -m sgl_sidp.bench.traces prefix-probes FILE
     import sys
 
     if sys.argv[1:2] != ["prefix-probes"] or len(sys.argv) != 3:
         sys.exit("usage: python -m sgl_sidp.bench.traces prefix-probes FILE (a Mooncake-format JSONL)")
-    Path(sys.argv[2]).write_text("".join(json.dumps(r) + "\n" for r in prefix_probe_rows()))
+    write_prefix_probes(sys.argv[2])

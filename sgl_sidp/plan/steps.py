@@ -464,11 +464,10 @@ class ShardClock:
         the probes of 2,048 new tokens set, on every bundled table; a full chunk over a long prefix took the line's
         k: `q30_mooncake_2gpu_h200`'s TP2 forwards over more than 8,192 cached tokens were priced 11.5 % long
         (median, paired one by one with the server's log, whose gaps can hold unlogged decode steps:
-        `benchmarks/results/plan_multi_gpu/prefix_line.md`). Why it
-        fades with the prefix: the same 8,192 new tokens over 16,384 and 24,576 cached, served one at a time on one
-        H200, ran at 0.89-1.04x the line (12 of them: TP1 and TP2 shards of Qwen3-8B, Qwen3-32B and Qwen3-30B-A3B),
-        where 8,192 cached gave 0.79-1.00x: k levels off near 1.7 past 16K whatever the query
-        (`benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/`)."""
+        `benchmarks/results/plan_multi_gpu/prefix_line.md`). Why it fades with the prefix: the same 8,192 new tokens
+        over 16,384 and 24,576 cached, served one at a time on one H200, ran at 0.89-1.04x the line (12 of them: TP1
+        and TP2 shards of Qwen3-8B, Qwen3-32B and Qwen3-30B-A3B), where 8,192 cached gave 0.79-1.00x: k levels off
+        near 1.7 past 16K whatever the query (`benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/`)."""
         line, (fitted, apart) = self.prefix_line, self._line_points
         if line is None or not apart:
             return None
