@@ -582,6 +582,16 @@
 #                the first, if a served forward over a long prefix costs what the probes do. Found at bebe22a
 #                (1 x H200): TTFT p50 6,024 ms, TPOT p50 117, goodput 0.0831 (fade +5.0 %, -1.8 %, -3.7 %; held -7.6 %,
 #                -2.7 %, +68 %): on one GPU a served forward over a long prefix costs what the probes do
+#   q30_mooncake_shard_1gpu  q30_mooncake's trace window at its rate (1x) on Qwen3-30B-A3B's TP2 shard served alone
+#                on one GPU (the config.json of prefix_probe_shards_1gpu's results; TP2's KV tokens within 1.1 %), with
+#                SGLang's device timer: TP2 without its all-reduces. On 2 x H200 served TP2 measured TTFT p50 1,540 ms,
+#                TPOT p50 77.8, goodput 0.80 req/s, where the planner says 1,779, 80.2, 0.67. Predicted for the shard
+#                alone (planner of the commit adding it): TTFT p50 1,550 ms, TPOT p50 74.6, goodput 0.83; GPU time of
+#                prefill forwards 44.2 s, of decode steps 28.3. Expected: near that, if a busy server's shard forwards
+#                cost their price; then TP2's gap is its all-reduces, priced 2.1 s of prefill GPU time over the replay
+#   q30_mooncake_timer_1gpu  q30_mooncake_1gpu again with SGLang's device timer (its first run had none): GPU time by
+#                forward category against the simulation's. Predicted (as above): GPU time of prefill forwards 84.2 s,
+#                of decode steps 46.5; TTFT p50 6,325 ms, TPOT p50 115.1 (measured at bebe22a: 6,024, 117)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -930,6 +940,16 @@ for RUN in "$@"; do
       probe_runs "prefix_probe_2gpu_$TAG" 0,1 tp2 Qwen3-30B-A3B Qwen3-8B ;;
     q30_mooncake_1gpu)
       compare_run "q30_mooncake_1gpu_$TAG" Qwen3-30B-A3B --gpus 0 --configs tp1 \
+        --trace .gpu/traces/mooncake_head400.jsonl --rates 0.5 --trace-args '--duration-s 60 --max-context-len 40960' \
+        --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
+    q30_mooncake_shard_1gpu)
+      D=.gpu/models/Qwen3-30B-A3B-tp2-shard; mkdir -p "$D"
+      cp benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/Qwen3-30B-A3B-tp2-shard/config.json "$D/"
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q30_mooncake_shard_1gpu_$TAG" Qwen3-30B-A3B-tp2-shard --gpus 0 \
+        --configs tp1 --trace .gpu/traces/mooncake_head400.jsonl --rates 1 \
+        --trace-args '--duration-s 60 --max-context-len 40960' --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
+    q30_mooncake_timer_1gpu)
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q30_mooncake_timer_1gpu_$TAG" Qwen3-30B-A3B --gpus 0 --configs tp1 \
         --trace .gpu/traces/mooncake_head400.jsonl --rates 0.5 --trace-args '--duration-s 60 --max-context-len 40960' \
         --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
     pack)
