@@ -592,6 +592,10 @@
 #   q30_mooncake_timer_1gpu  q30_mooncake_1gpu again with SGLang's device timer (its first run had none): GPU time by
 #                forward category against the simulation's. Predicted (as above): GPU time of prefill forwards 84.2 s,
 #                of decode steps 46.5; TTFT p50 6,325 ms, TPOT p50 115.1 (measured at bebe22a: 6,024, 117)
+#   q8_mooncake_shard_1gpu, q8_mooncake_timer_1gpu  the two above on Qwen3-8B (dense): is a busy server's prefill over
+#                long prefixes cheaper than its price on a dense model too? Predicted (planner of the commit adding
+#                them): GPU time of prefill forwards 41.3 s on the shard at 1x (39.7 with the new tokens' discount held
+#                past 8,192 cached), 80.8 s on TP1 at 0.5x (79.2 held); TTFT p50 1,225 and 2,432 ms (1,118 and 2,359)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -622,6 +626,17 @@ probe_trace() { mkdir -p .gpu/traces && python3 -m sgl_sidp.bench.traces prefix-
 probe_runs() {  # probe_runs NAME GPUS CONFIG MODEL...: the prefix-probe trace replayed on CONFIG of each model
   local name=$1 gpus=$2 config=$3 M; shift 3; probe_trace
   for M in "$@"; do compare_run "$name" "$M" --gpus "$gpus" --configs "$config" --trace "$PROBES" --rates 1; done
+}
+tp2_shard() {  # tp2_shard MODEL: .gpu/models/MODEL-tp2-shard, MODEL's TP2 shard as a model (prefix_probe_shards_1gpu's
+  # config.json); prints its folder name
+  mkdir -p ".gpu/models/$1-tp2-shard"
+  cp "benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/$1-tp2-shard/config.json" ".gpu/models/$1-tp2-shard/"
+  echo "$1-tp2-shard"
+}
+mooncake_timed() {  # mooncake_timed NAME MODEL RATE: q30_mooncake's trace window on TP1 of MODEL, SGLang's device timer on
+  SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "$1" "$2" --gpus 0 --configs tp1 \
+    --trace .gpu/traces/mooncake_head400.jsonl --rates "$3" --trace-args '--duration-s 60 --max-context-len 40960' \
+    --slo-ttft-ms 2000 --slo-tpot-ms 100
 }
 pull_cost_run() {  # pull_cost_run NAME ARGS...: bench.pull_cost on Llama-3.1-70B over every GPU into $OUT/NAME
   local d="$OUT/$1" a; shift; mkdir -p "$d"
@@ -943,15 +958,13 @@ for RUN in "$@"; do
         --trace .gpu/traces/mooncake_head400.jsonl --rates 0.5 --trace-args '--duration-s 60 --max-context-len 40960' \
         --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
     q30_mooncake_shard_1gpu)
-      D=.gpu/models/Qwen3-30B-A3B-tp2-shard; mkdir -p "$D"
-      cp benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/Qwen3-30B-A3B-tp2-shard/config.json "$D/"
-      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q30_mooncake_shard_1gpu_$TAG" Qwen3-30B-A3B-tp2-shard --gpus 0 \
-        --configs tp1 --trace .gpu/traces/mooncake_head400.jsonl --rates 1 \
-        --trace-args '--duration-s 60 --max-context-len 40960' --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
+      mooncake_timed "q30_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-30B-A3B)" 1 ;;
     q30_mooncake_timer_1gpu)
-      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "q30_mooncake_timer_1gpu_$TAG" Qwen3-30B-A3B --gpus 0 --configs tp1 \
-        --trace .gpu/traces/mooncake_head400.jsonl --rates 0.5 --trace-args '--duration-s 60 --max-context-len 40960' \
-        --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
+      mooncake_timed "q30_mooncake_timer_1gpu_$TAG" Qwen3-30B-A3B 0.5 ;;
+    q8_mooncake_shard_1gpu)
+      mooncake_timed "q8_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" 1 ;;
+    q8_mooncake_timer_1gpu)
+      mooncake_timed "q8_mooncake_timer_1gpu_$TAG" Qwen3-8B 0.5 ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
