@@ -596,6 +596,13 @@
 #                long prefixes cheaper than its price on a dense model too? Predicted (planner of the commit adding
 #                them): GPU time of prefill forwards 41.3 s on the shard at 1x (39.7 with the new tokens' discount held
 #                past 8,192 cached), 80.8 s on TP1 at 0.5x (79.2 held); TTFT p50 1,225 and 2,432 ms (1,118 and 2,359)
+#   prefix_probe_timed_1gpu  prefix_probe_shards_1gpu's trace on the TP2 shards of Qwen3-30B-A3B and Qwen3-8B again,
+#                through bench.compare with SGLang's device timer: the GPU time of all the probes' prefill forwards,
+#                against their TTFTs summed (5.54 and 4.93 s at cb2fe1b). The busy Mooncake replays' prefills took the
+#                GPU time priced with the new tokens' discount held past 8,192 cached, while these probes' TTFTs, one
+#                at a time, matched the fade. Predicted (planner of the commit adding it): 5.80 and 5.09 s with the
+#                fade, 5.17 and 4.65 held. Expected: near the TTFTs if a lone request over a long radix hit takes its
+#                time on the GPU; near held if the rest is outside the forwards
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -961,6 +968,12 @@ for RUN in "$@"; do
       mooncake_timed "q30_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-30B-A3B)" 1 ;;
     q30_mooncake_timer_1gpu)
       mooncake_timed "q30_mooncake_timer_1gpu_$TAG" Qwen3-30B-A3B 0.5 ;;
+    prefix_probe_timed_1gpu)
+      probe_trace
+      for M in Qwen3-30B-A3B Qwen3-8B; do
+        SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "prefix_probe_timed_1gpu_$TAG" "$(tp2_shard $M)" --gpus 0 \
+          --configs tp1 --trace "$PROBES" --rates 1
+      done ;;
     q8_mooncake_shard_1gpu)
       mooncake_timed "q8_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" 1 ;;
     q8_mooncake_timer_1gpu)
