@@ -588,21 +588,26 @@
 #                TPOT p50 77.8, goodput 0.80 req/s, where the planner says 1,779, 80.2, 0.67. Predicted for the shard
 #                alone (planner of the commit adding it): TTFT p50 1,550 ms, TPOT p50 74.6, goodput 0.83; GPU time of
 #                prefill forwards 44.2 s, of decode steps 28.3. Expected: near that, if a busy server's shard forwards
-#                cost their price; then TP2's gap is its all-reduces, priced 2.1 s of prefill GPU time over the replay
+#                cost their price; then TP2's gap is its all-reduces, priced 2.1 s of prefill GPU time over the replay.
+#                Found at a012514 (1 x H200): TTFT p50 1,273 ms, TPOT p50 71.3, goodput 0.98; prefill GPU time 41.60 s
+#                (+6.3 %), decode 28.65 (-1.1 %): the shard's forwards cost less than priced, TP2's all-reduces are not the gap
 #   q30_mooncake_timer_1gpu  q30_mooncake_1gpu again with SGLang's device timer (its first run had none): GPU time by
 #                forward category against the simulation's. Predicted (as above): GPU time of prefill forwards 84.2 s,
-#                of decode steps 46.5; TTFT p50 6,325 ms, TPOT p50 115.1 (measured at bebe22a: 6,024, 117)
+#                of decode steps 46.5; TTFT p50 6,325 ms, TPOT p50 115.1 (measured at bebe22a: 6,024, 117). Found at
+#                a012514 (1 x H200): prefill 81.36 s (+3.5 %), decode 50.30 (-7.6 %); TTFT p50 5,809, TPOT p50 116
 #   q8_mooncake_shard_1gpu, q8_mooncake_timer_1gpu  the two above on Qwen3-8B (dense): is a busy server's prefill over
 #                long prefixes cheaper than its price on a dense model too? Predicted (planner of the commit adding
 #                them): GPU time of prefill forwards 41.3 s on the shard at 1x (39.7 with the new tokens' discount held
-#                past 8,192 cached), 80.8 s on TP1 at 0.5x (79.2 held); TTFT p50 1,225 and 2,432 ms (1,118 and 2,359)
+#                past 8,192 cached), 80.8 s on TP1 at 0.5x (79.2 held); TTFT p50 1,225 and 2,432 ms (1,118 and 2,359).
+#                Found at e2ce23c (1 x H200): 39.51 and 78.06 s (+4.6, +3.5 %; held +0.4, +1.5 %); TTFT p50 1,100, 2,158
 #   prefix_probe_timed_1gpu  prefix_probe_shards_1gpu's trace on the TP2 shards of Qwen3-30B-A3B and Qwen3-8B again,
 #                through bench.compare with SGLang's device timer: the GPU time of all the probes' prefill forwards,
 #                against their TTFTs summed (5.54 and 4.93 s at cb2fe1b). The busy Mooncake replays' prefills took the
 #                GPU time priced with the new tokens' discount held past 8,192 cached, while these probes' TTFTs, one
 #                at a time, matched the fade. Predicted (planner of the commit adding it): 5.80 and 5.09 s with the
 #                fade, 5.17 and 4.65 held. Expected: near the TTFTs if a lone request over a long radix hit takes its
-#                time on the GPU; near held if the rest is outside the forwards
+#                time on the GPU; near held if the rest is outside the forwards. Found at a50e0b5 (1 x H200): 5.40 and
+#                4.76 s, 98 and 97 % of the TTFTs: on the GPU; so the fade now ends at 32,768 (`steps.PREFIX_FADE_END`)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac

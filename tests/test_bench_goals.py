@@ -86,3 +86,19 @@ def test_a_gpu_name_maps_to_the_planners_kind():
 
     assert gpu_key("NVIDIA H100 80GB HBM3") == "H100" and gpu_key("NVIDIA H200") == gpu_key("H200") == "H200"
     assert gpu_key("NVIDIA A100-SXM4-80GB") is None and gpu_key(None) is None
+
+
+def test_a_shard_served_alone_is_predicted_from_the_config_kept_with_its_results(tmp_path, capsys):
+    """A TP2 shard served alone on one GPU (`gpu_runs.sh tp2_shard`) is no model of `--models-dir`: its run counts,
+    predicted from the config.json `bench.compare` kept beside its results."""
+    conversation = SHARED / "traces" / "conversation_trace.jsonl"
+    if not conversation.is_file():
+        pytest.skip("../shared/traces missing")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    with conversation.open() as f:  # the replay's trace: the first 400 lines (goals.md's header)
+        (traces / "mooncake_head400.jsonl").write_text("".join(next(f) for _ in range(400)))
+    shutil.copytree(RUN.parent / "q8_mooncake_shard_1gpu_h200", tmp_path / "runs" / "shard")
+    assert goals.main([str(tmp_path / "runs"), "--models-dir", str(tmp_path / "none"), "--trace-dir", str(traces)]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 x H200 | KV tokens | 2% | 1 of 1 |" in out and "| 1 x H200 | replay TTFT / TPOT p50 | 15% |" in out

@@ -14,7 +14,7 @@ from sgl_sidp.plan.comm import Interconnect, Link
 from sgl_sidp.plan.configs import Configuration
 from sgl_sidp.plan.planner import PlanError, PlanRow, launch_flags, rank
 from sgl_sidp.plan import steps
-from sgl_sidp.plan.steps import BUNDLED_DIR, ShardClock, StepModel, find_calibration
+from sgl_sidp.plan.steps import BUNDLED_DIR, PREFIX_FADE_END, ShardClock, StepModel, find_calibration
 
 SHAPES = ModelShapes(layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, vocab=1000, tied=False, intermediate=4096)
 LINK = Link(latency_us=10.0, busbw_gbps=100.0, source="test")
@@ -355,7 +355,7 @@ def test_k_grows_with_the_prefix_along_the_probes_line_and_holds_past_the_longes
     assert falling.prefix_line is None
     # `prefix_new_scale`: the probe of 8,192 new tokens over 8,192 cached at 0.8x the line the 2,048-token probes set
     # scales k by 0.8 from 8,192 new tokens on, by 0.9 at 4,096 (halfway in log n), not at all up to 2,048; that over
-    # up to 8,192 cached, back to 1 at the line's p_max (16,384) and past it
+    # up to 8,192 cached, back to 1 at `PREFIX_FADE_END` (32,768) and past it
     rows = tuple((n, p, c + a * n + b * n * (n + 2 * (0.8 if n == 8192 else 1.0) * k_of(p) * p))
                  for n, p in ((2048, 8192), (2048, 16384), (8192, 8192)))
     scaled = ShardClock(dataclasses.replace(base, prefill_prefix_ms=rows), SHAPES.kv_bytes_per_token(1))
@@ -363,9 +363,11 @@ def test_k_grows_with_the_prefix_along_the_probes_line_and_holds_past_the_longes
     assert scaled.prefix_new_scale == (2048.0, 8192.0, pytest.approx(0.8), 8192.0)
     assert scaled.prefill_ms([(8192, 8192)]) == pytest.approx(ms(8192, 8192, 0.8 * k_of(8192)))
     assert scaled.prefill_ms([(8192, 4096)]) == pytest.approx(ms(8192, 4096, 0.8 * k_of(4096)))
-    assert scaled.prefill_ms([(8192, 12288)]) == pytest.approx(ms(8192, 12288, 0.9 * k_of(12288)))  # halfway back
-    assert scaled.prefill_ms([(8192, 16384)]) == pytest.approx(ms(8192, 16384, k_of(16384)))
-    assert scaled.prefill_ms([(8192, 30000)]) == pytest.approx(ms(8192, 30000, k_of(16384)))
+    assert PREFIX_FADE_END == 32768
+    assert scaled.prefill_ms([(8192, 12288)]) == pytest.approx(ms(8192, 12288, (1 - 0.2 * 5 / 6) * k_of(12288)))
+    assert scaled.prefill_ms([(8192, 20480)]) == pytest.approx(ms(8192, 20480, 0.9 * k_of(16384)))  # halfway back
+    assert scaled.prefill_ms([(8192, 32768)]) == pytest.approx(ms(8192, 32768, k_of(16384)))
+    assert scaled.prefill_ms([(8192, 40000)]) == pytest.approx(ms(8192, 40000, k_of(16384)))
     assert scaled.prefill_ms([(4096, 8192)]) == pytest.approx(ms(4096, 8192, 0.9 * k_of(8192)))
     assert scaled.prefill_ms([(2048, 16384)]) == pytest.approx(ms(2048, 16384, k_of(16384)))
     assert lined.prefix_new_scale[2] == pytest.approx(1.0) and narrow.prefix_new_scale is None

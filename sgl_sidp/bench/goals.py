@@ -91,12 +91,16 @@ def gpu_kind(folder: Path) -> str | None:
 def run_checks(root: Path, models_dir: Path, trace_dir: Path | None
                ) -> tuple[list[Check], list[str], list[tuple[str, str, list[tuple]]]]:
     """(every `Check` of every model folder under `root`, one line per folder or server skipped and why, and every
-    run's `validate.run_rows` table as (node, run, rows), in the order of the runs)."""
+    run's `validate.run_rows` table as (node, run, rows), in the order of the runs). A model folder is predicted from
+    `models_dir`'s config of its name; one named "...-shard" that `models_dir` lacks (a TP shard served alone on one
+    GPU, `scripts/gpu_runs.sh tp2_shard`) from the config.json `bench.compare` kept beside its results."""
     out, skipped, tables = [], [], []
     for config in sorted(root.rglob("config.json")):
         folder = config.parent
         run = str(folder.relative_to(root))
         model = models_dir / folder.name
+        if not (model / "config.json").is_file() and folder.name.endswith("-shard"):
+            model = folder  # a TP shard served alone as a model of its own: its config.json is only here
         kind = gpu_kind(folder)
         why = (f"no {model}/config.json" if not (model / "config.json").is_file() else
                "no GPU kind the planner knows in its results" if kind is None else

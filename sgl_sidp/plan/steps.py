@@ -140,6 +140,16 @@ SOURCE_EGRESS_GBPS = 350.0
 #: the profiled 129 ms, and that TP2 burst 18-20 % over its measured throughput (2,048: within 3 % of it)
 PREFILL_FIT_FROM = 2048
 
+#: the cached prefix (tokens) at which the new tokens' discount on attention over it (`ShardClock.prefix_new_scale`'s r,
+#: measured at 8,192 cached) has faded back to 1, linearly from its probe's prefix. Fitted on one H200: of 16,384 (the
+#: line's longest probe, the first fade), 24,576, 28,672, 32,768, 40,960 and never (r held), 28,672-32,768 fit the
+#: 18 lone prefills of 8,192 new tokens over 16K-24K cached and the 24,576-token fresh prompts (TP1 and TP2 shards of
+#: Qwen3-8B, Qwen3-32B and Qwen3-30B-A3B; TTFT rms error 1.8-2.1 %, 4.4 % at 16,384, 6.1 % held), and 32,768 the GPU
+#: time SGLang's device timer gave the prefill forwards of four busy Mooncake replays and of two probe replays best of
+#: those two (+1.3 to +3.3 %; +3.5 to +7.4 % at 16,384, -4.2 to +1.5 % held):
+#: `benchmarks/results/plan_multi_gpu/prefix_line.md`
+PREFIX_FADE_END = 32768
+
 #: decode steps are predicted at contexts rounded to this many tokens (`StepModel.decode_ms`)
 CONTEXT_STEP = 32
 
@@ -455,19 +465,18 @@ class ShardClock:
     def prefix_new_scale(self) -> tuple[float, float, float, float] | None:
         """How k scales with a request's new tokens n and its prefix p, (n_lo, n_hi, r, p_at): 1 up to n_lo new
         tokens, r from n_hi, between them linear in log n; that up to a prefix of p_at, then back to 1 linearly at
-        `prefix_line`'s p_max and past it (held at p_at's where p_max is not above it). `prefix_line` is fitted on
-        the probes of fewer new tokens (n_lo, the most of them) and r is the median of k / the line's k of the probes
-        of the most (n_hi), at their prefix p_at. None: one size of probes, or no line.
+        `PREFIX_FADE_END` cached tokens and past it (held at p_at's where p_at is not below it). `prefix_line` is
+        fitted on the probes of fewer new tokens (n_lo, the most of them) and r is the median of k / the line's k of
+        the probes of the most (n_hi), at their prefix p_at. None: one size of probes, or no line.
 
         Why: the probes of 8,192 new tokens over 8,192 cached come out at 0.28-1.04x (median about 0.9; the TP
         shards, whose fewer heads leave a short query over a long prefix less parallel work, 0.64-0.80x) of the line
-        the probes of 2,048 new tokens set, on every bundled table; a full chunk over a long prefix took the line's
-        k: `q30_mooncake_2gpu_h200`'s TP2 forwards over more than 8,192 cached tokens were priced 11.5 % long
-        (median, paired one by one with the server's log, whose gaps can hold unlogged decode steps:
-        `benchmarks/results/plan_multi_gpu/prefix_line.md`). Why it fades with the prefix: the same 8,192 new tokens
-        over 16,384 and 24,576 cached, served one at a time on one H200, ran at 0.89-1.04x the line (12 of them: TP1
-        and TP2 shards of Qwen3-8B, Qwen3-32B and Qwen3-30B-A3B), where 8,192 cached gave 0.79-1.00x: k levels off
-        near 1.7 past 16K whatever the query (`benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/`)."""
+        the probes of 2,048 new tokens set, on every bundled table. Why it fades with the prefix: the same 8,192 new
+        tokens over 16,384 and 24,576 cached, served one at a time on one H200, ran at 0.87-0.89x and 0.90-0.98x the
+        line on the TP2 shards of Qwen3-8B and Qwen3-30B-A3B, 0.96-1.04x on the other shards and TP1
+        (`benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/`), and SGLang's device timer puts the
+        GPU time of those probes and of busy Mooncake replays' prefills between the discount held and faded by 16K
+        (`PREFIX_FADE_END`)."""
         line, (fitted, apart) = self.prefix_line, self._line_points
         if line is None or not apart:
             return None
@@ -490,8 +499,8 @@ class ShardClock:
                 scale = line[3]
                 if scale and n > scale[0]:
                     r = scale[2] if n >= scale[1] else 1.0 + (scale[2] - 1.0) * math.log(n / scale[0]) / scale[3]
-                    if p > scale[4] and scale[5]:  # faded back to 1 from p_at to p_max
-                        r = 1.0 + (r - 1.0) * (line[2] - p) / scale[5] if p < line[2] else 1.0
+                    if p > scale[4] and scale[5]:  # faded back to 1 from p_at to PREFIX_FADE_END
+                        r = 1.0 + (r - 1.0) * (scale[4] + scale[5] - p) / scale[5] if p < scale[4] + scale[5] else 1.0
                     k *= r
                 attention += n * (n + k)
             else:
@@ -511,7 +520,7 @@ class ShardClock:
     @functools.cached_property
     def _prefill_terms(self) -> tuple[float, float, float, float, tuple | None, float, tuple]:
         """`prefill_ms`'s constants, (c, a, b) of `prefill_fit`, 2 x `prefix_factor`, `prefix_line` as (2 alpha,
-        2 beta, p_max, `prefix_new_scale` as (n_lo, n_hi, r, log(n_hi / n_lo), p_at, p_max - p_at or 0) or None) or
+        2 beta, p_max, `prefix_new_scale` as (n_lo, n_hi, r, log(n_hi / n_lo), p_at, `PREFIX_FADE_END` - p_at or 0) or None) or
         None, `prefill_floor` and `prefill_ramp`, read as one attribute: the simulation calls it some 200,000 times a
         planning run, and each cached property read costs about as much as the arithmetic."""
         line, scale = self.prefix_line, self.prefix_new_scale
@@ -519,7 +528,7 @@ class ShardClock:
         f = self.what_if.prefill_factor  # the served clock against the calibration's
         f = (PREFILL_SUSTAINED_FACTOR.get(gpu_key(self.cal.gpu), 1.0) if f is None else f) * self.served_prefill
         scale = (*scale[:3], math.log(scale[1] / scale[0]), scale[3],  # the fade's span, 0: held past p_at
-                 max(0.0, line[2] - scale[3])) if scale else None
+                 max(0.0, PREFIX_FADE_END - scale[3])) if scale else None
         return (c, a * f, b * f, 2 * self.prefix_factor, (2 * line[0], 2 * line[1], line[2], scale) if line else None,
                 self.prefill_floor, self.prefill_ramp)
 
