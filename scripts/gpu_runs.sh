@@ -608,6 +608,10 @@
 #                fade, 5.17 and 4.65 held. Expected: near the TTFTs if a lone request over a long radix hit takes its
 #                time on the GPU; near held if the rest is outside the forwards. Found at a50e0b5 (1 x H200): 5.40 and
 #                4.76 s, 98 and 97 % of the TTFTs: on the GPU; so the fade now ends at 32,768 (`steps.PREFIX_FADE_END`)
+#   q32_mooncake_shard_1gpu  the Mooncake window at 0.4x on Qwen3-32B's TP2 shard alone, device timer on: a third
+#                model after `steps.PREFIX_FADE_END` was fitted (its r is near 1, so the fade's end barely moves it: a
+#                check of a busy server's prefill price on a large dense shard, overloaded). Predicted (planner of the
+#                commit adding it): prefill GPU time 152.5 s, decode 46.4 s; TTFT p50 26,224 ms, TPOT p50 193.9
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -979,6 +983,8 @@ for RUN in "$@"; do
         SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "prefix_probe_timed_1gpu_$TAG" "$(tp2_shard $M)" --gpus 0 \
           --configs tp1 --trace "$PROBES" --rates 1
       done ;;
+    q32_mooncake_shard_1gpu)
+      mooncake_timed "q32_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-32B)" 0.4 ;;
     q8_mooncake_shard_1gpu)
       mooncake_timed "q8_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" 1 ;;
     q8_mooncake_timer_1gpu)
