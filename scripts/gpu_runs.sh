@@ -611,7 +611,8 @@
 #   q32_mooncake_shard_1gpu  the Mooncake window at 0.4x on Qwen3-32B's TP2 shard alone, device timer on: a third
 #                model after `steps.PREFIX_FADE_END` was fitted (its r is near 1, so the fade's end barely moves it: a
 #                check of a busy server's prefill price on a large dense shard, overloaded). Predicted (planner of the
-#                commit adding it): prefill GPU time 152.5 s, decode 46.4 s; TTFT p50 26,224 ms, TPOT p50 193.9
+#                commit adding it): prefill GPU time 152.5 s, decode 46.4 s; TTFT p50 26,224 ms, TPOT p50 193.9. Found
+#                at 19e67c1 (1 x H200): 150.56 s (+1.3 %), 53.12 (-12.6 %); TTFT p50 24,088 (+8.9 %), TPOT p50 201.9 (-4.0 %)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac

@@ -500,7 +500,8 @@ class ShardClock:
                 if scale and n > scale[0]:
                     r = scale[2] if n >= scale[1] else 1.0 + (scale[2] - 1.0) * math.log(n / scale[0]) / scale[3]
                     if p > scale[4] and scale[5]:  # faded back to 1 from p_at to PREFIX_FADE_END
-                        r = 1.0 + (r - 1.0) * (scale[4] + scale[5] - p) / scale[5] if p < scale[4] + scale[5] else 1.0
+                        left = scale[4] + scale[5] - p  # cached tokens short of the fade's end
+                        r = 1.0 + (r - 1.0) * left / scale[5] if left > 0 else 1.0
                     k *= r
                 attention += n * (n + k)
             else:
@@ -520,9 +521,9 @@ class ShardClock:
     @functools.cached_property
     def _prefill_terms(self) -> tuple[float, float, float, float, tuple | None, float, tuple]:
         """`prefill_ms`'s constants, (c, a, b) of `prefill_fit`, 2 x `prefix_factor`, `prefix_line` as (2 alpha,
-        2 beta, p_max, `prefix_new_scale` as (n_lo, n_hi, r, log(n_hi / n_lo), p_at, `PREFIX_FADE_END` - p_at or 0) or None) or
-        None, `prefill_floor` and `prefill_ramp`, read as one attribute: the simulation calls it some 200,000 times a
-        planning run, and each cached property read costs about as much as the arithmetic."""
+        2 beta, p_max, `prefix_new_scale` as (n_lo, n_hi, r, log(n_hi / n_lo), p_at, `PREFIX_FADE_END` - p_at or 0)
+        or None) or None, `prefill_floor` and `prefill_ramp`, read as one attribute: the simulation calls it some
+        200,000 times a planning run, and each cached property read costs about as much as the arithmetic."""
         line, scale = self.prefix_line, self.prefix_new_scale
         c, a, b = self.prefill_fit
         f = self.what_if.prefill_factor  # the served clock against the calibration's
