@@ -574,7 +574,10 @@
 #                the commit adding it; base, then 8,192 new over 8K/16K/24K, 2,048 new over the same): Qwen3-30B-A3B TP2
 #                on H200 989; 291, 552, 755; 79, 133, 184 (on H100 1,000; 295, 556, 759; 77, 137, 188). Expected:
 #                within 5 % as on one GPU; if served TP2 runs the long-prefix probes 10 % under, a served forward
-#                differs from the shard alone there, and the fade is priced per configuration
+#                differs from the shard alone there, and the fade is priced per configuration. With the fade ending at
+#                32,768 (`steps.PREFIX_FADE_END`, session 41): Qwen3-30B-A3B on H200 929; 291, 492, 710; 79, 133, 184
+#                (H100 962; 295, 518, 731; 77, 137, 188); Qwen3-8B on H200 878; 270, 445, 618; 68, 116, 156 (H100 883;
+#                275, 446, 625; 70, 117, 159). Run it with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (added since)
 #   q30_mooncake_1gpu  q30_mooncake's trace window on TP1 of Qwen3-30B-A3B on one GPU at half its rate: served
 #                chunks over long prefixes, one GPU, against the isolated probes (prefix_probe_1gpu). Predicted on H200
 #                (planner of the commit adding it): TTFT p50 6,325 ms, TPOT p50 115.1, goodput at 2 s / 100 ms 0.080
@@ -969,7 +972,7 @@ for RUN in "$@"; do
           --extra-args "$X --json-model-override-args '{$O, \"head_dim\": 128, \"vocab_size\": 75968}'" | tail -3
       done ;;
     prefix_probe_2gpu)
-      probe_runs "prefix_probe_2gpu_$TAG" 0,1 tp2 Qwen3-30B-A3B Qwen3-8B ;;
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 probe_runs "prefix_probe_2gpu_$TAG" 0,1 tp2 Qwen3-30B-A3B Qwen3-8B ;;
     q30_mooncake_1gpu)
       compare_run "q30_mooncake_1gpu_$TAG" Qwen3-30B-A3B --gpus 0 --configs tp1 \
         --trace .gpu/traces/mooncake_head400.jsonl --rates 0.5 --trace-args '--duration-s 60 --max-context-len 40960' \
