@@ -4,7 +4,8 @@
         benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/mooncake_ok/requests.jsonl.gz \\
         --calibration sgl_sidp/calibration/bundled/h200_qwen3-8b_tp1.json --model-path ../shared/models/Qwen3-8B
 
-Reads a replay's per-request token times (`python -m sgl_sidp.replay`'s requests.jsonl[.gz]) of a TP1 server. Every
+Reads a replay's per-request token times (`python -m sgl_sidp.replay`'s requests.jsonl[.gz], with the itl_ms.jsonl[.gz]
+beside it where the replay wrote one) of a one-GPU server. Every
 0.5 s where at least two requests decode and their median gap between tokens is under 60 ms (no prefill in it), it
 compares that gap with `Calibration.decode_step_ms` at the running batch's mean context, and with the larger of that
 and the longest row's step plus what the other rows add (`sim.StepTimes.longest_row`). Prints the median and p10/p90
@@ -37,6 +38,11 @@ def main() -> None:
     opener = gzip.open if a.requests.suffix == ".gz" else open
     with opener(a.requests, "rt") as f:
         rows = [json.loads(line) for line in f if line.strip()]
+    itl = a.requests.with_name(a.requests.name.replace("requests.jsonl", "itl_ms.jsonl"))
+    if itl.is_file():  # bench.compare keeps the gaps between tokens apart (`compare.ITL_FILE`, git-ignored)
+        with opener(itl, "rt") as f:
+            gaps = {d["id"]: d["itl_ms"] for d in (json.loads(line) for line in f if line.strip())}
+        rows = [{**r, "itl_ms": gaps.get(r["id"], r.get("itl_ms"))} for r in rows]
     tokens = [(r, r["actual_send_s"] + r["ttft_ms"] / 1e3 + np.cumsum([0.0] + r["itl_ms"]) / 1e3)
               for r in rows if r.get("success") and r.get("itl_ms")]
     mean_err, longest_err = [], []
