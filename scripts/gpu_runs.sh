@@ -616,6 +616,11 @@
 #                check of a busy server's prefill price on a large dense shard, overloaded). Predicted (planner of the
 #                commit adding it): prefill GPU time 152.5 s, decode 46.4 s; TTFT p50 26,224 ms, TPOT p50 193.9. Found
 #                at 19e67c1 (1 x H200): 150.56 s (+1.3 %), 53.12 (-12.6 %); TTFT p50 24,088 (+8.9 %), TPOT p50 201.9 (-4.0 %)
+#   decode64_shard_1gpu  decode steps of 64 rows at 11,264 tokens of prompt on Qwen3-8B's TP2 shard alone, a fresh KV
+#                pool: the longest-row step model measured -16.8 % on that shard's busy Mooncake replay at 38-66 rows of
+#                about 11K (plan/README.md). Predicted (`Calibration.decode_step_ms(64, 11,264)`): 19.98 ms at the prompt's
+#                context (plus 3/4 of 32 output tokens). Expected: near it if the replay's gap is its KV pool or its
+#                mixed rows; 15 % over if the model is short at 64 rows
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -989,6 +994,11 @@ for RUN in "$@"; do
       done ;;
     q32_mooncake_shard_1gpu)
       mooncake_timed "q32_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-32B)" 0.4 ;;
+    decode64_shard_1gpu)
+      D="$OUT/decode64_shard_1gpu_$TAG"; mkdir -p "$D"; echo "commit $SIDP_COMMIT" > "$D/commit.txt"
+      timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure \
+        --model-path ".gpu/models/$(tp2_shard Qwen3-8B)" --out-dir "$D" --ttft "" --burst "" \
+        --decode-contexts 11264 --decode-batches 64 --decode-output 32 --extra-args "$X" | tail -3 ;;
     q8_mooncake_shard_1gpu)
       mooncake_timed "q8_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" 1 ;;
     q8_mooncake_timer_1gpu)
