@@ -620,7 +620,8 @@
 #                pool: the longest-row step model measured -16.8 % on that shard's busy Mooncake replay at 38-66 rows of
 #                about 11K (plan/README.md). Predicted (`Calibration.decode_step_ms(64, 11,264)`): 19.98 ms at the prompt's
 #                context (plus 3/4 of 32 output tokens). Expected: near it if the replay's gap is its KV pool or its
-#                mixed rows; 15 % over if the model is short at 64 rows
+#                mixed rows; 15 % over if the model is short at 64 rows. Found at 6ed32bc (1 x H200): 23.76 ms, -15.7 %:
+#                the model; one KV rate per GPU kind since (2,700 GB/s, -5.6 %; plan/validate_1gpu_h200_decode64_2026-11-29/)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac

@@ -52,14 +52,16 @@ PREFILL_MULTI = ((2, 4096), (4, 2048), (8, 1024))
 
 #: The rate (GB/s) at which SGLang 0.5.17's triton decode attention reads a batch's KV past `DECODE_CONTEXTS`' longer
 #: context, by GPU kind (a word of the calibration's GPU name; other kinds: none): a row's cost per token of context
-#: far past it is at most the time the shard's KV bytes per token take at this rate (`Calibration.decode_step_ms`).
-#: The two calibrated contexts put it lower where a step's short-context rows cost more per token than long ones do
-#: (Qwen3-32B TP1 2,180 GB/s, Qwen3-30B-A3B's TP2 shard 2,100), and priced such steps up to 21 % long. Measured on
-#: one H200, rows read 2,600-3,110 GB/s at 8K-32K tokens of context once batches of 8-48 set the step (Qwen3-8B and
-#: Qwen3-32B TP1, `benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`; Qwen3-30B-A3B's TP2 shard,
-#: `validate_1gpu_h200_long_context_moe_2026-11-29/`); 2,800 prices their 26 steps best (rms 4.2 %; 2,600-3,100:
-#: 4.2-6.0 %). Not measured on H100.
-LONG_CONTEXT_KV_GBPS = {"H200": 2800.0}
+#: far past it is the time the shard's KV bytes per token take at this rate (`Calibration.decode_step_ms`). The two
+#: calibrated contexts give per-row costs 1.5x apart between tables (2,100-3,170 GB/s): short contexts' rows cost more
+#: or less per token than long ones do, and priced long steps from 21 % long to 16 % short. Measured on one H200, rows
+#: read 2,490-3,110 GB/s at 8K-32K tokens of context once batches of 8-64 set the step (Qwen3-8B and Qwen3-32B TP1,
+#: `benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`; Qwen3-30B-A3B's TP2 shard,
+#: `validate_1gpu_h200_long_context_moe_2026-11-29/`; Qwen3-8B's TP2 shard at 64 rows,
+#: `validate_1gpu_h200_decode64_2026-11-29/`); of 2,500-2,900, 2,700 prices their 27 steps best (rms 3.6 %, -5.6 to
+#: +6.6 %; 2,600: 3.7 %, 2,800: 4.0 %). Until session 41 a table's own per-row cost was taken where it was the faster
+#: (rms 5.1 %, down to -15.7 % at 64 rows). Not measured on H100.
+LONG_CONTEXT_KV_GBPS = {"H200": 2700.0}
 
 #: what a start-up calibration's `source` says before the points its time budget skipped
 #: (`startup.ensure_forward_times` writes it, `plan.calibrate.serve_calibrations` reports it)
@@ -236,12 +238,14 @@ class Calibration:
           decode kernel runs a few rows on part of the GPU: batch 1 and 4 cost the same); r, each row's
           cost where rows, not latency, set the step (batches at least twice s1), the median of those
           batches' (each is noisy: at short contexts part of the KV read hides behind the step's other
-          work, or does not), at least the KV bytes per token read at `LONG_CONTEXT_KV_GBPS`. Measured on
-          one H200 at 8K-32K tokens of context, batch 1-48: Qwen3-8B TP1 within -8.6 % to +0.9 % of 15 steps,
-          Qwen3-32B TP1 within -0.4 % to +1.3 % of 5, Qwen3-30B-A3B's TP2 shard within +0.9 % to +6.0 % of 6
-          (without the rate: Qwen3-32B up to +13.0 %, Qwen3-30B-A3B +21.4 %); extending the short contexts'
-          per-row cost linearly, as before, -21.6 % to +23.7 % on Qwen3-8B
-          (`benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`, `..._moe_2026-11-29/`);
+          work, or does not); on a GPU kind with a `LONG_CONTEXT_KV_GBPS`, r is the KV bytes per token read
+          at that rate instead. Measured on one H200 at 8K-32K tokens of context, batch 1-64: Qwen3-8B TP1
+          within -7.3 % to +2.5 % of 15 steps, Qwen3-32B TP1 within -0.4 % to +1.3 % of 5, Qwen3-30B-A3B's TP2
+          shard within +0.9 % to +6.6 % of 6, Qwen3-8B's TP2 shard -5.6 % at 64 rows of 11,288 (with the
+          calibration's r where it is the faster: -15.7 %; without the rate: Qwen3-32B up to +13.0 %,
+          Qwen3-30B-A3B +21.4 %); extending the short contexts' per-row cost linearly, as before, -21.6 % to
+          +23.7 % on Qwen3-8B (`benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`,
+          `..._moe_2026-11-29/`, `validate_1gpu_h200_decode64_2026-11-29/`);
         - else with `attention_gbps`: the extra KV bytes read at that rate;
         - else: the table as measured.
 
@@ -259,10 +263,8 @@ class Calibration:
             if extra_tokens <= span:
                 return ms + near * extra_tokens
             cap = self._long_context_gbps
-            if cap:  # a row reads its KV at `LONG_CONTEXT_KV_GBPS` at least
-                floor, per_row = self._far_slope
-                row = kv_bytes_per_token / (cap * 1e6)  # ms per token
-                far = max(floor, batch * (row if row < per_row else per_row))
+            if cap:  # a row reads its KV at `LONG_CONTEXT_KV_GBPS` (ms per token: bytes / (GB/s x 1e6))
+                far = max(self._far_slope[0], batch * kv_bytes_per_token / (cap * 1e6))
             return ms + near * span + far * (extra_tokens - span)
         if self.attention_gbps:
             return ms + batch * extra_tokens * kv_bytes_per_token / (self.attention_gbps * 1e9) * 1e3
