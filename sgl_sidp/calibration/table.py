@@ -240,8 +240,8 @@ class Calibration:
           batches' (each is noisy: at short contexts part of the KV read hides behind the step's other
           work, or does not); on a GPU kind with a `LONG_CONTEXT_KV_GBPS`, r is the KV bytes per token read
           at that rate instead. Measured on one H200 at 8K-32K tokens of context, batch 1-64: Qwen3-8B TP1
-          within -7.3 % to +2.5 % of 15 steps, Qwen3-32B TP1 within -0.4 % to +1.3 % of 5, Qwen3-30B-A3B's TP2
-          shard within +0.9 % to +6.6 % of 6, Qwen3-8B's TP2 shard -5.6 % at 64 rows of 11,288 (with the
+          within -5.4 % to +5.2 % of 15 steps, Qwen3-32B TP1 within +0.2 % to +2.8 % of 5, Qwen3-30B-A3B's TP2
+          shard within +1.0 % to +6.6 % of 6, Qwen3-8B's TP2 shard -5.6 % at 64 rows of 11,288 (with the
           calibration's r where it is the faster: -15.7 %; without the rate: Qwen3-32B up to +13.0 %,
           Qwen3-30B-A3B +21.4 %); extending the short contexts' per-row cost linearly, as before, -21.6 % to
           +23.7 % on Qwen3-8B (`benchmarks/results/plan/validate_1gpu_h200_long_context_2026-11-24/`,
