@@ -659,10 +659,13 @@ tp2_shard() {  # tp2_shard MODEL: .gpu/models/MODEL-tp2-shard, MODEL's TP2 shard
   cp "benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/$1-tp2-shard/config.json" ".gpu/models/$1-tp2-shard/"
   echo "$1-tp2-shard"
 }
-mooncake_timed() {  # mooncake_timed NAME MODEL RATE: q30_mooncake's trace window on TP1 of MODEL, SGLang's device timer on
-  SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "$1" "$2" --gpus 0 --configs tp1 \
+mooncake_window() {  # mooncake_window NAME MODEL RATE: q30_mooncake's trace window on TP1 of MODEL on GPU 0
+  compare_run "$1" "$2" --gpus 0 --configs tp1 \
     --trace .gpu/traces/mooncake_head400.jsonl --rates "$3" --trace-args '--duration-s 60 --max-context-len 40960' \
     --slo-ttft-ms 2000 --slo-tpot-ms 100
+}
+mooncake_timed() {  # mooncake_timed NAME MODEL RATE: mooncake_window with SGLang's device timer on
+  SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 mooncake_window "$@"
 }
 pull_cost_run() {  # pull_cost_run NAME ARGS...: bench.pull_cost on Llama-3.1-70B over every GPU into $OUT/NAME
   local d="$OUT/$1" a; shift; mkdir -p "$d"
@@ -980,19 +983,14 @@ for RUN in "$@"; do
     prefix_probe_2gpu)
       SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 probe_runs "prefix_probe_2gpu_$TAG" 0,1 tp2 Qwen3-30B-A3B Qwen3-8B ;;
     q30_mooncake_1gpu)
-      compare_run "q30_mooncake_1gpu_$TAG" Qwen3-30B-A3B --gpus 0 --configs tp1 \
-        --trace .gpu/traces/mooncake_head400.jsonl --rates 0.5 --trace-args '--duration-s 60 --max-context-len 40960' \
-        --slo-ttft-ms 2000 --slo-tpot-ms 100 ;;
+      mooncake_window "q30_mooncake_1gpu_$TAG" Qwen3-30B-A3B 0.5 ;;
     q30_mooncake_shard_1gpu)
       mooncake_timed "q30_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-30B-A3B)" 1 ;;
     q30_mooncake_timer_1gpu)
       mooncake_timed "q30_mooncake_timer_1gpu_$TAG" Qwen3-30B-A3B 0.5 ;;
     prefix_probe_timed_1gpu)
-      probe_trace
-      for M in Qwen3-30B-A3B Qwen3-8B; do
-        SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "prefix_probe_timed_1gpu_$TAG" "$(tp2_shard $M)" --gpus 0 \
-          --configs tp1 --trace "$PROBES" --rates 1
-      done ;;
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 probe_runs "prefix_probe_timed_1gpu_$TAG" 0 tp1 \
+        "$(tp2_shard Qwen3-30B-A3B)" "$(tp2_shard Qwen3-8B)" ;;
     q32_mooncake_shard_1gpu)
       mooncake_timed "q32_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-32B)" 0.4 ;;
     decode64_shard_1gpu)

@@ -15,8 +15,6 @@ of both errors (model / measured - 1).
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import statistics
 from pathlib import Path
 
@@ -29,20 +27,21 @@ def main() -> None:
     ap.add_argument("--calibration", type=Path, required=True, help="the served shard's calibration (a bundled file)")
     ap.add_argument("--model-path", required=True, help="the model's config folder (for its KV bytes per token)")
     a = ap.parse_args()
+    from sgl_sidp.bench.compare import ITL_FILE
+    from sgl_sidp.bench.report import read_jsonl
     from sgl_sidp.calibration.memory import ModelShapes
     from sgl_sidp.calibration.table import Calibration
     from sgl_sidp.model_info import read_hf_config
 
     cal = Calibration.load(a.calibration)
     kv = ModelShapes.of(read_hf_config(a.model_path)).kv_bytes_per_token(1)
-    opener = gzip.open if a.requests.suffix == ".gz" else open
-    with opener(a.requests, "rt") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    itl = a.requests.with_name(a.requests.name.replace("requests.jsonl", "itl_ms.jsonl"))
-    if itl.is_file():  # bench.compare keeps the gaps between tokens apart (`compare.ITL_FILE`, git-ignored)
-        with opener(itl, "rt") as f:
-            gaps = {d["id"]: d["itl_ms"] for d in (json.loads(line) for line in f if line.strip())}
-        rows = [{**r, "itl_ms": gaps.get(r["id"], r.get("itl_ms"))} for r in rows]
+    path = a.requests.with_suffix("") if a.requests.suffix == ".gz" else a.requests  # read_jsonl finds the .gz
+    rows = read_jsonl(path)
+    if rows is None:
+        ap.error(f"{a.requests}: no such file")
+    # bench.compare keeps the gaps between tokens apart (`compare.ITL_FILE`, git-ignored) where it ran the replay
+    gaps = {d["id"]: d["itl_ms"] for d in read_jsonl(path.with_name(ITL_FILE.removesuffix(".gz"))) or ()}
+    rows = [{**r, "itl_ms": gaps.get(r["id"], r.get("itl_ms"))} for r in rows]
     tokens = [(r, r["actual_send_s"] + r["ttft_ms"] / 1e3 + np.cumsum([0.0] + r["itl_ms"]) / 1e3)
               for r in rows if r.get("success") and r.get("itl_ms")]
     mean_err, longest_err = [], []

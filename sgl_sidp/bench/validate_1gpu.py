@@ -95,16 +95,10 @@ def measure(a) -> None:
     print(json.dumps(result, indent=1))
 
 
-def trace_requests(replay_args: str, trace_dir: Path | None = None):
-    """The `SimRequest`s a `python -m sgl_sidp.replay REPLAY_ARGS` sends (`sgl_sidp.bench.traces.sim_requests`)."""
-    from sgl_sidp.bench.traces import sim_requests
-
-    return sim_requests(replay_args, trace_dir)
-
-
 def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None,
          what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
     """(what, unit, predicted, measured) for every measured number (predicted with `what_if`'s numbers set by hand)."""
+    from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan, plan_requests
 
     out = []
@@ -129,7 +123,7 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
                 (f"{what}: TTFT p50", "ms", pred.ttft_ms_p50, b["median_ttft_ms"]),
                 (f"{what}: TPOT p50", "ms", pred.tpot_ms_p50, b["median_tpot_ms"])]
     for name, t in measured.get("traces", {}).items():
-        pred = plan_requests(model_path, 1, gpu, f"replay {t['args']}", trace_requests(t["args"], trace_dir),
+        pred = plan_requests(model_path, 1, gpu, f"replay {t['args']}", sim_requests(t["args"], trace_dir),
                              what_if=what_if)
         pred = pred["configurations"][0]
         out += [(f"{name}: total throughput", "tok/s", pred.total_tok_s, t["total_throughput"]),

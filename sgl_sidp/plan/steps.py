@@ -475,8 +475,8 @@ class ShardClock:
         tokens over 16,384 and 24,576 cached, served one at a time on one H200, ran at 0.87-0.89x and 0.90-0.98x the
         line on the TP2 shards of Qwen3-8B and Qwen3-30B-A3B, 0.96-1.04x on the other shards and TP1
         (`benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/`), and SGLang's device timer puts the
-        GPU time of those probes and of busy Mooncake replays' prefills between the discount held and faded by 16K
-        (`PREFIX_FADE_END`)."""
+        GPU time of those probes and of busy Mooncake replays' prefills between the discount held and the discount
+        faded by 16K: `PREFIX_FADE_END` says where the fade ends now, and why."""
         line, (fitted, apart) = self.prefix_line, self._line_points
         if line is None or not apart:
             return None
