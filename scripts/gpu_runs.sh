@@ -622,6 +622,15 @@
 #                context (plus 3/4 of 32 output tokens). Expected: near it if the replay's gap is its KV pool or its
 #                mixed rows; 15 % over if the model is short at 64 rows. Found at 6ed32bc (1 x H200): 23.76 ms, -15.7 %:
 #                the model; one KV rate per GPU kind since (2,700 GB/s, -5.6 %; plan/validate_1gpu_h200_decode64_2026-11-29/)
+#   decode_frag_q32_1gpu  decode steps of 64 rows at about 11K tokens on Qwen3-32B's TP2 shard alone (93 % of its KV):
+#                uniform prompts of 11,264 on a fresh pool, then rows of 2,048 and 20,480 in turn (the same mean), then
+#                30 s of the Mooncake window at 0.4x, which fills and evicts the pool, then the uniform rows again: the
+#                busy replay of that shard (`q32_mooncake_shard_1gpu_h200`, 98 % of its KV, 66 rows) spent 11.2 % more
+#                decode GPU time than the simulation, while fresh pools' uniform rows are priced within -5.6 to +6.6 %.
+#                Predicted (`validate_1gpu report`, the planner prices a batch by its mean context): 48.2 ms for all
+#                three. Expected: the fresh uniform step within 6 %; the mixed one slower if SGLang's triton decode
+#                sizes its split of the KV by the longest row; the last slower if a freed and refilled pool reads
+#                slower
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -998,6 +1007,13 @@ for RUN in "$@"; do
       timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure \
         --model-path ".gpu/models/$(tp2_shard Qwen3-8B)" --out-dir "$D" --ttft "" --burst "" \
         --decode-contexts 11264 --decode-batches 64 --decode-output 32 --extra-args "$X" | tail -3 ;;
+    decode_frag_q32_1gpu)
+      D="$OUT/decode_frag_q32_1gpu_$TAG"; mkdir -p "$D"; echo "commit $SIDP_COMMIT" > "$D/commit.txt"
+      timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure \
+        --model-path ".gpu/models/$(tp2_shard Qwen3-32B)" --out-dir "$D" --ttft "" --burst "" \
+        --decode-contexts 11264,2048/20480 --decode-batches 64 --decode-output 32 --decode-after-traces \
+        --trace "mooncake_30s=--trace .gpu/traces/mooncake_head400.jsonl --duration-s 30 --time-scale 2.5 --max-context-len 40960" \
+        --extra-args "$X" | tail -3 ;;
     q8_mooncake_shard_1gpu)
       mooncake_timed "q8_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" 1 ;;
     q8_mooncake_timer_1gpu)

@@ -37,3 +37,36 @@ def test_a_shard_served_alone_is_priced_by_its_own_calibration(tmp_path, capsys)
     kv = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| KV tokens")]
     pred, meas = (float(x.replace(",", "")) for x in kv[0].split(" | ")[2:4])
     assert pred == pytest.approx(meas, rel=0.01) and meas == measured["kv_tokens"][0]
+
+
+def test_mixed_and_after_replay_decode_points_send_fresh_prompts_and_are_labelled(monkeypatch):
+    """A mixed batch's rows take its prompt lengths in turn; no two prompts of a server share a seed (a seed at two
+    lengths is one prefix, a radix hit); the repeat after the replays says so in its row."""
+    from types import SimpleNamespace
+
+    from sgl_sidp.bench import batches
+
+    sent = []
+
+    def fake_run_batch(url, bodies):
+        sent.extend(ids for ids, _, _ in bodies)
+        return [SimpleNamespace(success=True, itl=[0.02] * 8) for _ in bodies], 1.0
+
+    monkeypatch.setattr(batches, "run_batch", fake_run_batch)
+    a = SimpleNamespace(decode_contexts=["64", "16/112"], decode_batches=[4], decode_output=8)
+    points = []
+    validate_1gpu.decode_points("http://x", a, points, lambda: None)
+    validate_1gpu.decode_points("http://x", a, points, lambda: None, after="the replays")
+    assert [len(x) for x in sent] == [64] * 4 + [16, 112, 16, 112] + [64] * 4 + [16, 112, 16, 112]
+    firsts = [tuple(x[:16]) for x in sent]
+    assert len(set(firsts)) == len(firsts)  # no shared prefix
+    assert [(p["prompt"], p["context_mean"], p.get("prompts"), p.get("after")) for p in points] == [
+        (64, 70, None, None), (64, 70, [16, 112], None), (64, 70, None, "the replays"),
+        (64, 70, [16, 112], "the replays")]
+    assert all(p["step_ms"] == pytest.approx(20.0) for p in points)
+    with pytest.raises(ValueError, match="at least 1"):
+        validate_1gpu.decode_lengths("2048/0")
+    measured = {"kv_tokens": [], "ttft_ms": {}, "decode": points[1:2] + points[3:], "burst": None, "traces": {}}
+    labels = [what for what, *_ in validate_1gpu.rows(measured, str(QWEN3_8B), "H200")]
+    assert labels == ["decode step, batch 4, context 70 (prompts 16/112)",
+                      "decode step, batch 4, context 70 (prompts 16/112), after the replays"]

@@ -10,8 +10,9 @@ Two steps, on two machines:
 
 `measure` writes OUT/measured.json: KV tokens (SGLang's `max_total_num_tokens`), the TTFT of single prompts (median
 of 3, distinct prompts, no radix hit), decode steps (B requests of C prompt tokens started at once; the median gap
-between consecutive output tokens once every request is decoding), an offline burst (N x (IN, OUT) at once), and
-trace replays (`python -m sgl_sidp.replay`, its per-request files kept under OUT/<name>/). `report` rebuilds each
+between consecutive output tokens once every request is decoding; a mixed batch's rows of several prompt lengths in
+turn; with `--decode-after-traces` again after the replays, on the KV pool they filled and freed), an offline burst
+(N x (IN, OUT) at once), and trace replays (`python -m sgl_sidp.replay`, its per-request files kept under OUT/<name>/). `report` rebuilds each
 measured workload's requests (the same trace window, scale and context limit as the replay) and prints a markdown
 table: predicted, measured, error (predicted / measured - 1). No measured number enters a prediction. A shard served
 alone (its sizes by `--json-model-override-args` in --extra-args) is reported against a folder holding its config.json:
@@ -21,6 +22,7 @@ the planner then prices it by that shard's calibration. `scripts/plan_validate_1
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import shlex
@@ -66,16 +68,7 @@ def measure(a) -> None:
                     for o in run_batch(srv.base_url, [(ids, 1, None)])[0] if o.success]
             result["ttft_ms"][str(length)] = float(np.median(vals)) if vals else None
         save()
-        for context in a.decode_contexts:
-            for b in a.decode_batches:
-                outs, _ = run_batch(srv.base_url, [(ids, a.decode_output, None) for ids in prompts(b, context, 100 + b)])
-                # the prompts prefill first (SGLang runs waiting prefills before decode), then all decode together:
-                # the second half of each request's gaps are decode steps of the whole batch
-                gaps = [g for o in outs if o.success for g in o.itl[len(o.itl) // 2:]]
-                result["decode"].append({"batch": b, "prompt": context, "output": a.decode_output,
-                                         "context_mean": context + 3 * a.decode_output // 4,
-                                         "step_ms": float(np.median(gaps)) * 1e3 if gaps else None})
-                save()
+        decode_points(srv.base_url, a, result["decode"], save)
         if a.burst:
             n, p, o = _triple(a.burst)
             outs, seconds = run_batch(srv.base_url, [(ids, o, None) for ids in prompts(n, p, 7)])
@@ -91,8 +84,47 @@ def measure(a) -> None:
                 "completed", "failed", "duration", "total_throughput", "output_throughput", "median_ttft_ms",
                 "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")}}
             save()
+        if a.decode_after_traces:
+            decode_points(srv.base_url, a, result["decode"], save, after="the replays")
     save()
     print(json.dumps(result, indent=1))
+
+
+def decode_lengths(spec: str) -> list[int]:
+    """The prompt lengths of one `--decode-contexts` item: "11264" -> [11264]; "2048/20480" -> [2048, 20480], a
+    mixed batch whose rows take the lengths in turn.
+
+    Raises:
+        ValueError: a length that is not a positive integer."""
+    lengths = [int(x) for x in spec.split("/")]
+    if not lengths or min(lengths) < 1:
+        raise ValueError(f"decode context {spec!r}: each prompt length at least 1")
+    return lengths
+
+
+def decode_points(base_url: str, a, into: list, save, after: str | None = None) -> None:
+    """Time a decode step at each (`a.decode_contexts` item, `a.decode_batches` batch): B requests of `a.decode_output`
+    tokens sent at once, the prompts of a mixed item's lengths in turn; the step is the median gap between output
+    tokens over the second half of each request's gaps (SGLang prefills every waiting prompt before it decodes, so
+    by then all B decode together). Appends one dict per point to `into` and calls `save()` after each. `after`
+    names what ran before on this server (new prompts, so nothing hits the radix cache): the points then measure a
+    KV pool that work filled and freed, against the same points on a fresh one."""
+    from sgl_sidp.bench.batches import prompts, run_batch
+
+    # one seed a prompt, none another prompt of this server had (the same seed at another length is the same prefix)
+    seeds = itertools.count(1_000_000 if after is None else 2_000_000)
+    for spec in a.decode_contexts:
+        lengths = decode_lengths(spec)
+        for b in a.decode_batches:
+            ids = [prompts(1, lengths[i % len(lengths)], next(seeds))[0] for i in range(b)]
+            outs, _ = run_batch(base_url, [(x, a.decode_output, None) for x in ids])
+            gaps = [g for o in outs if o.success for g in o.itl[len(o.itl) // 2:]]
+            mean = sum(len(x) for x in ids) / b
+            into.append({"batch": b, "prompt": int(round(mean)), "output": a.decode_output,
+                         "context_mean": int(round(mean)) + 3 * a.decode_output // 4,
+                         **({"prompts": lengths} if len(lengths) > 1 else {}), **({"after": after} if after else {}),
+                         "step_ms": float(np.median(gaps)) * 1e3 if gaps else None})
+            save()
 
 
 def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None,
@@ -112,7 +144,9 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
         if d["step_ms"] is None:
             continue
         pred = plan(model_path, 1, gpu, "latency:16:1", decode_points=[(d["batch"], d["context_mean"])], what_if=what_if)
-        out.append((f"decode step, batch {d['batch']}, context {d['context_mean']:,}", "ms",
+        mix = f" (prompts {'/'.join(f'{x:,}' for x in d['prompts'])})" if d.get("prompts") else ""
+        after = f", after {d['after']}" if d.get("after") else ""
+        out.append((f"decode step, batch {d['batch']}, context {d['context_mean']:,}{mix}{after}", "ms",
                     pred["configurations"][0].decode_at[0], d["step_ms"]))
     b = measured.get("burst")
     if b:
@@ -154,8 +188,9 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--port", type=int, default=26100, help="the server's port (default: 26100)")
     m.add_argument("--ttft", type=lambda s: [int(x) for x in s.split(",") if x], default=[16, 512, 2048, 4096, 8192],
                    help="prompt lengths whose single-request TTFT is measured (default: 16,512,2048,4096,8192)")
-    m.add_argument("--decode-contexts", type=lambda s: [int(x) for x in s.split(",") if x], default=[256, 2048],
-                   help="prompt lengths of the decode-step runs (default: 256,2048)")
+    m.add_argument("--decode-contexts", type=lambda s: [x for x in s.split(",") if x and decode_lengths(x)],
+                   default=["256", "2048"], help="prompt lengths of the decode-step runs; A/B/... a mixed batch, its "
+                   "rows' prompts A, B, ... tokens in turn (default: 256,2048)")
     m.add_argument("--decode-batches", type=lambda s: [int(x) for x in s.split(",") if x], default=list(DECODE_BATCHES),
                    help=f"batch sizes of the decode-step runs at each context (default: {','.join(map(str, DECODE_BATCHES))})")
     m.add_argument("--decode-output", type=int, default=64, help="output tokens of each decode-step request (default: 64)")
@@ -163,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="offline burst: N requests of IN prompt and OUT output tokens at once (default: 512+2048+256)")
     m.add_argument("--trace", action="append", default=[], metavar="NAME=REPLAY_ARGS",
                    help="a trace replay: NAME and the arguments of python -m sgl_sidp.replay (repeatable)")
+    m.add_argument("--decode-after-traces", action="store_true",
+                   help="time the decode points again after the replays, on the KV pool they filled and freed")
     m.add_argument("--extra-args", default="", help="more server flags, one shell-quoted string")
     r = sub.add_parser("report", help="anywhere: predict what OUT_DIR measured and print the errors")
     r.add_argument("out_dir", help="a folder written by measure")
