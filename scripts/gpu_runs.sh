@@ -622,6 +622,13 @@
 #                context (plus 3/4 of 32 output tokens). Expected: near it if the replay's gap is its KV pool or its
 #                mixed rows; 15 % over if the model is short at 64 rows. Found at 6ed32bc (1 x H200): 23.76 ms, -15.7 %:
 #                the model; one KV rate per GPU kind since (2,700 GB/s, -5.6 %; plan/validate_1gpu_h200_decode64_2026-11-29/)
+#   l70_shard_azure_1gpu  Llama-3.1-70B's TP2 shard alone (one TP2 replica without its all-reduces), device timer on:
+#                a burst of 64 x (2,048 in, 32 out) and `l70_shift_4gpu_h200`'s Azure code window at 1x (the load of
+#                one TP2 x DP2 replica there at 2x) and 2x. There the planner put TP2 x DP2's TPOT p50 at 85.9 ms against
+#                62.7 measured (+37 %) and TP4's goodput -43.7 %: is the shard's step model or the schedule short, or
+#                the communication? Predicted (planner of the commit adding it, `plan_requests` on the shard's config):
+#                KV 392,739; burst 8,209 tok/s, TTFT p50 7,879 ms, TPOT p50 269.4; 1x 6,253 tok/s, TTFT p50 2,829,
+#                TPOT p50 287.0; 2x 6,904 tok/s, TTFT p50 5,927, TPOT p50 564.4
 #   decode_frag_q32_1gpu  decode steps of 64 rows at about 11K tokens on Qwen3-32B's TP2 shard alone (93 % of its KV):
 #                uniform prompts of 11,264 on a fresh pool, then rows of 2,048 and 20,480 in turn (the same mean), then
 #                30 s of the Mooncake window at 0.4x, which fills and evicts the pool, then the uniform rows again: the
@@ -662,10 +669,12 @@ probe_runs() {  # probe_runs NAME GPUS CONFIG MODEL...: the prefix-probe trace r
   local name=$1 gpus=$2 config=$3 M; shift 3; probe_trace
   for M in "$@"; do compare_run "$name" "$M" --gpus "$gpus" --configs "$config" --trace "$PROBES" --rates 1; done
 }
-tp2_shard() {  # tp2_shard MODEL: .gpu/models/MODEL-tp2-shard, MODEL's TP2 shard as a model (prefix_probe_shards_1gpu's
-  # config.json); prints its folder name
+tp2_shard() {  # tp2_shard MODEL: .gpu/models/MODEL-tp2-shard, MODEL's TP2 shard as a model (`plan.steps.shard_config`:
+  # the committed shard configs of prefix_probe_shards_1gpu to the byte); prints its folder name
   mkdir -p ".gpu/models/$1-tp2-shard"
-  cp "benchmarks/results/plan/validate_1gpu_h200_prefix_probes_2026-11-29/$1-tp2-shard/config.json" ".gpu/models/$1-tp2-shard/"
+  python3 -c "import json, sys; from sgl_sidp.plan.steps import ModelShapes, shard_config; from sgl_sidp.plan.configs \
+import shard_of; hf = json.load(open(sys.argv[1])); print(json.dumps(shard_config(hf, shard_of(ModelShapes.of(hf), 2, 2, 2))))" \
+    ".gpu/models/$1/config.json" > ".gpu/models/$1-tp2-shard/config.json"
   echo "$1-tp2-shard"
 }
 mooncake_window() {  # mooncake_window NAME MODEL RATE: q30_mooncake's trace window on TP1 of MODEL on GPU 0
@@ -1007,6 +1016,10 @@ for RUN in "$@"; do
       timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure \
         --model-path ".gpu/models/$(tp2_shard Qwen3-8B)" --out-dir "$D" --ttft "" --burst "" \
         --decode-contexts 11264 --decode-batches 64 --decode-output 32 --extra-args "$X" | tail -3 ;;
+    l70_shard_azure_1gpu)
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "l70_shard_azure_1gpu_$TAG" "$(tp2_shard Llama-3.1-70B)" \
+        --gpus 0 --configs tp1 --burst 64+2048+32 --trace .gpu/traces/AzureLLMInferenceTrace_code.csv --rates 1,2 \
+        --trace-args '--duration-s 120 --compress-gaps-s 5' --slo-ttft-ms 2000 --slo-tpot-ms 80 ;;
     decode_frag_q32_1gpu)
       D="$OUT/decode_frag_q32_1gpu_$TAG"; mkdir -p "$D"; echo "commit $SIDP_COMMIT" > "$D/commit.txt"
       timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure \
