@@ -622,6 +622,14 @@
 #                context (plus 3/4 of 32 output tokens). Expected: near it if the replay's gap is its KV pool or its
 #                mixed rows; 15 % over if the model is short at 64 rows. Found at 6ed32bc (1 x H200): 23.76 ms, -15.7 %:
 #                the model; one KV rate per GPU kind since (2,700 GB/s, -5.6 %; plan/validate_1gpu_h200_decode64_2026-11-29/)
+#   tp4_shards_azure_1gpu  the TP4 shards of Llama-3.1-70B and Qwen3-32B alone (a TP4 replica without its all-reduces),
+#                device timer on, each on its `l70_shift_4gpu_h200` / `q32_shift_1.5x_4gpu_h200` burst and Azure window
+#                (2x of 120 s; 1.5x of 300 s), where the planner put TP4's TPOT p50 at +10.2 % and +97.3 % and its
+#                goodput at -43.7 % and -22.1 %. Predicted (planner of the commit adding it, on each shard's config):
+#                Llama KV 1,216,097; burst 128 x (2,048, 32) 15,848 tok/s, TTFT p50 8,177 ms, TPOT p50 278.6; 2x
+#                11,710 tok/s, TTFT p50 1,536, TPOT p50 160.7. Qwen3-32B KV 1,808,443; burst 64 x (2,048, 32) 32,040
+#                tok/s, TTFT p50 1,979, TPOT p50 70.5; 1.5x 21,057 tok/s, TTFT p50 2,451, TPOT p50 471.1. Expected: within
+#                10 %, as the TP2 shard of Llama was; then TP4's misses are its communication's
 #   l70_shard_azure_1gpu  Llama-3.1-70B's TP2 shard alone (one TP2 replica without its all-reduces), device timer on:
 #                a burst of 64 x (2,048 in, 32 out) and `l70_shift_4gpu_h200`'s Azure code window at 1x (the load of
 #                one TP2 x DP2 replica there at 2x) and 2x. There the planner put TP2 x DP2's TPOT p50 at 85.9 ms against
@@ -669,14 +677,16 @@ probe_runs() {  # probe_runs NAME GPUS CONFIG MODEL...: the prefix-probe trace r
   local name=$1 gpus=$2 config=$3 M; shift 3; probe_trace
   for M in "$@"; do compare_run "$name" "$M" --gpus "$gpus" --configs "$config" --trace "$PROBES" --rates 1; done
 }
-tp2_shard() {  # tp2_shard MODEL: .gpu/models/MODEL-tp2-shard, MODEL's TP2 shard as a model (`plan.steps.shard_config`:
-  # the committed shard configs of prefix_probe_shards_1gpu to the byte); prints its folder name
-  mkdir -p ".gpu/models/$1-tp2-shard"
+tp_shard() {  # tp_shard MODEL TP: .gpu/models/MODEL-tpTP-shard, MODEL's TP shard as a model (`plan.steps.shard_config`;
+  # TP2: the committed shard configs of prefix_probe_shards_1gpu to the byte); prints its folder name
+  mkdir -p ".gpu/models/$1-tp$2-shard"
   python3 -c "import json, sys; from sgl_sidp.plan.steps import ModelShapes, shard_config; from sgl_sidp.plan.configs \
-import shard_of; hf = json.load(open(sys.argv[1])); print(json.dumps(shard_config(hf, shard_of(ModelShapes.of(hf), 2, 2, 2))))" \
-    ".gpu/models/$1/config.json" > ".gpu/models/$1-tp2-shard/config.json"
-  echo "$1-tp2-shard"
+import shard_of; hf = json.load(open(sys.argv[1])); tp = int(sys.argv[2]); \
+print(json.dumps(shard_config(hf, shard_of(ModelShapes.of(hf), tp, tp, tp))))" ".gpu/models/$1/config.json" "$2" \
+    > ".gpu/models/$1-tp$2-shard/config.json"
+  echo "$1-tp$2-shard"
 }
+tp2_shard() { tp_shard "$1" 2; }
 mooncake_window() {  # mooncake_window NAME MODEL RATE: q30_mooncake's trace window on TP1 of MODEL on GPU 0
   compare_run "$1" "$2" --gpus 0 --configs tp1 \
     --trace .gpu/traces/mooncake_head400.jsonl --rates "$3" --trace-args '--duration-s 60 --max-context-len 40960' \
@@ -1016,6 +1026,13 @@ for RUN in "$@"; do
       timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure \
         --model-path ".gpu/models/$(tp2_shard Qwen3-8B)" --out-dir "$D" --ttft "" --burst "" \
         --decode-contexts 11264 --decode-batches 64 --decode-output 32 --extra-args "$X" | tail -3 ;;
+    tp4_shards_azure_1gpu)
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "tp4_shards_azure_1gpu_$TAG" "$(tp_shard Llama-3.1-70B 4)" \
+        --gpus 0 --configs tp1 --burst 128+2048+32 --trace .gpu/traces/AzureLLMInferenceTrace_code.csv --rates 2 \
+        --trace-args '--duration-s 120 --compress-gaps-s 5' --slo-ttft-ms 2000 --slo-tpot-ms 80
+      SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "tp4_shards_azure_1gpu_$TAG" "$(tp_shard Qwen3-32B 4)" \
+        --gpus 0 --configs tp1 --burst 64+2048+32 --trace .gpu/traces/AzureLLMInferenceTrace_code.csv --rates 1.5 \
+        --trace-args '--duration-s 300 --compress-gaps-s 5' --slo-ttft-ms 1000 --slo-tpot-ms 15 ;;
     l70_shard_azure_1gpu)
       SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 compare_run "l70_shard_azure_1gpu_$TAG" "$(tp2_shard Llama-3.1-70B)" \
         --gpus 0 --configs tp1 --burst 64+2048+32 --trace .gpu/traces/AzureLLMInferenceTrace_code.csv --rates 1,2 \
