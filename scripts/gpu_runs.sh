@@ -356,6 +356,12 @@
 #                hand (q8_graphs512_shift_on_2gpu_h200), so 0.72-0.80x DP2 if DP2 comes within 10 % of its prediction.
 #                Predicted again at bb209a5 (Qwen3-8B's H200 tables with decode points to 512 rows): DP2 53,280, Shift
 #                52,556 (0.99x), TP2 45,302 (b0aaf56, Shift's served base prefills priced: Shift 51,771, 0.97x); the burst's intake delays (1.1-2.1 s at 512 requests) are not in these
+#                Found at 7a23ad8 (2 x H200, the first 2-GPU call in seven sessions): Shift 34,844 tok/s, DP2 34,933
+#                (0.997x), TPOT p50 55.6 and 56.6 ms; Shift's log: 512-row steps in graphs (21.7 ms, as TP2 with the flag).
+#                Both +49 to +53 % over-predicted: the servers' logs end the burst about 4 s before the client's last
+#                token. Then on the same host (q8_graphs512_tp2_2gpu_h200, q8_graphs512_incr_2gpu_h200): TP2 with
+#                --cuda-graph-max-bs-decode 512 32,943 (0.94x DP2); DP2 with --incremental-streaming-output 43,300
+#                (1.24x SGLang's default whole-output chunks), its last token at 15.1 s against 18.7
 #   q8_flags_1gpu  Qwen3-8B TP1 on one GPU, 384 x (1,024 in, 128 out) at once, as SGLang starts it and then with
 #                --chunked-prefill-size 4096 --cuda-graph-max-bs-decode 512 (q8_flags_on_1gpu): the SGLang flags the
 #                planner models since a2ccd4b, held against one GPU (KV pool by SGLang's memory-fraction default, the
@@ -630,6 +636,12 @@
 #                11,710 tok/s, TTFT p50 1,536, TPOT p50 160.7. Qwen3-32B KV 1,808,443; burst 64 x (2,048, 32) 32,040
 #                tok/s, TTFT p50 1,979, TPOT p50 70.5; 1.5x 21,057 tok/s, TTFT p50 2,451, TPOT p50 471.1. Expected: within
 #                10 %, as the TP2 shard of Llama was; then TP4's misses are its communication's
+#                Found at 7a23ad8 (1 x H200): Llama KV 1,215,058 (+0.1 %); burst 16,576 (-4.4 %), TTFT p50 7,865
+#                (+4.0 %), TPOT p50 262.3 (+6.2 %); 2x TTFT p50 1,362 (+12.8 %), TPOT p50 153.6 (+4.6 %), goodput 0.81
+#                req/s (0.55 predicted, -31.9 %). Qwen3-32B KV 1,804,295 (+0.2 %); burst 32,120 (-0.2 %), 1,977 (+0.1 %),
+#                69.1 (+2.0 %); 1.5x TTFT p50 2,209 (+11.0 %), TPOT p50 486.3 (-3.1 %), goodput 0.78 (+4.7 %). So TP4's
+#                +97 % TPOT on Qwen3-32B is what TP4 adds in a busy replay (its burst, the same all-reduces, is within
+#                2.8 %); Llama's goodput miss is mostly the shard's own, TTFT +12.8 % near the 2 s objective
 #   l70_shard_azure_1gpu  Llama-3.1-70B's TP2 shard alone (one TP2 replica without its all-reduces), device timer on:
 #                a burst of 64 x (2,048 in, 32 out) and `l70_shift_4gpu_h200`'s Azure code window at 1x (the load of
 #                one TP2 x DP2 replica there at 2x) and 2x. There the planner put TP2 x DP2's TPOT p50 at 85.9 ms against
@@ -637,6 +649,9 @@
 #                the communication? Predicted (planner of the commit adding it, `plan_requests` on the shard's config):
 #                KV 392,739; burst 8,209 tok/s, TTFT p50 7,879 ms, TPOT p50 269.4; 1x 6,253 tok/s, TTFT p50 2,829,
 #                TPOT p50 287.0; 2x 6,904 tok/s, TTFT p50 5,927, TPOT p50 564.4
+#                Found at 0dbe232 (1 x H200): KV 392,233 (+0.1 %); burst 8,418 (-2.5 %), TTFT p50 7,665 (+2.8 %), TPOT
+#                p50 262.3 (+2.7 %); 1x TTFT p50 2,740 (+3.2 %), TPOT p50 279.9 (+2.5 %); 2x 5,569 (+6.4 %), 546.6 (+3.3 %):
+#                the shard and its schedule are priced right; TP2 x DP2's miss there is what the group adds
 #   decode_frag_q32_1gpu  decode steps of 64 rows at about 11K tokens on Qwen3-32B's TP2 shard alone (93 % of its KV):
 #                uniform prompts of 11,264 on a fresh pool, then rows of 2,048 and 20,480 in turn (the same mean), then
 #                30 s of the Mooncake window at 0.4x, which fills and evicts the pool, then the uniform rows again: the
@@ -646,6 +661,10 @@
 #                three. Expected: the fresh uniform step within 6 %; the mixed one slower if SGLang's triton decode
 #                sizes its split of the KV by the longest row; the last slower if a freed and refilled pool reads
 #                slower
+#                Found at db3477f (1 x H200): 47.88 ms fresh (+0.6 %), 45.10 mixed (+6.8 %: faster than uniform), 48.23
+#                after the replay (-0.1 %) and 45.14 mixed (+6.8 %); the 30 s replay itself 7,234 tok/s (+1.1 %), TTFT
+#                p50 +6.4 %, TPOT p50 -2.7 %. Neither a refilled pool nor mixed rows slow a step: the busy replay's
+#                11.2 % more decode GPU time is not the pool (plan/validate_1gpu_h200_decode_frag_2026-11-29/)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
