@@ -473,15 +473,18 @@ def test_a_what_if_reaches_the_replays_predictions():
     assert slow[f"{key}: TTFT p50"] > 1.3 * calibrated[f"{key}: TTFT p50"]
 
 
-def test_a_stream_interval_other_than_sglangs_default_is_named_as_unmodelled():
+def test_a_stream_other_than_sglangs_default_is_named_as_unmodelled():
     """`compare_report.UNMODELLED_FLAGS`: the planner prices the scheduler's per-step output of every stream
-    (`--stream-interval 1`, SGLang's default); q8_eager_si8_1gpu_h200 sent every 8th."""
+    (`--stream-interval 1`, SGLang's default; q8_eager_si8_1gpu_h200 sent every 8th) in chunks of the whole output so
+    far (q8_graphs512_incr_2gpu_h200 sent new tokens only)."""
     from sgl_sidp.bench.compare_report import unmodelled
 
     launch = "python -m sglang.launch_server --tp-size 1 --stream-interval "
     assert unmodelled({"command": launch + "1"}) is None
     assert unmodelled({"command": launch + "8"}) == (
         "started with --stream-interval 8, which the planner does not model")
+    assert unmodelled({"command": launch + "1 --incremental-streaming-output --port 30000"}) == (
+        "started with --incremental-streaming-output, which the planner does not model")
 
 
 def test_a_replay_sent_without_objectives_is_validated_on_its_ttft_and_tpot(tmp_path):
