@@ -107,6 +107,8 @@ def test_auto_s_pick_on_each_burst_against_the_run_s_best(tmp_path, monkeypatch)
     (tmp_path / "c" / "Qwen3-30B-A3B" / "auto.json").write_text(json.dumps({"auto_choice": "tp2"}))
     (tmp_path / "c" / "summary.json").write_text(json.dumps(
         [row("dp2_attn", 50_000.0, workload="burst 256+2048+256"), row("auto", 49_000.0, workload="burst 256+2048+256")]))
+    (tmp_path / "d").mkdir()  # a TP shard served alone: no model auto serves
+    (tmp_path / "d" / "summary.json").write_text(json.dumps([{**row("tp1", 8_000.0), "model": "Llama-3.1-70B-tp2-shard"}]))
     picks = summary.auto_picks(tmp_path, tmp_path)
     assert [(p["run"], p["pick"], p["best"], p["ratio"]) for p in picks] == [
         ("a", "dp2", "dp2", 1.0), ("b", "tp2", "dp2_attn", None),  # flags: another configuration; tp2 not measured

@@ -170,7 +170,8 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
     ranks first over every one it knows (`planner.plan`'s winner, for `models_dir`/<model> on the run's GPU kind and
     count, predicted by this commit's planner), and where the run measured that configuration, its measured ratio
     to the best configuration the run measured (issue 35: auto >= 0.98x the measured best). An `auto` server measures
-    the configuration it started (`auto_started`).
+    the configuration it started (`auto_started`). A model folder named "...-shard" (a TP shard served alone on one
+    GPU) is no model `auto` serves, and is left out.
 
     Returns:
         dicts with run, model, gpus, gpu_name, workload, pick (None where the planner predicts nothing), best (the
@@ -186,6 +187,8 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
                 key = (r["model"], int(r["gpus"]), r["gpu_name"], r["workload"])
                 measured.setdefault(key, {})[r["configuration"]] = r["value"]
         for key, got in measured.items():
+            if key[0].endswith("-shard"):  # a TP shard served alone to time it (`gpu_runs.sh tp_shard`): no user model
+                continue
             started = auto_started(root / run / key[0]) if "auto" in got else None
             if started is not None and started not in got:  # the auto server measured what it started
                 got[started] = got["auto"]
