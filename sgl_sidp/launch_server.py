@@ -200,14 +200,13 @@ def resolve_auto(argv: list[str]) -> list[str]:
         return argv
     from sgl_sidp.peer.topology import gpu_name, visible_gpu_count
     from sgl_sidp.plan.planner import PlanError, plan, table
-    from sgl_sidp.plan.comm import gpu_kind
     from sgl_sidp.plan.server_flags import ServerFlags, ServerFlagsError
-    from sgl_sidp.plan.steps import GPUS
+    from sgl_sidp.plan.steps import GPUS, gpu_key
 
     raw = sglang_raw_args(rest)
     n = raw.tp_size * raw.dp_size if flag_given(rest, "--tp-size", "--tp", "--dp-size", "--dp") else visible_gpu_count()
     name = gpu_name(0)
-    kind = next((k for k in GPUS if name and gpu_kind(k) == gpu_kind(name)), None)
+    kind = gpu_key(name)
     if not n or kind is None:
         raise SidpConfigError([f"--overlay-mode auto: the planner knows GPU kinds {', '.join(GPUS)}; "
                                f"this host's GPU 0 is {name or 'not visible'}"])

@@ -127,7 +127,7 @@ def test_far_past_the_long_context_a_row_reads_its_kv_at_the_gpu_kinds_rate():
     batch 1's latency floor; up to 2,048 the measured slopes as before; a kind without a rate keeps the table's."""
     from sgl_sidp.calibration.table import LONG_CONTEXT_KV_GBPS
 
-    assert LONG_CONTEXT_KV_GBPS == {"H200": 2700.0}
+    assert LONG_CONTEXT_KV_GBPS == {"h200": 2700.0}  # keyed by `gpu_kind`, as calibrations are matched to GPUs
     kw = dict(decode_context={1: 256, 16: 256}, decode_ms_long={1: 5.792, 16: 17.168}, decode_context_long=2048)
     h200, h100 = cal({1: 4.0, 16: 10.0}, **kw), cal({1: 4.0, 16: 10.0}, gpu="NVIDIA H100 80GB HBM3", **kw)
     kv = 270_000  # bytes a token: 1e-4 ms at 2,700 GB/s, below the measured 2.5e-4 a row
@@ -139,6 +139,8 @@ def test_far_past_the_long_context_a_row_reads_its_kv_at_the_gpu_kinds_rate():
     assert h200.decode_step_ms(16, 4096, 10 * kv) == pytest.approx(17.168 + 2048 * 16 * 1e-3)
     assert h100.decode_step_ms(16, 4096, 10 * kv) == pytest.approx(17.168 + 2048 * 16 * 2.5e-4)
     assert h200.decode_step_ms(4, 8192, kv) == pytest.approx(h200.decode_step_ms(4, 2048, kv) + 6144 * 1e-3)  # floor
+    named = cal({1: 4.0, 16: 10.0}, gpu="NVIDIA H200", **kw)  # as NVML names it, where `cal` says "H200"
+    assert named.decode_step_ms(16, 4096, 10 * kv) == h200.decode_step_ms(16, 4096, 10 * kv)
 
 
 def test_compare_decode_lines():
@@ -353,7 +355,7 @@ def test_decode_step_interpolates_as_numpy_does():
     xs = sorted(c.decode_ms)
     lx = sorted(c.decode_ms_long)
     slope = [max(0.0, c.decode_ms_long[b] - c.decode_ms[b]) / (c.decode_context_long - c.decode_context[b]) for b in lx]
-    floor, per_row = slope[0], 147_456 / (LONG_CONTEXT_KV_GBPS["H200"] * 1e6)  # ms a token of a row's KV
+    floor, per_row = slope[0], 147_456 / (LONG_CONTEXT_KV_GBPS["h200"] * 1e6)  # ms a token of a row's KV
     for b in (0.5, 1, 3, 16, 100.5, 256, 400):
         for ctx in (0, 256, 2048, 3000):
             ms = np.interp(b, xs, [c.decode_ms[x] for x in xs])

@@ -96,7 +96,7 @@ def burst_plan(model_path: Path, n_gpus: int, gpu_name: str, burst: str) -> dict
     """`planner.plan`'s result on the burst "S+IN+OUT" for `model_path` on `n_gpus` GPUs named `gpu_name` (NVML's
     name; its kind picks the tables), computed once per arguments (a summary asks for each run's burst twice); None
     where the planner predicts nothing (no config.json, no tables for the kind, a workload it refuses). Read only."""
-    from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.calibration.table import gpu_kind
     from sgl_sidp.plan.planner import plan
 
     if not (Path(model_path) / "config.json").is_file():

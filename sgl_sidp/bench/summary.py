@@ -273,7 +273,7 @@ def readme_table(rows: list[dict]) -> str:
     count, and a vanilla configuration the last run lacked: one another run measured above its best
     (`beaten_elsewhere`), else the one the planner ranks first (`unrun_vanilla`, predicted).
     A ratio against another best vanilla configuration is a line of its own, never a range with this one."""
-    from sgl_sidp.plan.comm import gpu_kind
+    from sgl_sidp.calibration.table import gpu_kind
 
     lines: dict[tuple, list[dict]] = {}
     for r in rows:

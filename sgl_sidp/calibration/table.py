@@ -50,8 +50,15 @@ PREFILL_TOKENS = (16, 128, 512, 2048, 4096, 8192)
 #: chunks of SGLang's default 8,192 tokens as a burst of short prompts fills them
 PREFILL_MULTI = ((2, 4096), (4, 2048), (8, 1024))
 
+def gpu_kind(name: str) -> str:
+    """"NVIDIA H200" and "H200" -> "h200": a GPU name as NVML or a hand-made table spells it, reduced to its kind
+    (matches calibrations and interconnect tables to GPUs, and keys the per-kind constants)."""
+    words = name.lower().replace("nvidia", "").split()
+    return words[0] if words else ""
+
+
 #: The rate (GB/s) at which SGLang 0.5.17's triton decode attention reads a batch's KV past `DECODE_CONTEXTS`' longer
-#: context, by GPU kind (a word of the calibration's GPU name; other kinds: none): a row's cost per token of context
+#: context, by GPU kind (`gpu_kind` of the calibration's GPU name; other kinds: none): a row's cost per token of context
 #: far past it is the time the shard's KV bytes per token take at this rate (`Calibration.decode_step_ms`). The two
 #: calibrated contexts give per-row costs 1.5x apart between tables (2,100-3,170 GB/s): short contexts' rows cost more
 #: or less per token than long ones do, and priced long steps from 21 % long to 16 % short. Measured on one H200, rows
@@ -61,7 +68,7 @@ PREFILL_MULTI = ((2, 4096), (4, 2048), (8, 1024))
 #: `validate_1gpu_h200_decode64_2026-11-29/`); of 2,500-2,900, 2,700 prices their 27 steps best (rms 3.6 %, -5.6 to
 #: +6.6 %; 2,600: 3.7 %, 2,800: 4.0 %). Until session 41 a table's own per-row cost was taken where it was the faster
 #: (rms 5.1 %, down to -15.7 % at 64 rows). Not measured on H100.
-LONG_CONTEXT_KV_GBPS = {"H200": 2700.0}
+LONG_CONTEXT_KV_GBPS = {"h200": 2700.0}
 
 #: what a start-up calibration's `source` says before the points its time budget skipped
 #: (`startup.ensure_forward_times` writes it, `plan.calibrate.serve_calibrations` reports it)
@@ -252,9 +259,10 @@ class Calibration:
         Raises:
             CalibrationError: no decode points.
         """
-        at = self._decode_at_batch.get(batch)
+        key = (batch, kv_bytes_per_token)
+        at = self._decode_at_batch.get(key)
         if at is None:
-            at = self._decode_at_batch[batch] = self._decode_interpolated(batch)
+            at = self._decode_at_batch[key] = self._decode_interpolated(batch, kv_bytes_per_token)
         ms, point_context, near, span, far = at
         extra_tokens = context - point_context
         if extra_tokens <= 0:
@@ -262,30 +270,31 @@ class Calibration:
         if near is not None:
             if extra_tokens <= span:
                 return ms + near * extra_tokens
-            cap = self._long_context_gbps
-            if cap:  # a row reads its KV at `LONG_CONTEXT_KV_GBPS` (ms per token: bytes / (GB/s x 1e6))
-                far = max(self._far_slope[0], batch * kv_bytes_per_token / (cap * 1e6))
             return ms + near * span + far * (extra_tokens - span)
         if self.attention_gbps:
             return ms + batch * extra_tokens * kv_bytes_per_token / (self.attention_gbps * 1e9) * 1e3
         return ms
 
-    def _decode_interpolated(self, batch: float) -> tuple[float, float, float | None, float, float]:
-        """`decode_step_ms`'s terms at `batch`: (ms, the point's context, the step's cost per token of context up to
-        `decode_context_long` or None without `decode_ms_long`, how many tokens past the point's context that is,
-        the cost per token past it)."""
+    def _decode_interpolated(self, batch: float, kv_bytes_per_token: int
+                             ) -> tuple[float, float, float | None, float, float]:
+        """`decode_step_ms`'s terms at `batch` rows of `kv_bytes_per_token`: (ms, the point's context, the step's cost
+        per token of context up to `decode_context_long` or None without `decode_ms_long`, how many tokens past the
+        point's context that is, the cost per token past it)."""
         xs, ys, ctxs, lx, slopes = self._decode_tables
         ms, point = _interp(batch, xs, ys), _interp(batch, xs, ctxs)
         if not lx:
             return ms, point, None, 0.0, 0.0
         floor, per_row = self._far_slope
+        cap = self._long_context_gbps
+        if cap:  # a row reads its KV at `LONG_CONTEXT_KV_GBPS` (ms per token: bytes / (GB/s x 1e6))
+            per_row = kv_bytes_per_token / (cap * 1e6)
         near = _interp(batch, lx, slopes) if batch <= lx[-1] else slopes[-1] * batch / lx[-1]  # past it: per row
         return ms, point, near, max(0.0, self.decode_context_long - point), max(floor, batch * per_row)
 
     @functools.cached_property
     def _long_context_gbps(self) -> float | None:
         """`LONG_CONTEXT_KV_GBPS` of this calibration's GPU kind, or None."""
-        return next((v for kind, v in LONG_CONTEXT_KV_GBPS.items() if kind in (self.gpu or "")), None)
+        return LONG_CONTEXT_KV_GBPS.get(gpu_kind(self.gpu or ""))
 
     @functools.cached_property
     def _far_slope(self) -> tuple[float, float]:
@@ -298,9 +307,9 @@ class Calibration:
         return floor, statistics.median(bound)
 
     @functools.cached_property
-    def _decode_at_batch(self) -> dict[float, tuple[float, float, float | None, float, float]]:
-        """batch -> `_decode_interpolated(batch)`, each computed once: they depend on the batch alone, and the planner's
-        simulation asks `decode_step_ms` for some 90,000 (batch, context) pairs over about a thousand batches (three
+    def _decode_at_batch(self) -> dict[tuple[float, int], tuple[float, float, float | None, float, float]]:
+        """(batch, KV bytes per token) -> `_decode_interpolated`'s terms, each computed once: the planner's simulation
+        asks `decode_step_ms` for some 90,000 (batch, context) pairs over about a thousand batches of one shard (three
         interpolations each time before this memo)."""
         return {}
 

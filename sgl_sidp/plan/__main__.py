@@ -102,7 +102,8 @@ def measure_comm_main(argv: list[str]) -> None:
     and write the interconnect table `plan` then reads for this GPU kind (in place of the bundled one)."""
     from sgl_sidp.peer.topology import gpu_name, visible_gpu_count
     from sgl_sidp.plan.calibrate import forward_all_reduce, tp_shard_calibrations
-    from sgl_sidp.plan.comm import InterconnectError, gpu_kind, measure_table, measured_dir
+    from sgl_sidp.calibration.table import gpu_kind
+    from sgl_sidp.plan.comm import InterconnectError, measure_table, measured_dir
 
     ap = argparse.ArgumentParser(prog="python -m sgl_sidp.plan measure-comm",
                                  description="Time all-reduce, all-gather, reduce-scatter, all-to-all and broadcast "

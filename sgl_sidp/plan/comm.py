@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from sgl_sidp.calibration.table import gpu_kind
+
 TABLE_DIR = Path(__file__).resolve().parent / "interconnect"
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "peer_copy")
 
@@ -30,13 +32,6 @@ def bus_factor(op: str, n: int) -> float:
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
     return 1.0
-
-
-def gpu_kind(name: str) -> str:
-    """"NVIDIA H200" and "H200" -> "h200": a GPU name as NVML or a hand-made table spells it, reduced to its kind
-    (names the interconnect tables and matches calibrations to GPUs)."""
-    words = name.lower().replace("nvidia", "").split()
-    return words[0] if words else ""
 
 
 class InterconnectError(ValueError):

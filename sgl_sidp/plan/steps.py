@@ -60,9 +60,9 @@ from typing import Callable, Mapping, Sequence
 from sgl_sidp.calibration.cache import BUNDLED_DIR, calibration_files, default_cache_dir
 from sgl_sidp.calibration.cost import DEFAULT_COPY_RATE_IN_FORWARD, DEFAULT_COPY_SLOWDOWN_MS_PER_GB
 from sgl_sidp.calibration.memory import GIB, ModelShapes
-from sgl_sidp.calibration.table import Calibration, _interp
+from sgl_sidp.calibration.table import Calibration, _interp, gpu_kind
 from sgl_sidp.model_info import model_signature
-from sgl_sidp.plan.comm import Interconnect, gpu_kind
+from sgl_sidp.plan.comm import Interconnect
 from sgl_sidp.plan.configs import Configuration, Shard
 from sgl_sidp.plan.sim import StepTimes
 from sgl_sidp.plan.what_if import NO_WHAT_IF, WhatIf
@@ -76,7 +76,7 @@ GPUS = {"H200": {"name": "NVIDIA H200", "mib": 143_771, "free_before_load_gib": 
 
 def gpu_key(gpu_name: str | None) -> str | None:
     """The `GPUS` key of a GPU named as NVML or a table names it ("NVIDIA H100 80GB HBM3", "H100" -> "H100"), matched
-    by kind (`comm.gpu_kind`); None for no name or a kind the planner does not know."""
+    by kind (`calibration.table.gpu_kind`); None for no name or a kind the planner does not know."""
     return next((k for k in GPUS if gpu_name and gpu_kind(k) == gpu_kind(gpu_name)), None)
 
 
