@@ -366,7 +366,10 @@
 #                Both +49 to +53 % over-predicted: the servers' logs end the burst about 4 s before the client's last
 #                token. Then on the same host (q8_graphs512_tp2_2gpu_h200, q8_graphs512_incr_2gpu_h200): TP2 with
 #                --cuda-graph-max-bs-decode 512 32,943 (0.94x DP2); DP2 with --incremental-streaming-output 43,300
-#                (1.24x SGLang's default whole-output chunks), its last token at 15.1 s against 18.7
+#                (1.24x SGLang's default whole-output chunks), its last token at 15.1 s against 18.7. Next on such a host: cal_q8,
+#                whose stream probes (256 streams of 128 and of 512 tokens) say whether plan calibrate on a multi-GPU
+#                host measures the ~11K tokens/s these bursts fit (`validate --stream-tokens-per-s 11000`: -6.4 to +2.6 %)
+#                where the one-H200 host's measured 15.6-23.7K; if so, a compare run can carry its host's stream rate
 #   q8_flags_1gpu  Qwen3-8B TP1 on one GPU, 384 x (1,024 in, 128 out) at once, as SGLang starts it and then with
 #                --chunked-prefill-size 4096 --cuda-graph-max-bs-decode 512 (q8_flags_on_1gpu): the SGLang flags the
 #                planner models since a2ccd4b, held against one GPU (KV pool by SGLang's memory-fraction default, the
