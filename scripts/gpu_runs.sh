@@ -364,9 +364,10 @@
 #                Found at 7a23ad8 (2 x H200, the first 2-GPU call in seven sessions): Shift 34,844 tok/s, DP2 34,933
 #                (0.997x), TPOT p50 55.6 and 56.6 ms; Shift's log: 512-row steps in graphs (21.7 ms, as TP2 with the flag).
 #                Both +49 to +53 % over-predicted: the servers' logs end the burst about 4 s before the client's last
-#                token. Then on the same host (q8_graphs512_tp2_2gpu_h200, q8_graphs512_incr_2gpu_h200): TP2 with
-#                --cuda-graph-max-bs-decode 512 32,943 (0.94x DP2); DP2 with --incremental-streaming-output 43,300
-#                (1.24x SGLang's default whole-output chunks), its last token at 15.1 s against 18.7. Next on such a host: cal_q8,
+#                token. Then TP2 with --cuda-graph-max-bs-decode 512 on the same host, 32,943 (0.94x DP2,
+#                q8_graphs512_tp2_2gpu_h200), and DP2 with --incremental-streaming-output on another 2 x H200 host,
+#                43,300 (1.24x across hosts, q8_graphs512_incr_2gpu_h200), its last token at 15.1 s with its server's
+#                against 18.7. Next on such a host: cal_q8,
 #                whose stream probes (256 streams of 128 and of 512 tokens) say whether plan calibrate on a multi-GPU
 #                host measures the ~11K tokens/s these bursts fit (`validate --stream-tokens-per-s 11000`: -6.4 to +2.6 %)
 #                where the one-H200 host's measured 15.6-23.7K; if so, a compare run can carry its host's stream rate

@@ -37,8 +37,9 @@ UNMODELLED_ENV = ("SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP",)
 #: planner does not model, with the value it assumes (None: any value): the same treatment as `UNMODELLED_ENV`. The
 #: chunk, the prefill budget, the memory fraction and the decode graphs it models (`server_flags_of`: each result
 #: predicted with its server's). `--incremental-streaming-output` sends each stream only its new tokens, where the
-#: planner's stream rate was measured with SGLang's default chunks of the whole output so far (on 2 x H200 it moved
-#: Qwen3-8B DP2's 512 x (1,024 in, 256 out) from 34,933 to 43,300 tok/s, `q8_graphs512_incr_2gpu_h200`).
+#: planner's stream rate was measured with SGLang's default chunks of the whole output so far (on 2 x H200 Qwen3-8B DP2's
+#: 512 x (1,024 in, 256 out) ran 43,300 tok/s with it, its last token with its server's, and 34,933 without it on
+#: another host, its last token about 4 s after: `q8_graphs512_incr_2gpu_h200`, `q8_graphs512_pair_2gpu_h200`).
 UNMODELLED_FLAGS = {"--enable-mixed-chunk": None, "--stream-interval": "1", "--incremental-streaming-output": None}
 
 #: (key, label, higher is better, read from a result)
