@@ -42,6 +42,16 @@ UNMODELLED_ENV = ("SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP",)
 #: another host, its last token about 4 s after: `q8_graphs512_incr_2gpu_h200`, `q8_graphs512_pair_2gpu_h200`).
 UNMODELLED_FLAGS = {"--enable-mixed-chunk": None, "--stream-interval": "1", "--incremental-streaming-output": None}
 
+#: the end of a model folder's name that marks a TP shard served alone on one GPU as a model of its own
+#: (`scripts/gpu_runs.sh tp_shard`: "Qwen3-32B-tp4-shard"), its config.json kept beside its results
+SHARD_SUFFIX = "-shard"
+
+
+def is_served_shard(model: str) -> bool:
+    """Whether the model folder named `model` holds a TP shard served alone (`SHARD_SUFFIX`), no model a user serves."""
+    return model.endswith(SHARD_SUFFIX)
+
+
 #: (key, label, higher is better, read from a result)
 FACTS: list[tuple[str, str, bool, Callable[[dict], float | None]]] = [
     ("kv_tokens", "KV tokens (all ranks)", True, lambda r: sum((r.get("kv_tokens") or {}).values()) or None),

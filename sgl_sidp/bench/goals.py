@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_sidp.bench import validate
-from sgl_sidp.bench.compare_report import compare_results
+from sgl_sidp.bench.compare_report import compare_results, is_served_shard
 from sgl_sidp.plan.steps import gpu_key
 
 #: (number, goal as a fraction of the measured value), in the order printed: issue 36's goals
@@ -99,7 +99,7 @@ def run_checks(root: Path, models_dir: Path, trace_dir: Path | None
         folder = config.parent
         run = str(folder.relative_to(root))
         model = models_dir / folder.name
-        if not (model / "config.json").is_file() and folder.name.endswith("-shard"):
+        if not (model / "config.json").is_file() and is_served_shard(folder.name):
             model = folder  # a TP shard served alone as a model of its own: its config.json is only here
         kind = gpu_kind(folder)
         why = (f"no {model}/config.json" if not (model / "config.json").is_file() else

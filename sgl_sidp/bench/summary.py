@@ -178,6 +178,8 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
         run's best measured configuration), best_value (tok/s) and ratio (None where the run did not measure the
         pick), in run order.
     """
+    from sgl_sidp.bench.compare_report import is_served_shard
+
     out = []
     for run, rows in run_summaries(root):
         measured: dict[tuple, dict[str, float]] = {}
@@ -187,7 +189,7 @@ def auto_picks(root: Path, models_dir: Path) -> list[dict]:
                 key = (r["model"], int(r["gpus"]), r["gpu_name"], r["workload"])
                 measured.setdefault(key, {})[r["configuration"]] = r["value"]
         for key, got in measured.items():
-            if key[0].endswith("-shard"):  # a TP shard served alone to time it (`gpu_runs.sh tp_shard`): no user model
+            if is_served_shard(key[0]):  # timed alone, no model `auto` serves
                 continue
             started = auto_started(root / run / key[0]) if "auto" in got else None
             if started is not None and started not in got:  # the auto server measured what it started

@@ -119,9 +119,9 @@ def decode_points(base_url: str, a, into: list, save, after: str | None = None) 
             ids = [prompts(1, lengths[i % len(lengths)], next(seeds))[0] for i in range(b)]
             outs, _ = run_batch(base_url, [(x, a.decode_output, None) for x in ids])
             gaps = [g for o in outs if o.success for g in o.itl[len(o.itl) // 2:]]
-            mean = sum(len(x) for x in ids) / b
-            into.append({"batch": b, "prompt": int(round(mean)), "output": a.decode_output,
-                         "context_mean": int(round(mean)) + 3 * a.decode_output // 4,
+            mean = round(sum(len(x) for x in ids) / b)
+            into.append({"batch": b, "prompt": mean, "output": a.decode_output,
+                         "context_mean": mean + 3 * a.decode_output // 4,
                          **({"prompts": lengths} if len(lengths) > 1 else {}), **({"after": after} if after else {}),
                          "step_ms": float(np.median(gaps)) * 1e3 if gaps else None})
             save()

@@ -50,6 +50,7 @@ PREFILL_TOKENS = (16, 128, 512, 2048, 4096, 8192)
 #: chunks of SGLang's default 8,192 tokens as a burst of short prompts fills them
 PREFILL_MULTI = ((2, 4096), (4, 2048), (8, 1024))
 
+
 def gpu_kind(name: str) -> str:
     """"NVIDIA H200" and "H200" -> "h200": a GPU name as NVML or a hand-made table spells it, reduced to its kind
     (matches calibrations and interconnect tables to GPUs, and keys the per-kind constants)."""
