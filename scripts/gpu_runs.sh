@@ -351,7 +351,7 @@
 #   q8_graphs512_incr_pair  q8_graphs512_pair with SGLang's --incremental-streaming-output on both (Shift SP2, DP2): on
 #                2 x H200 the output stream of whole-output chunks bound both at 34.8-34.9K tok/s while their servers
 #                decoded 23.6K (Shift, 512-row graphs) and 2 x 12.6K (DP2) tokens/s; DP2 with the flag ran 43,300.
-#                Expected: Shift about 0.93x DP2 (its servers' decode rates), the GPU-side ratio of issue 35's >= 0.95x
+#                Expected: Shift about 0.93x DP2 (its servers' decode rates), the GPU-side ratio against Shift's goal of >= 0.95x DP
 #                under high load; not predicted (the planner prices whole-output chunks: the flag is UNMODELLED_FLAGS')
 #   q8_graphs512_pair  the short form of q8_graphs512 for a call with under 6 minutes of device time: Shift SP2 as it now
 #                starts (512-row decode graphs, its default since 845f4b5: the default's first run on GPU) and DP2 at
