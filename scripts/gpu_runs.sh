@@ -350,7 +350,7 @@
 #                way) and TP2 with the flag beside TP2 and DP2 as SGLang starts them: the ratios to the best vanilla
 #   q8_graphs512_incr_pair  q8_graphs512_pair with SGLang's --incremental-streaming-output on both (Shift SP2, DP2): on
 #                2 x H200 the output stream of whole-output chunks bound both at 34.8-34.9K tok/s while their servers
-#                decoded 23.6K (Shift, 512-row graphs) and 2 x 12.6K (DP2) tokens/s; DP2 with the flag ran 43,300.
+#                decoded 23.6K (Shift, 512-row graphs) and 2 x 12.6K (DP2) tokens/s; DP2 with the flag ran 43,300 on another host.
 #                Expected: Shift about 0.93x DP2 (its servers' decode rates), the GPU-side ratio against Shift's goal of >= 0.95x DP
 #                under high load; not predicted (the planner prices whole-output chunks: the flag is UNMODELLED_FLAGS')
 #   q8_graphs512_pair  the short form of q8_graphs512 for a call with under 6 minutes of device time: Shift SP2 as it now
