@@ -352,7 +352,15 @@
 #                2 x H200 the output stream of whole-output chunks bound both at 34.8-34.9K tok/s while their servers
 #                decoded 23.6K (Shift, 512-row graphs) and 2 x 12.6K (DP2) tokens/s; DP2 with the flag ran 43,300 on another host.
 #                Expected: Shift about 0.93x DP2 (its servers' decode rates), the GPU-side ratio against Shift's goal of >= 0.95x DP
-#                under high load; not predicted (the planner prices whole-output chunks: the flag is UNMODELLED_FLAGS')
+#                under high load; not predicted (the planner prices whole-output chunks: the flag is UNMODELLED_FLAGS').
+#                Then Shift with --shift-threshold 256 (shift_sp2_tp1_th256) the same way: its decode steps of 257-512 rows
+#                run the base configuration (SP2: each GPU 256 rows through the whole weights, as a DP2 replica, plus the
+#                overlapped exchanges) where Shift's calibrated threshold (about 1,024 on H200) runs them TP2. Predicted
+#                decode steps (planner of the commit adding it, `plan(decode_points=...)`, 512 rows at 1,152 tokens):
+#                DP2 21.5 ms (a replica's 256 rows), Shift TP2 22.5, base 22.2; at 400 rows base 19.2 against TP2 17.3
+#                (the base pays from about 480 rows). Expected: the base's 512-row steps within 3 % of DP2's (Shift's
+#                decode-bound throughput about 0.96x DP2 against the TP path's 0.93x); if so, Shift's decode gets a
+#                threshold of its own
 #   q8_graphs512_pair  the short form of q8_graphs512 for a call with under 6 minutes of device time: Shift SP2 as it now
 #                starts (512-row decode graphs, its default since 845f4b5: the default's first run on GPU) and DP2 at
 #                SGLang's defaults, one after the other on 512 x (1,024 in, 256 out). Predicted (planner of 185b32a):
@@ -990,7 +998,8 @@ for RUN in "$@"; do
       compare_run "q8_graphs512_shift_on_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1 --burst 512+1024+256 \
         --extra-args "$X --cuda-graph-max-bs-decode 512" ;;
     q8_graphs512_incr_pair)
-      compare_run "q8_graphs512_incr_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 --burst 512+1024+256 \
+      compare_run "q8_graphs512_incr_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2,shift_sp2_tp1_th256 \
+        --burst 512+1024+256 \
         --extra-args "$X --incremental-streaming-output" ;;
     q8_graphs512_pair)
       compare_run "q8_graphs512_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 --burst 512+1024+256 ;;
