@@ -682,6 +682,15 @@
 #                after the replay (-0.1 %) and 45.14 mixed (+6.8 %); the 30 s replay itself 7,234 tok/s (+1.1 %), TTFT
 #                p50 +6.4 %, TPOT p50 -2.7 %. Neither a refilled pool nor mixed rows slow a step: the busy replay's
 #                11.2 % more decode GPU time is not the pool (plan/validate_1gpu_h200_decode_frag_2026-11-29/)
+#   decode512_1gpu  where Shift's high-load decode loses to DP2's (at the server 0.93x: Shift's 512-row TP2 steps 21.7 ms,
+#                DP2's replicas 256 rows in about 20.3, q8_graphs512_pair_2gpu_h200): on one GPU, in one call, Qwen3-8B TP1
+#                (a DP2 replica, and the base configuration's compute at SP2: each GPU 256 rows through the whole weights)
+#                and its TP2 shard alone (TP2 without its all-reduces), decode steps of 256 and 512 rows at 1,152 tokens
+#                of prompt, graphs to 512 rows, --incremental-streaming-output (the output stream must not bound a 512-row
+#                step). Predicted (`plan(decode_points=...)`, planner of the commit adding it, context 1,200): TP1 22.25 ms
+#                at 256 rows, 42.28 at 512; the shard 13.77 and 21.95. Expected: the shard's 512-row step under TP2's
+#                21.7 by its all-reduces (the planner's 0.6 ms), and TP1's 256-row step near DP2's 20.3; then Shift's base
+#                decode at 512 rows costs TP1's 256-row step plus its exchanges: the bound on Shift's high-load ratio
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -1088,6 +1097,13 @@ for RUN in "$@"; do
       mooncake_timed "q8_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" 1 ;;
     q8_mooncake_timer_1gpu)
       mooncake_timed "q8_mooncake_timer_1gpu_$TAG" Qwen3-8B 0.5 ;;
+    decode512_1gpu)
+      for M in Qwen3-8B "$(tp2_shard Qwen3-8B)"; do
+        D="$OUT/decode512_1gpu_$TAG/$M"; mkdir -p "$D"; echo "commit $SIDP_COMMIT" > "$D/commit.txt"
+        timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure --model-path ".gpu/models/$M" \
+          --out-dir "$D" --ttft "" --burst "" --decode-contexts 1152 --decode-batches 256,512 --decode-output 64 \
+          --extra-args "$X --incremental-streaming-output --cuda-graph-max-bs-decode 512" | tail -3
+      done ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
