@@ -690,7 +690,13 @@
 #                step). Predicted (`plan(decode_points=...)`, planner of the commit adding it, context 1,200): TP1 22.25 ms
 #                at 256 rows, 42.28 at 512; the shard 13.77 and 21.95. Expected: the shard's 512-row step under TP2's
 #                21.7 by its all-reduces (the planner's 0.6 ms), and TP1's 256-row step near DP2's 20.3; then Shift's base
-#                decode at 512 rows costs TP1's 256-row step plus its exchanges: the bound on Shift's high-load ratio
+#                decode at 512 rows costs TP1's 256-row step plus its exchanges: the bound on Shift's high-load ratio.
+#                Found at 9589f4a (1 x H200, the client's gaps between tokens): TP1 22.05 ms at 256 rows (SGLang's log,
+#                256 rows at 11,597 tok/s: 22.1), the shard 13.42 and 20.94 (-2.6 %, -4.6 %); but TP1's 512 rows 21.10,
+#                under its 256 and under the 88 GB of KV such a step reads (18 ms at 4.8 TB/s) plus its GEMMs: the
+#                output stream lagged the steps and caught up, so the client's gaps do not time a step there. Again as
+#                decode512_log_1gpu with SGLang's --decode-log-interval 1 (`validate_1gpu` then reads every step's time
+#                from the server's log, `server_step_ms`) and 384 rows too
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -1097,12 +1103,13 @@ for RUN in "$@"; do
       mooncake_timed "q8_mooncake_shard_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" 1 ;;
     q8_mooncake_timer_1gpu)
       mooncake_timed "q8_mooncake_timer_1gpu_$TAG" Qwen3-8B 0.5 ;;
-    decode512_1gpu)
+    decode512_1gpu|decode512_log_1gpu)
+      B=256,512 F=""; [ "$RUN" = decode512_log_1gpu ] && B=256,384,512 F="--decode-log-interval 1"
       for M in Qwen3-8B "$(tp2_shard Qwen3-8B)"; do
-        D="$OUT/decode512_1gpu_$TAG/$M"; mkdir -p "$D"; echo "commit $SIDP_COMMIT" > "$D/commit.txt"
+        D="$OUT/${RUN%_1gpu}_1gpu_$TAG/$M"; mkdir -p "$D"; echo "commit $SIDP_COMMIT" > "$D/commit.txt"
         timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure --model-path ".gpu/models/$M" \
-          --out-dir "$D" --ttft "" --burst "" --decode-contexts 1152 --decode-batches 256,512 --decode-output 64 \
-          --extra-args "$X --incremental-streaming-output --cuda-graph-max-bs-decode 512" | tail -3
+          --out-dir "$D" --ttft "" --burst "" --decode-contexts 1152 --decode-batches $B --decode-output 64 \
+          --extra-args "$X --incremental-streaming-output --cuda-graph-max-bs-decode 512 $F" | tail -3
       done ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;

@@ -70,3 +70,37 @@ def test_mixed_and_after_replay_decode_points_send_fresh_prompts_and_are_labelle
     labels = [what for what, *_ in validate_1gpu.rows(measured, str(QWEN3_8B), "H200")]
     assert labels == ["decode step, batch 4, context 70 (prompts 16/112)",
                       "decode step, batch 4, context 70 (prompts 16/112), after the replays"]
+
+
+def test_server_step_ms_reads_the_decode_lines_of_its_batch_past_the_first_half(monkeypatch):
+    """`--decode-log-interval 1` lines (SGLang 0.5.17's format): rows / tokens a second, the point's batch only, the
+    first half left out (its first line's interval holds the prefills); a point records what its stretch of the log
+    says, and a log without such lines gives None."""
+    from types import SimpleNamespace
+
+    from sgl_sidp.bench import batches
+
+    def line(n, rate):
+        return (f"[2026-11-29 14:23:45] Decode batch, #running-req: {n}, #token: 609249, token usage: 0.76, cuda graph: "
+                f"True, gen throughput (token/s): {rate}, #queue-req: 0\n")
+
+    log = (line(512, 1151.46) + line(512, 12800.0) + line(511, 1.0) + line(512, 12800.0) + line(512, 12800.0)
+           + line(512, 25600.0))
+    assert validate_1gpu.server_step_ms(log, 512) == pytest.approx(40.0)  # 445, 40 | 40, 40, 20 ms
+    assert validate_1gpu.server_step_ms(log, 256) is None
+    assert validate_1gpu.server_step_ms("Prefill batch, #new-seq: 1", 512) is None
+
+    logs = ["old lines " + line(4, 1.0)]
+
+    def fake_run_batch(url, bodies):
+        logs.append(line(4, 200.0) * 4)
+        return [SimpleNamespace(success=True, itl=[0.02] * 8) for _ in bodies], 1.0
+
+    monkeypatch.setattr(batches, "run_batch", fake_run_batch)
+    a = SimpleNamespace(decode_contexts=["64"], decode_batches=[4], decode_output=8)
+    points = []
+    validate_1gpu.decode_points("http://x", a, points, lambda: None, log_text=lambda: "".join(logs))
+    assert points[0]["server_step_ms"] == pytest.approx(20.0)
+    measured = {"kv_tokens": [], "ttft_ms": {}, "decode": points, "burst": None, "traces": {}}
+    labels = [what for what, *_ in validate_1gpu.rows(measured, str(QWEN3_8B), "H200")]
+    assert labels == ["decode step, batch 4, context 70", "the same step by the server's log"]

@@ -28,6 +28,7 @@ import re
 import shlex
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -68,7 +69,7 @@ def measure(a) -> None:
                     for o in run_batch(srv.base_url, [(ids, 1, None)])[0] if o.success]
             result["ttft_ms"][str(length)] = float(np.median(vals)) if vals else None
         save()
-        decode_points(srv.base_url, a, result["decode"], save)
+        decode_points(srv.base_url, a, result["decode"], save, log_text=srv.log_text)
         if a.burst:
             n, p, o = _triple(a.burst)
             outs, seconds = run_batch(srv.base_url, [(ids, o, None) for ids in prompts(n, p, 7)])
@@ -85,7 +86,7 @@ def measure(a) -> None:
                 "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")}}
             save()
         if a.decode_after_traces:
-            decode_points(srv.base_url, a, result["decode"], save, after="the replays")
+            decode_points(srv.base_url, a, result["decode"], save, after="the replays", log_text=srv.log_text)
     save()
     print(json.dumps(result, indent=1))
 
@@ -102,13 +103,30 @@ def decode_lengths(spec: str) -> list[int]:
     return lengths
 
 
-def decode_points(base_url: str, a, into: list, save, after: str | None = None) -> None:
+#: SGLang 0.5.17's decode log line (`SchedulerMetricsReporter.report_decode_stats`): its running requests and the tokens a second
+#: generated since the previous such line, which `--decode-log-interval 1` writes after every decode step
+DECODE_LOG = re.compile(r"Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
+
+
+def server_step_ms(log: str, batch: int) -> float | None:
+    """The median decode step (ms) of `batch` rows in a stretch of SGLang's log written with `--decode-log-interval 1`:
+    rows / (tokens a second) of each line at `batch` running requests, over the second half of those lines (the first
+    one's interval holds the prefills before it). None where the log has no such line (another interval)."""
+    steps = [int(n) / float(rate) * 1e3 for n, rate in DECODE_LOG.findall(log) if int(n) == batch and float(rate) > 0]
+    return float(np.median(steps[len(steps) // 2:])) if steps else None
+
+
+def decode_points(base_url: str, a, into: list, save, after: str | None = None,
+                  log_text: Callable[[], str] | None = None) -> None:
     """Time a decode step at each (`a.decode_contexts` item, `a.decode_batches` batch): B requests of `a.decode_output`
     tokens sent at once, the prompts of a mixed item's lengths in turn; the step is the median gap between output
     tokens over the second half of each request's gaps (SGLang prefills every waiting prompt before it decodes, so
-    by then all B decode together). Appends one dict per point to `into` and calls `save()` after each. `after`
-    names what ran before on this server (new prompts, so nothing hits the radix cache): the points then measure a
-    KV pool that work filled and freed, against the same points on a fresh one."""
+    by then all B decode together). With `log_text` (the server log so far) also the server's own step,
+    `server_step_ms` of what the log gained during the point (None unless the server logs every decode step):
+    the client's gaps are the output stream's, which can lag the steps and catch up (Qwen3-8B TP1 on one H200, 512
+    rows: 21.1 ms between tokens at the client, against 22.0 at 256 rows). Appends one dict per point to `into` and
+    calls `save()` after each. `after` names what ran before on this server (new prompts, so nothing hits the radix
+    cache): the points then measure a KV pool that work filled and freed, against the same points on a fresh one."""
     from sgl_sidp.bench.batches import prompts, run_batch
 
     # one seed a prompt, none another prompt of this server had (the same seed at another length is the same prefix)
@@ -117,13 +135,15 @@ def decode_points(base_url: str, a, into: list, save, after: str | None = None) 
         lengths = decode_lengths(spec)
         for b in a.decode_batches:
             ids = [prompts(1, lengths[i % len(lengths)], next(seeds))[0] for i in range(b)]
+            start = len(log_text()) if log_text else 0
             outs, _ = run_batch(base_url, [(x, a.decode_output, None) for x in ids])
             gaps = [g for o in outs if o.success for g in o.itl[len(o.itl) // 2:]]
             mean = round(sum(len(x) for x in ids) / b)
             into.append({"batch": b, "prompt": mean, "output": a.decode_output,
                          "context_mean": mean + 3 * a.decode_output // 4,
                          **({"prompts": lengths} if len(lengths) > 1 else {}), **({"after": after} if after else {}),
-                         "step_ms": float(np.median(gaps)) * 1e3 if gaps else None})
+                         "step_ms": float(np.median(gaps)) * 1e3 if gaps else None,
+                         **({"server_step_ms": server_step_ms(log_text()[start:], b)} if log_text else {})})
             save()
 
 
@@ -148,6 +168,9 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
         after = f", after {d['after']}" if d.get("after") else ""
         out.append((f"decode step, batch {d['batch']}, context {d['context_mean']:,}{mix}{after}", "ms",
                     pred["configurations"][0].decode_at[0], d["step_ms"]))
+        if d.get("server_step_ms"):
+            out.append(("the same step by the server's log", "ms", pred["configurations"][0].decode_at[0],
+                        d["server_step_ms"]))
     b = measured.get("burst")
     if b:
         pred = plan(model_path, 1, gpu, f"offline:{b['requests']}:{b['prompt']}:{b['output']}",
