@@ -81,8 +81,8 @@ def test_server_step_ms_reads_the_decode_lines_of_its_batch_past_the_first_half(
     from sgl_sidp.bench import batches
 
     def line(n, rate):
-        return (f"[2026-11-29 14:23:45] Decode batch, #running-req: {n}, #token: 609249, token usage: 0.76, cuda graph: "
-                f"True, gen throughput (token/s): {rate}, #queue-req: 0\n")
+        return (f"[2026-11-29 14:23:45] Decode batch, #running-req: {n}, #token: 609249, token usage: 0.76, "
+                f"cuda graph: True, gen throughput (token/s): {rate}, #queue-req: 0\n")
 
     log = (line(512, 1151.46) + line(512, 12800.0) + line(511, 1.0) + line(512, 12800.0) + line(512, 12800.0)
            + line(512, 25600.0))

@@ -103,8 +103,8 @@ def decode_lengths(spec: str) -> list[int]:
     return lengths
 
 
-#: SGLang 0.5.17's decode log line (`SchedulerMetricsReporter.report_decode_stats`): its running requests and the tokens a second
-#: generated since the previous such line, which `--decode-log-interval 1` writes after every decode step
+#: SGLang 0.5.17's decode log line (`SchedulerMetricsReporter.report_decode_stats`): its running requests and the
+#: tokens a second generated since the previous such line, which `--decode-log-interval 1` writes after every step
 DECODE_LOG = re.compile(r"Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
 
 
