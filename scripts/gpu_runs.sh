@@ -360,7 +360,8 @@
 #                DP2 21.5 ms (a replica's 256 rows), Shift TP2 22.5, base 22.2; at 400 rows base 19.2 against TP2 17.3
 #                (the base pays from about 480 rows). Expected: the base's 512-row steps within 3 % of DP2's (Shift's
 #                decode-bound throughput about 0.96x DP2 against the TP path's 0.93x); if so, Shift's decode gets a
-#                threshold of its own
+#                threshold of its own. Since decode512_log_1gpu (one H200: TP2's 512-row shard step 22.0 ms, a DP2
+#                replica's 256 rows 22.2): both Shifts about 0.97x DP2, the base no faster than the TP path
 #   q8_graphs512_pair  the short form of q8_graphs512 for a call with under 6 minutes of device time: Shift SP2 as it now
 #                starts (512-row decode graphs, its default since 845f4b5: the default's first run on GPU) and DP2 at
 #                SGLang's defaults, one after the other on 512 x (1,024 in, 256 out). Predicted (planner of 185b32a):
@@ -696,7 +697,11 @@
 #                under its 256 and under the 88 GB of KV such a step reads (18 ms at 4.8 TB/s) plus its GEMMs: the
 #                output stream lagged the steps and caught up, so the client's gaps do not time a step there. Again as
 #                decode512_log_1gpu with SGLang's --decode-log-interval 1 (`validate_1gpu` then reads every step's time
-#                from the server's log, `server_step_ms`) and 384 rows too
+#                from the server's log, `server_step_ms`) and 384 rows too. Found at afdd77d (1 x H200, the server's
+#                log): TP1 22.2, 31.0, 41.9 ms at 256, 384, 512 rows; the shard 13.6, 16.5, 22.0 (every one within -3.3 to
+#                +4.3 % of its price); the client's gaps 10.6 ms at TP1's 256. So TP2's 512-row step is a DP2 replica's
+#                but for its all-reduces (0.55 ms priced), and the base configuration's would be a replica's plus its
+#                exchanges: Shift about 0.97x DP2 either way (plan/validate_1gpu_h200_decode512_2026-11-29/)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac

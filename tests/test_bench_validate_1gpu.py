@@ -84,9 +84,9 @@ def test_server_step_ms_reads_the_decode_lines_of_its_batch_past_the_first_half(
         return (f"[2026-11-29 14:23:45] Decode batch, #running-req: {n}, #token: 609249, token usage: 0.76, "
                 f"cuda graph: True, gen throughput (token/s): {rate}, #queue-req: 0\n")
 
-    log = (line(512, 1151.46) + line(512, 12800.0) + line(511, 1.0) + line(512, 12800.0) + line(512, 12800.0)
+    log = (line(512, 1151.46) + line(512, 12800.0) + line(480, 1.0) + line(511, 12775.0) + line(512, 12800.0)
            + line(512, 25600.0))
-    assert validate_1gpu.server_step_ms(log, 512) == pytest.approx(40.0)  # 445, 40 | 40, 40, 20 ms
+    assert validate_1gpu.server_step_ms(log, 512) == pytest.approx(40.0)  # 445, 40 | 40, 40, 20 ms; 480 rows: not it
     assert validate_1gpu.server_step_ms(log, 256) is None
     assert validate_1gpu.server_step_ms("Prefill batch, #new-seq: 1", 512) is None
 

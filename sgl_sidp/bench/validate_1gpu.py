@@ -110,9 +110,11 @@ DECODE_LOG = re.compile(r"Decode batch, #running-req: (\d+),.*gen throughput \(t
 
 def server_step_ms(log: str, batch: int) -> float | None:
     """The median decode step (ms) of `batch` rows in a stretch of SGLang's log written with `--decode-log-interval 1`:
-    rows / (tokens a second) of each line at `batch` running requests, over the second half of those lines (the first
-    one's interval holds the prefills before it). None where the log has no such line (another interval)."""
-    steps = [int(n) / float(rate) * 1e3 for n, rate in DECODE_LOG.findall(log) if int(n) == batch and float(rate) > 0]
+    rows / (tokens a second) of each line at 95-100 % of `batch` running requests (a request taken in first can
+    finish alone before the rest decode: 511 of 512), over the second half of those lines (the first one's interval
+    holds the prefills before it). None where the log has no such line (another interval)."""
+    steps = [int(n) / float(rate) * 1e3 for n, rate in DECODE_LOG.findall(log)
+             if 0.95 * batch <= int(n) <= batch and float(rate) > 0]
     return float(np.median(steps[len(steps) // 2:])) if steps else None
 
 
@@ -149,21 +151,26 @@ def decode_points(base_url: str, a, into: list, save, after: str | None = None,
 
 def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None,
          what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
-    """(what, unit, predicted, measured) for every measured number (predicted with `what_if`'s numbers set by hand)."""
+    """(what, unit, predicted, measured) for every measured number (predicted with `what_if`'s numbers set by hand,
+    and with the SGLang flags of the measured server's command: its decode graphs' size, its chunk, its memory
+    fraction, `server_flags.ServerFlags`)."""
     from sgl_sidp.bench.traces import sim_requests
     from sgl_sidp.plan.planner import plan, plan_requests
+    from sgl_sidp.plan.server_flags import ServerFlags
 
+    server = ServerFlags.from_words(shlex.split(measured.get("command") or ""))
     out = []
     if measured.get("kv_tokens"):
-        pred = plan(model_path, 1, gpu, "latency:16:1", what_if=what_if)["configurations"][0]
+        pred = plan(model_path, 1, gpu, "latency:16:1", what_if=what_if, server=server)["configurations"][0]
         out.append(("KV tokens (max_total_num_tokens)", "tokens", pred.kv_tokens_total, measured["kv_tokens"][0]))
     for tokens, ms in sorted(measured["ttft_ms"].items(), key=lambda kv: int(kv[0])):
-        pred = plan(model_path, 1, gpu, f"latency:{tokens}:1", what_if=what_if)["configurations"][0]
+        pred = plan(model_path, 1, gpu, f"latency:{tokens}:1", what_if=what_if, server=server)["configurations"][0]
         out.append((f"TTFT of one {int(tokens):,}-token prompt", "ms", pred.ttft_ms_p50, ms))
     for d in measured.get("decode", []):
         if d["step_ms"] is None:
             continue
-        pred = plan(model_path, 1, gpu, "latency:16:1", decode_points=[(d["batch"], d["context_mean"])], what_if=what_if)
+        pred = plan(model_path, 1, gpu, "latency:16:1", decode_points=[(d["batch"], d["context_mean"])],
+                    what_if=what_if, server=server)
         mix = f" (prompts {'/'.join(f'{x:,}' for x in d['prompts'])})" if d.get("prompts") else ""
         after = f", after {d['after']}" if d.get("after") else ""
         out.append((f"decode step, batch {d['batch']}, context {d['context_mean']:,}{mix}{after}", "ms",
@@ -174,14 +181,14 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
     b = measured.get("burst")
     if b:
         pred = plan(model_path, 1, gpu, f"offline:{b['requests']}:{b['prompt']}:{b['output']}",
-                    what_if=what_if)["configurations"][0]
+                    what_if=what_if, server=server)["configurations"][0]
         what = f"burst of {b['requests']} x ({b['prompt']:,} in, {b['output']} out)"
         out += [(f"{what}: total throughput", "tok/s", pred.total_tok_s, b["total_throughput"]),
                 (f"{what}: TTFT p50", "ms", pred.ttft_ms_p50, b["median_ttft_ms"]),
                 (f"{what}: TPOT p50", "ms", pred.tpot_ms_p50, b["median_tpot_ms"])]
     for name, t in measured.get("traces", {}).items():
         pred = plan_requests(model_path, 1, gpu, f"replay {t['args']}", sim_requests(t["args"], trace_dir),
-                             what_if=what_if)
+                             what_if=what_if, server=server)
         pred = pred["configurations"][0]
         out += [(f"{name}: total throughput", "tok/s", pred.total_tok_s, t["total_throughput"]),
                 (f"{name}: TTFT p50", "ms", pred.ttft_ms_p50, t["median_ttft_ms"]),
@@ -196,8 +203,9 @@ def report(a) -> None:
     what-if numbers if any."""
     measured = json.loads((Path(a.out_dir) / "measured.json").read_text())
     what_if = what_if_from_args(a)
+    table = rows(measured, a.model_path, a.gpu, a.trace_dir, what_if)
     print("| number | unit | predicted | measured | error |\n|---|---|---:|---:|---:|")
-    for what, unit, pred, meas in rows(measured, a.model_path, a.gpu, a.trace_dir, what_if):
+    for what, unit, pred, meas in table:
         err = f"{pred / meas - 1:+.1%}" if meas else "-"
         print(f"| {what} | {unit} | {pred:,.1f} | {meas:,.1f} | {err} |")
 
@@ -232,7 +240,16 @@ def main(argv: list[str] | None = None) -> None:
                    help="read the replays' trace files from this folder (default: the paths the replays used)")
     add_what_if_args(r)
     a = ap.parse_args(argv)
-    measure(a) if a.cmd == "measure" else report(a)
+    if a.cmd == "measure":
+        measure(a)
+        return
+    from sgl_sidp.plan.planner import PlanError
+    from sgl_sidp.plan.server_flags import ServerFlagsError
+
+    try:
+        report(a)
+    except (PlanError, ServerFlagsError, FileNotFoundError) as e:  # bad input: one line, no traceback
+        raise SystemExit(f"validate_1gpu report: {e}") from None
 
 
 if __name__ == "__main__":
