@@ -11,10 +11,12 @@ Two steps, on two machines:
 `measure` writes OUT/measured.json: KV tokens (SGLang's `max_total_num_tokens`), the TTFT of single prompts (median
 of 3, distinct prompts, no radix hit), decode steps (B requests of C prompt tokens started at once; the median gap
 between consecutive output tokens once every request is decoding; a mixed batch's rows of several prompt lengths in
-turn; with `--decode-after-traces` again after the replays, on the KV pool they filled and freed), an offline burst
-(N x (IN, OUT) at once), and trace replays (`python -m sgl_sidp.replay`, its per-request files kept under OUT/<name>/). `report` rebuilds each
-measured workload's requests (the same trace window, scale and context limit as the replay) and prints a markdown
-table: predicted, measured, error (predicted / measured - 1). No measured number enters a prediction. A shard served
+turn; with `--decode-after-traces` again after the replays, on the KV pool they filled and freed; where the server
+logs every decode step, `--decode-log-interval 1`, also the step by its log, which the stream's lag does not reach),
+an offline burst (N x (IN, OUT) at once), and trace replays (`python -m sgl_sidp.replay`, its per-request files kept
+under OUT/<name>/). `report` rebuilds each measured workload's requests (the same trace window, scale and context
+limit as the replay) and prints a markdown table: predicted (with the measured server's SGLang flags), measured,
+error (predicted / measured - 1). No measured number enters a prediction. A shard served
 alone (its sizes by `--json-model-override-args` in --extra-args) is reported against a folder holding its config.json:
 the planner then prices it by that shard's calibration. `scripts/plan_validate_1gpu.py` calls this module.
 """
@@ -125,8 +127,8 @@ def decode_points(base_url: str, a, into: list, save, after: str | None = None,
     tokens over the second half of each request's gaps (SGLang prefills every waiting prompt before it decodes, so
     by then all B decode together). With `log_text` (the server log so far) also the server's own step,
     `server_step_ms` of what the log gained during the point (None unless the server logs every decode step):
-    the client's gaps are the output stream's, which can lag the steps and catch up (Qwen3-8B TP1 on one H200, 512
-    rows: 21.1 ms between tokens at the client, against 22.0 at 256 rows). Appends one dict per point to `into` and
+    the client's gaps are the output stream's, which can lag the steps and catch up (Qwen3-8B TP1 on one H200, 256
+    rows: 10.6 ms between tokens at the client, 22.2 in the server's log). Appends one dict per point to `into` and
     calls `save()` after each. `after` names what ran before on this server (new prompts, so nothing hits the radix
     cache): the points then measure a KV pool that work filled and freed, against the same points on a fresh one."""
     from sgl_sidp.bench.batches import prompts, run_batch
