@@ -702,6 +702,17 @@
 #                +4.3 % of its price); the client's gaps 10.6 ms at TP1's 256. So TP2's 512-row step is a DP2 replica's
 #                but for its all-reduces (0.55 ms priced), and the base configuration's would be a replica's plus its
 #                exchanges: Shift about 0.97x DP2 either way (plan/validate_1gpu_h200_decode512_2026-11-29/)
+#   q8_stream_shard_1gpu  is the output stream's bound the host's or the burst's? Qwen3-8B's TP2 shard alone on one
+#                GPU (its 512-row steps 22.0 ms: 23K tokens a second, faster than the stream), 512 x (1,024 in, 256 out)
+#                at once, decode graphs to 512 rows, as SGLang streams (whole output so far a chunk), then with
+#                --incremental-streaming-output (q8_stream_shard_incr_1gpu). On 2 x H200 the same burst fitted a stream
+#                of about 11K tokens a second on every configuration (q8_graphs512_pair_2gpu_h200) where plan
+#                calibrate's probes on one-H200 hosts measured 15.6-23.7K. Predicted (planner of the commit adding it,
+#                the shard's config, graphs to 512): 52,157 tok/s, TPOT p50 36.1 ms; at 11K tokens a second (`validate
+#                --stream-tokens-per-s 11000`) 35,340 and 59.6; unbound 54,231 and 34.2. Expected: near 52K if a
+#                one-H200 host streams as its probes did (the 2-GPU hosts' stream is theirs); near 35K if this burst
+#                streams at about 11K anywhere (then the probes miss what this burst's streams cost); with the flag
+#                near 54K either way
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -1116,6 +1127,12 @@ for RUN in "$@"; do
           --out-dir "$D" --ttft "" --burst "" --decode-contexts 1152 --decode-batches $B --decode-output 64 \
           --extra-args "$X --incremental-streaming-output --cuda-graph-max-bs-decode 512 $F" | tail -3
       done ;;
+    q8_stream_shard_1gpu)
+      S=$(tp2_shard Qwen3-8B)
+      compare_run "q8_stream_shard_1gpu_$TAG" "$S" --gpus 0 --configs tp1 --burst 512+1024+256 \
+        --extra-args "$X --cuda-graph-max-bs-decode 512"
+      compare_run "q8_stream_shard_incr_1gpu_$TAG" "$S" --gpus 0 --configs tp1 --burst 512+1024+256 \
+        --extra-args "$X --cuda-graph-max-bs-decode 512 --incremental-streaming-output" ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
