@@ -712,7 +712,19 @@
 #                --stream-tokens-per-s 11000`) 35,340 and 59.6; unbound 54,231 and 34.2. Expected: near 52K if a
 #                one-H200 host streams as its probes did (the 2-GPU hosts' stream is theirs); near 35K if this burst
 #                streams at about 11K anywhere (then the probes miss what this burst's streams cost); with the flag
-#                near 54K either way
+#                near 54K either way. Found at f2f200e (1 x H200): 35,854 tok/s, TPOT p50 54.6 ms; with the flag 38,727
+#                and 51.2. The server decoded 512 rows at 23-25K tokens a second (5.4 s), the clients' last tokens 4-5.5 s
+#                after its last step: this burst streamed at about 11-14K either way on a one-H200 host too
+#   stream_probe_1gpu  where plan calibrate's stream probe and a burst's stream part: Qwen3-8B's TP2 shard alone on one GPU
+#                (graphs to 512 rows), `validate_1gpu measure --stream-probes` (the tokens a second delivered while all of
+#                a burst's requests decode, `calibrate.streamed_window`): 256 x (16, 128) (the probe's), 512 x (16, 128),
+#                256 x (1,024, 128) and 512 x (1,024, 256) (q8_stream_shard_1gpu's burst), as SGLang streams; then the
+#                last again with --incremental-streaming-output. The planner's stream rate for this model: 22,166 tokens
+#                a second at every output length (the bundled probes' median). q8_stream_shard_1gpu_h200's burst
+#                streamed at about 11-14K. Expected: if the probe's size is the difference, its own point near 22K and
+#                the 512 x (1,024, 256) point near 11-14K, the two between them saying whether the streams' count or
+#                the prompts' length costs it; if every point is near 11-14K, this host's stream is slower than the
+#                bundled probes' hosts
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -1133,6 +1145,15 @@ for RUN in "$@"; do
         --extra-args "$X --cuda-graph-max-bs-decode 512"
       compare_run "q8_stream_shard_incr_1gpu_$TAG" "$S" --gpus 0 --configs tp1 --burst 512+1024+256 \
         --extra-args "$X --cuda-graph-max-bs-decode 512 --incremental-streaming-output" ;;
+    stream_probe_1gpu)
+      S=$(tp2_shard Qwen3-8B)
+      for F in "" --incremental-streaming-output; do
+        D="$OUT/stream_probe${F:+_incr}_1gpu_$TAG"; mkdir -p "$D"; echo "commit $SIDP_COMMIT" > "$D/commit.txt"
+        P=256+16+128,512+16+128,256+1024+128,512+1024+256; [ -n "$F" ] && P=512+1024+256
+        timeout -s TERM $(($(left) - 10)) python3 -m sgl_sidp.bench.validate_1gpu measure --model-path ".gpu/models/$S" \
+          --out-dir "$D" --ttft "" --burst "" --decode-contexts "" --stream-probes $P \
+          --extra-args "$X --cuda-graph-max-bs-decode 512 $F" | grep -A8 '"stream"'
+      done ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;

@@ -104,3 +104,24 @@ def test_server_step_ms_reads_the_decode_lines_of_its_batch_past_the_first_half(
     measured = {"kv_tokens": [], "ttft_ms": {}, "decode": points, "burst": None, "traces": {}}
     labels = [what for what, *_ in validate_1gpu.rows(measured, str(QWEN3_8B), "H200")]
     assert labels == ["decode step, batch 4, context 70", "the same step by the server's log"]
+
+
+def test_stream_probes_record_the_delivered_rate_and_report_it_against_the_planners(monkeypatch):
+    """A stream probe keeps the tokens a second of `calibrate.streamed_window`'s window (the output counted, a second
+    burst's where the first never streamed long enough) or why nothing was counted; `rows` sets each counted one
+    beside the stream rate the planner applies to that output length."""
+    from sgl_sidp.plan import calibrate
+
+    answers = iter([(25_600, 10.0, 12.0, 512, 2), "a request failed or was cut short"])
+    monkeypatch.setattr(calibrate, "streamed_window", lambda srv, n, p, o, seed: next(answers))
+    got = validate_1gpu.stream_probe(None, 512, 1024, 256, seed=3)
+    assert got == {"requests": 512, "prompt": 1024, "output": 512, "bursts": 2, "window_s": 2.0,
+                   "delivered_tokens_per_s": 12_800.0}
+    failed = validate_1gpu.stream_probe(None, 256, 16, 128, seed=4)
+    assert failed == {"requests": 256, "prompt": 16, "output": 128, "error": "a request failed or was cut short"}
+    measured = {"kv_tokens": [], "ttft_ms": {}, "decode": [], "stream": [got, failed], "burst": None, "traces": {}}
+    (row,) = validate_1gpu.rows(measured, str(QWEN3_8B), "H200")
+    rate = validate_1gpu.planned_stream_rate(str(QWEN3_8B), "H200", 512)
+    assert row == ("stream of 512 x (1,024 in, 512 out) while all decode (the planner's stream rate)", "tok/s", rate,
+                   12_800.0)
+    assert 10_000 < rate < 30_000  # the bundled H200 probes: 15.6-23.7K

@@ -13,12 +13,13 @@ of 3, distinct prompts, no radix hit), decode steps (B requests of C prompt toke
 between consecutive output tokens once every request is decoding; a mixed batch's rows of several prompt lengths in
 turn; with `--decode-after-traces` again after the replays, on the KV pool they filled and freed; where the server
 logs every decode step, `--decode-log-interval 1`, also the step by its log, which the stream's lag does not reach),
-an offline burst (N x (IN, OUT) at once), and trace replays (`python -m sgl_sidp.replay`, its per-request files kept
-under OUT/<name>/). `report` rebuilds each measured workload's requests (the same trace window, scale and context
-limit as the replay) and prints a markdown table: predicted (with the measured server's SGLang flags), measured,
-error (predicted / measured - 1). No measured number enters a prediction. A shard served
-alone (its sizes by `--json-model-override-args` in --extra-args) is reported against a folder holding its config.json:
-the planner then prices it by that shard's calibration. `scripts/plan_validate_1gpu.py` calls this module.
+stream probes (`--stream-probes`: the tokens a second the output stream delivered while a burst's requests all
+decoded, against the planner's stream rate), an offline burst (N x (IN, OUT) at once), and trace replays
+(`python -m sgl_sidp.replay`, its per-request files kept under OUT/<name>/). `report` rebuilds each measured
+workload's requests (the same trace window, scale and context limit as the replay) and prints a markdown table:
+predicted (with the measured server's SGLang flags), measured, error (predicted / measured - 1). No measured number
+enters a prediction. A shard served alone (its sizes by `--json-model-override-args` in --extra-args) is reported
+against a folder holding its config.json: the planner then prices it by that shard's calibration. `scripts/plan_validate_1gpu.py` calls this module.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def measure(a) -> None:
     flags = ["--model-path", a.model_path, "--load-format", "dummy", "--attention-backend", "triton",
              "--sampling-backend", "pytorch", "--tokenizer-path", "sgl_sidp/default_model", *shlex.split(a.extra_args)]
     srv = ServerProcess("sglang.launch_server", flags, port=a.port, log_path=out / "server.log", gpus="0")
-    result = {"command": None, "gpu": gpu_name(0), "kv_tokens": [], "ttft_ms": {}, "decode": [], "burst": None,
-              "traces": {}}
+    result = {"command": None, "gpu": gpu_name(0), "kv_tokens": [], "ttft_ms": {}, "decode": [], "stream": [],
+              "burst": None, "traces": {}}
     result["command"] = " ".join(srv.command)
     save = lambda: (out / "measured.json").write_text(json.dumps(result, indent=1))  # noqa: E731
     with srv:
@@ -72,6 +73,9 @@ def measure(a) -> None:
             result["ttft_ms"][str(length)] = float(np.median(vals)) if vals else None
         save()
         decode_points(srv.base_url, a, result["decode"], save, log_text=srv.log_text)
+        for i, spec in enumerate(a.stream_probes):
+            result["stream"].append(stream_probe(srv, *_triple(spec), seed=3_000_000 + 1_000 * i))
+            save()
         if a.burst:
             n, p, o = _triple(a.burst)
             outs, seconds = run_batch(srv.base_url, [(ids, o, None) for ids in prompts(n, p, 7)])
@@ -151,6 +155,38 @@ def decode_points(base_url: str, a, into: list, save, after: str | None = None,
             save()
 
 
+def stream_probe(srv, requests: int, prompt: int, output: int, seed: int) -> dict:
+    """The tokens a second the server's output stream delivered to the client while all of `requests` requests of
+    `prompt` random tokens and `output` output tokens, sent at once, decoded: `plan calibrate`'s stream probe
+    (`calibrate.streamed_window`, whose `STREAM_PROBE` is 256 x (16, 128)) at other sizes, to see whether its rate holds
+    for a burst's. Returns {"requests", "prompt", "output" (of the burst counted: a second one decodes more when the
+    first never streamed long enough), "bursts", "window_s", "delivered_tokens_per_s"}, or with "error" instead of
+    the last four where nothing was counted."""
+    from sgl_sidp.plan.calibrate import streamed_window
+
+    point = {"requests": requests, "prompt": prompt, "output": output}
+    got = streamed_window(srv, requests, prompt, output, seed)
+    if isinstance(got, str):
+        return {**point, "error": got}
+    tokens, lo, hi, counted, bursts = got
+    return {**point, "output": counted, "bursts": bursts, "window_s": hi - lo,
+            "delivered_tokens_per_s": tokens / (hi - lo)}
+
+
+def planned_stream_rate(model_path: str, gpu: str, output: int) -> float | None:
+    """The stream rate (tokens a second) the planner applies to requests of `output` output tokens of this model on
+    GPU kind `gpu` (`steps.stream_tokens_per_s` at their tokens' mean place, as `planner.plan_requests` takes it), or
+    None where no calibration measured a bound stream."""
+    from sgl_sidp.calibration.memory import ModelShapes
+    from sgl_sidp.model_info import read_hf_config
+    from sgl_sidp.plan.configs import shard_of
+    from sgl_sidp.plan.steps import GPUS, output_mean_index, shard_signature, stream_tokens_per_s
+
+    hf = read_hf_config(model_path)
+    whole = shard_signature(hf, shard_of(ModelShapes.of(hf), 1, 1, 1))
+    return stream_tokens_per_s(GPUS[gpu]["name"], model=whole, mean_index=output_mean_index([output]))
+
+
 def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None,
          what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
     """(what, unit, predicted, measured) for every measured number (predicted with `what_if`'s numbers set by hand,
@@ -180,6 +216,11 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
         if d.get("server_step_ms"):
             out.append(("the same step by the server's log", "ms", pred["configurations"][0].decode_at[0],
                         d["server_step_ms"]))
+    for st in measured.get("stream", []):
+        rate = planned_stream_rate(model_path, gpu, st["output"])
+        if st.get("delivered_tokens_per_s") and rate:
+            out.append((f"stream of {st['requests']} x ({st['prompt']:,} in, {st['output']} out) while all decode "
+                        "(the planner's stream rate)", "tok/s", rate, st["delivered_tokens_per_s"]))
     b = measured.get("burst")
     if b:
         pred = plan(model_path, 1, gpu, f"offline:{b['requests']}:{b['prompt']}:{b['output']}",
@@ -227,6 +268,9 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--decode-batches", type=lambda s: [int(x) for x in s.split(",") if x], default=list(DECODE_BATCHES),
                    help=f"batch sizes of the decode-step runs at each context (default: {','.join(map(str, DECODE_BATCHES))})")
     m.add_argument("--decode-output", type=int, default=64, help="output tokens of each decode-step request (default: 64)")
+    m.add_argument("--stream-probes", type=lambda s: [x for x in s.split(",") if x and _triple(x)], default=[],
+                   metavar="N+IN+OUT,...", help="stream probes: N requests of IN prompt and OUT output tokens at once, "
+                   "the tokens a second delivered while all decode (plan calibrate's is 256+16+128; default: none)")
     m.add_argument("--burst", default="512+2048+256", metavar="N+IN+OUT",
                    help="offline burst: N requests of IN prompt and OUT output tokens at once (default: 512+2048+256)")
     m.add_argument("--trace", action="append", default=[], metavar="NAME=REPLAY_ARGS",
