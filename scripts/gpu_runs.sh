@@ -724,7 +724,9 @@
 #                streamed at about 11-14K. Expected: if the probe's size is the difference, its own point near 22K and
 #                the 512 x (1,024, 256) point near 11-14K, the two between them saying whether the streams' count or
 #                the prompts' length costs it; if every point is near 11-14K, this host's stream is slower than the
-#                bundled probes' hosts
+#                bundled probes' hosts. Found at d0a9325 (1 x H200): 15,521, 14,794, 16,624 and 15,383 tokens a second;
+#                16,304 with the flag: the burst's size does not move the rate, the host does (the planner's 22,166 is
+#                33-50 % over; plan/validate_1gpu_h200_stream_probes_2026-11-29/)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
