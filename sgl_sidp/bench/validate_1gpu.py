@@ -158,19 +158,18 @@ def decode_points(base_url: str, a, into: list, save, after: str | None = None,
 def stream_probe(srv, requests: int, prompt: int, output: int, seed: int) -> dict:
     """The tokens a second the server's output stream delivered to the client while all of `requests` requests of
     `prompt` random tokens and `output` output tokens, sent at once, decoded: `plan calibrate`'s stream probe
-    (`calibrate.streamed_window`, whose `STREAM_PROBE` is 256 x (16, 128)) at other sizes, to see whether its rate holds
+    (`calibrate.delivered_rate`; its `STREAM_PROBE` is 256 x (16, 128)) at other sizes, to see whether its rate holds
     for a burst's. Returns {"requests", "prompt", "output" (of the burst counted: a second one decodes more when the
     first never streamed long enough), "bursts", "window_s", "delivered_tokens_per_s"}, or with "error" instead of
     the last four where nothing was counted."""
-    from sgl_sidp.plan.calibrate import streamed_window
+    from sgl_sidp.plan.calibrate import delivered_rate
 
     point = {"requests": requests, "prompt": prompt, "output": output}
-    got = streamed_window(srv, requests, prompt, output, seed)
+    got = delivered_rate(srv, requests, prompt, output, seed)
     if isinstance(got, str):
         return {**point, "error": got}
-    tokens, lo, hi, counted, bursts = got
-    return {**point, "output": counted, "bursts": bursts, "window_s": hi - lo,
-            "delivered_tokens_per_s": tokens / (hi - lo)}
+    return {**point, "output": got["probe"][2], "bursts": got["bursts"], "window_s": got["window_s"],
+            "delivered_tokens_per_s": got["delivered_tokens_per_s"]}
 
 
 def planned_stream_rate(model_path: str, gpu: str, output: int) -> float | None:

@@ -347,6 +347,17 @@ def record_stream_rate(srv, entry: Path, probe: tuple[int, int, int] = STREAM_PR
             + (f" (a second burst of {got['probe'][2]} tokens)" if got["bursts"] > 1 else ""))
 
 
+def delivered_rate(srv, batch: int, prompt: int, output: int, seed: int) -> dict | str:
+    """`streamed_window` of `batch` requests of (`prompt`, `output`) tokens as a rate: {"delivered_tokens_per_s",
+    "probe" ([batch, prompt, the output of the burst counted]), "window_s", "bursts"}, or why nothing was counted."""
+    got = streamed_window(srv, batch, prompt, output, seed)
+    if isinstance(got, str):
+        return got
+    tokens, lo, hi, output, burst = got
+    return {"delivered_tokens_per_s": tokens / (hi - lo), "probe": [batch, prompt, output], "window_s": hi - lo,
+            "bursts": burst}
+
+
 def stream_probe(srv, data: dict, probe: tuple[int, int, int], seed: int) -> dict | str:
     """One stream probe of `probe`'s (requests, prompt tokens, output tokens) against `srv`, whose cache entry is
     `data`: the delivered rate (`streamed_window`) against the GPU's, the batch over its calibrated decode step.
@@ -360,13 +371,11 @@ def stream_probe(srv, data: dict, probe: tuple[int, int, int], seed: int) -> dic
     step_ms = Calibration.from_entry(data).decode_ms.get(batch)
     if not step_ms:
         return f"no calibrated decode step at batch {batch}"
-    got = streamed_window(srv, batch, prompt, output, seed)
+    got = delivered_rate(srv, batch, prompt, output, seed)
     if isinstance(got, str):
         return got
-    tokens, lo, hi, output, burst = got
-    delivered, gpu = tokens / (hi - lo), batch / (step_ms / 1e3)
-    return {"tokens_per_s": delivered if delivered < 0.8 * gpu else None, "delivered_tokens_per_s": delivered,
-            "gpu_tokens_per_s": gpu, "probe": [batch, prompt, output], "window_s": hi - lo, "bursts": burst}
+    delivered, gpu = got["delivered_tokens_per_s"], batch / (step_ms / 1e3)
+    return {"tokens_per_s": delivered if delivered < 0.8 * gpu else None, **got, "gpu_tokens_per_s": gpu}
 
 
 #: (requests, prompt tokens, output tokens) of `record_stream_length`'s burst: `STREAM_PROBE`'s requests with four
