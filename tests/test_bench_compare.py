@@ -616,3 +616,19 @@ def test_a_result_left_out_for_a_flag_alone_renders_and_its_rows_say_so():
     md, rows, _ = render(runs / "q32_prefill_mixed_2gpu_h100", predict=False)
     marked = {r["configuration"] for r in rows if "sglang_env" in r}
     assert marked == {"sidp_dp2_auto_measured"} and all(r["sglang_env"] == {} for r in rows if "sglang_env" in r)
+
+
+def test_stream_probe_measures_each_servers_stream_after_its_warm_up(tmp_path, fake, monkeypatch):
+    """`--stream-probe`: `plan calibrate`'s stream probe once the server is warmed up, kept as "stream_probe" (the
+    delivered rate, or why nothing was counted) and reported in a line beside the planner's stream rate."""
+    from sgl_sidp.plan import calibrate
+
+    monkeypatch.setattr(calibrate, "STREAM_PROBE", (8, 4, 40))
+    dense = model(tmp_path, "dense", DENSE)
+    assert compare.main(args(tmp_path, "--model-path", str(dense), "--configs", "tp2", "--burst", "4+16+3",
+                             "--stream-probe")) == 0
+    res = json.loads((tmp_path / "out" / "dense" / "tp2.json").read_text())
+    probe = res["stream_probe"]
+    assert probe["probe"][:2] == [8, 4] and probe["delivered_tokens_per_s"] > 0, probe
+    report = (tmp_path / "out" / "compare.md").read_text()
+    assert "Stream probe (8 x (4 in, 40 out) after the warm-up" in report and "tp2 " in report

@@ -38,6 +38,9 @@ Per configuration and model (`OUT/<model>/<config>.json`, rewritten after every 
   `--profile-after-s T` starts the trace T s into the burst (decode forwards deep in it; default 1).
 * `--freeze-gc`: SGLang's `/freeze_gc` on each server after its warm-up (what SGLang's own warning of a long garbage
   collection advises); off by default, as SGLang starts.
+* `--stream-probe`: after each server's warm-up, `plan calibrate`'s stream probe: the tokens a second the server's
+  output stream delivers (a property of the host, which bounds decode-heavy bursts), in the report beside the
+  planner's stream rate.
 
 Resumable: a step already in the JSON is not run again, and a configuration with every step done (or refused) is
 not started, so the next call of a 10-minute device lease goes on where the last stopped (`--deadline-s` starts no
@@ -123,7 +126,8 @@ class Job:
 #: The random prompts' seed of each step (`batches.prompts`). Prompts of one seed share their first row's tokens
 #: whatever their length, so a step whose seed another step used before meets a radix-cache hit: the first burst of
 #: `--burst-twice` took the short rehearsal's seed until q8_gap_4gpu_h200, and its first request prefilled one token.
-PROMPT_SEEDS = {"rehearsal": 3, "rehearsal_short": 5, "burst": 7, "alone": 11, "profile": 13, "burst_first": 17}
+PROMPT_SEEDS = {"rehearsal": 3, "rehearsal_short": 5, "burst": 7, "alone": 11, "profile": 13, "burst_first": 17,
+                "stream_probe": 19}
 
 
 def rehearsal_size(prompt_tokens: int, chunk_tokens: int) -> int:
@@ -500,7 +504,21 @@ class Measurement:
                                         timeout=60) as r:  # answers in plain text
                 r.read()
             self.res["freeze_gc"] = True
+        if self.a.stream_probe and "stream_probe" not in self.res:
+            self.run_stream_probe()
         return True
+
+    def run_stream_probe(self) -> None:
+        """`--stream-probe`, after the warm-up: `plan calibrate`'s stream probe (`calibrate.STREAM_PROBE`,
+        `calibrate.delivered_rate`), the tokens a second this server's output stream delivered while every request of
+        256 x (16, 128) decoded. The rate is the host's, not the burst's: one H200 host streamed 14.8-16.6K tokens a
+        second at every burst size, where the bundled probes of other hosts had 15.6-23.7K
+        (benchmarks/results/plan/validate_1gpu_h200_stream_probes_2026-11-29/)."""
+        from sgl_sidp.plan.calibrate import STREAM_PROBE, delivered_rate
+
+        got = delivered_rate(self.srv, *STREAM_PROBE, PROMPT_SEEDS["stream_probe"])
+        self.res["stream_probe"] = got if isinstance(got, dict) else {"error": got}
+        self.save()
 
     def warm_up(self) -> None:
         """Outside every number: two short greedy requests per DP rank (first allocations, JIT kernels), then, where
@@ -917,6 +935,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--freeze-gc", action="store_true",
                    help="call SGLang's /freeze_gc after each server's warm-up (its tokenizer manager and schedulers "
                         "then never collect the objects they hold: no pause of a full collection mid-burst)")
+    p.add_argument("--stream-probe", action="store_true",
+                   help="after each server's warm-up, plan calibrate's stream probe (256 x (16, 128)): the tokens a "
+                        "second its output stream delivers, which bounds decode-heavy bursts and varies by host")
     p.add_argument("--profile-host", choices=("calls", "frames"), default=None,
                    help="trace --profile's host side too: per forward, the host's launches and its work between "
                         "forwards (profile.host_timeline), by aten op and CUDA call (calls: little overhead) or by "

@@ -175,13 +175,15 @@ def stream_probe(srv, requests: int, prompt: int, output: int, seed: int) -> dic
 def planned_stream_rate(model_path: str, gpu: str, output: int) -> float | None:
     """The stream rate (tokens a second) the planner applies to requests of `output` output tokens of this model on
     GPU kind `gpu` (`steps.stream_tokens_per_s` at their tokens' mean place, as `planner.plan_requests` takes it), or
-    None where no calibration measured a bound stream."""
+    None where no calibration measured a bound stream or `model_path` has no config.json."""
     from sgl_sidp.calibration.memory import ModelShapes
     from sgl_sidp.model_info import read_hf_config
     from sgl_sidp.plan.configs import shard_of
     from sgl_sidp.plan.steps import GPUS, output_mean_index, shard_signature, stream_tokens_per_s
 
     hf = read_hf_config(model_path)
+    if hf is None:
+        return None
     whole = shard_signature(hf, shard_of(ModelShapes.of(hf), 1, 1, 1))
     return stream_tokens_per_s(GPUS[gpu]["name"], model=whole, mean_index=output_mean_index([output]))
 
