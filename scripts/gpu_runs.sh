@@ -364,7 +364,8 @@
 #                replica's 256 rows 22.2): both Shifts about 0.97x DP2, the base no faster than the TP path. Since
 #                stream_probe_1gpu (a one-H200 host streamed 14.8-16.6K tokens a second with either chunk kind) the
 #                clients here may still be stream-bound, so every server logs each decode step (--decode-log-interval
-#                1): the GPU-side ratio is Shift's 512-row steps against DP2's ranks' 256-row steps, from the logs
+#                1): the GPU-side ratio is Shift's 512-row steps against DP2's ranks' 256-row steps, from the logs;
+#                and each server's stream rate is probed after its warm-up (compare --stream-probe)
 #   q8_graphs512_pair  the short form of q8_graphs512 for a call with under 6 minutes of device time: Shift SP2 as it now
 #                starts (512-row decode graphs, its default since 845f4b5: the default's first run on GPU) and DP2 at
 #                SGLang's defaults, one after the other on 512 x (1,024 in, 256 out). Predicted (planner of 185b32a):
@@ -1047,7 +1048,7 @@ for RUN in "$@"; do
         --extra-args "$X --cuda-graph-max-bs-decode 512" ;;
     q8_graphs512_incr_pair)
       compare_run "q8_graphs512_incr_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2,shift_sp2_tp1_th256 \
-        --burst 512+1024+256 \
+        --burst 512+1024+256 --stream-probe \
         --extra-args "$X --incremental-streaming-output --decode-log-interval 1" ;;
     q8_graphs512_pair)
       compare_run "q8_graphs512_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 --burst 512+1024+256 ;;
