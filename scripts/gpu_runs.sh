@@ -731,6 +731,8 @@
 #                bundled probes' hosts. Found at d0a9325 (1 x H200): 15,521, 14,794, 16,624 and 15,383 tokens a second;
 #                16,304 with the flag: the burst's size does not move the rate, the host does (the planner's 22,166 is
 #                33-50 % over; plan/validate_1gpu_h200_stream_probes_2026-11-29/)
+#   stream_check_1gpu  compare --stream-probe on GPU: Qwen3-8B's TP2 shard alone, 64 x (2,048 in, 32 out), the probe after
+#                the warm-up. Expected: a rate near stream_probe_1gpu's 15.5K on such a host, and the report's line
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -1160,6 +1162,8 @@ for RUN in "$@"; do
           --out-dir "$D" --ttft "" --burst "" --decode-contexts "" --stream-probes $P \
           --extra-args "$X --cuda-graph-max-bs-decode 512 $F" | grep -A8 '"stream"'
       done ;;
+    stream_check_1gpu)
+      compare_run "stream_check_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" --gpus 0 --configs tp1 --burst 64+2048+32 --stream-probe ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
