@@ -499,3 +499,19 @@ def test_a_replay_sent_without_objectives_is_validated_on_its_ttft_and_tpot(tmp_
     assert [(name, what) for name, what, *_ in rows] == [("tp1", "prefix_probes@1x: TTFT p50"),
                                                         ("tp1", "prefix_probes@1x: TPOT p50")]
     assert rows[0][3] == pytest.approx(rows[0][4], rel=0.05)
+
+
+def test_stream_from_probes_predicts_at_the_runs_own_stream(capsys):
+    """`--stream-from-probes`: the median of the servers' own stream probes (`compare --stream-probe`) as the
+    what-if stream rate, said in a line first; a folder without probes, or with --stream-tokens-per-s too, is refused
+    in one line."""
+    run = ROOT / "benchmarks/results/multi_gpu/stream_check_1gpu_h200/Qwen3-8B-tp2-shard"
+    assert validate.probed_stream_rate(run) == pytest.approx(15_940, abs=1)
+    validate.main([str(run), "--model-path", str(run), "--gpu", "H200", "--stream-from-probes"])
+    out = capsys.readouterr().out
+    assert "own stream probes" in out and "15,940 tokens/s (median)" in out and "What-if:" in out
+    without = ROOT / "benchmarks/results/multi_gpu/q8_stream_shard_1gpu_h200/Qwen3-8B-tp2-shard"
+    for folder, more, err in ((without, [], "no server in"), (run, ["--stream-tokens-per-s", "9000"], "not --stream")):
+        with pytest.raises(SystemExit):
+            validate.main([str(folder), "--model-path", str(run), "--gpu", "H200", "--stream-from-probes", *more])
+        assert err in capsys.readouterr().err.strip().splitlines()[-1]

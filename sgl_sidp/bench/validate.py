@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 from pathlib import Path
 
 from sgl_sidp.bench.compare_report import (compare_results, predicted_by_flags, server_flags_of, unmodelled,
@@ -170,6 +171,15 @@ def load(folder: Path) -> dict[int, dict[str, dict]]:
     return compare_measured([r for r in compare_results(folder) if not unmodelled(r)], folder)
 
 
+def probed_stream_rate(folder: Path) -> float | None:
+    """The median of the delivered rates (tokens/s) the servers of `folder` measured with `compare --stream-probe`
+    (`calibrate.delivered_rate` after the warm-up), or None where none did: the run's host's stream, which varies
+    1.5x between hosts (benchmarks/results/plan/validate_1gpu_h200_stream_probes_2026-11-29/)."""
+    rates = [r["stream_probe"]["delivered_tokens_per_s"] for r in compare_results(folder)
+             if (r.get("stream_probe") or {}).get("delivered_tokens_per_s")]
+    return float(statistics.median(rates)) if rates else None
+
+
 def unmodelled_results(folder: Path) -> list[str]:
     """"<configuration>: <why>" for each of `folder`'s results that `load` leaves out (`unmodelled`)."""
     return [f"{r['config']}: {why}" for r in compare_results(folder) if (why := unmodelled(r))]
@@ -231,8 +241,6 @@ def schedule_lines(measured: list[dict], schedule: tuple[tuple[float, float], ..
     Raises:
         ValueError: the two hold different numbers of requests.
     """
-    import statistics
-
     if len(measured) != len(schedule):
         raise ValueError(f"{len(measured)} requests measured, {len(schedule)} simulated: not the same replay")
     first_tok = [r["actual_send_s"] + r["ttft_ms"] / 1e3 for r in measured]
@@ -273,8 +281,6 @@ def window_lines(arrivals: list[float], first_tok: list[float], last_tok: list[f
     `q8_shift_busy_2gpu_h100` Shift's median decode windows run 0.7 s and 2.1 s over the simulation's for the
     requests that arrive 20-30 and 30-40 s in, the window's densest, and within 0.1 s elsewhere (TP2's within 0.2 s
     everywhere)."""
-    import statistics
-
     by: dict[int, list[int]] = {}
     for i, a in enumerate(arrivals):
         by.setdefault(int(a // width_s), []).append(i)
@@ -563,8 +569,19 @@ def main(argv: list[str] | None = None) -> None:
                     help="where the replayed traces are (default: the paths compare was given)")
     ap.add_argument("--per-request", type=int, nargs="?", const=12, default=None, metavar="N",
                     help="each replay request by request against the simulation, the first N listed (default 12)")
+    ap.add_argument("--stream-from-probes", action="store_true",
+                    help="what-if: stream at the median rate of the servers' own stream probes (compare "
+                         "--stream-probe), the run's host's, instead of the calibrated rate")
     add_what_if_args(ap)
     a = ap.parse_args(argv)
+    if a.stream_from_probes:
+        if a.dir is None or a.stream_tokens_per_s is not None:
+            ap.error("--stream-from-probes: give DIR, and not --stream-tokens-per-s too")
+        a.stream_tokens_per_s = probed_stream_rate(a.dir)
+        if a.stream_tokens_per_s is None:
+            ap.error(f"--stream-from-probes: no server in {a.dir} measured its stream (compare --stream-probe)")
+        print(f"The servers' own stream probes in {a.dir}: {a.stream_tokens_per_s:,.0f} tokens/s (median), in place "
+              "of the calibrated rate below\n")
     what_if = what_if_from_args(a)
     if a.forwards:
         print("\n".join(forwards_table(a.forwards, a.model_path, a.gpu, a.gpus, what_if)))
