@@ -734,6 +734,13 @@
 #   stream_check_1gpu  compare --stream-probe on GPU: Qwen3-8B's TP2 shard alone, 64 x (2,048 in, 32 out), the probe after
 #                the warm-up. Expected: a rate near stream_probe_1gpu's 15.5K on such a host, and the report's line.
 #                Found at 061f4b3 (1 x H200): 15,940 tokens a second against the planner's 22,166, in compare.md's line
+#   q8_stream_burst_1gpu  does a server's own stream probe predict its stream-bound burst? q8_stream_shard_1gpu's burst
+#                (Qwen3-8B's TP2 shard alone, 512 x (1,024 in, 256 out), graphs to 512 rows, whole-output chunks) with
+#                compare --stream-probe on the same server. That burst ran 35,854 tok/s (predicted 52,157 at the planner's
+#                22,166 tokens a second; `validate --stream-tokens-per-s` 15,500: 43,406; 12,000: 37,331), and the next
+#                host's probes delivered 14.8-16.6K. Expected: `validate --stream-from-probes` within 10 % if the probe's
+#                rate is the burst's; if the burst still runs slower than its own probe, the full burst streams slower
+#                than the probe's window (the prefill phase's intake, or the 512 streams' end), and a probe does not settle it
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -1165,6 +1172,9 @@ for RUN in "$@"; do
       done ;;
     stream_check_1gpu)
       compare_run "stream_check_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" --gpus 0 --configs tp1 --burst 64+2048+32 --stream-probe ;;
+    q8_stream_burst_1gpu)
+      compare_run "q8_stream_burst_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" --gpus 0 --configs tp1 --burst 512+1024+256 \
+        --stream-probe --extra-args "$X --cuda-graph-max-bs-decode 512" ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
     *) echo "unknown run $RUN (--help lists them)" ;;
