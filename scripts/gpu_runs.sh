@@ -740,7 +740,9 @@
 #                22,166 tokens a second; `validate --stream-tokens-per-s` 15,500: 43,406; 12,000: 37,331), and the next
 #                host's probes delivered 14.8-16.6K. Expected: `validate --stream-from-probes` within 10 % if the probe's
 #                rate is the burst's; if the burst still runs slower than its own probe, the full burst streams slower
-#                than the probe's window (the prefill phase's intake, or the 512 streams' end), and a probe does not settle it
+#                than the probe's window (the prefill phase's intake, or the 512 streams' end), and a probe does not settle it.
+#                Found at 5d88fdb (1 x H200, a slow host): the probe 9,672 tokens a second, the burst 33,821 tok/s, TPOT
+#                p50 61.8 ms; predicted at the server's own probe -3.9 % and +6.7 % (at the bundled rate +54.2 %, -41.6 %)
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
