@@ -114,14 +114,16 @@ def test_stream_probes_record_the_delivered_rate_and_report_it_against_the_plann
 
     answers = iter([(25_600, 10.0, 12.0, 512, 2), "a request failed or was cut short"])
     monkeypatch.setattr(calibrate, "streamed_window", lambda srv, n, p, o, seed: next(answers))
-    got = validate_1gpu.stream_probe(None, 512, 1024, 256, seed=3)
+    got = validate_1gpu.stream_point(None, 512, 1024, 256, seed=3)
     assert got == {"requests": 512, "prompt": 1024, "output": 512, "bursts": 2, "window_s": 2.0,
                    "delivered_tokens_per_s": 12_800.0}
-    failed = validate_1gpu.stream_probe(None, 256, 16, 128, seed=4)
+    failed = validate_1gpu.stream_point(None, 256, 16, 128, seed=4)
     assert failed == {"requests": 256, "prompt": 16, "output": 128, "error": "a request failed or was cut short"}
     measured = {"kv_tokens": [], "ttft_ms": {}, "decode": [], "stream": [got, failed], "burst": None, "traces": {}}
     (row,) = validate_1gpu.rows(measured, str(QWEN3_8B), "H200")
-    rate = validate_1gpu.planned_stream_rate(str(QWEN3_8B), "H200", 512)
+    from sgl_sidp.plan.planner import stream_rate
+
+    rate = stream_rate(str(QWEN3_8B), "H200", 512)
     assert row == ("stream of 512 x (1,024 in, 512 out) while all decode (the planner's stream rate)", "tok/s", rate,
                    12_800.0)
     assert 10_000 < rate < 30_000  # the bundled H200 probes: 15.6-23.7K

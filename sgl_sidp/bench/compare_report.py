@@ -480,19 +480,16 @@ def render(out_dir: Path, predict: bool = True) -> tuple[str, list[dict], dict]:
 
 def stream_probe_lines(group: dict[str, dict], model_path: Path, gpu_name: str) -> list[str]:
     """The line of the group's stream probes (`compare --stream-probe`), with the stream rate the planner applies to
-    the probe's requests on this GPU kind (`validate_1gpu.planned_stream_rate`); none without probes."""
+    the probe's requests on this GPU kind (`planner.stream_rate`); none without probes."""
     probes = {n: r["stream_probe"] for n, r in group.items() if r.get("stream_probe")}
     if not probes:
         return []
-    from sgl_sidp.bench.validate_1gpu import planned_stream_rate
     from sgl_sidp.plan.calibrate import STREAM_PROBE
+    from sgl_sidp.plan.planner import stream_rate
     from sgl_sidp.plan.steps import gpu_key
 
     kind = gpu_key(gpu_name)
-    try:
-        planned = planned_stream_rate(str(model_path), kind, STREAM_PROBE[2]) if kind else None
-    except (OSError, ValueError, KeyError, TypeError):  # no config.json kept, or nothing calibrated
-        planned = None
+    planned = stream_rate(str(model_path), kind, STREAM_PROBE[2]) if kind else None
     each = "; ".join(f"{n} {fmt(p.get('delivered_tokens_per_s'))}" if p.get("delivered_tokens_per_s") else
                      f"{n}: not measured ({p.get('error')})" for n, p in probes.items())
     n, i, o = STREAM_PROBE

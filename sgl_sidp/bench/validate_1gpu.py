@@ -74,7 +74,7 @@ def measure(a) -> None:
         save()
         decode_points(srv.base_url, a, result["decode"], save, log_text=srv.log_text)
         for i, spec in enumerate(a.stream_probes):
-            result["stream"].append(stream_probe(srv, *_triple(spec), seed=3_000_000 + 1_000 * i))
+            result["stream"].append(stream_point(srv, *_triple(spec), seed=3_000_000 + 1_000 * i))
             save()
         if a.burst:
             n, p, o = _triple(a.burst)
@@ -155,7 +155,7 @@ def decode_points(base_url: str, a, into: list, save, after: str | None = None,
             save()
 
 
-def stream_probe(srv, requests: int, prompt: int, output: int, seed: int) -> dict:
+def stream_point(srv, requests: int, prompt: int, output: int, seed: int) -> dict:
     """The tokens a second the server's output stream delivered to the client while all of `requests` requests of
     `prompt` random tokens and `output` output tokens, sent at once, decoded: `plan calibrate`'s stream probe
     (`calibrate.delivered_rate`; its `STREAM_PROBE` is 256 x (16, 128)) at other sizes, to see whether its rate holds
@@ -172,29 +172,13 @@ def stream_probe(srv, requests: int, prompt: int, output: int, seed: int) -> dic
             "delivered_tokens_per_s": got["delivered_tokens_per_s"]}
 
 
-def planned_stream_rate(model_path: str, gpu: str, output: int) -> float | None:
-    """The stream rate (tokens a second) the planner applies to requests of `output` output tokens of this model on
-    GPU kind `gpu` (`steps.stream_tokens_per_s` at their tokens' mean place, as `planner.plan_requests` takes it), or
-    None where no calibration measured a bound stream or `model_path` has no config.json."""
-    from sgl_sidp.calibration.memory import ModelShapes
-    from sgl_sidp.model_info import read_hf_config
-    from sgl_sidp.plan.configs import shard_of
-    from sgl_sidp.plan.steps import GPUS, output_mean_index, shard_signature, stream_tokens_per_s
-
-    hf = read_hf_config(model_path)
-    if hf is None:
-        return None
-    whole = shard_signature(hf, shard_of(ModelShapes.of(hf), 1, 1, 1))
-    return stream_tokens_per_s(GPUS[gpu]["name"], model=whole, mean_index=output_mean_index([output]))
-
-
 def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = None,
          what_if: WhatIf = NO_WHAT_IF) -> list[tuple]:
     """(what, unit, predicted, measured) for every measured number (predicted with `what_if`'s numbers set by hand,
     and with the SGLang flags of the measured server's command: its decode graphs' size, its chunk, its memory
     fraction, `server_flags.ServerFlags`)."""
     from sgl_sidp.bench.traces import sim_requests
-    from sgl_sidp.plan.planner import plan, plan_requests
+    from sgl_sidp.plan.planner import plan, plan_requests, stream_rate
     from sgl_sidp.plan.server_flags import ServerFlags
 
     server = ServerFlags.from_words(shlex.split(measured.get("command") or ""))
@@ -218,7 +202,7 @@ def rows(measured: dict, model_path: str, gpu: str, trace_dir: Path | None = Non
             out.append(("the same step by the server's log", "ms", pred["configurations"][0].decode_at[0],
                         d["server_step_ms"]))
     for st in measured.get("stream", []):
-        rate = planned_stream_rate(model_path, gpu, st["output"])
+        rate = stream_rate(model_path, gpu, st["output"])
         if st.get("delivered_tokens_per_s") and rate:
             out.append((f"stream of {st['requests']} x ({st['prompt']:,} in, {st['output']} out) while all decode "
                         "(the planner's stream rate)", "tok/s", rate, st["delivered_tokens_per_s"]))

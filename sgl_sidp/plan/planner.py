@@ -262,6 +262,18 @@ KEEPS_UP = 0.02
 NEAR_TIE = 0.05
 
 
+def stream_rate(model_path: str, gpu: str, output: int, calibration_dirs: list[Path] | None = None) -> float | None:
+    """The rate (tokens/s) at which the planner streams requests of `output` output tokens of the model in
+    `model_path` on GPU kind `gpu` (a `GPUS` key) to their clients, as `plan_requests` takes it
+    (`steps.stream_tokens_per_s` at their tokens' mean place); None where no calibration measured a bound stream or
+    `model_path` has no config.json."""
+    hf = read_hf_config(model_path)
+    if hf is None or gpu not in GPUS:
+        return None
+    whole = shard_signature(hf, shard_of(ModelShapes.of(hf), 1, 1, 1))
+    return stream_tokens_per_s(GPUS[gpu]["name"], calibration_dirs, model=whole, mean_index=output_mean_index([output]))
+
+
 def rank(rows: list[PlanRow], objective: str) -> list[PlanRow]:
     """The predicted configurations, best first: by throughput ("throughput", offline work), by goodput ("goodput",
     with SLOs: the requests per second that meet both, then throughput), or ("latency", traces and single requests)
