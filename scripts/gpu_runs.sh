@@ -742,7 +742,8 @@
 #                rate is the burst's; if the burst still runs slower than its own probe, the full burst streams slower
 #                than the probe's window (the prefill phase's intake, or the 512 streams' end), and a probe does not settle it.
 #                Found at 5d88fdb (1 x H200, a slow host): the probe 9,672 tokens a second, the burst 33,821 tok/s, TPOT
-#                p50 61.8 ms; predicted at the server's own probe -3.9 % and +6.7 % (at the bundled rate +54.2 %, -41.6 %)
+#                p50 61.8 ms; predicted at the server's own probe -3.9 % and +6.7 % (at the bundled rate +54.2 %, -41.6 %).
+#                Again as q8_stream_burst2_1gpu on the next host: a second pair of probe and burst
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
@@ -1174,8 +1175,8 @@ for RUN in "$@"; do
       done ;;
     stream_check_1gpu)
       compare_run "stream_check_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" --gpus 0 --configs tp1 --burst 64+2048+32 --stream-probe ;;
-    q8_stream_burst_1gpu)
-      compare_run "q8_stream_burst_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" --gpus 0 --configs tp1 --burst 512+1024+256 \
+    q8_stream_burst_1gpu|q8_stream_burst2_1gpu)
+      compare_run "${RUN%_1gpu}_1gpu_$TAG" "$(tp2_shard Qwen3-8B)" --gpus 0 --configs tp1 --burst 512+1024+256 \
         --stream-probe --extra-args "$X --cuda-graph-max-bs-decode 512" ;;
     pack)
       [ -d /tmp/compare_results ] && tar czf "$OUT/compare_results.tgz" -C /tmp compare_results ;;
