@@ -743,7 +743,8 @@
 #                than the probe's window (the prefill phase's intake, or the 512 streams' end), and a probe does not settle it.
 #                Found at 5d88fdb (1 x H200, a slow host): the probe 9,672 tokens a second, the burst 33,821 tok/s, TPOT
 #                p50 61.8 ms; predicted at the server's own probe -3.9 % and +6.7 % (at the bundled rate +54.2 %, -41.6 %).
-#                Again as q8_stream_burst2_1gpu on the next host: a second pair of probe and burst
+#                Again as q8_stream_burst2_1gpu on the next host: a second pair of probe and burst. Found at 51c2a15
+#                (1 x H200): the probe 8,995, the burst 33,795 tok/s, TPOT p50 61.9 ms; at its own probe -8.5 %, +13.0 %
 #   pack         what an earlier call of the same lease left in /tmp/compare_results, as one file
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0;; esac
