@@ -19,7 +19,8 @@ decoded, against the planner's stream rate), an offline burst (N x (IN, OUT) at 
 workload's requests (the same trace window, scale and context limit as the replay) and prints a markdown table:
 predicted (with the measured server's SGLang flags), measured, error (predicted / measured - 1). No measured number
 enters a prediction. A shard served alone (its sizes by `--json-model-override-args` in --extra-args) is reported
-against a folder holding its config.json: the planner then prices it by that shard's calibration. `scripts/plan_validate_1gpu.py` calls this module.
+against a folder holding its config.json: the planner then prices it by that shard's calibration.
+`scripts/plan_validate_1gpu.py` calls this module.
 """
 
 from __future__ import annotations
