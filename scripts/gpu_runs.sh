@@ -366,6 +366,18 @@
 #                clients here may still be stream-bound, so every server logs each decode step (--decode-log-interval
 #                1): the GPU-side ratio is Shift's 512-row steps against DP2's ranks' 256-row steps, from the logs;
 #                and each server's stream rate is probed after its warm-up (compare --stream-probe)
+#                Found at da19359 (2 x H200): per-step logs, median over the 256 steps at 486-512 rows: Shift 23.12 ms
+#                (TP2), DP2's ranks 21.74 and 21.86 at 243-256 rows, Shift th256 23.93 (the base, in its decode graphs
+#                of 272-512 rows): GPU-side 0.943x and 0.911x DP2 (planner 22.5, 21.5 and 22.2 ms: -2.7, -1.1 and -7.2 %).
+#                The clients: 36,741, 40,767 and 35,571 tok/s (0.90x, 0.87x), the servers' stream probes 11,936,
+#                15,739 and 11,384 tokens a second
+#   q8_decode_prof_pair  where a 512-row decode step's time goes, Shift's base (th256), DP2 and Shift's TP path: the
+#                burst 512 x (1,024 in, 256 out) traced 10 s in (decode at 486-512 rows, prefill about 7 s), 3 decode
+#                forwards per GPU by kernel class. Predicted (planner): DP2 21.5 ms (a replica's 256 rows), base 22.2,
+#                TP2 22.5. Expected: TP2's communication class about 1.3 ms a forward (72 all-reduces of 4 MB at the
+#                table's 2.9 us + 270 GB/s), its GEMMs and attention as DP2's; the base's 2.1 ms over DP2 either its
+#                exchange kernels (copies into the peer's memory, about 2.6 MB a layer: 0.4 ms at 270 GB/s), waits
+#                on the peer's signals (idle gaps inside the forward), or the head-order gathers around attention
 #   q8_graphs512_pair  the short form of q8_graphs512 for a call with under 6 minutes of device time: Shift SP2 as it now
 #                starts (512-row decode graphs, its default since 845f4b5: the default's first run on GPU) and DP2 at
 #                SGLang's defaults, one after the other on 512 x (1,024 in, 256 out). Predicted (planner of 185b32a):
@@ -1064,6 +1076,9 @@ for RUN in "$@"; do
       compare_run "q8_graphs512_incr_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2,shift_sp2_tp1_th256 \
         --burst 512+1024+256 --stream-probe \
         --extra-args "$X --incremental-streaming-output --decode-log-interval 1" ;;
+    q8_decode_prof_pair)
+      compare_run "q8_decode_prof_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1_th256,dp2,shift_sp2_tp1 \
+        --profile 512+1024+256 --profile-steps 3 --profile-after-s 10 ;;
     q8_graphs512_pair)
       compare_run "q8_graphs512_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 --burst 512+1024+256 ;;
     q8_graphs512)
