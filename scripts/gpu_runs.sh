@@ -378,6 +378,12 @@
 #                table's 2.9 us + 270 GB/s), its GEMMs and attention as DP2's; the base's 2.1 ms over DP2 either its
 #                exchange kernels (copies into the peer's memory, about 2.6 MB a layer: 0.4 ms at 270 GB/s), waits
 #                on the peer's signals (idle gaps inside the forward), or the head-order gathers around attention
+#   q8_symm_ar_pair  q8_decode_prof_pair's profile of Shift (its TP path) and DP2 with SGLang's torch symmetric-memory
+#                all-reduce in place of its custom one (--disable-custom-all-reduce --enable-torch-symm-mem: two-shot at
+#                2 GPUs, multicast off). The custom all-reduce took 1.1 ms of a 23.07 ms TP2 step at 512 rows (73 calls of
+#                4 MB, about 15 us each: 280 GB/s a direction of NV18's 450). Expected: if two-shot reaches 350 GB/s, the
+#                comm class falls to about 1.2 ms and Shift's step to about 22.8 ms (0.96x DP2's 21.9); if not, the
+#                custom all-reduce stays (DP2 runs TP1: the flags do nothing there)
 #   q8_graphs512_pair  the short form of q8_graphs512 for a call with under 6 minutes of device time: Shift SP2 as it now
 #                starts (512-row decode graphs, its default since 845f4b5: the default's first run on GPU) and DP2 at
 #                SGLang's defaults, one after the other on 512 x (1,024 in, 256 out). Predicted (planner of 185b32a):
@@ -1079,6 +1085,10 @@ for RUN in "$@"; do
     q8_decode_prof_pair)
       compare_run "q8_decode_prof_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1_th256,dp2,shift_sp2_tp1 \
         --profile 512+1024+256 --profile-steps 3 --profile-after-s 10 ;;
+    q8_symm_ar_pair)
+      compare_run "q8_symm_ar_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 \
+        --profile 512+1024+256 --profile-steps 3 --profile-after-s 10 \
+        --extra-args "$X --disable-custom-all-reduce --enable-torch-symm-mem" ;;
     q8_graphs512_pair)
       compare_run "q8_graphs512_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 --burst 512+1024+256 ;;
     q8_graphs512)
