@@ -1,11 +1,13 @@
 """`calibration.measure.queued_gpu_ms` on a simulated GPU queue: a launch-bound call (the host spends longer
 launching its kernels than the GPU running them) is timed at the GPU's time, as a graph would replay it, not at the
-host's; a call that synchronizes inside is reported as not queued ahead; the ranks are aligned before each timed call.
+host's; a call that synchronizes inside is reported as not queued ahead; the ranks are aligned before each timed call
+and sleep equally long.
 """
 
 import pytest
 
-from sgl_sidp.calibration.measure import QueuedTiming, queued_gpu_ms, time_dummy_prefill
+from sgl_sidp.calibration.measure import QueuedTiming, largest_over, queued_gpu_ms, time_dummy_prefill
+from tests.gloo_procs import spawn
 
 
 class SimQueue:
@@ -123,3 +125,31 @@ def test_a_first_call_that_compiles_does_not_size_the_sleep():
 
     got = queued_gpu_ms(run, iters=2, queue=q)
     assert got.eager_ms == pytest.approx(40.1) and q.slept == [pytest.approx(70.15)] * 2 and got.gpu_ms == pytest.approx(10.0)
+
+
+def _rank_sleeps(rank, world):
+    """One rank of `test_every_rank_sleeps_as_long_as_the_slowest_hosts_needs`: rank r's host launches (r + 1)x as
+    slowly."""
+    import torch.distributed as dist
+
+    q = SimQueue()
+    got = queued_gpu_ms(launch_bound(q, host_ms=0.4 * (rank + 1)), iters=2, queue=q,
+                        agree=largest_over(dist.group.WORLD))
+    return q.slept, got.gpu_ms
+
+
+def test_every_rank_sleeps_as_long_as_the_slowest_hosts_needs():
+    """Calls holding collectives (Shift's TP2 prefills): a rank with a shorter sleep would wait inside its first
+    collective for its peer's and time that wait, so both ranks sleep the longer of their two leads."""
+    out = spawn(_rank_sleeps, 2)
+    longest = 1.5 * (100 * 0.8 + 0.1) + 10  # rank 1's eager call: 100 launches of 0.8 ms, then the last kernel
+    for rank in (0, 1):
+        slept, gpu_ms = out[rank]
+        assert slept == [pytest.approx(longest)] * 2 and gpu_ms == pytest.approx(10.0)
+
+
+def test_agree_sizes_the_sleep():
+    q = SimQueue()
+    seen = []
+    queued_gpu_ms(launch_bound(q), iters=2, queue=q, agree=lambda ms: seen.append(ms) or 123.0)
+    assert seen == [pytest.approx(1.5 * 40.1 + 10)] and q.slept == [123.0, 123.0]

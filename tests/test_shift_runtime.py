@@ -287,9 +287,10 @@ def test_prefill_buckets_are_counted_by_their_captured_configuration():
     assert rt.config_of(sig("EXTEND", 9000)) == ("base", 9000)  # beyond the graphs: eager
 
 
-def calibration_runtime(monkeypatch, tmp_path, threshold=0):
+def calibration_runtime(monkeypatch, tmp_path, threshold=0, tp=1):
     """A runtime with SP = 2 whose prefills time as a model where the base configuration wins from 1024 tokens on;
-    the calibration key and the cache directory faked on CPU."""
+    the calibration key and the cache directory faked on CPU; `tp` TP ranks (this one rank 0), whose sleeps agree
+    through `measure.largest_over` (faked: it adds 1 ms)."""
     from sglang.srt.distributed import parallel_state
 
     import sgl_sidp.calibration.measure as measure
@@ -305,15 +306,19 @@ def calibration_runtime(monkeypatch, tmp_path, threshold=0):
     rt.sp, rt.sp_comm = 2, object()
     timed = []
 
-    def fake_time(graph_runner, tokens, align):
+    def fake_time(graph_runner, tokens, align, agree):
+        assert (agree is None) if tp == 1 else agree(5.0) == 6.0  # one TP rank: no sleep to agree on
         align()
         timed.append((tokens, rt.force))
         ms = tokens / 100 * (1.0 if rt.force == "shift" else 0.9 if tokens >= 1024 else 1.1)
         return measure.QueuedTiming(ms, eager_ms=60.0, ahead=tokens != 2048)
 
     monkeypatch.setattr(measure, "time_dummy_prefill", fake_time)
+    monkeypatch.setattr(measure, "largest_over", lambda group: (lambda ms: ms + 1.0) if group == "gloo" else None)
+    monkeypatch.setattr(parallel_state, "get_tensor_model_parallel_world_size", lambda: tp)
     monkeypatch.setattr(parallel_state, "get_tp_group",
-                        lambda: types.SimpleNamespace(rank_in_group=0, world_size=1, barrier=lambda: None))
+                        lambda: types.SimpleNamespace(rank_in_group=0, world_size=tp, barrier=lambda: None,
+                                                      cpu_group="gloo", broadcast_object=lambda obj, src: obj))
     mr = types.SimpleNamespace()  # SGLang's ModelRunner: its TP rank and size come from the TP group above
     graph_runner = types.SimpleNamespace(model_runner=mr, max_num_tokens=2048, prefill_backend_name="breakable")
     return rt, graph_runner, timed, key
@@ -338,6 +343,10 @@ def test_prefill_graphs_are_captured_with_the_threshold_calibrated_before_them(m
     cached = CalibrationCache().get_extra(key, "shift-sp2")
     assert cached["threshold"] == 512 and cached["points"]["2048"] == [20.48, 20.48 * 0.9]
     assert cached["points"]["512"] == [5.12, 5.12 * 1.1]
+
+    two, graph_runner, timed, _ = calibration_runtime(monkeypatch, tmp_path / "tp2", tp=2)
+    two.around_prefill_capture(lambda runner: None, graph_runner)  # each timing checks the sleeps agree
+    assert len(timed) == 10 and two.threshold == 512
 
     given, graph_runner, timed, _ = calibration_runtime(monkeypatch, tmp_path, threshold=300)
     given.around_prefill_capture(lambda runner: None, graph_runner)

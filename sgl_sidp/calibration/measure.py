@@ -257,7 +257,8 @@ class QueuedTiming:
 
 
 def queued_gpu_ms(run: Callable[[], object], iters: int = 2, prepare: Callable[[], object] | None = None,
-                  align: Callable[[], object] | None = None, queue=None) -> QueuedTiming:
+                  align: Callable[[], object] | None = None, queue=None,
+                  agree: Callable[[float], float] | None = None) -> QueuedTiming:
     """The GPU time of `run()` as a CUDA graph replays it, for work that can only run eagerly (no graph yet).
 
     An eager forward of a few thousand tokens is launch-bound: its host time (tens of ms for a 36-layer model) hides
@@ -272,6 +273,10 @@ def queued_gpu_ms(run: Callable[[], object], iters: int = 2, prepare: Callable[[
         run: enqueues the GPU work; must not synchronize the host (if it does, `ahead` says so).
         iters: timed calls after an eager warm-up call and an eager call timed from the host; the median is returned.
         queue: the CUDA side (`CudaQueue`); the CPU tests pass a simulated one.
+        agree: maps this rank's sleep (ms) to the one every rank uses (`largest_over`), for calls that hold
+            collectives: a rank that sleeps less waits inside its first collective for its peers' longer sleeps,
+            and its events time that wait (Shift's 128-token TP2 prefill, timed first: 21-22 ms against 5.5-7 at
+            256 tokens on 2 x H200, `q8_decode_prof_pair_2gpu_h200`).
 
     Returns:
         `QueuedTiming` (milliseconds).
@@ -286,6 +291,8 @@ def queued_gpu_ms(run: Callable[[], object], iters: int = 2, prepare: Callable[[
         queue.synchronize()
         eager_ms = queue.host_ms() - t0
     lead_ms = 1.5 * eager_ms + 10.0
+    if agree:
+        lead_ms = agree(lead_ms)
     times, ahead = [], True
     for _ in range(iters):
         if prepare:
@@ -304,15 +311,28 @@ def queued_gpu_ms(run: Callable[[], object], iters: int = 2, prepare: Callable[[
     return QueuedTiming(statistics.median(times), eager_ms, ahead)
 
 
+def largest_over(group) -> Callable[[float], float]:
+    """`queued_gpu_ms`'s `agree` for the ranks of `group`, a CPU process group (gloo; SGLang's
+    `GroupCoordinator.cpu_group`): each rank's value becomes the largest of the group's. Every rank must call it
+    at the same point."""
+    import torch.distributed as dist
+
+    def largest(value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return float(t.item())
+    return largest
+
+
 def time_dummy_prefill(graph_runner, tokens: int, iters: int = 2, align: Callable[[], object] | None = None,
-                       queue=None) -> QueuedTiming:
+                       queue=None, agree: Callable[[float], float] | None = None) -> QueuedTiming:
     """GPU ms of a prefill body of `tokens` tokens, before any prefill graph exists (`queued_gpu_ms`).
 
     Builds SGLang's capture-shaped dummy batch (`PrefillCudaGraphRunner.capture_prepare`, attention metadata included:
     the body its `_run_dummy_forward` warm-up runs; the decoder layers only, no logits; K/V written to SGLang's padding
     slot 0) before the GPU sleep, and times `PrefillCudaGraphRunner._run_forward` queued behind it. For calibrations
     that must finish before the prefill graphs are captured, when no scheduler exists yet. `tokens` must not exceed
-    the runner's largest capture size (`max_num_tokens`). `align`: see `queued_gpu_ms`.
+    the runner's largest capture size (`max_num_tokens`). `align`, `agree`: see `queued_gpu_ms`.
     """
     batch: list = []
 
@@ -321,7 +341,7 @@ def time_dummy_prefill(graph_runner, tokens: int, iters: int = 2, align: Callabl
         attn_backend.init_forward_metadata(fb)
         batch[:] = [fb]
 
-    return queued_gpu_ms(lambda: graph_runner._run_forward(batch[0], tokens), iters, prepare, align, queue)
+    return queued_gpu_ms(lambda: graph_runner._run_forward(batch[0], tokens), iters, prepare, align, queue, agree)
 
 
 def feasible_points(scheduler, batches: Sequence[int] = DECODE_BATCHES, contexts: Sequence[int] = DECODE_CONTEXTS,

@@ -50,9 +50,9 @@ hands it to the others; it is cached on disk (`CalibrationCache.put_extra`, keye
 plus the SP), so the next start reads it before anything is captured. Where:
 - with prefill graphs, AROUND `PrefillCudaGraphRunner.capture`, before the first graph exists, on SGLang's dummy
   prefill bodies (`calibration.measure.time_dummy_prefill`): every graph, prefill and decode, is captured with it.
-  No graph exists yet, so each body runs eagerly with its kernels queued behind a GPU sleep and the TP ranks
-  aligned by a barrier first (`measure.queued_gpu_ms`): the GPU's time, as the graphs later replay it. Timed from
-  the host, launches hid it below about 2,048 tokens and the threshold always landed there;
+  No graph exists yet, so each body runs eagerly with its kernels queued behind a GPU sleep, as long on every TP
+  rank, and the TP ranks aligned by a barrier first (`measure.queued_gpu_ms`): the GPU's time, as the graphs later
+  replay it. Timed from the host, launches hid it below about 2,048 tokens and the threshold always landed there;
 - without (`--disable-prefill-cuda-graph`), AFTER `Scheduler.__init__`, on one-request prefills through the
   scheduler's pools (`calibration.measure.time_prefill`, logits included): the decode graphs of that first start
   stay in the shift configuration (threshold provisionally infinite); eager forwards follow the threshold at once.
@@ -408,12 +408,14 @@ class ShiftRuntime:
         if self.threshold_source.startswith("provisional") and self.sp_comm is not None:
             from sglang.srt.distributed.parallel_state import get_tp_group
 
-            from sgl_sidp.calibration.measure import time_dummy_prefill
+            from sgl_sidp.calibration.measure import largest_over, time_dummy_prefill
 
             tp_group, timings = get_tp_group(), {}  # (tokens, configuration) -> QueuedTiming
+            # every TP rank sleeps as long as the slowest one's host needs: the forwards hold TP collectives
+            agree = largest_over(tp_group.cpu_group) if tp_group.world_size > 1 else None
 
             def gpu_ms(tokens: int) -> float:
-                timing = time_dummy_prefill(graph_runner, tokens, align=tp_group.barrier)
+                timing = time_dummy_prefill(graph_runner, tokens, align=tp_group.barrier, agree=agree)
                 timings[(tokens, self.force)] = timing
                 return timing.gpu_ms
 
