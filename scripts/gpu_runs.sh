@@ -321,6 +321,10 @@
 #                H200 for the same points. Found at de6319a (1 x H200, 197-394 s a model): 512-row steps of the dense
 #                shards 5-12 % over the slope; joined the bundled tables; 4 x H200 replay TTFT/TPOT 24 -> 25 of 28
 #                (q32_overlap_1.5x Shift SP4 TPOT -16.6 -> -12.0 %) (plan_multi_gpu/h200/calibrate_512/)
+#                cal_q8 again on a 2 x H200 host (da19359, 178 s), for its stream probes: 12,816-22,734 tokens/s at 128
+#                tokens a request and 13,666-20,064 at 512 across the five shards (the full model's 12,816 and 15,229),
+#                where that host's servers probed 11,384-15,739 (q8_graphs512_incr_pair_2gpu_h200): a multi-GPU host
+#                does not stream at one rate either (plan_multi_gpu/h200/calibrate_q8_2gpu_host/; not bundled)
 #   cal_mx       Mixtral-8x7B's shards for 2 and 4 GPUs (its TP1 and DP-attention shards; SGLang cannot serve its TP
 #                shards on one GPU). cal_q8 and cal_q30 now time 4 GPUs' shards too: on H100 every table stops
 #                at 256 decode rows (plan names the configurations priced past them); cal_q8, cal_q30, cal_q32_4, cal_l70
@@ -378,12 +382,24 @@
 #                table's 2.9 us + 270 GB/s), its GEMMs and attention as DP2's; the base's 2.1 ms over DP2 either its
 #                exchange kernels (copies into the peer's memory, about 2.6 MB a layer: 0.4 ms at 270 GB/s), waits
 #                on the peer's signals (idle gaps inside the forward), or the head-order gathers around attention
+#                Found at d1e6c52 (2 x H200), per forward (the 2nd and 3rd traced; span / busy, ms): DP2 21.9 / 21.7
+#                (attention 14.7, GEMMs 5.9-6.0, other 0.71, norms 0.33), Shift's TP path 23.07 / 22.93 (attention
+#                14.7, GEMMs 5.4, all-reduces and the logits' all-gather 1.44-1.50, other 1.06, norms 0.44-0.49; 0.949x
+#                DP2), the base 23.6 / 23.0 (attention 14.4, GEMMs 6.4: the split QKV and O GEMMs, 72 calls of the
+#                96x64 kernel at 1.07 ms where DP2 runs 36 of 96x128 at 0.78; barrier kernels and P2P copies 1.2,
+#                other 1.07; idle 0.6; 0.928x). Attention, the Triton decode kernel on about 1,150 tokens of context,
+#                is two thirds of every step and the same in all three
 #   q8_symm_ar_pair  q8_decode_prof_pair's profile of Shift (its TP path) and DP2 with SGLang's torch symmetric-memory
 #                all-reduce in place of its custom one (--disable-custom-all-reduce --enable-torch-symm-mem: two-shot at
 #                2 GPUs, multicast off). The custom all-reduce took 1.1 ms of a 23.07 ms TP2 step at 512 rows (73 calls of
 #                4 MB, about 15 us each: 280 GB/s a direction of NV18's 450). Expected: if two-shot reaches 350 GB/s, the
 #                comm class falls to about 1.2 ms and Shift's step to about 22.8 ms (0.96x DP2's 21.9); if not, the
 #                custom all-reduce stays (DP2 runs TP1: the flags do nothing there)
+#                Found at ed511ee (2 x H200): not what it was for. With the two-shot all-reduce the threshold calibration
+#                timed Shift's TP2 prefills slower than the base at every size from 256 tokens (512: 9.7 against 8.2 ms
+#                with the custom all-reduce), so the threshold fell to 0 and every forward ran the base: its 512-row
+#                decode steps 23.85-23.99 ms against DP2's 21.8-22.1 (0.915x), as in q8_decode_prof_pair. The two-shot
+#                all-reduce is slower than SGLang's custom one at these sizes; not pursued
 #   q8_graphs512_pair  the short form of q8_graphs512 for a call with under 6 minutes of device time: Shift SP2 as it now
 #                starts (512-row decode graphs, its default since 845f4b5: the default's first run on GPU) and DP2 at
 #                SGLang's defaults, one after the other on 512 x (1,024 in, 256 out). Predicted (planner of 185b32a):
@@ -624,6 +640,10 @@
 #                32,768 (`steps.PREFIX_FADE_END`, session 41): Qwen3-30B-A3B on H200 929; 291, 492, 710; 79, 133, 184
 #                (H100 962; 295, 518, 731; 77, 137, 188); Qwen3-8B on H200 878; 270, 445, 618; 68, 116, 156 (H100 883;
 #                275, 446, 625; 70, 117, 159). Run it with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (added since)
+#                Found at da19359 (2 x H200): Qwen3-30B-A3B 943; 296, 521, 752; 86, 136, 191 ms, Qwen3-8B 887; 274,
+#                469, 620; 74, 120, 160: every probe within -0.3 to -8.5 % of the planner's TP2 (bench.prefix_probes
+#                --gpus 2 --config tp2; multi_gpu/prefix_probe_2gpu_h200/probes.md): served TP2 runs the long-prefix
+#                probes as the shards alone do, not 10 % under
 #   q30_mooncake_1gpu  q30_mooncake's trace window on TP1 of Qwen3-30B-A3B on one GPU at half its rate: served
 #                chunks over long prefixes, one GPU, against the isolated probes (prefix_probe_1gpu). Predicted on H200
 #                (planner of the commit adding it): TTFT p50 6,325 ms, TPOT p50 115.1, goodput at 2 s / 100 ms 0.080

@@ -28,3 +28,15 @@ def test_each_probe_stands_beside_its_simulated_ttft(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(shard / "requests.jsonl.gz"), "--model-path", str(shard), "--trace", str(tmp_path / "none")])
     assert "prefix-probes" in capsys.readouterr().err
+
+
+def test_a_tp2_server_on_two_gpus_is_predicted_as_tp2(tmp_path):
+    """The committed replay of TP2 on 2 x H200 against the planner's TP2 (not the first configuration it plans: DP2's
+    fresh 24,576-token prompt runs on one GPU, 1.9x TP2's)."""
+    trace = write_prefix_probes(tmp_path / "prefix_probes.jsonl")
+    run = RUN.parents[1] / "multi_gpu/prefix_probe_2gpu_h200/Qwen3-8B"
+    rows = read_jsonl(run / "traces/tp2/prefix_probes_1x/requests.jsonl")
+    body = [line.split(" | ") for line in probe_lines(rows, str(run), "H200", trace, n_gpus=2, config="tp2")[2:]]
+    assert all(abs(float(b[4].rstrip("%| "))) < 10 for b in body)
+    with pytest.raises(ValueError, match="tp3 runs on 3 GPUs"):
+        probe_lines(rows, str(run), "H200", trace, n_gpus=2, config="tp3")
