@@ -182,7 +182,7 @@ def test_shift_times_the_all_to_all_buffers_bench_a2a_sends(sp, tp):
     server: `shift.ulysses`): [SP, tokens / SP, block width] per all-to-all, not the whole forward's tokens x the base
     shard's width (SP times the bytes, the miss of `q32_shift_1.5x_4gpu_h200`)."""
     from sgl_sidp.bench.a2a import block_widths
-    from sgl_sidp.shift.planner import OVERLAP_STEP_US, TECHNIQUE
+    from sgl_sidp.shift.planner import OVERLAP_DECODE_STEP_US, OVERLAP_STEP_US, TECHNIQUE
 
     hf = {"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": SHAPES.layers, "hidden_size": SHAPES.hidden,
           "num_attention_heads": SHAPES.heads, "num_key_value_heads": SHAPES.kv_heads, "head_dim": SHAPES.head_dim,
@@ -193,13 +193,19 @@ def test_shift_times_the_all_to_all_buffers_bench_a2a_sends(sp, tp):
                   {"shift": clock(), "base": clock()}, IC)
     sent = [sp * (tokens // sp) * c * 2 for c in block_widths(hf, sp * tp)]  # bench.a2a's send buffers, bf16
     expect = sum(SHAPES.layers * IC.time_us("all_to_all", sp, b) / 1e3 for b in sent)
-    assert TECHNIQUE._ulysses_ms(m, tokens) == pytest.approx(expect, rel=1e-9)
-    # the default, --shift-all-to-all overlap: what its copies and barriers leave per layer, whatever the size
+    assert TECHNIQUE._ulysses_ms(m, tokens, True) == pytest.approx(expect, rel=1e-9)
+    # the default, --shift-all-to-all overlap: what its copies and barriers leave per layer, whatever the size; more
+    # in a decode forward, whose small GEMMs hide less
     m = StepModel(Configuration(f"shift_sp{sp}_tp{tp}", "shift", 1, tp, sp), SHAPES, {"shift": clock(), "base": clock()},
                   IC)
     left = SHAPES.layers * 2 * sp * OVERLAP_STEP_US / 1e3
-    assert TECHNIQUE._ulysses_ms(m, tokens) == TECHNIQUE._ulysses_ms(m, 2 * tokens) == pytest.approx(left)
+    assert TECHNIQUE._ulysses_ms(m, tokens, True) == TECHNIQUE._ulysses_ms(m, 2 * tokens, True) == pytest.approx(left)
+    assert TECHNIQUE._ulysses_ms(m, 512, False) == pytest.approx(left * OVERLAP_DECODE_STEP_US / OVERLAP_STEP_US)
     assert left < expect
+    th = StepModel(Configuration(f"shift_sp{sp}_tp{tp}_th1", "shift", 1, tp, sp, "", ("th1",)), SHAPES,
+                   {"shift": clock(), "base": clock()}, IC)  # every forward of two tokens or more in the base
+    assert [TECHNIQUE.terms(th, 512, "replica", None, prefill)[3] for prefill in (True, False)] == [
+        pytest.approx(left), pytest.approx(left * OVERLAP_DECODE_STEP_US / OVERLAP_STEP_US)]
     assert m.steps_variant() == "overlap"  # a schedule simulated for one exchange is not reused for the other
 
 

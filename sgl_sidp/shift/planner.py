@@ -26,6 +26,15 @@ RESERVE_GIB = 0.64
 #: forward. Not measured on H100 (taken the same).
 OVERLAP_STEP_US = 5.0
 
+#: The same per copy and barrier of a decode forward: its GEMMs are too small to hide the copies. Fitted on Qwen3-8B
+#: SP2's 512-row decode steps (about 1,150 tokens of context) in its decode graphs, against DP2's 256-row steps of the
+#: same host and run: 23.6 ms a forward against 21.9 profiled (barrier kernels and P2P copies 1.2 ms, the QKV and O
+#: GEMMs split for the overlap 0.42 longer, idle 0.6), 23.93 against 21.80 in the servers' logs, 23.9 against 21.9 on
+#: another host: 1.7-2.1 ms over the base shard's step, 12-15 µs each of the 144 copies and barriers (2 x H200,
+#: benchmarks/results/multi_gpu/q8_decode_prof_pair, q8_graphs512_incr_pair, q8_symm_ar_pair). Not measured at other
+#: batches, SP or on H100 (taken the same).
+OVERLAP_DECODE_STEP_US = 13.0
+
 #: How much longer the base configuration's prefill forwards take in a busy server than their price (the shard's
 #: calibration at the GPU kind's sustained clock, `steps.PREFILL_SUSTAINED_FACTOR`), by GPU kind: it scales the base
 #: shard's per-token prefill terms (`Technique.served_prefill_factor`). Fitted on the time between back-to-back full
@@ -135,14 +144,15 @@ class ShiftTechnique(Technique):
     def model_attributes(self):
         return {"shift_threshold": self.threshold}
 
-    def _ulysses_ms(self, model, tokens: float) -> float:
+    def _ulysses_ms(self, model, tokens: float, prefill: bool) -> float:
         """What Ulysses' two exchanges per layer over SP add to a forward of `tokens` (ms): by default (`--shift-all-to-all
-        overlap`) the copies hidden behind the GEMMs leave `OVERLAP_STEP_US` per copy and barrier per layer (2 SP of
-        them: SP - 1 copies and one barrier each way); by NCCL (`_nccl`, `--shift-exact`) `_nccl_ms`."""
+        overlap`) the copies hidden behind the GEMMs leave `OVERLAP_STEP_US` (a decode forward `OVERLAP_DECODE_STEP_US`)
+        per copy and barrier per layer (2 SP of them: SP - 1 copies and one barrier each way); by NCCL (`_nccl`,
+        `--shift-exact`) `_nccl_ms`."""
         c = model.config
         if self.by_nccl(c):
             return self._nccl_ms(model, tokens) if c.sp > 1 else 0.0
-        return model.shapes.layers * 2 * c.sp * OVERLAP_STEP_US / 1e3
+        return model.shapes.layers * 2 * c.sp * (OVERLAP_STEP_US if prefill else OVERLAP_DECODE_STEP_US) / 1e3
 
     def _nccl_ms(self, model, tokens: float) -> float:
         """Ulysses' two all-to-alls per layer over SP in a forward of `tokens` (ms): QKV in, the attention output back.
@@ -158,13 +168,14 @@ class ShiftTechnique(Technique):
         return (model._collective_ms("all_to_all", c.sp, tokens, 1, s.qkv_width(p))
                 + model._collective_ms("all_to_all", c.sp, tokens, 1, s.heads // p * s.head_dim))
 
-    def _shift_terms(self, model, size: float, base: bool) -> tuple:
+    def _shift_terms(self, model, size: float, base: bool, prefill: bool) -> tuple:
         """`terms` of the shift configuration (the TP-P shard and its all-reduces), or with `base` of the base
-        configuration: the TP_b shard on `size` / SP, the TP_b all-reduces of `size` / SP and Ulysses' all-to-alls."""
+        configuration: the TP_b shard on `size` / SP, the TP_b all-reduces of `size` / SP and Ulysses' all-to-alls
+        (`prefill`: of a prefill forward, else of a decode one)."""
         c = model.config
         if base:
             return (model.clocks["base"], c.sp, model._collective_ms("all_reduce", c.tp, size / c.sp),
-                    self._ulysses_ms(model, size), 0.0, -math.inf)
+                    self._ulysses_ms(model, size, prefill), 0.0, -math.inf)
         return model.clocks["shift"], 1, model._collective_ms("all_reduce", c.sp * c.tp, size), 0.0, 0.0, -math.inf
 
     def threshold(self, model) -> float:
@@ -179,14 +190,15 @@ class ShiftTechnique(Technique):
 
         points = {}
         for b in (1, 8, 32, 64, 128, 256):
-            points[b] = tuple(model._decode_with(self._shift_terms(model, b, base), b, 1024) for base in (False, True))
+            points[b] = tuple(model._decode_with(self._shift_terms(model, b, base, False), b, 1024)
+                              for base in (False, True))
         for t in (512, 1024, 2048, 4096, 8192):
-            points[t] = tuple(model._prefill_with(self._shift_terms(model, t, base), [(t, 0)])
+            points[t] = tuple(model._prefill_with(self._shift_terms(model, t, base, True), [(t, 0)])
                               for base in (False, True))
         return shift_threshold(points)
 
     def terms(self, model, size, role, variant, prefill=False):
-        return self._shift_terms(model, size, size > self.threshold(model))
+        return self._shift_terms(model, size, size > self.threshold(model), prefill)
 
     def steps_variant(self, model):
         """"nccl" where the base configuration exchanges by NCCL (`_ulysses_ms`), else "overlap": the two step
