@@ -42,6 +42,10 @@ def test_a_trace_is_condensed_per_forward_with_overlap_counted_once_in_busy():
     assert s["span_ms"] == pytest.approx(2.6 / 2) and s["busy_ms"] == pytest.approx((0.7 + 0.3 + 0.1 + 0.6) / 2)
     assert s["by_class_ms"] == {"gemm": 0.6, "attention": 0.15, "comm": 0.1, "copy": 0.05}
     assert s["top"][0] == ["nvjet_gemm", 0.6, 1]
+    assert s["by_class_top"] == {"gemm": [["nvjet_gemm", 0.6, 1]], "attention": [["_fwd_kernel", 0.15, 0]],
+                                 "comm": [["ncclAllReduce", 0.1, 0]], "copy": [["Memcpy DtoD", 0.05, 0]]}
+    assert profile.summarize_trace(trace, steps=2, class_top=0)["by_class_top"] == {
+        "gemm": [], "attention": [], "comm": [], "copy": []}
 
 
 def test_a_trace_without_gpu_work_or_steps_is_refused():

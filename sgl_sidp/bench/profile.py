@@ -82,7 +82,7 @@ def forwards_in(by_name: Mapping[str, tuple[float, int]], layers: int) -> int | 
     return max(calls) // layers
 
 
-def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None = None) -> dict:
+def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None = None, class_top: int = 4) -> dict:
     """One Chrome trace's GPU work, per forward.
 
     Args:
@@ -92,15 +92,18 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
             stage that ended sooner, e.g. the last prefill before decoding, covers fewer).
         top: how many of the heaviest kernels to list.
         layers: the model's decoder layers: count the forwards from the attention kernels (`forwards_in`).
+        class_top: how many of each class's heaviest kernels to list (`"by_class_top"`): what a class's ms hold
+            where `top` names only the heaviest overall (Shift's TP2 decode step's "other" class, 0.35 ms a forward
+            over DP2's in `q8_decode_prof_pair_2gpu_h200`, had none of its kernels in `top`).
 
     Returns:
-        `{"steps", "counted", "kernels", "span_ms", "busy_ms", "by_class_ms": {class: ms}, "top": [[name, ms,
-        calls], ...]}`, times in ms per forward (`steps` = the divisor used; `counted`: whether it was counted from
-        the trace): span = first GPU event's start to the last one's end (idle gaps included), busy = the union of
-        GPU events (overlapping streams counted once), a class = the sum of its events' durations (overlap counted
-        twice, so classes may add up to more than busy). Where `layers` counted the forwards, also `"first_us"` (the
-        first GPU event's timestamp, us), `"forwards"` (`each_forward`) and, where the host was traced, `"host"`
-        (`host_timeline`); where the host was traced, also `"host_waits"` (`host_waits`).
+        `{"steps", "counted", "kernels", "span_ms", "busy_ms", "by_class_ms": {class: ms}, "top": [[name, ms, calls],
+        ...], "by_class_top": {class: [[name, ms, calls], ...]}}`, times in ms per forward (`steps` = the divisor used;
+        `counted`: whether it was counted from the trace): span = first GPU event's start to the last one's end (idle
+        gaps included), busy = the union of GPU events (overlapping streams counted once), a class = the sum of its
+        events' durations (overlap counted twice, so classes may add up to more than busy). Where `layers` counted the
+        forwards, also `"first_us"` (the first GPU event's timestamp, us), `"forwards"` (`each_forward`) and, where the
+        host was traced, `"host"` (`host_timeline`); where the host was traced, also `"host_waits"` (`host_waits`).
 
     Raises:
         ValueError: `steps` < 1, or the trace has no GPU event (a profile that saw no forward).
@@ -113,10 +116,13 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
         raise ValueError("the trace has no GPU event (no forward ran while profiling)")
     by_class: dict[str, float] = {}
     by_name: dict[str, list[float]] = {}
+    class_of: dict[str, str] = {}  # kernel name -> class
     for e in events:
         cls = kernel_class(e.get("name", ""), e["cat"])
         by_class[cls] = by_class.get(cls, 0.0) + float(e["dur"])
-        agg = by_name.setdefault(e.get("name", "")[:100], [0.0, 0])
+        name = e.get("name", "")[:100]
+        class_of[name] = cls
+        agg = by_name.setdefault(name, [0.0, 0])
         agg[0] += float(e["dur"])
         agg[1] += 1
     start = min(float(e["ts"]) for e in events)
@@ -129,7 +135,10 @@ def summarize_trace(trace: Mapping, steps: int, top: int = 8, layers: int | None
     out = {"steps": steps, "counted": counted is not None, "kernels": len(events),
            "span_ms": round((end - start) / per, 3), "busy_ms": round(busy / per, 3),
            "by_class_ms": {c: round(v / per, 3) for c, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
-           "top": [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in heaviest]}
+           "top": [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in heaviest],
+           "by_class_top": {c: [[name, round(ms / per, 3), calls // steps] for name, (ms, calls) in
+                                sorted(((n, v) for n, v in by_name.items() if class_of[n] == c),
+                                       key=lambda kv: -kv[1][0])[:class_top]] for c in by_class}}
     if counted:  # one by one, from the trace's first GPU event (first_us: its own clock, the host's across ranks)
         slices = forward_slices(events, by_name, counted)
         out["first_us"], out["forwards"] = start, each_forward(slices)

@@ -145,10 +145,10 @@ class ShiftTechnique(Technique):
         return {"shift_threshold": self.threshold}
 
     def _ulysses_ms(self, model, tokens: float, prefill: bool) -> float:
-        """What Ulysses' two exchanges per layer over SP add to a forward of `tokens` (ms): by default (`--shift-all-to-all
-        overlap`) the copies hidden behind the GEMMs leave `OVERLAP_STEP_US` (a decode forward `OVERLAP_DECODE_STEP_US`)
-        per copy and barrier per layer (2 SP of them: SP - 1 copies and one barrier each way); by NCCL (`_nccl`,
-        `--shift-exact`) `_nccl_ms`."""
+        """What Ulysses' two exchanges per layer over SP add to a forward of `tokens` (ms): by default
+        (`--shift-all-to-all overlap`) the copies hidden behind the GEMMs leave `OVERLAP_STEP_US` (in a decode forward
+        `OVERLAP_DECODE_STEP_US`) per copy and barrier per layer (2 SP of them: SP - 1 copies and one barrier each
+        way); by NCCL (`_nccl`, `--shift-exact`) `_nccl_ms`."""
         c = model.config
         if self.by_nccl(c):
             return self._nccl_ms(model, tokens) if c.sp > 1 else 0.0
