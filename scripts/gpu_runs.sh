@@ -389,6 +389,12 @@
 #                96x64 kernel at 1.07 ms where DP2 runs 36 of 96x128 at 0.78; barrier kernels and P2P copies 1.2,
 #                other 1.07; idle 0.6; 0.928x). Attention, the Triton decode kernel on about 1,150 tokens of context,
 #                is two thirds of every step and the same in all three
+#   q8_decode_other_pair  q8_decode_prof_pair again for Shift as it starts and DP2, with each kernel class's heaviest
+#                kernels kept (profile's by_class_top, 547412c): what the TP path's "other" (1.06 ms a forward against
+#                DP2's 0.71) and norms (0.44-0.49 against 0.33) hold. Expected: the sampler's and the logits' work over
+#                all 512 rows on each TP rank (DP2's ranks 256 each) about 2x DP2's, and the start-up calibration's
+#                128-token TP2 prefill at 5-6 ms now that every TP rank sleeps as long before it (0c23f13; 21-22 ms in
+#                the three 2 x H200 starts of da19359-ed511ee), the threshold again 512 tokens
 #   q8_symm_ar_pair  q8_decode_prof_pair's profile of Shift (its TP path) and DP2 with SGLang's torch symmetric-memory
 #                all-reduce in place of its custom one (--disable-custom-all-reduce --enable-torch-symm-mem: two-shot at
 #                2 GPUs, multicast off). The custom all-reduce took 1.1 ms of a 23.07 ms TP2 step at 512 rows (73 calls of
@@ -1104,6 +1110,9 @@ for RUN in "$@"; do
         --extra-args "$X --incremental-streaming-output --decode-log-interval 1" ;;
     q8_decode_prof_pair)
       compare_run "q8_decode_prof_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1_th256,dp2,shift_sp2_tp1 \
+        --profile 512+1024+256 --profile-steps 3 --profile-after-s 10 ;;
+    q8_decode_other_pair)
+      compare_run "q8_decode_other_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 \
         --profile 512+1024+256 --profile-steps 3 --profile-after-s 10 ;;
     q8_symm_ar_pair)
       compare_run "q8_symm_ar_pair_2gpu_$TAG" Qwen3-8B --gpus 0,1 --configs shift_sp2_tp1,dp2 \
