@@ -275,8 +275,8 @@ def queued_gpu_ms(run: Callable[[], object], iters: int = 2, prepare: Callable[[
         queue: the CUDA side (`CudaQueue`); the CPU tests pass a simulated one.
         agree: maps this rank's sleep (ms) to the one every rank uses (`largest_over`), for calls that hold
             collectives: a rank that sleeps less waits inside its first collective for its peers' longer sleeps,
-            and its events time that wait (Shift's 128-token TP2 prefill, timed first: 21-22 ms against 5.5-7 at
-            256 tokens on 2 x H200, `q8_decode_prof_pair_2gpu_h200`).
+            and its events time that wait (the likely cause of Shift's 128-token TP2 prefill, timed first, at
+            21-22 ms against 5.5-7 at 256 tokens in three 2 x H200 starts, `q8_decode_prof_pair_2gpu_h200`).
 
     Returns:
         `QueuedTiming` (milliseconds).

@@ -30,9 +30,9 @@ OVERLAP_STEP_US = 5.0
 #: SP2's 512-row decode steps (about 1,150 tokens of context) in its decode graphs, against DP2's 256-row steps of the
 #: same host and run: 23.6 ms a forward against 21.9 profiled (barrier kernels and P2P copies 1.2 ms, the QKV and O
 #: GEMMs split for the overlap 0.42 longer, idle 0.6), 23.93 against 21.80 in the servers' logs, 23.9 against 21.9 on
-#: another host: 1.7-2.1 ms over the base shard's step, 12-15 µs each of the 144 copies and barriers (2 x H200,
-#: benchmarks/results/multi_gpu/q8_decode_prof_pair, q8_graphs512_incr_pair, q8_symm_ar_pair). Not measured at other
-#: batches, SP or on H100 (taken the same).
+#: another host: 1.7-2.1 ms over DP2's step (the base shard's work), 12-15 µs each of the 144 copies and barriers (2 x
+#: H200, benchmarks/results/multi_gpu/q8_decode_prof_pair, q8_graphs512_incr_pair, q8_symm_ar_pair). Not measured at
+#: other batches, SP or on H100 (taken the same).
 OVERLAP_DECODE_STEP_US = 13.0
 
 #: How much longer the base configuration's prefill forwards take in a busy server than their price (the shard's
